@@ -1,0 +1,107 @@
+"""Exceptions raised by nb_accel, and the per-rank failure records they carry."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = [
+    "NbAccelError",
+    "LaunchError",
+    "WorkerFailure",
+    "WorkerError",
+    "WorkerDiedError",
+    "CollectiveTimeoutError",
+    "RemoteTraceback",
+]
+
+
+class NbAccelError(Exception):
+    """Base class of every error nb_accel raises itself."""
+
+
+class LaunchError(NbAccelError, RuntimeError):
+    """A launch could not be started (bad environment, CUDA state, unpicklable payload)."""
+
+
+@dataclass(frozen=True)
+class WorkerFailure:
+    """What one rank reported when it failed.
+
+    Attributes:
+        rank: global rank of the worker.
+        type_name: qualified name of the exception's type (``"builtins.ValueError"``).
+        message: ``str()`` of the exception.
+        traceback: the worker-side traceback, formatted as text.
+        exception: the exception itself when it could be moved to the kernel, else ``None``.
+        signal_name: for a worker killed by a signal, the signal's name (``"SIGKILL"``).
+        exitcode: the process exit code when the worker died without reporting.
+    """
+
+    rank: int
+    type_name: str
+    message: str
+    traceback: str
+    exception: BaseException | None = None
+    signal_name: str | None = None
+    exitcode: int | None = None
+
+    @property
+    def short_type(self) -> str:
+        """The exception's type name without its module (``"ValueError"``)."""
+        return self.type_name.rsplit(".", 1)[-1]
+
+    @property
+    def first_line(self) -> str:
+        """``Type: message`` on one line, for summaries."""
+        text = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        return f"{self.short_type}: {text}" if text else self.short_type
+
+    def same_error_as(self, other: WorkerFailure) -> bool:
+        """True when ``other`` is the same error (type, message and traceback) on another rank."""
+        return (
+            self.type_name == other.type_name
+            and self.message == other.message
+            and self.traceback == other.traceback
+            and self.signal_name == other.signal_name
+        )
+
+
+class WorkerError(NbAccelError, RuntimeError):
+    """One or more workers failed; ``failures`` holds a record per failed rank.
+
+    Index it by rank (``err[1]``) to get that rank's :class:`WorkerFailure`.
+    """
+
+    def __init__(self, message: str, failures: list[WorkerFailure]) -> None:
+        super().__init__(message)
+        self.failures = list(failures)
+
+    @property
+    def ranks(self) -> list[int]:
+        """The ranks that failed, in order."""
+        return sorted(f.rank for f in self.failures)
+
+    def __getitem__(self, rank: int) -> WorkerFailure:
+        for failure in self.failures:
+            if failure.rank == rank:
+                return failure
+        raise KeyError(f"rank {rank} did not fail (failed ranks: {self.ranks})")
+
+
+class WorkerDiedError(WorkerError):
+    """A worker process ended without reporting: killed by a signal or exited abruptly."""
+
+
+class CollectiveTimeoutError(WorkerError):
+    """A collective operation did not complete within the launch's ``timeout``."""
+
+
+class RemoteTraceback(Exception):
+    """Carries a worker's formatted traceback; set as ``__cause__`` of a re-raised exception."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return self.text

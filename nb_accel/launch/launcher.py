@@ -1,0 +1,156 @@
+"""``notebook_launcher`` and ``debug_launcher``: run a function on N worker processes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from .. import _env
+from ..runtime.spec import WorkerArgs
+from .output import OutputPrinter
+from .payload import make_payload
+from .plan import DEFAULT_TIMEOUT_S, LaunchPlan, make_plan
+from .processes import (
+    WorkerProcess,
+    helpers_running,
+    send_start_data,
+    start_worker,
+    stop_multiprocessing_helpers,
+)
+from .supervisor import WorkerGroup
+
+__all__ = ["notebook_launcher", "debug_launcher"]
+
+
+def _worker_env(plan: LaunchPlan) -> dict[str, str]:
+    env: dict[str, str] = {}
+    loopback = _env.loopback_interface()
+    if loopback:
+        # Single node: every socket the backends open stays on loopback.
+        for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            if name not in os.environ:
+                env[name] = loopback
+    if plan.device_type == "cpu":
+        env["NB_ACCEL_USE_CPU"] = "1"
+    return env
+
+
+def _worker_args(plan: LaunchPlan, store_path: str, payload: bytes) -> list[WorkerArgs]:
+    env = _worker_env(plan)
+    return [
+        WorkerArgs(
+            rank=rank,
+            local_rank=rank,
+            world_size=plan.num_processes,
+            local_world_size=plan.num_processes,
+            node_rank=0,
+            store_path=store_path,
+            backend=plan.backend,
+            device_type=plan.device_type,
+            timeout_s=plan.timeout_s,
+            mixed_precision=plan.mixed_precision,
+            payload=payload,
+            parent_pid=os.getpid(),
+            env=env,
+        )
+        for rank in range(plan.num_processes)
+    ]
+
+
+def _run(plan: LaunchPlan, payload: bytes, prefix_output: bool) -> list[Any] | BaseException:
+    store_dir = tempfile.mkdtemp(prefix="nb_accel-")
+    helpers = helpers_running()
+    workers: list[WorkerProcess] = []
+    group: WorkerGroup | None = None
+    succeeded = False
+    try:
+        all_args = _worker_args(plan, os.path.join(store_dir, "store"), payload)
+        for args in all_args:
+            workers.append(start_worker(plan.start_method, args))
+        for worker, args in zip(workers, all_args):
+            send_start_data(worker, plan.start_method, args)
+        group = WorkerGroup(workers, OutputPrinter(plan.num_processes, prefix_output), plan.timeout_s)
+        outcome = group.wait()
+        succeeded = not isinstance(outcome, BaseException)
+        return outcome
+    finally:
+        if group is None:
+            group = WorkerGroup(workers, OutputPrinter(plan.num_processes), plan.timeout_s)
+        group.stop(graceful=succeeded)
+        stop_multiprocessing_helpers(plan.start_method, helpers)
+        shutil.rmtree(store_dir, ignore_errors=True)
+
+
+def notebook_launcher(
+    function: Callable[..., Any],
+    args: Sequence[Any] = (),
+    num_processes: int | None = None,
+    *,
+    mixed_precision: str = "no",
+    start_method: str | None = None,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    kwargs: Mapping[str, Any] | None = None,
+    cpu: bool = False,
+    prefix_output: bool = True,
+    use_port: str | int | None = None,
+    master_addr: str | None = None,
+) -> list[Any]:
+    """Run ``function(*args, **kwargs)`` on ``num_processes`` worker processes and wait.
+
+    Each worker is one rank of a ``torch.distributed`` process group (gloo on CPU, nccl on
+    GPUs) that exists while the function runs. The function may be defined in a notebook cell,
+    be a closure or a lambda: it travels to the workers by cloudpickle.
+
+    Args:
+        function: what every rank runs.
+        args: positional arguments, the same for every rank.
+        num_processes: number of ranks; defaults to one per visible GPU, or 1 on a CPU.
+        mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``; what ``Accelerator()`` uses inside.
+        start_method: ``"fork"`` (the default on Linux), ``"spawn"`` or ``"forkserver"``.
+        timeout: seconds a collective may wait for the other ranks before failing.
+        kwargs: keyword arguments for ``function``.
+        cpu: run on the CPU (gloo) even when GPUs are present.
+        prefix_output: prefix each line a worker prints with its rank (when several ranks).
+        use_port: accepted for compatibility with Accelerate and ignored: a single-node launch
+            needs no port.
+        master_addr: accepted for compatibility and ignored on a single node.
+
+    Returns:
+        Each rank's return value, in rank order (tensors moved to the CPU).
+
+    Raises:
+        TypeError, ValueError: bad arguments, before any process starts.
+        LaunchError: the kernel's state forbids the launch (e.g. CUDA initialised before fork).
+        Exception: the worker's own exception, re-raised with its original type, the worker's
+            traceback as its cause and the failing rank(s) in a note; ``WorkerError`` when it
+            could not be moved to the kernel; ``WorkerDiedError`` when a worker was killed;
+            ``CollectiveTimeoutError`` when a collective exceeded ``timeout``.
+        KeyboardInterrupt: the kernel was interrupted; every worker is stopped first.
+    """
+    del use_port, master_addr
+    if not callable(function):
+        raise TypeError(f"function must be callable, got {type(function).__name__}")
+    if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
+        raise TypeError(
+            f"args must be a tuple of arguments, got {type(args).__name__}; "
+            "for a single argument write args=(value,)"
+        )
+    plan = make_plan(num_processes, mixed_precision, start_method, timeout, cpu)
+    payload = make_payload(function, args, kwargs or {})
+    print(plan.describe(), flush=True)
+    sys.stderr.flush()
+    outcome = _run(plan, payload, prefix_output)
+    if isinstance(outcome, BaseException):
+        raise outcome  # the worker's exception; its worker-side traceback is its __cause__
+    return outcome
+
+
+def debug_launcher(
+    function: Callable[..., Any], args: Sequence[Any] = (), num_processes: int = 2
+) -> list[Any]:
+    """Run ``function`` on ``num_processes`` CPU processes (gloo): for tests and debugging."""
+    return notebook_launcher(function, args, num_processes, cpu=True)

@@ -1,0 +1,118 @@
+"""Checking a launch request and deciding what to launch, before any process starts."""
+
+from __future__ import annotations
+
+import multiprocessing
+import numbers
+from dataclasses import dataclass
+
+from .. import _env
+from ..errors import LaunchError
+from ..runtime.state import MIXED_PRECISION_CHOICES
+from .processes import START_METHODS
+
+__all__ = ["LaunchPlan", "make_plan", "DEFAULT_TIMEOUT_S"]
+
+#: Default bound on one collective, in seconds (as torch.distributed's default).
+DEFAULT_TIMEOUT_S = 1800.0
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What a launch will run: how many processes, where, how started."""
+
+    num_processes: int
+    device_type: str
+    backend: str
+    start_method: str
+    mixed_precision: str
+    timeout_s: float
+
+    def describe(self) -> str:
+        """One truthful line, e.g. ``"Launching 2 processes on CPU (gloo)"``."""
+        plural = "es" if self.num_processes > 1 else ""
+        if self.device_type == "cuda":
+            where = f"{self.num_processes} GPU{'s' if self.num_processes > 1 else ''}"
+        else:
+            where = "CPU"
+        extras = [f"{self.start_method}"]
+        if self.mixed_precision != "no":
+            extras.append(f"{self.mixed_precision} mixed precision")
+        return (
+            f"Launching {self.num_processes} process{plural} on {where} ({self.backend}; "
+            + ", ".join(extras)
+            + ")"
+        )
+
+
+def _check_num_processes(value: object) -> int | None:
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+        raise TypeError(
+            f"num_processes must be a positive int, got {value!r} ({type(value).__name__})"
+        )
+    if int(value) < 1:
+        raise ValueError(f"num_processes must be a positive int (1 or more), got {value}")
+    return int(value)
+
+
+def _check_start_method(value: str | None) -> str:
+    method = value or _env.default_start_method()
+    if method not in START_METHODS:
+        raise ValueError(f"start_method={method!r} is not supported; use one of {START_METHODS}")
+    if method not in multiprocessing.get_all_start_methods():
+        raise ValueError(
+            f"start_method={method!r} is not available on this platform; use one of "
+            f"{tuple(multiprocessing.get_all_start_methods())}"
+        )
+    return method
+
+
+def _check_mixed_precision(value: object) -> str:
+    if not isinstance(value, str) or value.lower() not in MIXED_PRECISION_CHOICES:
+        raise ValueError(
+            f"mixed_precision={value!r} is not valid; use one of "
+            + ", ".join(repr(c) for c in MIXED_PRECISION_CHOICES)
+        )
+    return value.lower()
+
+
+def _check_timeout(value: object) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value <= 0:
+        raise ValueError(f"timeout must be a positive number of seconds, got {value!r}")
+    return float(value)
+
+
+def make_plan(
+    num_processes: object,
+    mixed_precision: object,
+    start_method: str | None,
+    timeout: object,
+    cpu: bool,
+) -> LaunchPlan:
+    """Validate the launch options and decide device, backend and start method.
+
+    Raises ``TypeError``/``ValueError`` for bad values and :class:`LaunchError` for a kernel
+    state that forbids the launch, each saying what to do instead.
+    """
+    requested = _check_num_processes(num_processes)
+    precision = _check_mixed_precision(mixed_precision)
+    method = _check_start_method(start_method)
+    timeout_s = _check_timeout(timeout)
+    gpus = 0 if cpu else _env.cuda_device_count()
+    if gpus == 0:
+        return LaunchPlan(requested or 1, "cpu", "gloo", method, precision, timeout_s)
+    count = requested or gpus
+    if count > gpus:
+        raise ValueError(
+            f"num_processes={count} but only {gpus} GPU{'s are' if gpus > 1 else ' is'} visible; "
+            f"use num_processes<={gpus}, or cpu=True to run {count} processes on the CPU"
+        )
+    if method == "fork" and _env.cuda_initialized():
+        raise LaunchError(
+            "CUDA is already initialised in this kernel, so forked workers cannot use the GPU. "
+            "Restart the kernel and keep every CUDA call (.cuda(), .to('cuda'), torch.cuda.*) "
+            "inside the launched function, or pass start_method='spawn'."
+        )
+    return LaunchPlan(count, "cuda", "nccl", method, precision, timeout_s)

@@ -1,0 +1,174 @@
+"""Starting one worker process per rank, by fork, forkserver or spawn, and signalling it.
+
+Every worker leads its own process group, so stopping it also stops what it started (DataLoader
+workers, for example). Its exit is watched through a pidfd where Linux offers one.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import pickle
+import signal
+import subprocess
+import sys
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ..runtime.entrypoint import run_worker
+from ..runtime.spec import WorkerArgs
+
+__all__ = ["WorkerProcess", "start_worker", "START_METHODS"]
+
+START_METHODS = ("fork", "spawn", "forkserver")
+
+_SPAWN_CODE = "from nb_accel.runtime.entrypoint import spawn_main; spawn_main()"
+
+
+class WorkerProcess:
+    """A started worker: its rank, pid, event connection and an exit sentinel."""
+
+    def __init__(self, rank: int, pid: int, conn: Connection, handle: Any) -> None:
+        self.rank = rank
+        self.pid = pid
+        self.conn = conn
+        self._handle = handle
+        self._pidfd: int | None = None
+        if hasattr(os, "pidfd_open"):
+            try:
+                self._pidfd = os.pidfd_open(pid)
+            except OSError:
+                self._pidfd = None
+
+    @property
+    def sentinel(self) -> int:
+        """A file descriptor that becomes readable when the process exits."""
+        if self._pidfd is not None:
+            return self._pidfd
+        if isinstance(self._handle, subprocess.Popen):
+            return self._handle.sentinel_fd  # type: ignore[attr-defined, no-any-return]
+        return int(self._handle.sentinel)
+
+    def poll(self) -> int | None:
+        """The exit code (negative: killed by that signal), or ``None`` while running."""
+        if isinstance(self._handle, subprocess.Popen):
+            return self._handle.poll()
+        return self._handle.exitcode  # type: ignore[no-any-return]
+
+    def signal(self, signum: int) -> None:
+        """Send ``signum`` to the worker's whole process group (falls back to the worker)."""
+        try:
+            os.killpg(self.pid, signum)
+            return
+        except (ProcessLookupError, PermissionError):
+            pass
+        if self.poll() is None:
+            try:
+                os.kill(self.pid, signum)
+            except ProcessLookupError:
+                pass
+
+    def reap(self) -> None:
+        """Wait for the (already signalled or exited) process to be gone."""
+        if isinstance(self._handle, subprocess.Popen):
+            self._handle.wait()
+        else:
+            self._handle.join()
+
+    def close(self) -> None:
+        """Release the connection and the sentinel."""
+        self.conn.close()
+        if self._pidfd is not None:
+            os.close(self._pidfd)
+            self._pidfd = None
+        sentinel_fd = getattr(self._handle, "sentinel_fd", None)
+        if sentinel_fd is not None:
+            os.close(sentinel_fd)
+            self._handle.sentinel_fd = None
+
+
+def _start_multiprocessing(method: str, args: WorkerArgs) -> WorkerProcess:
+    context = multiprocessing.get_context(method)
+    parent_conn, child_conn = context.Pipe(duplex=True)
+    parent_pid = os.getpid() if method == "fork" else None
+    process = context.Process(
+        target=run_worker,
+        args=(child_conn, args, parent_pid),
+        name=f"nb_accel-rank{args.rank}",
+        daemon=False,
+    )
+    process.start()
+    child_conn.close()
+    assert process.pid is not None
+    try:
+        os.setpgid(process.pid, process.pid)
+    except OSError:
+        pass  # the worker sets its own group too; whichever runs first wins
+    return WorkerProcess(args.rank, process.pid, parent_conn, process)
+
+
+def _start_spawned(args: WorkerArgs) -> WorkerProcess:
+    parent_conn, child_conn = multiprocessing.Pipe(duplex=True)
+    fds: tuple[int, ...] = (child_conn.fileno(),)
+    sentinel_read: int | None = None
+    sentinel_write: int | None = None
+    if not hasattr(os, "pidfd_open"):
+        sentinel_read, sentinel_write = os.pipe()
+        fds += (sentinel_write,)
+    env = dict(os.environ)
+    env["NB_ACCEL_CHANNEL_FD"] = str(child_conn.fileno())
+    env["NB_ACCEL_PARENT_PID"] = str(os.getpid())
+    env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    popen = subprocess.Popen(
+        [sys.executable, "-c", _SPAWN_CODE],
+        pass_fds=fds,
+        stdin=subprocess.DEVNULL,
+        env=env,
+        start_new_session=True,
+    )
+    child_conn.close()
+    if sentinel_write is not None:
+        os.close(sentinel_write)
+    popen.sentinel_fd = sentinel_read  # type: ignore[attr-defined]
+    return WorkerProcess(args.rank, popen.pid, parent_conn, popen)
+
+
+def start_worker(method: str, args: WorkerArgs) -> WorkerProcess:
+    """Start the worker for ``args.rank`` with the given start method."""
+    if method == "spawn":
+        return _start_spawned(args)
+    if method in ("fork", "forkserver"):
+        return _start_multiprocessing(method, args)
+    raise ValueError(f"start_method={method!r} is not one of {START_METHODS}")
+
+
+def send_start_data(worker: WorkerProcess, method: str, args: WorkerArgs) -> None:
+    """Hand a spawned worker its arguments (fork and forkserver receive them at start)."""
+    if method != "spawn":
+        return
+    try:
+        worker.conn.send_bytes(pickle.dumps(args, protocol=pickle.HIGHEST_PROTOCOL))
+    except OSError:
+        pass  # the worker died already; the supervisor reports how
+
+
+def stop_multiprocessing_helpers(method: str, was_running: tuple[bool, bool]) -> None:
+    """Stop the forkserver and resource tracker if this launch started them."""
+    if method != "forkserver":
+        return
+    from multiprocessing import forkserver, resource_tracker
+
+    server_was_running, tracker_was_running = was_running
+    if not server_was_running:
+        forkserver._forkserver._stop()  # type: ignore[attr-defined]
+    if not tracker_was_running:
+        resource_tracker._resource_tracker._stop()  # type: ignore[attr-defined]
+
+
+def helpers_running() -> tuple[bool, bool]:
+    """Whether multiprocessing's forkserver and resource tracker are running now."""
+    from multiprocessing import forkserver, resource_tracker
+
+    server = getattr(forkserver._forkserver, "_forkserver_pid", None)  # type: ignore[attr-defined]
+    tracker = getattr(resource_tracker._resource_tracker, "_pid", None)  # type: ignore[attr-defined]
+    return server is not None, tracker is not None

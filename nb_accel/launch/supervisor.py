@@ -1,0 +1,183 @@
+"""Watching a worker group: events and process exits together, results or the first failure.
+
+The loop blocks on the workers' connections and their exit sentinels at once, so a result, an
+exception or a death is seen the moment it happens. Whatever ends the wait (success, failure,
+KeyboardInterrupt), :meth:`WorkerGroup.stop` leaves no process behind.
+"""
+
+from __future__ import annotations
+
+import pickle
+import signal
+import time
+from collections.abc import Callable
+from multiprocessing.connection import wait
+from typing import Any
+
+from .._messages import Failure, Output, Result, Started, decode
+from ..errors import LaunchError, WorkerFailure
+from .failures import build_exception, died_failure, failure_from_event
+from .processes import WorkerProcess
+
+__all__ = ["WorkerGroup"]
+
+#: After the first failure, how long to keep listening for the other ranks' reports (seconds).
+COLLECT_WINDOW_S = 0.15
+#: Grace between SIGTERM and SIGKILL when stopping workers (seconds).
+STOP_GRACE_S = 1.0
+#: How long a worker that reported its result may take to exit on its own (seconds).
+EXIT_GRACE_S = 5.0
+
+
+class WorkerGroup:
+    """The workers of one launch, watched together until all return or one fails.
+
+    Args:
+        workers: the started workers, one per rank, in rank order.
+        on_output: called with each :class:`Output` event (stdout/stderr of a worker).
+        timeout_s: the launch's collective timeout, quoted in timeout errors.
+    """
+
+    def __init__(
+        self,
+        workers: list[WorkerProcess],
+        on_output: Callable[[Output], None],
+        timeout_s: float,
+    ) -> None:
+        self.workers = workers
+        self._on_output = on_output
+        self._timeout_s = timeout_s
+        self._results: dict[int, bytes] = {}
+        self._failures: list[WorkerFailure] = []
+        self._timeout_ranks: set[int] = set()
+        self._exited: set[int] = set()
+        self._open = {w.rank: w for w in workers}
+        self._stopped = False
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks."""
+        return len(self.workers)
+
+    def _failed_ranks(self) -> set[int]:
+        return {f.rank for f in self._failures}
+
+    def _handle(self, event: Started | Output | Result | Failure) -> None:
+        if isinstance(event, Output):
+            self._on_output(event)
+        elif isinstance(event, Result):
+            self._results[event.rank] = event.data
+        elif isinstance(event, Failure):
+            record, is_timeout = failure_from_event(event)
+            self._failures.append(record)
+            if is_timeout:
+                self._timeout_ranks.add(event.rank)
+
+    def _drain(self, worker: WorkerProcess) -> None:
+        """Read every event waiting on ``worker``'s connection; close it at end of stream."""
+        try:
+            while worker.conn.poll():
+                self._handle(decode(worker.conn.recv_bytes()))
+        except (EOFError, OSError):
+            self._open.pop(worker.rank, None)
+
+    def _note_exit(self, worker: WorkerProcess) -> None:
+        self._drain(worker)
+        self._open.pop(worker.rank, None)
+        self._exited.add(worker.rank)
+        if worker.rank not in self._results and worker.rank not in self._failed_ranks():
+            self._failures.append(died_failure(worker.rank, worker.pid, worker.poll()))
+
+    def _settled(self, rank: int) -> bool:
+        return rank in self._results or rank in self._failed_ranks() or rank in self._exited
+
+    def _watch_once(self, timeout: float | None) -> None:
+        by_fd: dict[Any, WorkerProcess] = {}
+        for worker in self.workers:
+            if worker.rank in self._open:
+                by_fd[worker.conn] = worker
+            if worker.rank not in self._exited:
+                by_fd[worker.sentinel] = worker
+        if not by_fd:
+            return
+        ready = wait(list(by_fd), timeout)
+        exits = [by_fd[r] for r in ready if isinstance(r, int)]
+        for item in ready:
+            if not isinstance(item, int):
+                self._drain(by_fd[item])
+        for worker in exits:
+            if worker.poll() is not None:
+                self._note_exit(worker)
+
+    def wait(self) -> list[Any] | BaseException:
+        """Block until every rank returned or one failed.
+
+        Returns the ranks' values in rank order, or the exception that the caller should raise
+        (the group is stopped already then).
+        """
+        deadline: float | None = None
+        while True:
+            if all(self._settled(r) for r in range(self.world_size)) and (
+                self._failures or len(self._results) == self.world_size
+            ):
+                break
+            if self._failures and deadline is None:
+                deadline = time.monotonic() + COLLECT_WINDOW_S
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                break
+            self._watch_once(remaining)
+        if self._failures:
+            self.stop()
+            return self._exception()
+        return [self._load_result(rank) for rank in range(self.world_size)]
+
+    def _load_result(self, rank: int) -> Any:
+        try:
+            return pickle.loads(self._results[rank])
+        except Exception as exc:
+            raise LaunchError(
+                f"rank {rank}'s return value could not be loaded in the kernel ({exc!r}); "
+                "return plain data (numbers, tensors, lists, dicts) instead"
+            ) from exc
+
+    def _exception(self) -> BaseException:
+        status: dict[int, str] = {}
+        for rank in range(self.world_size):
+            if rank in self._results:
+                status[rank] = "had already returned"
+        for failure in self._failures:
+            status.setdefault(failure.rank, f"failed with {failure.first_line}")
+        return build_exception(
+            self._failures, self._timeout_ranks, self.world_size, status, self._timeout_s
+        )
+
+    def _wait_exits(self, grace: float) -> None:
+        deadline = time.monotonic() + grace
+        while True:
+            alive = [w for w in self.workers if w.poll() is None]
+            remaining = deadline - time.monotonic()
+            if not alive or remaining <= 0:
+                return
+            wait([w.sentinel for w in alive], remaining)
+
+    def stop(self, graceful: bool = False) -> None:
+        """Stop every worker and reap it: SIGTERM, a short grace, then SIGKILL.
+
+        With ``graceful=True`` the workers are first given time to exit on their own.
+        """
+        if self._stopped:
+            return
+        self._stopped = True
+        if graceful:
+            self._wait_exits(EXIT_GRACE_S)
+        for worker in self.workers:
+            if worker.poll() is None:
+                worker.signal(signal.SIGTERM)
+        self._wait_exits(STOP_GRACE_S)
+        for worker in self.workers:
+            # Also reaches anything the worker started (its process group).
+            worker.signal(signal.SIGKILL)
+        for worker in self.workers:
+            worker.reap()
+            worker.close()

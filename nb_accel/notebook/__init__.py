@@ -1,0 +1,1 @@
+"""Notebook front end: the only place that imports IPython and ipywidgets."""

@@ -1,0 +1,195 @@
+"""Worker main: become a rank, join the process group, run the function, report, exit.
+
+The same code runs for every start method: ``fork`` and ``forkserver`` call :func:`run_worker`
+through ``multiprocessing``; ``spawn`` starts a fresh interpreter on :func:`spawn_main`.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import pickle
+import signal
+import sys
+import traceback
+from datetime import timedelta
+from multiprocessing.connection import Connection
+from types import TracebackType
+from typing import Any
+
+import cloudpickle
+import torch
+import torch.distributed as dist
+
+from .._messages import Failure, Result, Started
+from .channel import EventChannel, set_current_channel
+from .relay import RelayStream
+from .spec import WorkerArgs
+from .state import reset_all_states
+
+__all__ = ["run_worker", "spawn_main", "dumps_value", "is_timeout_error"]
+
+_TIMEOUT_MARKERS = ("timed out", "timeout", "time out")
+
+
+def _die_with_parent(parent_pid: int | None) -> None:
+    """Ask Linux to kill this process when the kernel dies; exit now if it already has."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+        except (OSError, AttributeError):
+            pass
+    if parent_pid is not None and os.getppid() != parent_pid:
+        os._exit(1)
+
+
+def _forget_inherited_process_group() -> None:
+    """Drop a process group a forked worker inherited from the kernel, without touching it."""
+    if not dist.is_available() or not dist.is_initialized():
+        return
+    from torch.distributed import distributed_c10d as c10d
+
+    c10d._world = c10d._World()
+
+
+def _to_cpu(value: Any) -> Any:
+    """Move tensors and modules in ``value`` to the CPU (lists, tuples, dicts, nesting)."""
+    if isinstance(value, torch.Tensor):
+        return value if value.device.type == "cpu" else value.detach().cpu()
+    if isinstance(value, torch.nn.parallel.DistributedDataParallel):
+        return _to_cpu(value.module)
+    if isinstance(value, torch.nn.Module):
+        return value.to("cpu")
+    if isinstance(value, dict):
+        return type(value)((k, _to_cpu(v)) for k, v in value.items())
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_to_cpu(v) for v in value))
+    if isinstance(value, (list, tuple)):
+        return type(value)(_to_cpu(v) for v in value)
+    return value
+
+
+def dumps_value(value: Any) -> bytes:
+    """Pickle by reference where possible (keeps class identity), else by value."""
+    try:
+        data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.loads(data)
+        return data
+    except Exception:
+        return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def is_timeout_error(exc: BaseException) -> bool:
+    """True for errors raised by a collective that exceeded the launch's timeout."""
+    text = str(exc).lower()
+    return any(marker in text for marker in _TIMEOUT_MARKERS) and (
+        isinstance(exc, (RuntimeError, dist.DistError)) or "Dist" in type(exc).__name__
+    )
+
+
+def _user_traceback(exc: BaseException) -> str:
+    """The exception's traceback without this module's own frames."""
+    tb: TracebackType | None = exc.__traceback__
+    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+        tb = tb.tb_next
+    return "".join(traceback.format_exception(type(exc), exc, tb))
+
+
+def _failure(rank: int, exc: BaseException) -> Failure:
+    try:
+        message = str(exc)
+    except Exception:
+        message = f"<str() of {type(exc).__name__} failed>"
+    try:
+        data: bytes | None = dumps_value(exc)
+    except Exception:
+        data = None
+    return Failure(
+        rank=rank,
+        type_name=f"{type(exc).__module__}.{type(exc).__qualname__}",
+        message=message,
+        traceback=_user_traceback(exc),
+        data=data,
+        is_timeout=is_timeout_error(exc),
+    )
+
+
+def _init_process_group(args: WorkerArgs) -> None:
+    if args.device_type == "cuda":
+        torch.cuda.set_device(args.local_rank)
+    elif "OMP_NUM_THREADS" not in os.environ:
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.local_world_size))
+    store = dist.FileStore(args.store_path, args.world_size)
+    dist.init_process_group(
+        args.backend,
+        store=store,
+        rank=args.rank,
+        world_size=args.world_size,
+        timeout=timedelta(seconds=args.timeout_s),
+    )
+
+
+def _run_function(args: WorkerArgs) -> Any:
+    function, fargs, fkwargs = cloudpickle.loads(args.payload)
+    _init_process_group(args)
+    return function(*fargs, **fkwargs)
+
+
+def _result(rank: int, value: Any) -> Result | Failure:
+    try:
+        return Result(rank, dumps_value(_to_cpu(value)))
+    except Exception as exc:
+        error = TypeError(
+            f"rank {rank} returned a {type(value).__name__} that cannot be sent back to the "
+            f"kernel ({exc}); return plain data (numbers, tensors, lists, dicts) or save it to a file"
+        )
+        return _failure(rank, error)
+
+
+def run_worker(conn: Connection, args: WorkerArgs, parent_pid: int | None) -> None:
+    """Run one launch's function as rank ``args.rank`` and exit the process.
+
+    Never returns: the process ends with ``os._exit`` (0 on success, 1 on failure) so that no
+    inherited exit handler of the kernel runs in the worker.
+    """
+    _die_with_parent(parent_pid)
+    try:
+        os.setpgid(0, 0)
+    except OSError:
+        pass
+    os.environ.update(args.rank_environment())
+    reset_all_states()
+    _forget_inherited_process_group()
+    channel = EventChannel(conn, args.rank)
+    set_current_channel(channel)
+    sys.stdout = RelayStream(channel, "stdout", 1)
+    sys.stderr = RelayStream(channel, "stderr", 2)
+    channel.send(Started(args.rank, os.getpid()))
+    ok = False
+    try:
+        outcome: Result | Failure = _result(args.rank, _run_function(args))
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported to the kernel
+        outcome = _failure(args.rank, exc)
+    ok = isinstance(outcome, Result)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    channel.send(outcome)
+    if ok and dist.is_initialized():
+        try:
+            dist.destroy_process_group()
+        except Exception:
+            ok = False
+    channel.close()
+    os._exit(0 if ok else 1)
+
+
+def spawn_main() -> None:
+    """Entry of a spawned worker: read its :class:`WorkerArgs` from the inherited connection."""
+    fd = int(os.environ.pop("NB_ACCEL_CHANNEL_FD"))
+    parent_pid = int(os.environ.pop("NB_ACCEL_PARENT_PID"))
+    conn = Connection(fd)
+    args = pickle.loads(conn.recv_bytes())
+    if not isinstance(args, WorkerArgs):
+        raise TypeError("nb_accel worker received unexpected start-up data")
+    run_worker(conn, args, parent_pid)
