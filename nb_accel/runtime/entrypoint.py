@@ -31,6 +31,10 @@ __all__ = ["run_worker", "spawn_main", "dumps_value", "is_timeout_error"]
 
 _TIMEOUT_MARKERS = ("timed out", "timeout", "time out")
 
+#: Process-group state inherited from the kernel by fork, kept alive but never used: its
+#: destructors would try to join threads that do not exist in the child.
+_inherited_worlds: list[object] = []
+
 
 def _die_with_parent(parent_pid: int | None) -> None:
     """Ask Linux to kill this process when the kernel dies; exit now if it already has."""
@@ -50,6 +54,7 @@ def _forget_inherited_process_group() -> None:
         return
     from torch.distributed import distributed_c10d as c10d
 
+    _inherited_worlds.append(c10d._world)
     c10d._world = c10d._World()
 
 

@@ -1,0 +1,62 @@
+"""Suite-wide hygiene: every test must leave no child process, thread or env change behind."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+
+import psutil
+import pytest
+
+#: How long a test's leftovers get to finish on their own before they count as leaks.
+SETTLE_S = 10.0
+
+
+def _env_snapshot() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+
+
+def _children() -> dict[int, psutil.Process]:
+    return {p.pid: p for p in psutil.Process().children(recursive=True)}
+
+
+def _settle(condition: Callable[[], bool]) -> None:
+    deadline = time.monotonic() + SETTLE_S
+    while not condition() and time.monotonic() < deadline:
+        time.sleep(0.05)
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers() -> Iterator[None]:
+    """Fail a test that leaves a child process, a thread or a changed environment behind."""
+    env_before = _env_snapshot()
+    children_before = set(_children())
+    threads_before = set(threading.enumerate())
+    yield
+    problems: list[str] = []
+    new_children = lambda: [p for pid, p in _children().items() if pid not in children_before]  # noqa: E731
+    _settle(lambda: not new_children())
+    leftover = new_children()
+    if leftover:
+        problems.append(f"child processes left running: {[(p.pid, p.name()) for p in leftover]}")
+        for process in leftover:
+            try:
+                process.kill()
+            except psutil.Error:
+                pass
+    new_threads = lambda: [  # noqa: E731
+        t for t in threading.enumerate() if t not in threads_before and t.is_alive()
+    ]
+    _settle(lambda: not new_threads())
+    if new_threads():
+        problems.append(f"threads left running: {[t.name for t in new_threads()]}")
+    if _env_snapshot() != env_before:
+        changed = sorted(set(_env_snapshot().items()) ^ set(env_before.items()))
+        for key in set(_env_snapshot()) - set(env_before):
+            del os.environ[key]
+        os.environ.update(env_before)
+        problems.append(f"environment changed: {changed}")
+    if problems:
+        pytest.fail("; ".join(problems))

@@ -1,0 +1,86 @@
+"""Helpers to drive a real Jupyter kernel (jupyter_client) from a test."""
+
+from __future__ import annotations
+
+import queue
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any
+
+from jupyter_client import KernelManager
+from jupyter_client.blocking import BlockingKernelClient
+
+#: Generous bound on one cell in tests (a hang fails instead of blocking the suite).
+CELL_TIMEOUT_S = 90.0
+
+
+@dataclass
+class CellRun:
+    """What a cell produced: streamed text, its reply status and error fields."""
+
+    stdout: str = ""
+    stderr: str = ""
+    status: str = ""
+    ename: str = ""
+    evalue: str = ""
+    traceback: list[str] = field(default_factory=list)
+    results: list[dict[str, Any]] = field(default_factory=list)
+
+
+@contextmanager
+def running_kernel() -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+    """A started kernel and its client; shut down (and its processes gone) on exit."""
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel()
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        yield manager, client
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+
+
+def start_cell(client: BlockingKernelClient, code: str) -> str:
+    """Send ``code`` for execution; return the message id."""
+    return client.execute(code, store_history=False)
+
+
+def collect(
+    client: BlockingKernelClient, msg_id: str, until: tuple[str, ...] = ()
+) -> CellRun:
+    """Gather iopub output of ``msg_id`` until the kernel is idle, or until every text in
+    ``until`` has appeared in the cell's output."""
+    run = CellRun()
+    deadline = time.monotonic() + CELL_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            message = client.get_iopub_msg(timeout=1)
+        except queue.Empty:
+            continue
+        if message["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = message["msg_type"], message["content"]
+        if kind == "stream":
+            setattr(run, content["name"], getattr(run, content["name"]) + content["text"])
+            if until and all(text in run.stdout + run.stderr for text in until):
+                return run
+        elif kind in ("execute_result", "display_data"):
+            run.results.append(content["data"])
+        elif kind == "error":
+            run.ename, run.evalue, run.traceback = content["ename"], content["evalue"], content["traceback"]
+        elif kind == "status" and content["execution_state"] == "idle":
+            break
+    else:
+        raise TimeoutError(f"cell did not finish within {CELL_TIMEOUT_S} s")
+    reply = client.get_shell_msg(timeout=CELL_TIMEOUT_S)
+    run.status = reply["content"]["status"]
+    return run
+
+
+def run_cell(client: BlockingKernelClient, code: str) -> CellRun:
+    """Execute ``code`` and wait for it to finish."""
+    return collect(client, start_cell(client, code))

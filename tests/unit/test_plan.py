@@ -1,0 +1,115 @@
+"""Bad input fails before any process starts, with a message that says what to do."""
+
+from __future__ import annotations
+
+import threading
+
+import psutil
+import pytest
+
+from nb_accel import LaunchError, notebook_launcher
+from nb_accel import _env
+from nb_accel.launch.plan import make_plan
+
+
+def _noop() -> int:
+    return 0
+
+
+def _assert_nothing_launched(capsys: pytest.CaptureFixture[str]) -> None:
+    assert "Launching" not in capsys.readouterr().out
+    assert psutil.Process().children(recursive=True) == []
+
+
+@pytest.mark.parametrize("bad", [0, -1])
+def test_num_processes_below_one_is_a_value_error(bad: int, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match="num_processes must be a positive int"):
+        notebook_launcher(_noop, num_processes=bad)
+    _assert_nothing_launched(capsys)
+
+
+@pytest.mark.parametrize("bad", [1.5, "2", True])
+def test_num_processes_of_wrong_type_is_a_type_error(bad: object, capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(TypeError, match="num_processes must be a positive int"):
+        notebook_launcher(_noop, num_processes=bad)  # type: ignore[arg-type]
+    _assert_nothing_launched(capsys)
+
+
+def test_invalid_mixed_precision_names_the_valid_values(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError) as info:
+        notebook_launcher(_noop, num_processes=2, mixed_precision="fp8")
+    assert all(v in str(info.value) for v in ("'no'", "'bf16'", "'fp16'"))
+    _assert_nothing_launched(capsys)
+
+
+def test_unknown_start_method_is_rejected(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match="start_method='thread'"):
+        notebook_launcher(_noop, num_processes=2, start_method="thread")
+    _assert_nothing_launched(capsys)
+
+
+@pytest.mark.parametrize("bad", [0, -3, "10"])
+def test_bad_timeout_is_rejected(bad: object) -> None:
+    with pytest.raises(ValueError, match="timeout must be a positive number"):
+        notebook_launcher(_noop, num_processes=2, timeout=bad)  # type: ignore[arg-type]
+
+
+def test_args_must_be_a_sequence() -> None:
+    with pytest.raises(TypeError, match=r"args=\(value,\)"):
+        notebook_launcher(_noop, args=5, num_processes=2)  # type: ignore[arg-type]
+
+
+def test_function_must_be_callable() -> None:
+    with pytest.raises(TypeError, match="function must be callable"):
+        notebook_launcher(42, num_processes=2)  # type: ignore[arg-type]
+
+
+def test_unpicklable_argument_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    lock = threading.Lock()
+    with pytest.raises(TypeError) as info:
+        notebook_launcher(lambda x, y: x, args=(1, lock), num_processes=2)
+    assert "args[1] (a lock)" in str(info.value)
+    assert "inside the launched function" in str(info.value)
+    _assert_nothing_launched(capsys)
+
+
+def test_unpicklable_closure_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+    generator = (i for i in range(3))
+
+    def uses_generator() -> int:
+        return next(generator)
+
+    with pytest.raises(TypeError, match="the function 'test_unpicklable_closure_is_named"):
+        notebook_launcher(uses_generator, num_processes=2)
+    _assert_nothing_launched(capsys)
+
+
+def test_more_processes_than_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_env, "cuda_device_count", lambda: 2)
+    with pytest.raises(ValueError, match=r"num_processes=4 but only 2 GPUs are visible.*cpu=True"):
+        make_plan(4, "no", None, 60, cpu=False)
+    plan = make_plan(None, "no", None, 60, cpu=False)
+    assert (plan.num_processes, plan.backend, plan.device_type) == (2, "nccl", "cuda")
+    assert make_plan(4, "no", None, 60, cpu=True).backend == "gloo"
+
+
+def test_cuda_initialised_before_fork_says_how_to_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_env, "cuda_device_count", lambda: 1)
+    monkeypatch.setattr(_env, "cuda_initialized", lambda: True)
+    with pytest.raises(LaunchError) as info:
+        make_plan(1, "no", "fork", 60, cpu=False)
+    assert "Restart the kernel" in str(info.value) and "start_method='spawn'" in str(info.value)
+    assert make_plan(1, "no", "spawn", 60, cpu=False).start_method == "spawn"
+
+
+def test_plan_describes_the_launch_truthfully() -> None:
+    plan = make_plan(2, "no", "fork", 60, cpu=True)
+    assert plan.describe() == "Launching 2 processes on CPU (gloo; fork)"
+    plan = make_plan(1, "bf16", "spawn", 60, cpu=True)
+    assert plan.describe() == "Launching 1 process on CPU (gloo; spawn, bf16 mixed precision)"
+
+
+def test_default_is_one_cpu_process_without_gpus() -> None:
+    if _env.cuda_device_count():
+        pytest.skip("GPUs present")
+    assert make_plan(None, "no", None, 60, cpu=False).num_processes == 1
