@@ -41,7 +41,10 @@ def _imports(path: Path) -> list[str]:
                 name = ".".join(base + ([node.module] if node.module else []))
             else:
                 name = node.module or ""
-            found.append(name)
+            if node.module is None:  # "from .. import _env": the names are modules
+                found += [f"{name}.{alias.name}" for alias in node.names]
+            else:
+                found.append(name)
     return found
 
 
