@@ -22,8 +22,11 @@ demo: setup
 test: setup
 	$(BIN)/python -m pytest
 
+# Accelerate is only a comparison row; the torch pin keeps pip from replacing the CPU build.
 bench: setup
+	$(BIN)/python -m pip install --quiet accelerate $(TORCH_PIN)
 	$(BIN)/python benchmarks/launch.py
+	$(BIN)/python benchmarks/interrupt.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -133,25 +133,24 @@ def quiet() -> Iterator[None]:
     with tempfile.TemporaryFile() as capture:
         os.dup2(capture.fileno(), 1)
         os.dup2(capture.fileno(), 2)
+        failed = True
         try:
             yield
-        except BaseException:
-            _restore_fds(saved)
-            capture.seek(0)
-            sys.stderr.write(capture.read()[-4000:].decode(errors="replace"))
-            raise
+            failed = False
         finally:
             _restore_fds(saved)
+            if failed:
+                capture.seek(0)
+                sys.stderr.write(capture.read()[-4000:].decode(errors="replace"))
 
 
 def _restore_fds(saved: tuple[int, int]) -> None:
-    """Point fds 1 and 2 back at ``saved`` (closing the copies); safe to call twice."""
+    """Point fds 1 and 2 back at ``saved`` and close the copies."""
     sys.stdout.flush()
     sys.stderr.flush()
-    for fd, copy in zip((1, 2), saved):
-        with contextlib.suppress(OSError):
-            os.dup2(copy, fd)
-            os.close(copy)
+    for fd, copy in zip((1, 2), saved, strict=True):
+        os.dup2(copy, fd)
+        os.close(copy)
 
 
 @contextlib.contextmanager
@@ -195,7 +194,7 @@ def accelerate_contender() -> Contender | str:
     try:
         import accelerate
     except ImportError:
-        return "accelerate is not installed (`make bench` installs it); column skipped"
+        return "accelerate is not installed (`make bench` installs it); its row is skipped"
     version = accelerate.__version__
     notebook = _accelerate_launch(accelerate.notebook_launcher)
     if _runs_on_workers(notebook):
@@ -210,8 +209,9 @@ def _accelerate_launch(launcher: Callable[..., object]) -> Callable[..., object]
     """Wrap an Accelerate launcher: fresh port per call when it takes one, handlers restored."""
     takes_port = "use_port" in inspect.signature(launcher).parameters
 
-    def launch(port: int, function: Callable[..., None] = accelerate_barrier,
-               args: tuple[object, ...] = ()) -> object:
+    def launch(
+        port: int, function: Callable[..., None] = accelerate_barrier, args: tuple[object, ...] = ()
+    ) -> object:
         options: dict[str, object] = {"num_processes": WORLD_SIZE}
         if takes_port:
             options["use_port"] = str(port)
@@ -282,8 +282,7 @@ def time_failures(rounds: int, sleep_s: float) -> dict[str, list[float]]:
             floor_fail, args=(port, sleep_s), nprocs=WORLD_SIZE, start_method="fork", join=True
         )
 
-    runs = [(NB_NAME, nb, RuntimeError),
-            (FLOOR_NAME, floor, ProcessRaisedException)]
+    runs = [(NB_NAME, nb, RuntimeError), (FLOOR_NAME, floor, ProcessRaisedException)]
     samples: dict[str, list[float]] = {name: [] for name, _, _ in runs}
     for index in range(rounds):
         for name, launch, catches in runs if index % 2 == 0 else runs[::-1]:
@@ -298,10 +297,14 @@ def print_header(args: argparse.Namespace) -> None:
     """Date, machine and versions, so a pasted table says where it came from."""
     stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     gpu = "CUDA GPU" if torch.cuda.is_available() else "no GPU"
-    print(f"{stamp}; {os.cpu_count()} CPU cores, {gpu}; Python {platform.python_version()}, "
-          f"torch {torch.__version__}, nb_accel {nb_accel.__version__}")
-    print(f"{WORLD_SIZE} processes, fork, gloo; {args.rounds} rounds after {args.warmup} "
-          f"warm-up rounds, contenders alternating\n")
+    print(
+        f"{stamp}; {os.cpu_count()} CPU cores, {gpu}; Python {platform.python_version()}, "
+        f"torch {torch.__version__}, nb_accel {nb_accel.__version__}"
+    )
+    print(
+        f"{WORLD_SIZE} processes, fork, gloo; {args.rounds} rounds after {args.warmup} "
+        f"warm-up rounds, contenders alternating\n"
+    )
 
 
 def print_launch_table(samples: dict[str, list[float]], floor_name: str) -> None:
@@ -312,8 +315,7 @@ def print_launch_table(samples: dict[str, list[float]], floor_name: str) -> None
     print(f"{'contender':<{width}}  {'median s':>8}  {'p90 s':>7}  {'vs floor':>8}")
     for name, values in samples.items():
         median = statistics.median(values)
-        print(f"{name:<{width}}  {median:8.3f}  {p90(values):7.3f}  "
-              f"{median / floor_median:7.2f}x")
+        print(f"{name:<{width}}  {median:8.3f}  {p90(values):7.3f}  {median / floor_median:7.2f}x")
 
 
 def print_launch_targets(samples: dict[str, list[float]], floor: str, accel: str | None) -> None:
@@ -323,25 +325,32 @@ def print_launch_targets(samples: dict[str, list[float]], floor: str, accel: str
     verdict = "PASS" if ratio <= FLOOR_RATIO_TARGET else "FAIL"
     print(f"target nb_accel <= {FLOOR_RATIO_TARGET}x floor: {ratio:.2f}x  {verdict}")
     if accel is None:
-        print(f"target nb_accel >= {ACCELERATE_SPEEDUP_TARGET}x faster than Accelerate: "
-              "not measured")
+        print(
+            f"target nb_accel >= {ACCELERATE_SPEEDUP_TARGET}x faster than Accelerate: not measured"
+        )
         return
     speedup = statistics.median(samples[accel]) / nb
     verdict = "PASS" if speedup >= ACCELERATE_SPEEDUP_TARGET else "FAIL"
-    print(f"target nb_accel >= {ACCELERATE_SPEEDUP_TARGET}x faster than Accelerate: "
-          f"{speedup:.2f}x  {verdict}")
+    print(
+        f"target nb_accel >= {ACCELERATE_SPEEDUP_TARGET}x faster than Accelerate: "
+        f"{speedup:.2f}x  {verdict}"
+    )
 
 
 def print_failure_table(samples: dict[str, list[float]], sleep_s: float) -> None:
     """Median, p90 and max failure latency, and the nb_accel target."""
     rounds = len(next(iter(samples.values())))
     width = max(len(name) for name in samples)
-    print(f"\nWorker exception -> raised in the parent (rank 1 raises, rank 0 sleeps "
-          f"{sleep_s:g} s; {rounds} rounds)")
+    print(
+        f"\nWorker exception -> raised in the parent (rank 1 raises, rank 0 sleeps "
+        f"{sleep_s:g} s; {rounds} rounds)"
+    )
     print(f"{'launcher':<{width}}  {'median s':>8}  {'p90 s':>7}  {'max s':>7}")
     for name, values in samples.items():
-        print(f"{name:<{width}}  {statistics.median(values):8.3f}  {p90(values):7.3f}  "
-              f"{max(values):7.3f}")
+        print(
+            f"{name:<{width}}  {statistics.median(values):8.3f}  {p90(values):7.3f}  "
+            f"{max(values):7.3f}"
+        )
     nb = statistics.median(samples[NB_NAME])
     verdict = "PASS" if nb < FAILURE_TARGET_S else "FAIL"
     print(f"target nb_accel < {FAILURE_TARGET_S} s: {nb:.3f} s  {verdict}")
@@ -353,8 +362,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=15, help="timed launch rounds")
     parser.add_argument("--warmup", type=int, default=2, help="untimed launch rounds first")
     parser.add_argument("--failure-rounds", type=int, default=10, help="failure-latency rounds")
-    parser.add_argument("--sleep", type=float, default=5.0,
-                        help="seconds rank 0 sleeps while rank 1 fails")
+    parser.add_argument(
+        "--sleep", type=float, default=5.0, help="seconds rank 0 sleeps while rank 1 fails"
+    )
     parser.add_argument("--no-accelerate", action="store_true", help="skip Accelerate")
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.warmup < 0 or args.failure_rounds < 0:

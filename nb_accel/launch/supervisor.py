@@ -22,7 +22,7 @@ from .processes import WorkerProcess
 __all__ = ["WorkerGroup"]
 
 #: After the first failure, how long to keep listening for the other ranks' reports (seconds).
-COLLECT_WINDOW_S = 0.15
+COLLECT_WINDOW_S = 0.05
 #: Grace between SIGTERM and SIGKILL when stopping workers (seconds).
 STOP_GRACE_S = 1.0
 #: How long a worker that reported its result may take to exit on its own (seconds).

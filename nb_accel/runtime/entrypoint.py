@@ -31,9 +31,19 @@ __all__ = ["run_worker", "spawn_main", "dumps_value", "is_timeout_error"]
 
 _TIMEOUT_MARKERS = ("timed out", "timeout", "time out")
 
-#: Process-group state inherited from the kernel by fork, kept alive but never used: its
-#: destructors would try to join threads that do not exist in the child.
-_inherited_worlds: list[object] = []
+#: Process-group objects this worker never destroys: those inherited from the kernel by fork
+#: (their destructors would join threads that do not exist in the child), and its own group
+#: once unregistered at exit (its destructor waits ~20 ms for backend threads; the process exit
+#: that follows at once releases every socket anyway).
+_kept_alive: list[object] = []
+
+
+def _reset_signal_handlers() -> None:
+    """Undo Python-level signal handlers a forked worker inherited from the kernel."""
+    for name in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"):
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _die_with_parent(parent_pid: int | None) -> None:
@@ -54,7 +64,7 @@ def _forget_inherited_process_group() -> None:
         return
     from torch.distributed import distributed_c10d as c10d
 
-    _inherited_worlds.append(c10d._world)
+    _kept_alive.append(c10d._world)
     c10d._world = c10d._World()
 
 
@@ -159,6 +169,7 @@ def run_worker(conn: Connection, args: WorkerArgs, parent_pid: int | None) -> No
     inherited exit handler of the kernel runs in the worker.
     """
     _die_with_parent(parent_pid)
+    _reset_signal_handlers()
     try:
         os.setpgid(0, 0)
     except OSError:
@@ -181,6 +192,7 @@ def run_worker(conn: Connection, args: WorkerArgs, parent_pid: int | None) -> No
     sys.stderr.flush()
     channel.send(outcome)
     if ok and dist.is_initialized():
+        _kept_alive.append(dist.group.WORLD)
         try:
             dist.destroy_process_group()
         except Exception:
