@@ -16,10 +16,9 @@ from .payload import make_payload
 from .plan import DEFAULT_TIMEOUT_S, LaunchPlan, make_plan
 from .processes import (
     WorkerProcess,
-    helpers_running,
+    multiprocessing_helpers,
     send_start_data,
     start_worker,
-    stop_multiprocessing_helpers,
 )
 from .supervisor import WorkerGroup
 
@@ -62,8 +61,12 @@ def _worker_args(plan: LaunchPlan, store_path: str, payload: bytes) -> list[Work
 
 
 def _run(plan: LaunchPlan, payload: bytes, prefix_output: bool) -> list[Any] | BaseException:
+    with multiprocessing_helpers(plan.start_method):
+        return _run_group(plan, payload, prefix_output)
+
+
+def _run_group(plan: LaunchPlan, payload: bytes, prefix_output: bool) -> list[Any] | BaseException:
     store_dir = tempfile.mkdtemp(prefix="nb_accel-")
-    helpers = helpers_running()
     workers: list[WorkerProcess] = []
     group: WorkerGroup | None = None
     succeeded = False
@@ -81,7 +84,6 @@ def _run(plan: LaunchPlan, payload: bytes, prefix_output: bool) -> list[Any] | B
         if group is None:
             group = WorkerGroup(workers, OutputPrinter(plan.num_processes), plan.timeout_s)
         group.stop(graceful=succeeded)
-        stop_multiprocessing_helpers(plan.start_method, helpers)
         shutil.rmtree(store_dir, ignore_errors=True)
 
 

@@ -6,12 +6,14 @@ workers, for example). Its exit is watched through a pidfd where Linux offers on
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import pickle
 import signal
 import subprocess
 import sys
+from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -152,23 +154,27 @@ def send_start_data(worker: WorkerProcess, method: str, args: WorkerArgs) -> Non
         pass  # the worker died already; the supervisor reports how
 
 
-def stop_multiprocessing_helpers(method: str, was_running: tuple[bool, bool]) -> None:
-    """Stop the forkserver and resource tracker if this launch started them."""
+@contextlib.contextmanager
+def multiprocessing_helpers(method: str) -> Iterator[None]:
+    """Around a launch: with ``forkserver``, preload nb_accel (not ``__main__``) in the server,
+    and stop the server and resource tracker afterwards if this launch started them."""
     if method != "forkserver":
+        yield
         return
     from multiprocessing import forkserver, resource_tracker
 
-    server_was_running, tracker_was_running = was_running
+    server = forkserver._forkserver  # type: ignore[attr-defined]
+    tracker = resource_tracker._resource_tracker  # type: ignore[attr-defined]
+    server_was_running = getattr(server, "_forkserver_pid", None) is not None
+    tracker_was_running = getattr(tracker, "_pid", None) is not None
+    previous_preload = list(getattr(server, "_preload_modules", ["__main__"]))
     if not server_was_running:
-        forkserver._forkserver._stop()  # type: ignore[attr-defined]
-    if not tracker_was_running:
-        resource_tracker._resource_tracker._stop()  # type: ignore[attr-defined]
-
-
-def helpers_running() -> tuple[bool, bool]:
-    """Whether multiprocessing's forkserver and resource tracker are running now."""
-    from multiprocessing import forkserver, resource_tracker
-
-    server = getattr(forkserver._forkserver, "_forkserver_pid", None)  # type: ignore[attr-defined]
-    tracker = getattr(resource_tracker._resource_tracker, "_pid", None)  # type: ignore[attr-defined]
-    return server is not None, tracker is not None
+        server.set_forkserver_preload(["nb_accel.runtime.entrypoint"])
+    try:
+        yield
+    finally:
+        if not server_was_running:
+            server._stop()
+            server.set_forkserver_preload(previous_preload)
+        if not tracker_was_running:
+            tracker._stop()

@@ -143,6 +143,14 @@ def _init_process_group(args: WorkerArgs) -> None:
         world_size=args.world_size,
         timeout=timedelta(seconds=args.timeout_s),
     )
+    # A rank may leave init before its peers finished connecting to it; without this barrier
+    # a rank that returns at once could close its sockets under a peer still connecting.
+    if args.backend == "gloo":
+        dist.barrier()
+    else:
+        if store.add("nb_accel/joined", 1) == args.world_size:
+            store.set("nb_accel/ready", b"1")
+        store.wait(["nb_accel/ready"])
 
 
 def _run_function(args: WorkerArgs) -> Any:
