@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 from dataclasses import dataclass
-from typing import Literal, Union
+from typing import Literal
 
 __all__ = ["Started", "Output", "Result", "Failure", "Event", "encode", "decode"]
 
@@ -50,7 +50,7 @@ class Failure:
     is_timeout: bool = False
 
 
-Event = Union[Started, Output, Result, Failure]
+Event = Started | Output | Result | Failure
 
 
 def encode(event: Event) -> bytes:

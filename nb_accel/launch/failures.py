@@ -28,7 +28,7 @@ def failure_from_event(event: Failure) -> tuple[WorkerFailure, bool]:
         try:
             loaded = pickle.loads(event.data)
             exception = loaded if isinstance(loaded, BaseException) else None
-        except Exception:
+        except Exception:  # noqa: BLE001 - a broken exception object is still reported
             exception = None
     return WorkerFailure(
         rank=event.rank,
@@ -105,6 +105,23 @@ def _timeout_error(
     return CollectiveTimeoutError(message, root)
 
 
+def _decorate(
+    error: BaseException, root: list[WorkerFailure], note: str, ordered: list[WorkerFailure]
+) -> BaseException:
+    """Attach the worker traceback (as the cause), the ranks (as a note) and every record."""
+    ranks = [f.rank for f in root]
+    if root[0].traceback:
+        header = f"Traceback from {_rank_list(ranks)} (worker side):\n"
+        error.__cause__ = RemoteTraceback(header + root[0].traceback.rstrip())
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    try:
+        error.nb_accel_failures = ordered  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):
+        pass
+    return error
+
+
 def build_exception(
     ordered: list[WorkerFailure],
     timeout_ranks: set[int],
@@ -123,41 +140,25 @@ def build_exception(
     """
     deaths = [f for f in ordered if f.signal_name]
     causes = [f for f in ordered if not f.signal_name and not _is_consequence(f, timeout_ranks)]
-    root_first = (deaths or causes or ordered)[0]
+    first = (deaths or causes or ordered)[0]
     groups = _group(ordered)
-    root = next(g for g in groups if root_first in g)
-    others = [g for g in groups if g is not root]
+    root = next(g for g in groups if first in g)
     ranks = [f.rank for f in root]
-    summary = _others_summary(others)
-    if root_first.rank in timeout_ranks and not deaths and not causes:
+    summary = _others_summary([g for g in groups if g is not root])
+    if first.rank in timeout_ranks and not deaths and not causes:
         return _timeout_error(root, world_size, status, timeout_s)
-    if root_first.signal_name or root_first.type_name == "exit":
-        text = root_first.message + (f" (same on {_rank_list(ranks)})" if len(ranks) > 1 else "")
-        error = WorkerDiedError(text + ("\n" + summary if summary else ""), ordered)
-        return error
-    elif root_first.exception is not None:
-        error: BaseException = root_first.exception
-    else:
-        error = WorkerError(
-            f"{root_first.first_line} (on {_rank_list(ranks)}; the exception could not be "
-            "moved to the kernel, so it is re-raised as WorkerError)",
-            ordered,
-        )
-    note = f"Raised on {_rank_list(ranks)} of {world_size}" + (
-        " (identical on each)" if len(ranks) > 1 else ""
+    if first.signal_name or first.type_name == "exit":
+        text = first.message + (f" (same on {_rank_list(ranks)})" if len(ranks) > 1 else "")
+        return WorkerDiedError(text + ("\n" + summary if summary else ""), ordered)
+    error: BaseException = first.exception or WorkerError(
+        f"{first.first_line} (on {_rank_list(ranks)}; the exception could not be "
+        "moved to the kernel, so it is re-raised as WorkerError)",
+        ordered,
     )
-    bystanders = [
-        f"rank {r} {status[r]}" for r in sorted(status) if r not in {f.rank for f in ordered}
-    ]
+    note = f"Raised on {_rank_list(ranks)} of {world_size}"
+    note += " (identical on each)" if len(ranks) > 1 else ""
+    failed = {f.rank for f in ordered}
+    bystanders = [f"rank {r} {status[r]}" for r in sorted(status) if r not in failed]
     if bystanders and not causes:
         note += "; " + ", ".join(bystanders) + " (every rank must call the same collectives)"
-    header = f"Traceback from {_rank_list(ranks)} (worker side):\n"
-    if root_first.traceback:
-        error.__cause__ = RemoteTraceback(header + root_first.traceback.rstrip())
-    if hasattr(error, "add_note"):
-        error.add_note(note + ("\n" + summary if summary else ""))
-    try:
-        error.nb_accel_failures = ordered  # type: ignore[attr-defined]
-    except (AttributeError, TypeError):
-        pass
-    return error
+    return _decorate(error, root, note + ("\n" + summary if summary else ""), ordered)

@@ -74,9 +74,11 @@ def _run_group(plan: LaunchPlan, payload: bytes, prefix_output: bool) -> list[An
         all_args = _worker_args(plan, os.path.join(store_dir, "store"), payload)
         for args in all_args:
             workers.append(start_worker(plan.start_method, args))
-        for worker, args in zip(workers, all_args):
+        for worker, args in zip(workers, all_args, strict=False):
             send_start_data(worker, plan.start_method, args)
-        group = WorkerGroup(workers, OutputPrinter(plan.num_processes, prefix_output), plan.timeout_s)
+        group = WorkerGroup(
+            workers, OutputPrinter(plan.num_processes, prefix_output), plan.timeout_s
+        )
         outcome = group.wait()
         succeeded = not isinstance(outcome, BaseException)
         return outcome
@@ -85,6 +87,16 @@ def _run_group(plan: LaunchPlan, payload: bytes, prefix_output: bool) -> list[An
             group = WorkerGroup(workers, OutputPrinter(plan.num_processes), plan.timeout_s)
         group.stop(graceful=succeeded)
         shutil.rmtree(store_dir, ignore_errors=True)
+
+
+def _check_call(function: object, args: object) -> None:
+    if not callable(function):
+        raise TypeError(f"function must be callable, got {type(function).__name__}")
+    if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
+        raise TypeError(
+            f"args must be a tuple of arguments, got {type(args).__name__}; "
+            "for a single argument write args=(value,)"
+        )
 
 
 def notebook_launcher(
@@ -134,13 +146,7 @@ def notebook_launcher(
         KeyboardInterrupt: the kernel was interrupted; every worker is stopped first.
     """
     del use_port, master_addr
-    if not callable(function):
-        raise TypeError(f"function must be callable, got {type(function).__name__}")
-    if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
-        raise TypeError(
-            f"args must be a tuple of arguments, got {type(args).__name__}; "
-            "for a single argument write args=(value,)"
-        )
+    _check_call(function, args)
     plan = make_plan(num_processes, mixed_precision, start_method, timeout, cpu)
     payload = make_payload(function, args, kwargs or {})
     print(plan.describe(), flush=True)

@@ -30,9 +30,7 @@ class OutputPrinter:
             tag = f"[rank {event.rank}] "
             start = self._at_line_start.get(key, True)
             lines = text.splitlines(keepends=True)
-            text = "".join(
-                (tag if (i > 0 or start) else "") + line for i, line in enumerate(lines)
-            )
+            text = "".join((tag if (i > 0 or start) else "") + line for i, line in enumerate(lines))
             self._at_line_start[key] = text.endswith("\n")
         stream.write(text)
         stream.flush()

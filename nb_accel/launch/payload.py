@@ -19,17 +19,17 @@ def _culprit(function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[
     """Which part of the payload cannot be pickled, in words."""
     try:
         cloudpickle.dumps(function)
-    except Exception:
+    except Exception:  # noqa: BLE001 - any pickling error means "cannot travel"
         return f"the function {_name_of(function)!r} (or something it refers to)"
     for index, value in enumerate(args):
         try:
             cloudpickle.dumps(value)
-        except Exception:
+        except Exception:  # noqa: BLE001 - any pickling error means "cannot travel"
             return f"args[{index}] (a {type(value).__name__})"
     for key, value in kwargs.items():
         try:
             cloudpickle.dumps(value)
-        except Exception:
+        except Exception:  # noqa: BLE001 - any pickling error means "cannot travel"
             return f"kwargs[{key!r}] (a {type(value).__name__})"
     return "the payload"
 

@@ -10,7 +10,6 @@ import contextlib
 import multiprocessing
 import os
 import pickle
-import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -93,7 +92,7 @@ def _start_multiprocessing(method: str, args: WorkerArgs) -> WorkerProcess:
     context = multiprocessing.get_context(method)
     parent_conn, child_conn = context.Pipe(duplex=True)
     parent_pid = os.getpid() if method == "fork" else None
-    process = context.Process(
+    process = context.Process(  # type: ignore[attr-defined]
         target=run_worker,
         args=(child_conn, args, parent_pid),
         name=f"nb_accel-rank{args.rank}",
@@ -174,7 +173,7 @@ def multiprocessing_helpers(method: str) -> Iterator[None]:
         yield
     finally:
         if not server_was_running:
-            server._stop()
+            server._stop()  # type: ignore[attr-defined]
             server.set_forkserver_preload(previous_preload)
         if not tracker_was_running:
-            tracker._stop()
+            tracker._stop()  # type: ignore[attr-defined]

@@ -46,5 +46,5 @@ def current_channel() -> EventChannel | None:
 
 def set_current_channel(channel: EventChannel | None) -> None:
     """Install the worker's channel (done once by the worker entrypoint)."""
-    global _current
+    global _current  # noqa: PLW0603 - one channel per worker process
     _current = channel

@@ -91,7 +91,7 @@ def dumps_value(value: Any) -> bytes:
         data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
         pickle.loads(data)
         return data
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure here is reported, never raised
         return cloudpickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
 
 
@@ -114,11 +114,11 @@ def _user_traceback(exc: BaseException) -> str:
 def _failure(rank: int, exc: BaseException) -> Failure:
     try:
         message = str(exc)
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure here is reported, never raised
         message = f"<str() of {type(exc).__name__} failed>"
     try:
         data: bytes | None = dumps_value(exc)
-    except Exception:
+    except Exception:  # noqa: BLE001 - any failure here is reported, never raised
         data = None
     return Failure(
         rank=rank,
@@ -149,7 +149,7 @@ def _init_process_group(args: WorkerArgs) -> None:
         dist.barrier()
     else:
         if store.add("nb_accel/joined", 1) == args.world_size:
-            store.set("nb_accel/ready", b"1")
+            store.set("nb_accel/ready", "1")
         store.wait(["nb_accel/ready"])
 
 
@@ -162,10 +162,11 @@ def _run_function(args: WorkerArgs) -> Any:
 def _result(rank: int, value: Any) -> Result | Failure:
     try:
         return Result(rank, dumps_value(_to_cpu(value)))
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - reported to the kernel
         error = TypeError(
             f"rank {rank} returned a {type(value).__name__} that cannot be sent back to the "
-            f"kernel ({exc}); return plain data (numbers, tensors, lists, dicts) or save it to a file"
+            f"kernel ({exc}); return plain data (numbers, tensors, lists, dicts) "
+            "or save it to a file"
         )
         return _failure(rank, error)
 
@@ -203,7 +204,7 @@ def run_worker(conn: Connection, args: WorkerArgs, parent_pid: int | None) -> No
         _kept_alive.append(dist.group.WORLD)
         try:
             dist.destroy_process_group()
-        except Exception:
+        except Exception:  # noqa: BLE001 - any failure here is reported, never raised
             ok = False
     channel.close()
     os._exit(0 if ok else 1)

@@ -15,9 +15,7 @@ __all__ = ["RelayStream"]
 class RelayStream(io.TextIOBase):
     """A line-buffered text stream whose complete lines become :class:`Output` events."""
 
-    def __init__(
-        self, channel: EventChannel, stream: Literal["stdout", "stderr"], fd: int
-    ) -> None:
+    def __init__(self, channel: EventChannel, stream: Literal["stdout", "stderr"], fd: int) -> None:
         super().__init__()
         self._channel = channel
         self._stream: Literal["stdout", "stderr"] = stream

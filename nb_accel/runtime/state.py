@@ -148,17 +148,22 @@ class AcceleratorState:
 
     _shared_state: ClassVar[dict[str, Any]] = {}
 
-    def __init__(self, mixed_precision: str | None = None, cpu: bool = False, **kwargs: Any) -> None:
+    def __init__(
+        self, mixed_precision: str | None = None, cpu: bool = False, **kwargs: Any
+    ) -> None:
         self.__dict__ = self._shared_state
         if self._shared_state.get("initialized"):
             if mixed_precision is not None and mixed_precision != self.mixed_precision:
                 raise ValueError(
                     f"AcceleratorState already uses mixed_precision={self.mixed_precision!r}; "
-                    f"create the Accelerator with that value (or none) rather than {mixed_precision!r}"
+                    "create the Accelerator with that value (or none) rather than "
+                    f"{mixed_precision!r}"
                 )
             return
-        chosen = mixed_precision or os.environ.get("NB_ACCEL_MIXED_PRECISION") or os.environ.get(
-            "ACCELERATE_MIXED_PRECISION", "no"
+        chosen = (
+            mixed_precision
+            or os.environ.get("NB_ACCEL_MIXED_PRECISION")
+            or os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
         )
         chosen = str(chosen).lower()
         if chosen not in MIXED_PRECISION_CHOICES:

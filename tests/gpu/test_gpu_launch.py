@@ -5,8 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nb_accel import LaunchError, PartialState, notebook_launcher
-from nb_accel import _env
+from nb_accel import LaunchError, PartialState, _env, notebook_launcher
 
 pytestmark = [
     pytest.mark.gpu,
@@ -41,7 +40,7 @@ def test_all_gpus_nccl_launch() -> None:
 
 def test_cuda_initialised_before_fork_is_refused_with_a_fix() -> None:
     torch.zeros(1, device="cuda")  # initialises CUDA in this (kernel) process
-    with pytest.raises(LaunchError, match="Restart the kernel.*start_method='spawn'"):
+    with pytest.raises(LaunchError, match=r"Restart the kernel.*start_method='spawn'"):
         notebook_launcher(nccl_all_reduce, num_processes=1, start_method="fork")
     [(backend, _device, value)] = notebook_launcher(
         nccl_all_reduce, num_processes=1, start_method="spawn"

@@ -38,7 +38,10 @@ def test_each_rank_gets_its_environment_and_state() -> None:
     results = notebook_launcher(report_state, num_processes=3)
     for rank, result in enumerate(results):
         assert result["env"] == {
-            "RANK": str(rank), "LOCAL_RANK": str(rank), "WORLD_SIZE": "3", "LOCAL_WORLD_SIZE": "3",
+            "RANK": str(rank),
+            "LOCAL_RANK": str(rank),
+            "WORLD_SIZE": "3",
+            "LOCAL_WORLD_SIZE": "3",
         }
         assert result["process_index"] == rank
         assert result["num_processes"] == 3
@@ -117,7 +120,9 @@ def test_prefixes_can_be_turned_off(capsys: pytest.CaptureFixture[str]) -> None:
 def listening_addresses() -> list[str]:
     dist.barrier()
     me = psutil.Process()
-    addresses = [c.laddr.ip for c in me.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN]
+    addresses = [
+        c.laddr.ip for c in me.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN
+    ]
     dist.barrier()
     return addresses
 
@@ -127,7 +132,7 @@ def test_nothing_listens_beyond_loopback() -> None:
         assert all(a.startswith("127.") or a == "::1" for a in addresses), addresses
 
 
-def test_kernel_state_does_not_leak_into_workers(tmp_path: "os.PathLike[str]") -> None:
+def test_kernel_state_does_not_leak_into_workers(tmp_path: os.PathLike[str]) -> None:
     kernel_state = PartialState()
     assert kernel_state.num_processes == 1
     store = dist.FileStore(os.path.join(str(tmp_path), "kernel-store"), 1)

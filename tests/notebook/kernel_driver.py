@@ -49,9 +49,7 @@ def start_cell(client: BlockingKernelClient, code: str) -> str:
     return client.execute(code, store_history=False)
 
 
-def collect(
-    client: BlockingKernelClient, msg_id: str, until: tuple[str, ...] = ()
-) -> CellRun:
+def collect(client: BlockingKernelClient, msg_id: str, until: tuple[str, ...] = ()) -> CellRun:
     """Gather iopub output of ``msg_id`` until the kernel is idle, or until every text in
     ``until`` has appeared in the cell's output."""
     run = CellRun()
@@ -71,7 +69,11 @@ def collect(
         elif kind in ("execute_result", "display_data"):
             run.results.append(content["data"])
         elif kind == "error":
-            run.ename, run.evalue, run.traceback = content["ename"], content["evalue"], content["traceback"]
+            run.ename, run.evalue, run.traceback = (
+                content["ename"],
+                content["evalue"],
+                content["traceback"],
+            )
         elif kind == "status" and content["execution_state"] == "idle":
             break
     else:

@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import nbformat
 import psutil
+from kernel_driver import collect, run_cell, running_kernel, start_cell
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
-from kernel_driver import collect, run_cell, running_kernel, start_cell
-
-DEFINE_AND_LAUNCH = '''
+DEFINE_AND_LAUNCH = """
 import torch, torch.distributed as dist
 from nb_accel import notebook_launcher, Accelerator
 
@@ -22,9 +20,9 @@ def train(scale):
 
 results = notebook_launcher(train, args=(2.0,), num_processes=2)
 print("results:", results)
-'''
+"""
 
-RAISE_CUSTOM = '''
+RAISE_CUSTOM = """
 class ShapeMismatch(Exception):
     pass
 
@@ -34,7 +32,7 @@ def broken():
     import time; time.sleep(60)
 
 notebook_launcher(broken, num_processes=2)
-'''
+"""
 
 
 def test_function_defined_in_a_cell_runs_and_errors_keep_their_type() -> None:
@@ -51,7 +49,7 @@ def test_function_defined_in_a_cell_runs_and_errors_keep_their_type() -> None:
     assert "Traceback from rank 1" in traceback and "Raised on rank 1 of 2" in traceback
 
 
-SLEEPER = '''
+SLEEPER = """
 import time
 from nb_accel import notebook_launcher
 
@@ -60,13 +58,13 @@ def sleeper():
     time.sleep(120)
 
 notebook_launcher(sleeper, num_processes=2)
-'''
+"""
 
-AFTERWARDS = '''
+AFTERWARDS = """
 import psutil
 print("children:", len(psutil.Process().children(recursive=True)))
 print("again:", notebook_launcher(lambda: 7, num_processes=2))
-'''
+"""
 
 
 def test_interrupt_stops_workers_and_the_next_launch_works() -> None:

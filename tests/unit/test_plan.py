@@ -7,8 +7,7 @@ import threading
 import psutil
 import pytest
 
-from nb_accel import LaunchError, notebook_launcher
-from nb_accel import _env
+from nb_accel import LaunchError, _env, notebook_launcher
 from nb_accel.launch.plan import make_plan
 
 
@@ -22,14 +21,18 @@ def _assert_nothing_launched(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 @pytest.mark.parametrize("bad", [0, -1])
-def test_num_processes_below_one_is_a_value_error(bad: int, capsys: pytest.CaptureFixture[str]) -> None:
+def test_num_processes_below_one_is_a_value_error(
+    bad: int, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(ValueError, match="num_processes must be a positive int"):
         notebook_launcher(_noop, num_processes=bad)
     _assert_nothing_launched(capsys)
 
 
 @pytest.mark.parametrize("bad", [1.5, "2", True])
-def test_num_processes_of_wrong_type_is_a_type_error(bad: object, capsys: pytest.CaptureFixture[str]) -> None:
+def test_num_processes_of_wrong_type_is_a_type_error(
+    bad: object, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(TypeError, match="num_processes must be a positive int"):
         notebook_launcher(_noop, num_processes=bad)  # type: ignore[arg-type]
     _assert_nothing_launched(capsys)

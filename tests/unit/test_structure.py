@@ -51,14 +51,14 @@ def _imports(path: Path) -> list[str]:
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p.name != "__init__.py" or p.parent != PACKAGE)
 
 
-@pytest.mark.parametrize("path", MODULES, ids=lambda p: _module_name(p))
+@pytest.mark.parametrize("path", MODULES, ids=_module_name)
 def test_imports_only_go_down_the_layers(path: Path) -> None:
     module = _module_name(path)
     for imported in _imports(path):
         if imported.startswith("nb_accel."):
             assert _layer(imported) <= _layer(module), f"{module} imports higher layer {imported}"
         if _layer(module) < LAYERS["notebook"]:
-            assert not imported.split(".")[0] in ("IPython", "ipywidgets"), (
+            assert imported.split(".")[0] not in ("IPython", "ipywidgets"), (
                 f"{module} imports {imported}; only nb_accel.notebook may"
             )
 
@@ -74,11 +74,11 @@ def test_no_import_cycles() -> None:
     def visit(node: str, trail: list[str]) -> None:
         if node in done:
             return
-        assert node not in visiting, "import cycle: " + " -> ".join(trail + [node])
+        assert node not in visiting, "import cycle: " + " -> ".join([*trail, node])
         visiting.add(node)
         for target in graph.get(node, set()):
             if target in graph:
-                visit(target, trail + [node])
+                visit(target, [*trail, node])
         visiting.discard(node)
         done.add(node)
 
@@ -97,5 +97,7 @@ def test_every_public_name_is_documented(name: str) -> None:
     assert inspect.getdoc(obj), f"nb_accel.{name} has no docstring"
     if inspect.isclass(obj):
         for attribute, member in vars(obj).items():
-            if not attribute.startswith("_") and (inspect.isfunction(member) or isinstance(member, property)):
+            if not attribute.startswith("_") and (
+                inspect.isfunction(member) or isinstance(member, property)
+            ):
                 assert inspect.getdoc(member), f"nb_accel.{name}.{attribute} has no docstring"
