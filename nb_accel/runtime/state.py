@@ -8,16 +8,27 @@ from __future__ import annotations
 
 import enum
 import os
-from typing import Any, ClassVar
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, ClassVar, TypeVar
 
 import torch
 import torch.distributed as dist
 
 from .. import _env
 
-__all__ = ["DistributedType", "PartialState", "AcceleratorState", "MIXED_PRECISION_CHOICES"]
+__all__ = [
+    "DistributedType",
+    "PartialState",
+    "AcceleratorState",
+    "GradientState",
+    "MIXED_PRECISION_CHOICES",
+    "reset_all_states",
+]
 
 MIXED_PRECISION_CHOICES = ("no", "bf16", "fp16")
+
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class DistributedType(str, enum.Enum):
@@ -34,14 +45,22 @@ def _env_int(name: str, default: int) -> int:
     return int(value) if value not in (None, "") else default
 
 
+def _use_cuda(cpu: bool) -> bool:
+    if cpu or os.environ.get("NB_ACCEL_USE_CPU") == "1":
+        return False
+    return _env.cuda_device_count() > 0
+
+
 class PartialState:
     """The process's place in the launch: index, count, device and distributed type.
 
     Every instance shares one state (create as many as you like). Outside a launch it describes
-    a single process; inside a worker it describes that worker's rank.
+    a single process; inside a worker it describes that worker's rank. Under ``torchrun`` (the
+    environment names a world but no group exists yet) it creates the process group.
 
     Args:
         cpu: force the CPU even when GPUs are present.
+        kwargs: accepted for compatibility with Accelerate and ignored.
     """
 
     _shared_state: ClassVar[dict[str, Any]] = {}
@@ -56,32 +75,26 @@ class PartialState:
             world_size = dist.get_world_size()
             backend = dist.get_backend()
         elif world_size > 1 and dist.is_available():
-            # Started by torchrun or another launcher that did not create the group yet.
-            backend = backend or ("nccl" if self._use_cuda(cpu) else "gloo")
+            backend = backend or ("nccl" if _use_cuda(cpu) else "gloo")
             dist.init_process_group(backend=backend)
         self.backend: str | None = backend if world_size > 1 else None
         self.num_processes: int = world_size
         self.process_index: int = dist.get_rank() if dist.is_initialized() else 0
         self.local_process_index: int = _env_int("LOCAL_RANK", 0)
         self.num_local_processes: int = _env_int("LOCAL_WORLD_SIZE", world_size)
-        use_cuda = backend == "nccl" or (backend is None and self._use_cuda(cpu))
-        if use_cuda:
-            self.device = torch.device("cuda", self.local_process_index)
+        use_cuda = backend == "nccl" or (
+            backend in (None, "gloo") and world_size == 1 and _use_cuda(cpu)
+        )
+        self.device = (
+            torch.device("cuda", self.local_process_index) if use_cuda else torch.device("cpu")
+        )
+        if world_size == 1:
+            self.distributed_type = DistributedType.NO
         else:
-            self.device = torch.device("cpu")
-        if world_size > 1:
             self.distributed_type = (
                 DistributedType.MULTI_GPU if use_cuda else DistributedType.MULTI_CPU
             )
-        else:
-            self.distributed_type = DistributedType.NO
-        self.initialized = True
-
-    @staticmethod
-    def _use_cuda(cpu: bool) -> bool:
-        if cpu or os.environ.get("NB_ACCEL_USE_CPU") == "1":
-            return False
-        return _env.cuda_device_count() > 0
+        self._shared_state["initialized"] = True
 
     @classmethod
     def _reset_state(cls) -> None:
@@ -92,10 +105,6 @@ class PartialState:
     def initialized(self) -> bool:
         """True once the state has been built."""
         return bool(self._shared_state.get("initialized"))
-
-    @initialized.setter
-    def initialized(self, value: bool) -> None:
-        self._shared_state["initialized"] = value
 
     @property
     def use_distributed(self) -> bool:
@@ -118,19 +127,85 @@ class PartialState:
         return self.process_index == self.num_processes - 1
 
     def wait_for_everyone(self) -> None:
-        """Block until every process reaches this point (a barrier)."""
+        """Block until every process reaches this point (a barrier); no-op on one process."""
         if self.use_distributed and dist.is_initialized():
             dist.barrier()
 
+    @contextmanager
+    def _goes_first(self, is_first: bool) -> Iterator[None]:
+        if not is_first:
+            self.wait_for_everyone()
+        yield
+        if is_first:
+            self.wait_for_everyone()
+
+    @contextmanager
+    def main_process_first(self) -> Iterator[None]:
+        """Run the block on the main process first, then on the others.
+
+        If the main process raises inside the block, the launch reports it at once and stops
+        the ranks that are waiting; they do not sit out the collective timeout.
+        """
+        with self._goes_first(self.is_main_process):
+            yield
+
+    @contextmanager
+    def local_main_process_first(self) -> Iterator[None]:
+        """Run the block on each node's first process first, then on the node's others."""
+        with self._goes_first(self.is_local_main_process):
+            yield
+
+    def on_main_process(self, function: F) -> F:
+        """Decorator: run ``function`` on the main process only (returns ``None`` elsewhere)."""
+        return self.on_process(function, process_index=0)
+
+    def on_local_main_process(self, function: F) -> F:
+        """Decorator: run ``function`` on each node's first process only."""
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return function(*args, **kwargs) if self.is_local_main_process else None
+
+        return _wraps(function, wrapper)
+
+    def on_last_process(self, function: F) -> F:
+        """Decorator: run ``function`` on the last process only."""
+        return self.on_process(function, process_index=self.num_processes - 1)
+
+    def on_process(self, function: F | None = None, process_index: int | None = None) -> Any:
+        """Decorator: run ``function`` on process ``process_index`` only.
+
+        Usable as ``@state.on_process(process_index=1)`` or ``state.on_process(fn, 1)``.
+        """
+        if process_index is None:
+            raise ValueError("on_process needs process_index=<the process that runs it>")
+        if function is None:
+            return lambda fn: self.on_process(fn, process_index)
+
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            return function(*args, **kwargs) if self.process_index == process_index else None
+
+        return _wraps(function, wrapper)
+
+    @contextmanager
+    def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
+        """Give each process its contiguous share of ``inputs`` (a list, tuple, dict of lists,
+        or tensor), earlier processes taking one extra item when it does not divide evenly.
+
+        With ``apply_padding=True`` every share is padded with the last item to equal length.
+        """
+        from .splitting import split_for_process
+
+        yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
+
     def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on the main process only."""
-        if self.is_main_process:
+        """``print`` on each node's first process only."""
+        if self.is_local_main_process:
             print(*args, **kwargs)
 
     def __repr__(self) -> str:
+        backend = f"  Backend: {self.backend}" if self.backend else ""
         return (
-            f"Distributed environment: {self.distributed_type.value}"
-            f"{f'  Backend: {self.backend}' if self.backend else ''}\n"
+            f"Distributed environment: {self.distributed_type.value}{backend}\n"
             f"Num processes: {self.num_processes}\n"
             f"Process index: {self.process_index}\n"
             f"Local process index: {self.local_process_index}\n"
@@ -138,12 +213,22 @@ class PartialState:
         )
 
 
+def _wraps(function: F, wrapper: Callable[..., Any]) -> F:
+    import functools
+
+    return functools.wraps(function)(wrapper)  # type: ignore[return-value]
+
+
 class AcceleratorState:
-    """The :class:`PartialState` plus the training options that every instance shares.
+    """The :class:`PartialState` plus the training options every instance shares.
+
+    Attribute access falls through to the :class:`PartialState` (``device``,
+    ``process_index``, ...).
 
     Args:
         mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``; defaults to the launch's setting.
         cpu: force the CPU.
+        kwargs: accepted for compatibility with Accelerate and ignored.
     """
 
     _shared_state: ClassVar[dict[str, Any]] = {}
@@ -160,15 +245,12 @@ class AcceleratorState:
                     f"{mixed_precision!r}"
                 )
             return
-        chosen = (
-            mixed_precision
-            or os.environ.get("NB_ACCEL_MIXED_PRECISION")
-            or os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
-        )
-        chosen = str(chosen).lower()
+        chosen = mixed_precision or os.environ.get("NB_ACCEL_MIXED_PRECISION")
+        chosen = str(chosen or os.environ.get("ACCELERATE_MIXED_PRECISION", "no")).lower()
         if chosen not in MIXED_PRECISION_CHOICES:
             raise ValueError(
-                f"mixed_precision={chosen!r} is not supported; use one of {MIXED_PRECISION_CHOICES}"
+                f"mixed_precision={chosen!r} is not supported; use one of "
+                + ", ".join(repr(c) for c in MIXED_PRECISION_CHOICES)
             )
         self.partial = PartialState(cpu=cpu)
         self.mixed_precision: str = chosen
@@ -179,15 +261,88 @@ class AcceleratorState:
         """Forget the shared state (done at the start of every worker)."""
         cls._shared_state.clear()
 
+    @property
+    def initialized(self) -> bool:
+        """True once the state has been built."""
+        return bool(self._shared_state.get("initialized"))
+
     def __getattr__(self, name: str) -> Any:
-        # Delegate the PartialState attributes (device, process_index, ...).
         partial = self.__dict__.get("partial")
         if partial is None:
             raise AttributeError(name)
         return getattr(partial, name)
 
 
+class GradientState:
+    """Shared gradient-synchronisation state: accumulation steps, whether this step syncs, and
+    the data loader being iterated (for ``end_of_dataloader`` and ``remainder``).
+
+    Args:
+        gradient_accumulation_plugin: its ``num_steps``, ``adjust_scheduler`` and
+            ``sync_with_dataloader`` are adopted when given.
+    """
+
+    _shared_state: ClassVar[dict[str, Any]] = {}
+
+    def __init__(self, gradient_accumulation_plugin: Any | None = None) -> None:
+        self.__dict__ = self._shared_state
+        if not self._shared_state.get("initialized"):
+            self.sync_gradients = True
+            self.active_dataloader: Any | None = None
+            self.dataloader_references: list[Any] = [None]
+            self.num_steps = 1
+            self.adjust_scheduler = True
+            self.sync_with_dataloader = True
+            self._shared_state["initialized"] = True
+        if gradient_accumulation_plugin is not None:
+            self.num_steps = gradient_accumulation_plugin.num_steps
+            self.adjust_scheduler = gradient_accumulation_plugin.adjust_scheduler
+            self.sync_with_dataloader = gradient_accumulation_plugin.sync_with_dataloader
+
+    @classmethod
+    def _reset_state(cls) -> None:
+        """Forget the shared state (done at the start of every worker)."""
+        cls._shared_state.clear()
+
+    @property
+    def initialized(self) -> bool:
+        """True once the state has been built."""
+        return bool(self._shared_state.get("initialized"))
+
+    @property
+    def end_of_dataloader(self) -> bool:
+        """True while the last batch of the active data loader is being processed."""
+        return bool(self.active_dataloader is not None and self.active_dataloader.end_of_dataloader)
+
+    @property
+    def remainder(self) -> int:
+        """Samples in the last batch that are real (not padding); -1 when unknown."""
+        if self.active_dataloader is None:
+            return -1
+        return int(self.active_dataloader.remainder)
+
+    @property
+    def in_dataloader(self) -> bool:
+        """True while a prepared data loader is being iterated."""
+        return self.active_dataloader is not None
+
+    def _set_sync_gradients(self, sync_gradients: bool) -> None:
+        self.sync_gradients = sync_gradients
+
+    def _add_dataloader(self, dataloader: Any) -> None:
+        """Called by a prepared loader when an iteration over it starts."""
+        self.active_dataloader = dataloader
+        self.dataloader_references.append(dataloader)
+
+    def _remove_dataloader(self, dataloader: Any) -> None:
+        """Called by a prepared loader when its iteration ends (or is abandoned)."""
+        if dataloader in self.dataloader_references:
+            self.dataloader_references.remove(dataloader)
+        self.active_dataloader = self.dataloader_references[-1]
+
+
 def reset_all_states() -> None:
     """Forget every shared state; the next instances are rebuilt from the environment."""
     PartialState._reset_state()
     AcceleratorState._reset_state()
+    GradientState._reset_state()
