@@ -1,86 +1,293 @@
-"""The ``Accelerator`` facade: a thin front over the state and, later, the wrapper modules."""
+"""The ``Accelerator`` facade: construction, ``prepare()`` and the training-loop methods.
+
+It holds no logic of its own beyond routing: state lives in ``state``, sharding in the loader
+modules, wrappers in ``model``/``optimizer``/``scheduler``, precision in ``precision``,
+collectives in ``ops`` (reached through :class:`ProcessMethods`).
+"""
 
 from __future__ import annotations
 
+import warnings
+from collections.abc import Iterable
 from typing import Any
 
 import torch
 
-from .state import AcceleratorState, DistributedType
+from . import loaders
+from .accumulation import GradientAccumulator
+from .model import prepare_model, unwrap_model
+from .optimizer import AcceleratedOptimizer
+from .options import (
+    DataLoaderConfiguration,
+    DistributedDataParallelKwargs,
+    GradientAccumulationPlugin,
+    GradScalerKwargs,
+    ProjectConfiguration,
+)
+from .precision import check_precision_for_device, make_grad_scaler
+from .process_methods import ProcessMethods
+from .scheduler import AcceleratedScheduler
+from .state import AcceleratorState, GradientState, PartialState
+from .training_methods import TrainingMethods
 
 __all__ = ["Accelerator"]
 
+_UNSET: Any = object()
+_UNSUPPORTED = ("deepspeed_plugin", "fsdp_plugin", "megatron_lm_plugin")
 
-class Accelerator:
-    """Entry point of the training-loop API inside a launched function.
+
+def _loader_config(
+    config: DataLoaderConfiguration | None, **spelled: Any
+) -> DataLoaderConfiguration:
+    given = {k: v for k, v in spelled.items() if v is not _UNSET}
+    if config is not None and given:
+        raise ValueError(
+            f"pass the data options either as dataloader_config=... or as {sorted(given)}, not both"
+        )
+    return config or DataLoaderConfiguration(**given)
+
+
+def _accumulation(
+    plugin: GradientAccumulationPlugin | None, steps: int
+) -> GradientAccumulationPlugin:
+    if plugin is not None and steps != 1:
+        raise ValueError(
+            "pass gradient accumulation either as gradient_accumulation_steps or as "
+            "gradient_accumulation_plugin, not both"
+        )
+    return plugin or GradientAccumulationPlugin(num_steps=steps)
+
+
+class Accelerator(ProcessMethods, TrainingMethods):
+    """Everything a training loop needs to run on one or many processes, unchanged.
 
     Args:
-        device_placement: move prepared objects to ``device``.
-        split_batches: split each batch across processes instead of sharding batches.
-        mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``; defaults to the launch's setting.
-        gradient_accumulation_steps: steps between optimizer updates.
+        device_placement: move prepared models and batches to :attr:`device`.
+        split_batches: split each batch across processes (see ``DataLoaderConfiguration``).
+        mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"`` (CUDA only); defaults to the
+            launch's ``mixed_precision``.
+        gradient_accumulation_steps: batches per optimizer step.
         cpu: force the CPU.
-        kwargs: further Accelerate options, accepted for compatibility.
+        dataloader_config: the data options as one object (newer spelling).
+        rng_types: generators synchronised at each new iteration of a prepared loader
+            (``"torch"``, ``"cuda"``, ``"generator"``); default ``["generator"]``.
+        project_dir: shortcut for ``project_config=ProjectConfiguration(project_dir)``.
+        project_config: where checkpoints go.
+        gradient_accumulation_plugin: accumulation options as one object (newer spelling).
+        dispatch_batches: iterate loaders on the main process only and dispatch slices.
+        even_batches: repeat samples so every process gets as many batches.
+        use_seedable_sampler: use ``SeedableRandomSampler`` for shuffled loaders.
+        step_scheduler_with_optimizer: step prepared schedulers with the optimizer (see
+            ``AcceleratedScheduler``).
+        kwargs_handlers: ``DistributedDataParallelKwargs``, ``GradScalerKwargs``,
+            ``AutocastKwargs``.
+        kwargs: other Accelerate options are accepted and ignored with a warning.
     """
 
     def __init__(
         self,
         device_placement: bool = True,
-        split_batches: bool = False,
+        split_batches: bool = _UNSET,
         mixed_precision: str | None = None,
         gradient_accumulation_steps: int = 1,
         cpu: bool = False,
+        dataloader_config: DataLoaderConfiguration | None = None,
+        rng_types: list[str] | None = None,
+        project_dir: str | None = None,
+        project_config: ProjectConfiguration | None = None,
+        gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
+        dispatch_batches: bool | None = _UNSET,
+        even_batches: bool = _UNSET,
+        use_seedable_sampler: bool = _UNSET,
+        step_scheduler_with_optimizer: bool = True,
+        kwargs_handlers: Iterable[Any] | None = None,
         **kwargs: Any,
     ) -> None:
+        self._reject_unsupported(kwargs)
         self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu)
+        self._partial = PartialState()
+        check_precision_for_device(self.state.mixed_precision, self.device)
+        self.dataloader_config = _loader_config(
+            dataloader_config,
+            split_batches=split_batches,
+            dispatch_batches=dispatch_batches,
+            even_batches=even_batches,
+            use_seedable_sampler=use_seedable_sampler,
+        )
+        plugin = _accumulation(gradient_accumulation_plugin, gradient_accumulation_steps)
+        self.gradient_state = GradientState(gradient_accumulation_plugin=plugin)
+        self._accumulator = GradientAccumulator(self.gradient_state, plugin.sync_each_batch)
+        self.project_configuration = project_config or ProjectConfiguration(project_dir)
+        if project_dir is not None and project_config is not None:
+            self.project_configuration.set_directories(project_dir)
         self.device_placement = device_placement
-        self.split_batches = split_batches
-        self.gradient_accumulation_steps = gradient_accumulation_steps
+        self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
+        self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
+        self._handlers = {type(h).__name__: h for h in (kwargs_handlers or [])}
+        scaler_options = self._handler_kwargs(GradScalerKwargs)
+        self.scaler = make_grad_scaler(self.mixed_precision, self.device, **scaler_options)
+        self.flag_tensor: torch.Tensor | None = None
+        self._models: list[torch.nn.Module] = []
+        self._optimizers: list[AcceleratedOptimizer] = []
+        self._schedulers: list[AcceleratedScheduler] = []
+        self._dataloaders: list[Any] = []
+
+    @staticmethod
+    def _reject_unsupported(kwargs: dict[str, Any]) -> None:
+        for name in _UNSUPPORTED:
+            if kwargs.get(name) is not None:
+                raise NotImplementedError(
+                    f"{name} is not supported by nb_accel; it runs DistributedDataParallel "
+                    "(remove the argument to train with DDP)"
+                )
+        ignored = sorted(k for k, v in kwargs.items() if v is not None and k not in _UNSUPPORTED)
+        if ignored:
+            warnings.warn(f"Accelerator ignores these options: {', '.join(ignored)}", stacklevel=3)
+
+    def _handler_kwargs(self, kind: type) -> dict[str, Any]:
+        handler = self._handlers.get(kind.__name__)
+        return handler.to_kwargs() if handler is not None else {}
 
     @property
     def mixed_precision(self) -> str:
-        """The mixed-precision mode in use: ``"no"``, ``"bf16"`` or ``"fp16"``."""
-        return self.state.mixed_precision
+        """The mixed-precision mode: ``"no"``, ``"bf16"`` or ``"fp16"``."""
+        return str(self.state.mixed_precision)
 
     @property
-    def device(self) -> torch.device:
-        """The device of this process."""
-        return self.state.device
+    def split_batches(self) -> bool:
+        """Whether prepared loaders split batches across processes."""
+        return self.dataloader_config.split_batches
 
     @property
-    def distributed_type(self) -> DistributedType:
-        """The kind of distributed setup."""
-        return self.state.distributed_type
+    def dispatch_batches(self) -> bool | None:
+        """Whether prepared loaders dispatch batches from the main process."""
+        return self.dataloader_config.dispatch_batches
 
     @property
-    def num_processes(self) -> int:
-        """Number of processes in the launch."""
-        return self.state.num_processes
+    def even_batches(self) -> bool:
+        """Whether prepared loaders even out the last batches."""
+        return self.dataloader_config.even_batches
 
     @property
-    def process_index(self) -> int:
-        """This process's global index."""
-        return self.state.process_index
+    def use_seedable_sampler(self) -> bool:
+        """Whether prepared shuffled loaders use ``SeedableRandomSampler``."""
+        return self.dataloader_config.use_seedable_sampler
 
     @property
-    def local_process_index(self) -> int:
-        """This process's index on its node."""
-        return self.state.local_process_index
+    def project_dir(self) -> str | None:
+        """The project folder, if any."""
+        return self.project_configuration.project_dir
 
-    @property
-    def is_main_process(self) -> bool:
-        """True on process 0 only."""
-        return self.state.is_main_process
+    # --- prepare --------------------------------------------------------------------------
 
-    @property
-    def is_local_main_process(self) -> bool:
-        """True on the first process of each node."""
-        return self.state.is_local_main_process
+    def prepare(self, *args: Any, device_placement: list[bool | None] | None = None) -> Any:
+        """Prepare models, optimizers, schedulers and data loaders, in any number and order.
 
-    def wait_for_everyone(self) -> None:
-        """Barrier across all processes."""
-        self.state.wait_for_everyone()
+        Returns them in the same order (a single object when given one). Preparing an object
+        twice is a no-op. Schedulers are prepared after the optimizers they follow.
+        """
+        placements = device_placement or [None] * len(args)
+        if len(placements) != len(args):
+            raise ValueError(
+                f"device_placement has {len(placements)} entries for {len(args)} objects"
+            )
+        result = list(args)
+        for second_pass in (False, True):
+            for index, (obj, place) in enumerate(zip(args, placements, strict=True)):
+                is_scheduler = _is_scheduler(obj)
+                if is_scheduler == second_pass:
+                    result[index] = self._prepare_one(obj, place)
+        return result[0] if len(result) == 1 else tuple(result)
 
-    def print(self, *args: Any, **kwargs: Any) -> None:
-        """``print`` on the main process only."""
-        self.state.print(*args, **kwargs)
+    def _prepare_one(self, obj: Any, device_placement: bool | None) -> Any:
+        place = self.device_placement if device_placement is None else device_placement
+        if isinstance(obj, torch.utils.data.DataLoader):
+            return self.prepare_data_loader(obj, device_placement=place)
+        if isinstance(obj, torch.nn.Module):
+            return self.prepare_model(obj, device_placement=place)
+        if isinstance(obj, torch.optim.Optimizer):
+            return self.prepare_optimizer(obj, device_placement=place)
+        if _is_scheduler(obj):
+            return self.prepare_scheduler(obj)
+        return obj
+
+    def prepare_model(
+        self,
+        model: torch.nn.Module,
+        device_placement: bool | None = None,
+        evaluation_mode: bool = False,
+    ) -> torch.nn.Module:
+        """Device placement, autocast forward and DistributedDataParallel for ``model``."""
+        if any(model is m for m in self._models):
+            return model
+        place = self.device_placement if device_placement is None else device_placement
+        ddp_options = self._handler_kwargs(DistributedDataParallelKwargs)
+        if evaluation_mode:
+            prepared = prepare_model(model, self._partial, self.mixed_precision, place, None)
+            prepared = unwrap_model(prepared) if prepared is not model else prepared
+        else:
+            prepared = prepare_model(model, self._partial, self.mixed_precision, place, ddp_options)
+        self._models.append(prepared)
+        return prepared
+
+    def prepare_optimizer(
+        self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
+    ) -> AcceleratedOptimizer:
+        """Wrap ``optimizer`` in an :class:`AcceleratedOptimizer`."""
+        if isinstance(optimizer, AcceleratedOptimizer):
+            return optimizer
+        place = self.device_placement if device_placement is None else device_placement
+        wrapped = AcceleratedOptimizer(optimizer, place, self.scaler, self.device)
+        self._optimizers.append(wrapped)
+        return wrapped
+
+    def prepare_scheduler(self, scheduler: Any) -> AcceleratedScheduler:
+        """Wrap ``scheduler`` in an :class:`AcceleratedScheduler` following the optimizers."""
+        if isinstance(scheduler, AcceleratedScheduler):
+            return scheduler
+        raw = getattr(scheduler, "optimizer", None)
+        followed = [o for o in self._optimizers if o.optimizer is raw] or self._optimizers
+        wrapped = AcceleratedScheduler(
+            scheduler, followed, self.step_scheduler_with_optimizer, self.split_batches
+        )
+        self._schedulers.append(wrapped)
+        return wrapped
+
+    def prepare_data_loader(
+        self, data_loader: torch.utils.data.DataLoader, device_placement: bool | None = None
+    ) -> Any:
+        """Rebuild ``data_loader`` as this process's shard (or a dispatcher)."""
+        if isinstance(data_loader, (loaders.DataLoaderShard, loaders.DataLoaderDispatcher)):
+            return data_loader
+        place = self.device_placement if device_placement is None else device_placement
+        config = self.dataloader_config
+        prepared = loaders.prepare_data_loader(
+            data_loader,
+            device=self.device,
+            num_processes=self.num_processes,
+            process_index=self.process_index,
+            split_batches=config.split_batches,
+            put_on_device=place,
+            rng_types=list(self.rng_types),
+            dispatch_batches=config.dispatch_batches,
+            even_batches=config.even_batches,
+            use_seedable_sampler=config.use_seedable_sampler,
+        )
+        self._dataloaders.append(prepared)
+        return prepared
+
+    def skip_first_batches(self, dataloader: Any, num_batches: int = 0) -> Any:
+        """A loader that starts ``num_batches`` batches into ``dataloader`` (for resuming)."""
+        return loaders.skip_first_batches(dataloader, num_batches)
+
+    def unwrap_model(
+        self, model: torch.nn.Module, keep_fp32_wrapper: bool = True
+    ) -> torch.nn.Module:
+        """The model as it was before :meth:`prepare` (DDP removed)."""
+        return unwrap_model(model, keep_fp32_wrapper)
+
+
+def _is_scheduler(obj: Any) -> bool:
+    return isinstance(obj, (torch.optim.lr_scheduler.LRScheduler, AcceleratedScheduler)) or (
+        hasattr(obj, "step") and hasattr(obj, "get_last_lr") and hasattr(obj, "optimizer")
+    )

@@ -94,10 +94,15 @@ def mixed_precision_seen() -> str:
     return Accelerator().mixed_precision
 
 
-@pytest.mark.parametrize("precision", ["no", "bf16", "fp16"])
+@pytest.mark.parametrize("precision", ["no", "bf16"])
 def test_mixed_precision_reaches_the_workers(precision: str) -> None:
     results = notebook_launcher(mixed_precision_seen, num_processes=2, mixed_precision=precision)
     assert results == [precision, precision]
+
+
+def test_fp16_on_the_cpu_is_refused_before_launch() -> None:
+    with pytest.raises(ValueError, match="fp16.*needs CUDA GPUs.*'bf16'"):
+        notebook_launcher(mixed_precision_seen, num_processes=2, mixed_precision="fp16", cpu=True)
 
 
 def test_launch_line_and_worker_output_reach_the_caller(capsys: pytest.CaptureFixture[str]) -> None:

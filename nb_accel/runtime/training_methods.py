@@ -1,0 +1,141 @@
+"""The Accelerator's training-loop methods: backward, accumulation, clipping, precision."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from .accumulation import GradientAccumulator, no_sync
+from .optimizer import AcceleratedOptimizer
+from .options import AutocastKwargs
+from .precision import autocast_context
+from .scheduler import AcceleratedScheduler
+from .state import AcceleratorState, GradientState, PartialState
+
+__all__ = ["TrainingMethods"]
+
+
+class TrainingMethods:
+    """Mixin of :class:`Accelerator`: what happens inside the training loop."""
+
+    gradient_state: GradientState
+    scaler: Any | None
+    _accumulator: GradientAccumulator
+    _handlers: dict[str, Any]
+    _models: list[torch.nn.Module]
+    _optimizers: list[AcceleratedOptimizer]
+    _schedulers: list[AcceleratedScheduler]
+    _dataloaders: list[Any]
+
+    _partial: PartialState
+    state: AcceleratorState
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Batches per optimizer step."""
+        return int(self.gradient_state.num_steps)
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        self.gradient_state.num_steps = steps
+
+    @property
+    def sync_gradients(self) -> bool:
+        """True on the batches where gradients are synchronised and the optimizer steps."""
+        return bool(self.gradient_state.sync_gradients)
+
+    @sync_gradients.setter
+    def sync_gradients(self, value: bool) -> None:
+        self.gradient_state._set_sync_gradients(value)
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """True when an fp16 optimizer step was skipped because of inf/NaN gradients."""
+        return any(optimizer.step_was_skipped for optimizer in self._optimizers)
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward()``, divided by the accumulation steps and scaled under fp16."""
+        if self.gradient_accumulation_steps > 1:
+            loss = loss / self.gradient_accumulation_steps
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward(**kwargs)
+        else:
+            loss.backward(**kwargs)
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+        """One batch under gradient accumulation: no DDP all-reduce until a synchronising step."""
+        with self._accumulator.accumulate(*models):
+            yield
+
+    @contextlib.contextmanager
+    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
+        """Skip DDP's gradient all-reduce inside the block (gradients accumulate locally)."""
+        with no_sync(model):
+            yield
+
+    def unscale_gradients(self, optimizer: Any | None = None) -> None:
+        """Divide gradients by the fp16 loss scale (done for you by the clipping methods)."""
+        targets = [optimizer] if optimizer is not None else self._optimizers
+        for target in targets:
+            if isinstance(target, AcceleratedOptimizer):
+                target.unscale_gradients()
+
+    def clip_grad_norm_(
+        self, parameters: Any, max_norm: float, norm_type: float = 2
+    ) -> torch.Tensor:
+        """Clip the gradients' norm (after unscaling); returns the total norm before clipping."""
+        self.unscale_gradients()
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        """Clip each gradient value to ``[-clip_value, clip_value]`` (after unscaling)."""
+        self.unscale_gradients()
+        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    def autocast(
+        self, autocast_handler: AutocastKwargs | None = None
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Run the block under this Accelerator's mixed precision (a no-op with ``"no"``)."""
+        options = autocast_handler or self._handlers.get("AutocastKwargs") or AutocastKwargs()
+        return autocast_context(self.state.mixed_precision, self._partial.device, **options.to_kwargs())
+
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Drop the references this Accelerator holds, collect garbage, empty the CUDA cache.
+
+        Returns one ``None`` per object passed, to rebind them:
+        ``model, opt = accelerator.free_memory(model, opt)``.
+        """
+        self._models.clear()
+        self._optimizers.clear()
+        self._schedulers.clear()
+        self._dataloaders.clear()
+        gc.collect()
+        if self._partial.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return [None for _ in objects]
+
+    clear = free_memory
+
+    def log(
+        self,
+        values: dict[str, Any],
+        step: int | None = None,
+        log_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        """Record metrics; without configured trackers this records nothing."""
+
+    def init_trackers(
+        self,
+        project_name: str,
+        config: dict[str, Any] | None = None,
+        init_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        """Start experiment trackers; none are configured, so this does nothing."""
+
+    def end_training(self) -> None:
+        """Finish experiment trackers; none are configured, so this does nothing."""
