@@ -27,6 +27,7 @@ bench: setup
 	$(BIN)/python -m pip install --quiet accelerate $(TORCH_PIN)
 	$(BIN)/python benchmarks/launch.py
 	$(BIN)/python benchmarks/interrupt.py
+	$(BIN)/python benchmarks/loader.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

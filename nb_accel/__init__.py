@@ -1,4 +1,8 @@
-"""nb_accel: launch distributed PyTorch training from a notebook cell."""
+"""nb_accel: launch distributed PyTorch training from a notebook cell.
+
+``notebook_launcher`` runs a function on N worker processes; inside them ``Accelerator`` offers
+Accelerate's documented training-loop API (``prepare``, ``backward``, ``gather_for_metrics``, ...).
+"""
 
 from .errors import (
     CollectiveTimeoutError,
@@ -9,21 +13,51 @@ from .errors import (
     WorkerFailure,
 )
 from .launch import debug_launcher, notebook_launcher
-from .runtime import Accelerator, AcceleratorState, DistributedType, PartialState
+from .runtime.accelerator import Accelerator
+from .runtime.loaders import (
+    DataLoaderDispatcher,
+    DataLoaderShard,
+    prepare_data_loader,
+    skip_first_batches,
+)
+from .runtime.optimizer import AcceleratedOptimizer
+from .runtime.options import (
+    DataLoaderConfiguration,
+    GradientAccumulationPlugin,
+    ProjectConfiguration,
+)
+from .runtime.rng import set_seed
+from .runtime.sampling import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler
+from .runtime.scheduler import AcceleratedScheduler
+from .runtime.state import AcceleratorState, DistributedType, GradientState, PartialState
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "AcceleratedOptimizer",
+    "AcceleratedScheduler",
     "Accelerator",
     "AcceleratorState",
+    "BatchSamplerShard",
     "CollectiveTimeoutError",
+    "DataLoaderConfiguration",
+    "DataLoaderDispatcher",
+    "DataLoaderShard",
     "DistributedType",
+    "GradientAccumulationPlugin",
+    "GradientState",
+    "IterableDatasetShard",
     "LaunchError",
     "NbAccelError",
     "PartialState",
+    "ProjectConfiguration",
+    "SeedableRandomSampler",
     "WorkerDiedError",
     "WorkerError",
     "WorkerFailure",
     "debug_launcher",
     "notebook_launcher",
+    "prepare_data_loader",
+    "set_seed",
+    "skip_first_batches",
 ]

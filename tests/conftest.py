@@ -10,6 +10,8 @@ from collections.abc import Callable, Iterator
 import psutil
 import pytest
 
+from nb_accel.runtime.state import reset_all_states
+
 #: How long a test's leftovers get to finish on their own before they count as leaks.
 SETTLE_S = 10.0
 
@@ -35,6 +37,7 @@ def no_leftovers() -> Iterator[None]:
     children_before = set(_children())
     threads_before = set(threading.enumerate())
     yield
+    reset_all_states()  # Accelerator/PartialState made in this process must not leak
     problems: list[str] = []
     new_children = lambda: [p for pid, p in _children().items() if pid not in children_before]  # noqa: E731
     _settle(lambda: not new_children())

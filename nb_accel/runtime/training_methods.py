@@ -102,7 +102,9 @@ class TrainingMethods:
     ) -> contextlib.AbstractContextManager[Any]:
         """Run the block under this Accelerator's mixed precision (a no-op with ``"no"``)."""
         options = autocast_handler or self._handlers.get("AutocastKwargs") or AutocastKwargs()
-        return autocast_context(self.state.mixed_precision, self._partial.device, **options.to_kwargs())
+        return autocast_context(
+            self.state.mixed_precision, self._partial.device, **options.to_kwargs()
+        )
 
     def free_memory(self, *objects: Any) -> list[None]:
         """Drop the references this Accelerator holds, collect garbage, empty the CUDA cache.

@@ -101,7 +101,7 @@ def test_mixed_precision_reaches_the_workers(precision: str) -> None:
 
 
 def test_fp16_on_the_cpu_is_refused_before_launch() -> None:
-    with pytest.raises(ValueError, match="fp16.*needs CUDA GPUs.*'bf16'"):
+    with pytest.raises(ValueError, match=r"fp16.*needs CUDA GPUs.*'bf16'"):
         notebook_launcher(mixed_precision_seen, num_processes=2, mixed_precision="fp16", cpu=True)
 
 

@@ -1,0 +1,152 @@
+"""Training-step benchmark: a loop through ``nb_accel.Accelerator`` versus the same loop written
+by hand with ``DistributedDataParallel`` (and Accelerate's ``Accelerator`` when installed).
+
+Run from the repository root: ``.venv/bin/python benchmarks/step.py`` (also part of
+``make bench``). Two worker processes (gloo, CPU); every contender trains its own copy of the
+same MLP on the same data; contenders alternate in blocks of steps within one launch, and the
+table gives the median time per step on rank 0 and the ratio to the hand-written loop.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+from collections.abc import Callable, Iterator
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+from torch.utils.data import DataLoader, DistributedSampler, TensorDataset
+
+import nb_accel
+
+BATCH, FEATURES, HIDDEN, CLASSES, SAMPLES = 64, 256, 512, 10, 8192
+TARGET = 1.02
+
+Step = Callable[[], None]
+
+
+def make_model() -> torch.nn.Module:
+    """The MLP every contender trains."""
+    torch.manual_seed(0)
+    return torch.nn.Sequential(
+        torch.nn.Linear(FEATURES, HIDDEN), torch.nn.ReLU(), torch.nn.Linear(HIDDEN, CLASSES)
+    )
+
+
+def make_dataset() -> TensorDataset:
+    """Random features and labels, the same on every rank."""
+    generator = torch.Generator().manual_seed(1)
+    x = torch.randn(SAMPLES, FEATURES, generator=generator)
+    return TensorDataset(x, torch.randint(0, CLASSES, (SAMPLES,), generator=generator))
+
+
+def endless(loader: DataLoader) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+    """Batches forever, epoch after epoch."""
+    epoch = 0
+    while True:
+        if hasattr(loader, "set_epoch"):
+            loader.set_epoch(epoch)
+        elif isinstance(getattr(loader, "sampler", None), DistributedSampler):
+            loader.sampler.set_epoch(epoch)
+        yield from loader
+        epoch += 1
+
+
+def hand_written() -> Step:
+    """DDP + DistributedSampler, the loop a PyTorch user writes by hand."""
+    model = DistributedDataParallel(make_model())
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    dataset = make_dataset()
+    batches = endless(DataLoader(dataset, batch_size=BATCH, sampler=DistributedSampler(dataset)))
+
+    def step() -> None:
+        x, y = next(batches)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
+
+    return step
+
+
+def through(accelerator_class: type) -> Step:
+    """The same loop through an Accelerator class (nb_accel's or Accelerate's)."""
+    accelerator = accelerator_class()
+    model = make_model()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.01)
+    loader = DataLoader(make_dataset(), batch_size=BATCH, shuffle=True)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    batches = endless(loader)
+
+    def step() -> None:
+        x, y = next(batches)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+
+    return step
+
+
+def contenders() -> dict[str, Step]:
+    """Every contender's step function (built inside the worker)."""
+    steps = {
+        "hand-written DDP": hand_written(),
+        "nb_accel.Accelerator": through(nb_accel.Accelerator),
+    }
+    try:
+        import accelerate
+
+        steps[f"accelerate {accelerate.__version__} Accelerator"] = through(accelerate.Accelerator)
+    except Exception as exc:  # noqa: BLE001 - any failure only drops the optional row
+        print(f"Accelerate skipped: {type(exc).__name__}: {exc}")
+    return steps
+
+
+def measure(rounds: int, block: int) -> dict[str, list[float]]:
+    """Per-step seconds per contender, alternating in blocks (runs on every rank)."""
+    steps = contenders()
+    samples: dict[str, list[float]] = {name: [] for name in steps}
+    for _ in range(3):  # warm-up
+        for step in steps.values():
+            step()
+    for index in range(rounds):
+        order = list(steps.items()) if index % 2 == 0 else list(steps.items())[::-1]
+        for name, step in order:
+            dist.barrier()
+            start = time.perf_counter()
+            for _ in range(block):
+                step()
+            dist.barrier()
+            samples[name].append((time.perf_counter() - start) / block)
+    return samples
+
+
+def main() -> None:
+    """Launch on 2 processes and print the table from rank 0's timings."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=12)
+    parser.add_argument("--block", type=int, default=10, help="steps per timed block")
+    args = parser.parse_args()
+    results = nb_accel.notebook_launcher(measure, args=(args.rounds, args.block), num_processes=2)
+    samples = results[0]
+    base = statistics.median(samples["hand-written DDP"])
+    print(
+        f"\nTraining step, MLP {FEATURES}-{HIDDEN}-{CLASSES}, "
+        f"batch {BATCH} per rank, 2 processes (gloo)"
+    )
+    print(f"{'contender':<34}  {'median ms':>9}  {'vs hand-written':>15}")
+    for name, values in samples.items():
+        median = statistics.median(values)
+        print(f"{name:<34}  {median * 1e3:9.2f}  {median / base:14.3f}x")
+    ratio = statistics.median(samples["nb_accel.Accelerator"]) / base
+    print(
+        f"target nb_accel <= {TARGET}x hand-written: {ratio:.3f}x  "
+        + ("PASS" if ratio <= TARGET else "FAIL")
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,328 @@
+"""Collectives on tensor trees across the processes of a launch.
+
+Every function is the identity (``reduce``: a copy) when the launch has a single process, so the
+same code runs with one process or many. Trees are nested lists, tuples and dicts of tensors.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from collections.abc import Sequence
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .state import GradientState, PartialState
+from .tree import concatenate, find_device, has_only_tensors, recursively_apply, send_to_device
+
+__all__ = [
+    "DistributedOperationException",
+    "REDUCTIONS",
+    "gather",
+    "gather_object",
+    "gather_object_among",
+    "reduce",
+    "broadcast",
+    "broadcast_object_list",
+    "pad_across_processes",
+    "gather_for_metrics",
+]
+
+#: Reductions accepted by :func:`reduce` ("none" sums without averaging, as in Accelerate).
+REDUCTIONS = ("mean", "sum", "max", "min", "none")
+
+
+class DistributedOperationException(ValueError):
+    """A collective cannot run as asked: the processes passed incompatible tensors."""
+
+
+def _state() -> PartialState:
+    return PartialState()
+
+
+def _distributed() -> bool:
+    return _state().num_processes > 1 and dist.is_available() and dist.is_initialized()
+
+
+def _leaves(tree: Any, operation: str) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+
+    def collect(tensor: torch.Tensor) -> torch.Tensor:
+        found.append(tensor)
+        return tensor
+
+    collect.__name__ = operation
+    recursively_apply(collect, tree, error_on_other_type=True)
+    return found
+
+
+def _digest(leaves: Sequence[torch.Tensor]) -> int:
+    signature = repr([(tuple(t.shape), str(t.dtype)) for t in leaves]).encode()
+    return int.from_bytes(hashlib.blake2b(signature, digest_size=7).digest(), "little")
+
+
+def _check_same_shapes(leaves: Sequence[torch.Tensor], operation: str) -> None:
+    """Raise the same error on every process when the processes' tensors differ in shape."""
+    first = int(leaves[0].shape[0]) if leaves and leaves[0].dim() > 0 else -1
+    summary = torch.tensor([_digest(leaves), first, len(leaves)], dtype=torch.int64)
+    rows = _all_gather_rows(summary)
+    if len({int(row[0]) for row in rows}) == 1:
+        return
+    firsts = {rank: int(row[1]) for rank, row in enumerate(rows)}
+    if len(set(firsts.values())) > 1:
+        raise DistributedOperationException(
+            f"{operation} needs tensors of the same size on every process, but their first "
+            f"dimensions differ (process: size) {firsts}; call pad_across_processes(...) "
+            "first, or use gather_for_metrics or gather_object"
+        )
+    raise DistributedOperationException(
+        f"{operation} needs the same structure, shapes and dtypes on every process, but they "
+        "differ; call pad_across_processes(...) first, or use gather_object"
+    )
+
+
+def _comm_device() -> torch.device:
+    state = _state()
+    return state.device if state.backend == "nccl" else torch.device("cpu")
+
+
+def _all_gather_rows(tensor: torch.Tensor) -> list[torch.Tensor]:
+    tensor = tensor.to(_comm_device())
+    rows = [torch.empty_like(tensor) for _ in range(_state().num_processes)]
+    dist.all_gather(rows, tensor)
+    return [row.cpu() for row in rows]
+
+
+def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
+    if tensor.dim() == 0:
+        tensor = tensor.clone()[None]
+    tensor = tensor.contiguous()
+    world = _state().num_processes
+    if _state().backend == "nccl":
+        output = torch.empty(
+            (world * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device
+        )
+        dist.all_gather_into_tensor(output, tensor)
+        return output
+    parts = [torch.empty_like(tensor) for _ in range(world)]
+    dist.all_gather(parts, tensor)
+    return torch.cat(parts, dim=0)
+
+
+def gather(tensor: Any) -> Any:
+    """Gather a tree of tensors from every process, concatenated along the first dimension.
+
+    A 0-d tensor becomes one row per process. Every process must pass tensors of the same
+    shapes; otherwise every process raises :class:`DistributedOperationException` (use
+    :func:`pad_across_processes` first). Identity on a single process.
+    """
+    if not _distributed():
+        return tensor
+    _check_same_shapes(_leaves(tensor, "gather"), "gather")
+    return recursively_apply(_gather_one, tensor, error_on_other_type=True)
+
+
+def gather_object(object: Any) -> Any:
+    """Gather any picklable object from every process.
+
+    When every process passes a list or tuple, the result is one flat list of their items in
+    process order (as in Accelerate); otherwise it is the list of the processes' objects.
+    Identity on a single process.
+    """
+    if not _distributed():
+        return object
+    output: list[Any] = [None] * _state().num_processes
+    dist.all_gather_object(output, object)
+    if all(isinstance(item, (list, tuple)) for item in output):
+        return [x for item in output for x in item]
+    return output
+
+
+def gather_object_among(obj: Any, ranks: Sequence[int]) -> list[Any]:
+    """The objects of the processes in ``ranks`` (this one included), in rank order.
+
+    Only those processes take part: the others may be elsewhere (for example past the end of
+    a data loader that gave them fewer batches). Point-to-point messages go through the lowest
+    rank. On a single process, or when ``ranks`` is only this process, ``[obj]``.
+    """
+    members = sorted(set(ranks))
+    me = _state().process_index
+    if me not in members:
+        raise ValueError(f"process {me} is not among the ranks {members} it gathers from")
+    if not _distributed() or members == [me]:
+        return [obj]
+    if len(members) == _state().num_processes:
+        output: list[Any] = [None] * len(members)
+        dist.all_gather_object(output, obj)
+        return output
+    root = members[0]
+    if me != root:
+        dist.send_object_list([obj], dst=root)
+        box: list[Any] = [None]
+        dist.recv_object_list(box, src=root)
+        return list(box[0])
+    collected = [obj]
+    for rank in members[1:]:
+        box = [None]
+        dist.recv_object_list(box, src=rank)
+        collected.append(box[0])
+    for rank in members[1:]:
+        dist.send_object_list([collected], dst=rank)
+    return collected
+
+
+def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
+    """Reduce a tree of tensors across processes; every process gets the result.
+
+    Args:
+        tensor: tensors, possibly nested in lists, tuples and dicts (inputs are not modified).
+        reduction: ``"mean"`` (the default, as in Accelerate), ``"sum"``, ``"max"``, ``"min"``,
+            or ``"none"`` (summed but not averaged, as in Accelerate).
+        scale: multiply the result by this factor.
+
+    Returns:
+        The same tree with reduced copies; on a single process, copies of the inputs.
+    """
+    if reduction not in REDUCTIONS:
+        raise ValueError(f"reduction={reduction!r} is not one of {REDUCTIONS}")
+    op = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(reduction, dist.ReduceOp.SUM)
+    distributed = _distributed()
+    world = _state().num_processes
+
+    def _reduce(one: torch.Tensor) -> torch.Tensor:
+        result = one.clone()
+        if distributed:
+            moved = result.to(_comm_device())
+            dist.all_reduce(moved, op=op)
+            result = moved.to(one.device)
+        if reduction == "mean":
+            result = result / world if world > 1 else result
+        return result * scale if scale != 1.0 else result
+
+    return recursively_apply(_reduce, tensor, error_on_other_type=True)
+
+
+def broadcast(tensor: Any, from_process: int = 0) -> Any:
+    """Send process ``from_process``'s tensors to every process (in place where possible).
+
+    Every process passes tensors of the same shapes and dtypes (their contents are
+    overwritten). Returns the tree. Identity on a single process.
+    """
+    if not _distributed():
+        return tensor
+
+    def _broadcast(one: torch.Tensor) -> torch.Tensor:
+        target = one if one.is_contiguous() else one.contiguous()
+        dist.broadcast(target, src=from_process)
+        return target
+
+    return recursively_apply(_broadcast, tensor, error_on_other_type=True)
+
+
+def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
+    """Replace the items of ``object_list`` in place with process ``from_process``'s items.
+
+    Every process passes a list of the same length. Returns the same list.
+    """
+    if _distributed():
+        dist.broadcast_object_list(object_list, src=from_process)
+    return object_list
+
+
+def _padded(
+    tensor: torch.Tensor, dim: int, size: int, pad_index: Any, pad_first: bool
+) -> torch.Tensor:
+    if size <= tensor.shape[dim]:
+        return tensor
+    shape = list(tensor.shape)
+    old = shape[dim]
+    shape[dim] = size
+    result = tensor.new_full(shape, pad_index)
+    start = size - old if pad_first else 0
+    result.narrow(dim, start, old).copy_(tensor)
+    return result
+
+
+def pad_across_processes(
+    tensor: Any, dim: int = 0, pad_index: Any = 0, pad_first: bool = False
+) -> Any:
+    """Pad every tensor along ``dim`` to the largest size any process has, so it can be gathered.
+
+    Args:
+        tensor: tensors, possibly nested; every process passes the same structure.
+        dim: the dimension to pad (tensors with fewer dimensions are left alone).
+        pad_index: the value of the added entries.
+        pad_first: pad at the start instead of the end.
+    """
+    if not _distributed():
+        return tensor
+    leaves = _leaves(tensor, "pad_across_processes")
+
+    def _size(one: torch.Tensor) -> int:
+        if getattr(one, "is_nested", False):
+            warnings.warn("pad_across_processes leaves nested tensors as they are", stacklevel=3)
+            return -1
+        return int(one.shape[dim]) if dim < one.dim() else -1
+
+    sizes = torch.tensor([_size(one) for one in leaves], dtype=torch.int64)
+    largest = torch.stack(_all_gather_rows(sizes)).amax(dim=0).tolist() if leaves else []
+    targets = iter(largest)
+
+    def _pad(one: torch.Tensor) -> torch.Tensor:
+        size = next(targets)
+        if size < 0 or dim >= one.dim():
+            return one
+        return _padded(one, dim, size, pad_index, pad_first)
+
+    return recursively_apply(_pad, tensor, error_on_other_type=True)
+
+
+def _gather_uneven(data: Any, ranks: Sequence[int], use_objects: bool) -> Any:
+    """Gather among ``ranks`` only, whose data may differ in size; nothing is repeated."""
+    if use_objects:
+        pieces = gather_object_among(data, ranks)
+        if all(isinstance(piece, (list, tuple)) for piece in pieces):
+            return [x for piece in pieces for x in piece]
+        return pieces
+    device = find_device(data)
+    rows = recursively_apply(lambda t: t.detach().cpu().reshape(t.shape or (1,)), data)
+    pieces = gather_object_among(rows, ranks)
+    merged = concatenate(pieces)
+    return merged if device is None else send_to_device(merged, device)
+
+
+def gather_for_metrics(
+    data: Any, gradient_state: GradientState, num_processes: int, use_gather_object: bool = False
+) -> Any:
+    """Gather evaluation results for metrics: exactly the dataset's samples, none repeated.
+
+    Like :func:`gather` (or :func:`gather_object` for data that is not only tensors, or with
+    ``use_gather_object``), then, at the last batch of the active prepared loader, drops the
+    samples it repeated to give every process an equal last batch (using its ``remainder``).
+    With uneven loaders (``even_batches=False``) the processes that hold a batch at this step
+    exchange their data of whatever size, and processes that ran out take no part.
+
+    Args:
+        data: this process's results for the current batch.
+        gradient_state: the shared :class:`GradientState` (knows the active loader).
+        num_processes: processes in the launch (identity when 1).
+        use_gather_object: gather as Python objects even when ``data`` is only tensors.
+    """
+    use_objects = use_gather_object or not has_only_tensors(data)
+    if num_processes <= 1:
+        return data
+    loader = gradient_state.active_dataloader
+    ranks = getattr(loader, "uneven_ranks", None) if loader is not None else None
+    if ranks is not None:
+        return _gather_uneven(data, ranks, use_objects)
+    gathered = gather_object(data) if use_objects else gather(data)
+    if not gradient_state.end_of_dataloader or not getattr(loader, "even_batches", True):
+        return gathered
+    remainder = gradient_state.remainder
+    if remainder <= 0:
+        return gathered
+    if use_objects:
+        return gathered[:remainder] if isinstance(gathered, list) else gathered
+    return recursively_apply(lambda t: t[:remainder], gathered)

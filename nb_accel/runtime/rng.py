@@ -1,0 +1,85 @@
+"""Random number generators: seeding, and making every process draw the same numbers."""
+
+from __future__ import annotations
+
+import enum
+import random
+from collections.abc import Iterable
+
+import torch
+import torch.distributed as dist
+
+from .state import PartialState
+
+__all__ = ["RNGType", "set_seed", "synchronize_rng_state", "synchronize_rng_states"]
+
+
+class RNGType(str, enum.Enum):
+    """A random number generator that :func:`synchronize_rng_states` can synchronise."""
+
+    TORCH = "torch"
+    CUDA = "cuda"
+    XLA = "xla"
+    GENERATOR = "generator"
+
+
+def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
+    """Seed Python's ``random``, NumPy (when installed) and torch (CPU and every CUDA device).
+
+    Args:
+        seed: the seed.
+        device_specific: add the process index to the seed, so each process draws
+            different numbers.
+        deterministic: also ask torch for deterministic algorithms
+            (``torch.use_deterministic_algorithms(True)``).
+    """
+    if device_specific:
+        seed += PartialState().process_index
+    random.seed(seed)
+    try:
+        import numpy as np
+    except ImportError:
+        pass
+    else:
+        np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # also seeds every CUDA device (lazily when CUDA is not up yet)
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
+
+
+def _broadcast_state(state: torch.Tensor) -> torch.Tensor:
+    """Process 0's generator state, on every process."""
+    partial = PartialState()
+    device = partial.device if partial.backend == "nccl" else torch.device("cpu")
+    moved = state.to(device)
+    dist.broadcast(moved, src=0)
+    return moved.cpu()
+
+
+def synchronize_rng_state(
+    rng_type: RNGType | str | None = None, generator: torch.Generator | None = None
+) -> None:
+    """Give this process the state that process 0's generator of kind ``rng_type`` has.
+
+    ``"torch"``: torch's default CPU generator; ``"cuda"``: the current CUDA device's generator
+    (skipped without CUDA); ``"generator"``: ``generator`` (skipped when ``None``); ``"xla"``:
+    not available in this build, skipped. A no-op on a single process.
+    """
+    kind = RNGType(rng_type if rng_type is not None else RNGType.TORCH)
+    partial = PartialState()
+    if partial.num_processes <= 1 or not dist.is_initialized():
+        return
+    if kind == RNGType.TORCH:
+        torch.set_rng_state(_broadcast_state(torch.get_rng_state()))
+    elif kind == RNGType.CUDA and torch.cuda.is_available():
+        torch.cuda.set_rng_state(_broadcast_state(torch.cuda.get_rng_state()))
+    elif kind == RNGType.GENERATOR and generator is not None:
+        generator.set_state(_broadcast_state(generator.get_state()))
+
+
+def synchronize_rng_states(
+    rng_types: Iterable[RNGType | str], generator: torch.Generator | None = None
+) -> None:
+    """Call :func:`synchronize_rng_state` for each of ``rng_types`` (same order everywhere)."""
+    for rng_type in rng_types:
+        synchronize_rng_state(RNGType(rng_type), generator=generator)

@@ -1,0 +1,63 @@
+"""Re-exports of the names Accelerate's documentation places under ``accelerate.utils``.
+
+Replacing ``accelerate`` by ``nb_accel`` in a user's imports is the whole migration.
+"""
+
+from .runtime.ops import (
+    DistributedOperationException,
+    broadcast,
+    broadcast_object_list,
+    gather,
+    gather_object,
+    pad_across_processes,
+    reduce,
+)
+from .runtime.options import (
+    AutocastKwargs,
+    DataLoaderConfiguration,
+    DistributedDataParallelKwargs,
+    GradientAccumulationPlugin,
+    GradScalerKwargs,
+    ProjectConfiguration,
+)
+from .runtime.rng import RNGType, set_seed, synchronize_rng_state, synchronize_rng_states
+from .runtime.state import DistributedType
+from .runtime.tree import (
+    concatenate,
+    find_batch_size,
+    find_device,
+    get_data_structure,
+    initialize_tensors,
+    recursively_apply,
+    send_to_device,
+    slice_tensors,
+)
+
+__all__ = [
+    "AutocastKwargs",
+    "DataLoaderConfiguration",
+    "DistributedDataParallelKwargs",
+    "DistributedOperationException",
+    "DistributedType",
+    "GradScalerKwargs",
+    "GradientAccumulationPlugin",
+    "ProjectConfiguration",
+    "RNGType",
+    "broadcast",
+    "broadcast_object_list",
+    "concatenate",
+    "find_batch_size",
+    "find_device",
+    "gather",
+    "gather_object",
+    "get_data_structure",
+    "initialize_tensors",
+    "pad_across_processes",
+    "recursively_apply",
+    "reduce",
+    "send_to_device",
+    "set_seed",
+    "slice_tensors",
+    "synchronize_rng_state",
+    "synchronize_rng_states",
+]

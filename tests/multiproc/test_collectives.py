@@ -1,0 +1,119 @@
+"""Collectives on real worker groups (gloo, CPU), and their single-process behaviour."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from nb_accel import notebook_launcher
+from nb_accel.runtime.ops import (
+    DistributedOperationException,
+    broadcast,
+    broadcast_object_list,
+    gather,
+    gather_object,
+    gather_object_among,
+    pad_across_processes,
+    reduce,
+)
+
+
+def _error_of(call: Any) -> str:
+    try:
+        call()
+    except DistributedOperationException as exc:
+        return str(exc)
+    return "no error"
+
+
+def collectives_on_two_ranks() -> dict[str, Any]:
+    rank = dist.get_rank()
+    base = torch.arange(3.0) + 10 * rank
+    out: dict[str, Any] = {}
+    out["gather"] = gather(base).tolist()
+    nested = gather({"a": base.long(), "b": (torch.tensor(float(rank)), [base[:1]])})
+    out["gather_nested"] = (
+        nested["a"].tolist(),
+        nested["b"][0].tolist(),
+        nested["b"][1][0].tolist(),
+    )
+    out["gather_mismatch"] = _error_of(lambda: gather(torch.zeros(rank + 1)))
+    out["gather_object_lists"] = gather_object([f"r{rank}a", f"r{rank}b"])
+    out["gather_object_dicts"] = gather_object({"rank": rank})
+    value = torch.tensor([1.0 + rank, 5.0 - rank])
+    out["sum"] = reduce(value, "sum").tolist()
+    out["mean"] = reduce(value).tolist()
+    out["max"] = reduce(value, reduction="max").tolist()
+    out["min"] = reduce({"v": value}, reduction="min")["v"].tolist()
+    out["int_mean"] = reduce(torch.tensor([rank + 2]), "mean").tolist()
+    out["scaled"] = reduce(value, "sum", scale=0.5).tolist()
+    out["input_kept"] = value.tolist() == [1.0 + rank, 5.0 - rank]
+    with pytest.raises(ValueError, match="reduction"):
+        reduce(value, "median")
+    sent = broadcast({"t": torch.full((2,), float(rank))}, from_process=1)
+    out["broadcast"] = sent["t"].tolist()
+    out["broadcast_objects"] = broadcast_object_list([rank, {"from": rank}], from_process=1)
+    ragged = torch.ones(rank + 1, 2) * (rank + 1)
+    padded = pad_across_processes(ragged, pad_index=-1)
+    out["pad"] = padded.tolist()
+    out["pad_first"] = pad_across_processes(ragged, pad_first=True).tolist()
+    out["pad_dim1"] = pad_across_processes(torch.ones(2, rank + 2), dim=1).shape[1]
+    out["pad_then_gather"] = gather(padded).shape[0]
+    return out
+
+
+def test_collectives_on_two_ranks() -> None:
+    results = notebook_launcher(collectives_on_two_ranks, num_processes=2)
+    for rank, out in enumerate(results):
+        assert out["gather"] == [0.0, 1.0, 2.0, 10.0, 11.0, 12.0]
+        assert out["gather_nested"] == ([0, 1, 2, 10, 11, 12], [0.0, 1.0], [0.0, 10.0])
+        assert "pad_across_processes" in out["gather_mismatch"]
+        assert "{0: 1, 1: 2}" in out["gather_mismatch"]
+        assert out["gather_object_lists"] == ["r0a", "r0b", "r1a", "r1b"]
+        assert out["gather_object_dicts"] == [{"rank": 0}, {"rank": 1}]
+        assert out["sum"] == [3.0, 9.0]
+        assert out["mean"] == [1.5, 4.5]
+        assert out["max"] == [2.0, 5.0]
+        assert out["min"] == [1.0, 4.0]
+        assert out["int_mean"] == [2.5]
+        assert out["scaled"] == [1.5, 4.5]
+        assert out["input_kept"]
+        assert out["broadcast"] == [1.0, 1.0]
+        assert out["broadcast_objects"] == [1, {"from": 1}]
+        mine = [[rank + 1.0] * 2] * (rank + 1)
+        assert out["pad"] == mine + [[-1.0, -1.0]] * (1 - rank)
+        assert out["pad_first"] == [[0.0, 0.0]] * (1 - rank) + mine
+        assert out["pad_dim1"] == 3
+        assert out["pad_then_gather"] == 4
+
+
+def gather_among_two_of_three() -> list[Any] | None:
+    rank = dist.get_rank()
+    if rank == 1:
+        return None  # takes no part: must not be needed by the others
+    return gather_object_among({"rank": rank, "t": torch.full((rank + 1,), rank)}, (0, 2))
+
+
+def test_gather_among_some_ranks_leaves_the_others_out() -> None:
+    results = notebook_launcher(gather_among_two_of_three, num_processes=3)
+    assert results[1] is None
+    for result in (results[0], results[2]):
+        assert [item["rank"] for item in result] == [0, 2]
+        assert [item["t"].tolist() for item in result] == [[0], [2, 2, 2]]
+
+
+def test_single_process_is_identity() -> None:
+    tensor = torch.arange(4.0)
+    tree = {"a": tensor, "b": [tensor[:2]]}
+    assert gather(tree) is tree
+    assert gather_object(["x"]) == ["x"]
+    assert broadcast(tree) is tree
+    assert broadcast_object_list([1, 2]) == [1, 2]
+    assert pad_across_processes(tree) is tree
+    reduced = reduce(tensor, "mean")
+    assert torch.equal(reduced, tensor) and reduced is not tensor
+    assert reduce(tensor, "sum", scale=2.0).tolist() == [0.0, 2.0, 4.0, 6.0]
+    assert gather_object_among("me", [0]) == ["me"]
