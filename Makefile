@@ -28,6 +28,7 @@ bench: setup
 	$(BIN)/python benchmarks/launch.py
 	$(BIN)/python benchmarks/interrupt.py
 	$(BIN)/python benchmarks/loader.py
+	$(BIN)/python benchmarks/step.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

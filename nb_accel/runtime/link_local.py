@@ -3,9 +3,10 @@
 When every process runs on one Linux machine on the CPU, process 0 writes each process's piece
 into a ring of shared memory (an anonymous ``memfd``, handed over with ``SCM_RIGHTS``) and sends
 only the header (and the layout when it changed) over a Unix socket in the abstract namespace:
-no files, no ports. A receiving process copies its piece out and acknowledges it, which frees
-the ring slot. Data cross in one copy each way instead of through TCP; see
-:mod:`~nb_accel.runtime.link_gloo` for the portable link.
+no files, no ports; process 0 admits only this launch's processes (checked by pid and uid). A
+receiving process copies its piece out and acknowledges it, which frees the ring slot. Data
+cross in one copy each way instead of through TCP; see :mod:`~nb_accel.runtime.link_gloo` for
+the portable link.
 """
 
 from __future__ import annotations
@@ -17,11 +18,12 @@ import secrets
 import socket
 import struct
 import sys
+import warnings
 from typing import Any
 
 import torch
 
-from .ops import broadcast_object_list
+from .ops import broadcast_object_list, gather_object
 from .state import PartialState
 from .wire import HEADER_BYTES, Header, Prepared, pack_into, unpack
 
@@ -29,6 +31,8 @@ __all__ = [
     "SLOTS",
     "RING_BUDGET",
     "local_link_available",
+    "peer_credentials",
+    "accept_peers",
     "connect_local",
     "LocalSender",
     "LocalReceiver",
@@ -38,7 +42,8 @@ __all__ = [
 SLOTS = 4
 #: Bytes the ring may take before it holds fewer than SLOTS messages (never fewer than 2).
 RING_BUDGET = 256 * 2**20
-_RANK = struct.Struct("<i")
+#: ``struct ucred`` as ``SO_PEERCRED`` returns it: pid, uid, gid.
+_CREDENTIALS = struct.Struct("3i")
 
 
 def local_link_available(state: PartialState) -> bool:
@@ -47,30 +52,64 @@ def local_link_available(state: PartialState) -> bool:
         sys.platform.startswith("linux")
         and hasattr(os, "memfd_create")
         and hasattr(socket, "send_fds")
+        and hasattr(socket, "SO_PEERCRED")
         and state.backend == "gloo"
         and state.device.type == "cpu"
         and state.num_local_processes == state.num_processes
     )
 
 
+def peer_credentials(peer: socket.socket) -> tuple[int, int]:
+    """``(pid, effective uid)`` of the process at the other end of a connected Unix socket."""
+    pid, uid, _ = _CREDENTIALS.unpack(
+        peer.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _CREDENTIALS.size)
+    )
+    return pid, uid
+
+
+def accept_peers(listener: socket.socket, pids: list[int]) -> dict[int, socket.socket]:
+    """Process 0: one connection from each other process, ``{rank: socket}``.
+
+    The abstract socket's name can be read by any local user (``/proc/net/unix``), so a
+    connection is known by its kernel-given credentials: it must come from the pid of one of
+    this launch's processes (``pids[rank]``), running as this user. Others are refused.
+    """
+    expected = {pid: rank for rank, pid in enumerate(pids) if rank != 0}
+    peers: dict[int, socket.socket] = {}
+    while len(peers) < len(expected):
+        peer, _ = listener.accept()
+        pid, uid = peer_credentials(peer)
+        rank = expected.get(pid)
+        if rank is None or rank in peers or uid != os.geteuid():
+            peer.close()
+            warnings.warn(
+                f"the data loader's link refused a connection from pid {pid} (uid {uid}): "
+                "not one of this launch's processes",
+                RuntimeWarning,
+                stacklevel=2,
+            )
+            continue
+        peers[rank] = peer
+    return peers
+
+
 def connect_local(state: PartialState) -> dict[int, socket.socket] | socket.socket:
     """Connect every process to process 0 (collective). Process 0 gets ``{rank: socket}``."""
     if state.process_index != 0:
         name = broadcast_object_list([None])[0]
+        pids = [int(pid) for pid in gather_object([os.getpid()])]
         peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         peer.connect(name)
-        peer.sendall(_RANK.pack(state.process_index))
+        if peer_credentials(peer) != (pids[0], os.geteuid()):
+            peer.close()
+            raise ConnectionError("the data loader's link reached a process other than process 0")
         return peer
     name = f"\0nb_accel-dispatch-{os.getpid()}-{secrets.token_hex(8)}"
     with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as listener:
         listener.bind(name)
         listener.listen(state.num_processes)
         broadcast_object_list([name])
-        peers: dict[int, socket.socket] = {}
-        while len(peers) < state.num_processes - 1:
-            peer, _ = listener.accept()
-            peers[_RANK.unpack(_read(peer, _RANK.size))[0]] = peer
-    return peers
+        return accept_peers(listener, [int(pid) for pid in gather_object([os.getpid()])])
 
 
 def _read(peer: socket.socket, size: int) -> bytes:
@@ -142,18 +181,17 @@ class LocalSender:
             region=self._region,
             ring_bytes=self._slots * len(self.peers) * self._region if fd is not None else 0,
         )
-        for index, (rank, peer) in enumerate(sorted(self.peers.items())):
-            if step is not None and step.specs[rank] is not None:
-                assert self._ring is not None
-                start = (slot * len(self.peers) + index) * self._region
-                pack_into(self._ring[1], step.specs[rank], step.tensors[rank], start)
-            message = header.pack() + layout_bytes
+        message = header.pack() + layout_bytes
+        try:
+            for index, (rank, peer) in enumerate(sorted(self.peers.items())):
+                if step is not None and step.specs[rank] is not None and self._ring is not None:
+                    start = (slot * len(self.peers) + index) * self._region
+                    pack_into(self._ring[1], step.specs[rank], step.tensors[rank], start)
+                sent = socket.send_fds(peer, [message], [fd]) if fd is not None else 0
+                peer.sendall(message[sent:])
+        finally:
             if fd is not None:
-                socket.send_fds(peer, [message], [fd])
-            else:
-                peer.sendall(message)
-        if fd is not None:
-            os.close(fd)  # the mapping (and the receivers' copies of the fd) keep it alive
+                os.close(fd)  # the mapping (and the receivers' copies of the fd) keep it alive
         self._sent += 1
 
     def drain(self) -> None:
@@ -193,6 +231,13 @@ class LocalReceiver:
             self.specs = pickle.loads(_read(self.peer, header.layout_bytes))
         return header
 
+    def _copy_out(self, header: Header) -> torch.Tensor:
+        """This process's region of the ring slot of ``header`` (empty before any ring)."""
+        if self._ring is None:  # every piece so far had zero bytes
+            return torch.empty(0, dtype=torch.uint8)
+        start = (header.slot * self.receivers + self.index) * header.region
+        return self._ring[1][start : start + header.region].clone()
+
     def take(self) -> tuple[Any, int, int]:
         """The next step of this iteration: ``(piece, rows, next_rows)``.
 
@@ -205,10 +250,7 @@ class LocalReceiver:
             spec = self.specs[self.process_index] if self.specs is not None else None
             piece = None
             if header.epoch == self.epoch and header.rows >= 0 and spec is not None:
-                assert self._ring is not None
-                start = (header.slot * self.receivers + self.index) * header.region
-                own = self._ring[1][start : start + header.region].clone()
-                piece = unpack(spec, own, 0)
+                piece = unpack(spec, self._copy_out(header), 0)
             try:
                 self.peer.sendall(b"\x01")  # read: its slot is free again
             except (BrokenPipeError, ConnectionResetError):

@@ -76,7 +76,13 @@ def _split_bounds(rows: int, parts: int, pad: bool) -> list[tuple[int, int]]:
 
 
 def _append_rows(batch: Any, first: Any, count: int) -> Any:
-    """``batch`` with ``count`` more rows taken cyclically from ``first`` (same structure)."""
+    """``batch`` with ``count`` more rows taken cyclically from ``first`` (same structure).
+
+    Only tensors grow: other leaves, and lists that differ in length from ``first``'s (one
+    item per sample, such as a list of strings: not sliced, so not completed), stay as they are.
+    """
+    if isinstance(batch, (list, tuple)) and len(batch) != len(first):
+        return batch
     if isinstance(batch, (list, tuple)):
         items = zip(batch, first, strict=True)
         return honor_type(batch, (_append_rows(b, f, count) for b, f in items))

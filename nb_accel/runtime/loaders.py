@@ -88,8 +88,9 @@ def _shuffling(
         return _with_sampler(batch_sampler, seedable), None
     if sampler is None or not hasattr(sampler, "generator"):
         return batch_sampler, None
-    if sampler.generator is None:  # as Accelerate: a fresh generator, the same on every process
-        sampler.generator = torch.Generator()
+    if sampler.generator is None:  # as Accelerate: a fresh generator seeded from torch's
+        seed = int(torch.empty((), dtype=torch.int64).random_().item())
+        sampler.generator = torch.Generator().manual_seed(_agreed(seed, agree))
     return batch_sampler, sampler.generator
 
 
@@ -192,10 +193,10 @@ class _Source:
 
     def __init__(
         self,
-        loader: DataLoader,
+        loader: DataLoader,  # type: ignore[type-arg]
         agree: bool,
         seedable: bool,
-        data_seed: int | None,  # type: ignore[type-arg]
+        data_seed: int | None,
     ) -> None:
         self.loader = loader
         self.dataset = loader.dataset

@@ -277,7 +277,7 @@ class IterableDatasetShard(IterableDataset):  # type: ignore[type-arg]
         process_index: int = 0,
         split_batches: bool = False,
     ) -> None:
-        if split_batches and batch_size > 1 and batch_size % num_processes:
+        if split_batches and batch_size % num_processes:
             raise ValueError(
                 f"split_batches needs a batch size ({batch_size}) that is a multiple of the "
                 f"number of processes ({num_processes})"
@@ -298,11 +298,7 @@ class IterableDatasetShard(IterableDataset):  # type: ignore[type-arg]
     @property
     def process_batch_size(self) -> int:
         """Samples this process yields per group."""
-        return (
-            max(1, self.batch_size // self.num_processes)
-            if self.split_batches
-            else (self.batch_size)
-        )
+        return self.batch_size // self.num_processes if self.split_batches else self.batch_size
 
     @property
     def total_length(self) -> int:

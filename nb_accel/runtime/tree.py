@@ -85,36 +85,21 @@ def recursively_apply(
     leaves are returned unchanged, or rejected with a ``TypeError`` when
     ``error_on_other_type`` is set.
     """
+
+    def recurse(item: Any) -> Any:
+        return recursively_apply(
+            func,
+            item,
+            *args,
+            test_type=test_type,
+            error_on_other_type=error_on_other_type,
+            **kwargs,
+        )
+
     if isinstance(data, (tuple, list)):
-        return honor_type(
-            data,
-            (
-                recursively_apply(
-                    func,
-                    item,
-                    *args,
-                    test_type=test_type,
-                    error_on_other_type=error_on_other_type,
-                    **kwargs,
-                )
-                for item in data
-            ),
-        )
+        return honor_type(data, (recurse(item) for item in data))
     if isinstance(data, Mapping):
-        return rebuild_mapping(
-            data,
-            {
-                key: recursively_apply(
-                    func,
-                    value,
-                    *args,
-                    test_type=test_type,
-                    error_on_other_type=error_on_other_type,
-                    **kwargs,
-                )
-                for key, value in data.items()
-            },
-        )
+        return rebuild_mapping(data, {key: recurse(value) for key, value in data.items()})
     if test_type(data):
         return func(data, *args, **kwargs)
     if error_on_other_type:

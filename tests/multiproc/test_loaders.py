@@ -7,6 +7,7 @@ import os
 from collections.abc import Iterator
 from typing import Any
 
+import pytest
 import torch
 import torch.distributed as dist
 from torch.utils.data import (
@@ -285,6 +286,14 @@ def _ragged(rows: list[dict[str, Any]]) -> dict[str, Any]:
     }
 
 
+def _named(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"y": torch.tensor([r["y"] for r in rows]), "name": [f"s{r['y']}" for r in rows]}
+
+
+def _no_features(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    return {"x": torch.zeros(len(rows), 0), "y": [r["y"] for r in rows]}
+
+
 def dispatcher_iterations(portable: bool) -> dict[str, Any]:
     if portable:  # force the point-to-point link used across nodes or with NCCL
         from nb_accel.runtime import loader_dispatch
@@ -307,6 +316,19 @@ def dispatcher_iterations(portable: bool) -> dict[str, Any]:
         "again": [b["y"].tolist() for b in loader],
         "ragged": [(b["x"].tolist(), b["name"]) for b in ragged],
         "metrics": _metrics(prepare_data_loader(uneven, dispatch_batches=True, even_batches=False)),
+        "no_features": [  # tensors of zero bytes: nothing to put in the shared memory
+            tuple(b["x"].shape)
+            for b in prepare_data_loader(
+                DataLoader(Rows(8), batch_size=2, collate_fn=_no_features), dispatch_batches=True
+            )
+        ],
+        # The last step (1 sample) is completed from the first batch; the list is not a row.
+        "named_tail": [
+            (b["y"].tolist(), b["name"])
+            for b in prepare_data_loader(
+                DataLoader(Rows(5), batch_size=2, collate_fn=_named), dispatch_batches=True
+            )
+        ],
     }
 
 
@@ -324,6 +346,11 @@ def test_dispatcher_links_resume_after_an_abandoned_iteration() -> None:
                 assert x == [[float(first + i)] * (1 + step % 3) for i in range(3)]
                 # As in Accelerate, slicing cuts tensors only: lists reach every rank whole.
                 assert names == [f"s{6 * step + i}" for i in range(6)]
+            assert out["no_features"] == [(2, 0), (2, 0)]
+            assert out["named_tail"] == [
+                ([2 * rank, 2 * rank + 1], ["s0", "s1", "s2", "s3"]),
+                ([4 if rank == 0 else 0], ["s4"]),
+            ]
         assert ranks[0]["metrics"] == list(range(99))
 
 
@@ -334,3 +361,30 @@ def test_single_process_loader_gathers_nothing_away() -> None:
     assert [t.tolist() for t in seen] == [[0, 1], [2, 3], [4]]
     assert loader.remainder == 1
     assert len(TensorDataset(torch.zeros(1))) == 1
+
+
+class BrokenSample(Exception):
+    """Raised by the dataset on process 0, the only one that loads when dispatching."""
+
+
+class Broken(Rows):
+    def __getitem__(self, i: int) -> dict[str, Any]:
+        if i == 13:
+            raise BrokenSample(f"sample {i} is corrupt")
+        return super().__getitem__(i)
+
+
+def dispatch_broken(portable: bool) -> int:
+    if portable:
+        from nb_accel.runtime import loader_dispatch
+
+        loader_dispatch.local_link_available = lambda state: False  # type: ignore[assignment]
+    loader = prepare_data_loader(DataLoader(Broken(40), batch_size=2), dispatch_batches=True)
+    return sum(len(batch["y"]) for batch in loader)
+
+
+def test_dataset_error_on_process_0_is_what_the_user_sees() -> None:
+    for portable in (False, True):  # the others, waiting for their slice, are torn down
+        with pytest.raises(BrokenSample, match="sample 13 is corrupt") as info:
+            notebook_launcher(dispatch_broken, args=(portable,), num_processes=2)
+        assert any("rank 0 of 2" in note for note in info.value.__notes__)

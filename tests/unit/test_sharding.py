@@ -221,6 +221,13 @@ def test_iterable_shard_lengths(split: bool, drop_last: bool) -> None:
             assert len(shard) == len(list(shard)), (n, bs, procs, r)
 
 
+def test_iterable_shard_split_needs_a_multiple_of_the_process_count() -> None:
+    # A batch of 1 cannot be split in 2: one process would get every sample, the other none.
+    with pytest.raises(ValueError, match="multiple"):
+        IterableDatasetShard(Stream(5), 1, False, 2, 0, split_batches=True)
+    assert list(IterableDatasetShard(Stream(3), 1, False, 1, 0, split_batches=True)) == [0, 1, 2]
+
+
 def test_iterable_shard_passes_the_epoch_on() -> None:
     class Epochs(Stream):
         epoch = -1
@@ -283,6 +290,16 @@ def test_seedable_sampler_epochs_change_and_replay_the_order() -> None:
     other = SeedableRandomSampler(range(50), data_seed=5)
     other.set_epoch(1)
     assert list(other) == epoch1
+
+
+def test_shuffled_order_follows_the_global_seed() -> None:
+    def order(seed: int) -> list[list[int]]:
+        torch.manual_seed(seed)
+        loader = DataLoader(range(20), batch_size=2, shuffle=True)
+        return [b.tolist() for b in prepare_data_loader(loader, num_processes=2, process_index=0)]
+
+    assert order(1) == order(1)
+    assert order(1) != order(2)  # as with a plain DataLoader, the seed sets the order
 
 
 def test_prepared_loader_keeps_the_user_arguments() -> None:
