@@ -26,6 +26,7 @@ from .channel import EventChannel, set_current_channel
 from .relay import RelayStream
 from .spec import WorkerArgs
 from .state import reset_all_states
+from .tree import recursively_apply
 
 __all__ = ["run_worker", "spawn_main", "dumps_value", "is_timeout_error"]
 
@@ -68,21 +69,19 @@ def _forget_inherited_process_group() -> None:
     c10d._world = c10d._World()
 
 
-def _to_cpu(value: Any) -> Any:
-    """Move tensors and modules in ``value`` to the CPU (lists, tuples, dicts, nesting)."""
-    if isinstance(value, torch.Tensor):
-        return value if value.device.type == "cpu" else value.detach().cpu()
+def _leaf_to_cpu(value: Any) -> Any:
     if isinstance(value, torch.nn.parallel.DistributedDataParallel):
-        return _to_cpu(value.module)
+        value = value.module
     if isinstance(value, torch.nn.Module):
         return value.to("cpu")
-    if isinstance(value, dict):
-        return type(value)((k, _to_cpu(v)) for k, v in value.items())
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(_to_cpu(v) for v in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(_to_cpu(v) for v in value)
-    return value
+    return value if value.device.type == "cpu" else value.detach().cpu()
+
+
+def _to_cpu(value: Any) -> Any:
+    """Move tensors and modules in ``value`` to the CPU (lists, tuples, dicts, nesting)."""
+    return recursively_apply(
+        _leaf_to_cpu, value, test_type=lambda x: isinstance(x, (torch.Tensor, torch.nn.Module))
+    )
 
 
 def dumps_value(value: Any) -> bytes:

@@ -9,6 +9,8 @@ from typing import Any
 
 import torch
 
+from .tree import recursively_apply
+
 __all__ = [
     "check_precision_for_device",
     "autocast_context",
@@ -46,17 +48,13 @@ def make_grad_scaler(mixed_precision: str, device: torch.device, **kwargs: Any) 
     return torch.amp.GradScaler(device.type, **kwargs)
 
 
+def _to_fp32(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
+
+
 def convert_outputs_to_fp32(value: Any) -> Any:
     """Cast half-precision floating tensors in ``value`` (nested lists/tuples/dicts) to fp32."""
-    if isinstance(value, torch.Tensor):
-        return value.float() if value.dtype in (torch.float16, torch.bfloat16) else value
-    if isinstance(value, dict):
-        return type(value)((k, convert_outputs_to_fp32(v)) for k, v in value.items())
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(convert_outputs_to_fp32(v) for v in value))
-    if isinstance(value, (list, tuple)):
-        return type(value)(convert_outputs_to_fp32(v) for v in value)
-    return value
+    return recursively_apply(_to_fp32, value)
 
 
 def autocast_forward(

@@ -51,7 +51,27 @@ def _use_cuda(cpu: bool) -> bool:
     return _env.cuda_device_count() > 0
 
 
-class PartialState:
+class _SharedState:
+    """Base of the state classes: every instance of a subclass shares one ``__dict__``."""
+
+    _shared_state: ClassVar[dict[str, Any]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._shared_state = {}
+
+    @classmethod
+    def _reset_state(cls) -> None:
+        """Forget the shared state (done at the start of every worker)."""
+        cls._shared_state.clear()
+
+    @property
+    def initialized(self) -> bool:
+        """True once the state has been built."""
+        return bool(self._shared_state.get("initialized"))
+
+
+class PartialState(_SharedState):
     """The process's place in the launch: index, count, device and distributed type.
 
     Every instance shares one state (create as many as you like). Outside a launch it describes
@@ -62,8 +82,6 @@ class PartialState:
         cpu: force the CPU even when GPUs are present.
         kwargs: accepted for compatibility with Accelerate and ignored.
     """
-
-    _shared_state: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
         self.__dict__ = self._shared_state
@@ -95,16 +113,6 @@ class PartialState:
                 DistributedType.MULTI_GPU if use_cuda else DistributedType.MULTI_CPU
             )
         self._shared_state["initialized"] = True
-
-    @classmethod
-    def _reset_state(cls) -> None:
-        """Forget the shared state (done at the start of every worker)."""
-        cls._shared_state.clear()
-
-    @property
-    def initialized(self) -> bool:
-        """True once the state has been built."""
-        return bool(self._shared_state.get("initialized"))
 
     @property
     def use_distributed(self) -> bool:
@@ -219,7 +227,7 @@ def _wraps(function: F, wrapper: Callable[..., Any]) -> F:
     return functools.wraps(function)(wrapper)  # type: ignore[return-value]
 
 
-class AcceleratorState:
+class AcceleratorState(_SharedState):
     """The :class:`PartialState` plus the training options every instance shares.
 
     Attribute access falls through to the :class:`PartialState` (``device``,
@@ -230,8 +238,6 @@ class AcceleratorState:
         cpu: force the CPU.
         kwargs: accepted for compatibility with Accelerate and ignored.
     """
-
-    _shared_state: ClassVar[dict[str, Any]] = {}
 
     def __init__(
         self, mixed_precision: str | None = None, cpu: bool = False, **kwargs: Any
@@ -256,16 +262,6 @@ class AcceleratorState:
         self.mixed_precision: str = chosen
         self._shared_state["initialized"] = True
 
-    @classmethod
-    def _reset_state(cls) -> None:
-        """Forget the shared state (done at the start of every worker)."""
-        cls._shared_state.clear()
-
-    @property
-    def initialized(self) -> bool:
-        """True once the state has been built."""
-        return bool(self._shared_state.get("initialized"))
-
     def __getattr__(self, name: str) -> Any:
         partial = self.__dict__.get("partial")
         if partial is None:
@@ -273,7 +269,7 @@ class AcceleratorState:
         return getattr(partial, name)
 
 
-class GradientState:
+class GradientState(_SharedState):
     """Shared gradient-synchronisation state: accumulation steps, whether this step syncs, and
     the data loader being iterated (for ``end_of_dataloader`` and ``remainder``).
 
@@ -281,8 +277,6 @@ class GradientState:
         gradient_accumulation_plugin: its ``num_steps``, ``adjust_scheduler`` and
             ``sync_with_dataloader`` are adopted when given.
     """
-
-    _shared_state: ClassVar[dict[str, Any]] = {}
 
     def __init__(self, gradient_accumulation_plugin: Any | None = None) -> None:
         self.__dict__ = self._shared_state
@@ -298,16 +292,6 @@ class GradientState:
             self.num_steps = gradient_accumulation_plugin.num_steps
             self.adjust_scheduler = gradient_accumulation_plugin.adjust_scheduler
             self.sync_with_dataloader = gradient_accumulation_plugin.sync_with_dataloader
-
-    @classmethod
-    def _reset_state(cls) -> None:
-        """Forget the shared state (done at the start of every worker)."""
-        cls._shared_state.clear()
-
-    @property
-    def initialized(self) -> bool:
-        """True once the state has been built."""
-        return bool(self._shared_state.get("initialized"))
 
     @property
     def end_of_dataloader(self) -> bool:
