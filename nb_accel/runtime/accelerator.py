@@ -222,11 +222,9 @@ class Accelerator(ProcessMethods, TrainingMethods):
             return model
         place = self.device_placement if device_placement is None else device_placement
         ddp_options = self._handler_kwargs(DistributedDataParallelKwargs)
-        if evaluation_mode:
-            prepared = prepare_model(model, self._partial, self.mixed_precision, place, None)
-            prepared = unwrap_model(prepared) if prepared is not model else prepared
-        else:
-            prepared = prepare_model(model, self._partial, self.mixed_precision, place, ddp_options)
+        prepared = prepare_model(
+            model, self._partial, self.mixed_precision, place, ddp_options, wrap=not evaluation_mode
+        )
         self._models.append(prepared)
         return prepared
 

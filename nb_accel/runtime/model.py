@@ -19,14 +19,15 @@ def prepare_model(
     mixed_precision: str,
     device_placement: bool,
     ddp_kwargs: dict[str, Any] | None = None,
+    wrap: bool = True,
 ) -> torch.nn.Module:
     """Move ``model`` to the device, run its forward under autocast when mixed precision is on,
-    and wrap it in ``DistributedDataParallel`` when more than one process takes part."""
+    and (``wrap``) put it in ``DistributedDataParallel`` when several processes take part."""
     if device_placement:
         model = model.to(state.device)
     if mixed_precision != "no" and not hasattr(model.forward, "__nb_accel_original_forward__"):
         model.forward = autocast_forward(model.forward, mixed_precision, state.device)  # type: ignore[method-assign]
-    if state.distributed_type in (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU):
+    if wrap and state.distributed_type in (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU):
         if any(p.requires_grad for p in model.parameters()):
             device_ids = [state.local_process_index] if state.device.type == "cuda" else None
             model = DistributedDataParallel(model, device_ids=device_ids, **(ddp_kwargs or {}))

@@ -226,3 +226,21 @@ def test_single_process_outside_a_launch() -> None:
     assert accelerator.gather(torch.ones(2)).tolist() == [1.0, 1.0]
     assert os.environ.get("RANK") is None
     assert not dist.is_initialized()
+
+
+def value_clipping_and_evaluation_mode() -> tuple[float, str, str]:
+    accelerator = Accelerator()
+    model = accelerator.prepare(torch.nn.Linear(2, 1, bias=False))
+    accelerator.backward(model(torch.full((1, 2), 100.0)).sum())
+    accelerator.clip_grad_value_(model.parameters(), clip_value=0.5)
+    largest = model.module.weight.grad.abs().max().item()
+    evaluated = accelerator.prepare_model(torch.nn.Linear(2, 1), evaluation_mode=True)
+    return largest, type(model).__name__, type(evaluated).__name__
+
+
+def test_clip_grad_value_and_evaluation_mode() -> None:
+    for largest, trained, evaluated in notebook_launcher(
+        value_clipping_and_evaluation_mode, num_processes=2
+    ):
+        assert largest == pytest.approx(0.5)
+        assert trained == "DistributedDataParallel" and evaluated == "Linear"
