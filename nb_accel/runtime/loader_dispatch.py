@@ -65,6 +65,11 @@ class _JoinedBatchSampler:
         return batches // self.parts if self.drop_last else math.ceil(batches / self.parts)
 
 
+def _detached(leaf: Any) -> Any:
+    """A tensor leaf copied out of the batch it views; other leaves as they are."""
+    return leaf.clone() if isinstance(leaf, torch.Tensor) else leaf
+
+
 def _split_bounds(rows: int, parts: int, pad: bool) -> list[tuple[int, int]]:
     """Each process's ``[start, stop)`` rows; with ``pad`` all equal (``rows`` rounded up)."""
     if rows % parts == 0 or pad:
@@ -349,7 +354,11 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
                 None if stop <= start else [_cut(leaf, start, stop) for leaf in leaves]
                 for start, stop in bounds
             ]
-            own = unflatten_tree(treedef, cut[0]) if cut[0] is not None else None
+            # Process 0's piece is copied out so its global batch can be freed at once: keeping
+            # views alive holds an extra global batch, which glibc trims and faults back in.
+            own = (
+                None if cut[0] is None else unflatten_tree(treedef, [_detached(c) for c in cut[0]])
+            )
             laid = [layout_leaves(treedef, c) if c is not None else None for c in cut]
             return preparer.prepare(rows, own, laid)
         pieces = [
