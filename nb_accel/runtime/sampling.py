@@ -71,7 +71,26 @@ def _sampler_length(batch_sampler: Any) -> int | None:
         return None
 
 
-class BatchSamplerShard(BatchSampler):
+class _WrappingBatchSampler(BatchSampler):
+    """Base of the batch samplers that wrap another: its batch size, drop_last and sampler."""
+
+    def __init__(self, batch_sampler: Any) -> None:  # no super().__init__: nothing to build
+        self.batch_sampler = batch_sampler
+        self.batch_size: int | None = getattr(batch_sampler, "batch_size", None)  # type: ignore[assignment]
+        self.drop_last: bool = bool(getattr(batch_sampler, "drop_last", False))
+
+    @property
+    def sampler(self) -> Any:  # type: ignore[override]
+        """The sampler of the wrapped batch sampler (``None`` if it has none)."""
+        return getattr(self.batch_sampler, "sampler", None)
+
+    @property
+    def total_length(self) -> int:
+        """Number of batches of the wrapped batch sampler (skipped ones and every process's)."""
+        return len(self.batch_sampler)
+
+
+class BatchSamplerShard(_WrappingBatchSampler):
     """Process ``process_index``'s share of the batches of ``batch_sampler``.
 
     Without ``split_batches`` each process takes whole batches in turn (batch ``i`` goes to
@@ -102,13 +121,11 @@ class BatchSamplerShard(BatchSampler):
             raise ValueError(
                 f"process_index={process_index} must be in [0, num_processes={num_processes})"
             )
-        self.batch_sampler = batch_sampler
+        super().__init__(batch_sampler)
         self.num_processes = num_processes
         self.process_index = process_index
         self.split_batches = split_batches
         self.even_batches = even_batches
-        self.batch_size: int | None = getattr(batch_sampler, "batch_size", None)  # type: ignore[assignment]
-        self.drop_last: bool = bool(getattr(batch_sampler, "drop_last", False))
         if self.batch_size is None and (even_batches or split_batches):
             raise ValueError(
                 "this batch sampler has no batch_size (its batches may vary in size): use "
@@ -120,16 +137,6 @@ class BatchSamplerShard(BatchSampler):
                 f"split_batches needs a batch size ({self.batch_size}) that is a multiple of "
                 f"the number of processes ({num_processes})"
             )
-
-    @property
-    def sampler(self) -> Any:  # type: ignore[override]
-        """The sampler of the wrapped batch sampler (``None`` if it has none)."""
-        return getattr(self.batch_sampler, "sampler", None)
-
-    @property
-    def total_length(self) -> int:
-        """Number of batches of the wrapped batch sampler (all processes together)."""
-        return len(self.batch_sampler)
 
     def __len__(self) -> int:
         total = len(self.batch_sampler)
@@ -339,7 +346,7 @@ class IterableDatasetShard(IterableDataset):  # type: ignore[type-arg]
         yield from group[own]
 
 
-class SkipBatchSampler(BatchSampler):
+class SkipBatchSampler(_WrappingBatchSampler):
     """The batches of ``batch_sampler`` after the first ``skip_batches``.
 
     Args:
@@ -348,20 +355,8 @@ class SkipBatchSampler(BatchSampler):
     """
 
     def __init__(self, batch_sampler: Any, skip_batches: int = 0) -> None:
-        self.batch_sampler = batch_sampler
+        super().__init__(batch_sampler)
         self.skip_batches = skip_batches
-        self.batch_size: int | None = getattr(batch_sampler, "batch_size", None)  # type: ignore[assignment]
-        self.drop_last: bool = bool(getattr(batch_sampler, "drop_last", False))
-
-    @property
-    def sampler(self) -> Any:  # type: ignore[override]
-        """The sampler of the wrapped batch sampler (``None`` if it has none)."""
-        return getattr(self.batch_sampler, "sampler", None)
-
-    @property
-    def total_length(self) -> int:
-        """Number of batches of the wrapped batch sampler, skipped ones included."""
-        return len(self.batch_sampler)
 
     def __iter__(self) -> Iterator[list[int]]:
         return itertools.islice(iter(self.batch_sampler), self.skip_batches, None)
