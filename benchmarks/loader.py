@@ -46,6 +46,26 @@ WORKLOADS: dict[str, tuple[tuple[int, ...], int]] = {
     "images 3x32x32 f32, batch 16": ((3, 32, 32), 16),
 }
 CONTENDERS = ("plain", "shard", "dispatch", "floor")
+ACCELERATE = "accelerate"
+
+
+def _accelerate_dispatcher(loader: DataLoader) -> object | None:  # type: ignore[type-arg]
+    """Accelerate's ``DataLoaderDispatcher`` around ``loader``; None without accelerate."""
+    try:
+        os.environ["ACCELERATE_USE_CPU"] = "1"  # else Accelerate ignores the CPU process group
+        from accelerate.data_loader import prepare_data_loader as accelerate_prepare
+        from accelerate.state import PartialState
+    except ImportError:
+        return None
+    PartialState(cpu=True)
+    return accelerate_prepare(
+        loader,
+        device=torch.device("cpu"),
+        num_processes=WORLD_SIZE,
+        process_index=dist.get_rank(),
+        put_on_device=True,
+        dispatch_batches=True,
+    )
 
 
 def _epoch(loader: Iterable[object], steps: int) -> float:
@@ -57,10 +77,13 @@ def _epoch(loader: Iterable[object], steps: int) -> float:
     return (time.perf_counter() - start) / max(count, 1)
 
 
-def _loaders(shape: tuple[int, ...], batch: int, samples: int) -> dict[str, object]:
+def _loaders(
+    shape: tuple[int, ...], batch: int, samples: int, accelerate: bool
+) -> dict[str, object]:
     torch.manual_seed(0)
     dataset = TensorDataset(torch.randn(samples, *shape), torch.randint(0, 10, (samples,)))
-    return {
+    theirs = _accelerate_dispatcher(DataLoader(dataset, batch_size=batch)) if accelerate else None
+    return ({ACCELERATE: theirs} if theirs is not None else {}) | {
         "plain": DataLoader(dataset, batch_size=batch),
         "shard": prepare_data_loader(DataLoader(dataset, batch_size=batch), dispatch_batches=False),
         "dispatch": prepare_data_loader(
@@ -70,16 +93,17 @@ def _loaders(shape: tuple[int, ...], batch: int, samples: int) -> dict[str, obje
     }
 
 
-def measure(samples: int, rounds: int) -> dict[str, dict[str, list[float]]]:
+def measure(samples: int, rounds: int, accelerate: bool) -> dict[str, dict[str, list[float]]]:
     """Worker: seconds per batch of every contender and workload, one list entry per round."""
     rank = dist.get_rank()
     results: dict[str, dict[str, list[float]]] = {}
     for name, (shape, batch) in WORKLOADS.items():
-        loaders = _loaders(shape, batch, samples)
+        loaders = _loaders(shape, batch, samples, accelerate)
+        contenders = tuple(c for c in (*CONTENDERS, ACCELERATE) if c in loaders)
         steps = samples // (batch * WORLD_SIZE)
-        timings: dict[str, list[float]] = {c: [] for c in CONTENDERS}
+        timings: dict[str, list[float]] = {c: [] for c in contenders}
         for index in range(rounds + 1):  # round 0 warms every loader up
-            order = CONTENDERS if index % 2 == 0 else CONTENDERS[::-1]
+            order = contenders if index % 2 == 0 else contenders[::-1]
             for contender in order:
                 dist.barrier()
                 if contender == "floor" and rank != 0:
@@ -93,10 +117,24 @@ def measure(samples: int, rounds: int) -> dict[str, dict[str, list[float]]]:
     return results
 
 
-def _per_batch_us(ranks: list[dict[str, dict[str, list[float]]]], name: str, who: str) -> float:
+#: Per rank: workload -> contender -> seconds per batch, one entry per round.
+Timings = list[dict[str, dict[str, list[float]]]]
+
+
+def _slower(ranks: Timings, name: str, who: str) -> list[float]:
+    """The slower process's seconds per batch, one entry per round."""
+    return [max(per_rank) for per_rank in zip(*(rank[name][who] for rank in ranks), strict=True)]
+
+
+def _per_batch_us(ranks: Timings, name: str, who: str) -> float:
     """Median over rounds of the slower process's time per batch, in microseconds."""
-    rounds = zip(*(rank[name][who] for rank in ranks), strict=True)
-    return statistics.median(max(per_rank) for per_rank in rounds) * 1e6
+    return statistics.median(_slower(ranks, name, who)) * 1e6
+
+
+def _paired(ranks: Timings, name: str, who: str, base: str) -> float:
+    """Median over rounds of ``who``'s time divided by ``base``'s time in the same round."""
+    pairs = zip(_slower(ranks, name, who), _slower(ranks, name, base), strict=True)
+    return statistics.median(a / b for a, b in pairs)
 
 
 LABELS = {
@@ -104,30 +142,41 @@ LABELS = {
     "shard": "DataLoaderShard",
     "dispatch": "DataLoaderDispatcher",
     "floor": "floor: process 0 loads the global batch",
+    ACCELERATE: "Accelerate's DataLoaderDispatcher",
 }
 
 
 def report(ranks: list[dict[str, dict[str, list[float]]]], print_: Callable[..., None]) -> None:
     """Print one table per workload, with the ratios and the dispatcher target."""
     for name in WORKLOADS:
-        costs = {who: _per_batch_us(ranks, name, who) for who in CONTENDERS}
+        present = [who for who in (*CONTENDERS, ACCELERATE) if who in ranks[0][name]]
+        costs = {who: _per_batch_us(ranks, name, who) for who in present}
         print_(f"{name}")
-        for who in CONTENDERS:
+        for who in present:
             ratio = costs[who] / costs["plain"]
             print_(f"  {LABELS[who]:<42} {costs[who]:9.1f} us  {ratio:6.2f}x")
-        shard_ratio = costs["dispatch"] / costs["shard"]
+        shard_ratio = _paired(ranks, name, "dispatch", "shard")
         verdict = "PASS" if shard_ratio <= DISPATCH_TARGET else "MISS"
         print_(
-            f"  dispatcher / shard {shard_ratio:.2f}x (target <= {DISPATCH_TARGET}x: {verdict}); "
-            f"dispatcher / floor {costs['dispatch'] / costs['floor']:.2f}x\n"
+            f"  paired per round: dispatcher / shard {shard_ratio:.2f}x "
+            f"(target <= {DISPATCH_TARGET}x: {verdict}); "
+            f"floor / shard {_paired(ranks, name, 'floor', 'shard'):.2f}x; "
+            f"dispatcher / floor {_paired(ranks, name, 'dispatch', 'floor'):.2f}x"
         )
+        if ACCELERATE in costs:
+            faster = 1 / _paired(ranks, name, "dispatch", ACCELERATE)
+            print_(f"  nb_accel's dispatcher is {faster:.1f}x faster than Accelerate's")
+        print_("")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=16384, help="dataset size")
-    parser.add_argument("--rounds", type=int, default=7, help="timed epochs per contender")
+    parser.add_argument("--rounds", type=int, default=9, help="timed epochs per contender")
+    parser.add_argument(
+        "--no-accelerate", action="store_true", help="leave out Accelerate's dispatcher"
+    )
     return parser.parse_args(argv)
 
 
@@ -145,7 +194,7 @@ def main(argv: list[str] | None = None) -> None:
         "slower process\n"
     )
     ranks = nb_accel.notebook_launcher(
-        measure, args=(args.samples, args.rounds), num_processes=WORLD_SIZE
+        measure, args=(args.samples, args.rounds, not args.no_accelerate), num_processes=WORLD_SIZE
     )
     report(ranks, print)
 

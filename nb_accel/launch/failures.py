@@ -17,7 +17,7 @@ from ..errors import (
 
 __all__ = ["failure_from_event", "died_failure", "build_exception"]
 
-_CONSEQUENCE_MARKERS = ("connection closed by peer", "connection reset", "broken pipe")
+_CONSEQUENCE_MARKERS = ("connection closed by peer", "connection reset", "broken pipe", "went away")
 
 
 def failure_from_event(event: Failure) -> tuple[WorkerFailure, bool]:

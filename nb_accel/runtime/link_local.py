@@ -25,7 +25,7 @@ import torch
 
 from .ops import broadcast_object_list, gather_object
 from .state import PartialState
-from .wire import HEADER_BYTES, Header, Prepared, pack_into, unpack
+from .wire import HEADER_BYTES, Header, Prepared, pack_into, spec_bytes, unpack
 
 __all__ = [
     "SLOTS",
@@ -42,6 +42,10 @@ __all__ = [
 SLOTS = 4
 #: Bytes the ring may take before it holds fewer than SLOTS messages (never fewer than 2).
 RING_BUDGET = 256 * 2**20
+_GONE = (
+    "process 0 of the dispatched data loader went away (it stopped iterating or exited); "
+    "every process must iterate a dispatched loader the same number of times"
+)
 #: ``struct ucred`` as ``SO_PEERCRED`` returns it: pid, uid, gid.
 _CREDENTIALS = struct.Struct("3i")
 
@@ -117,7 +121,7 @@ def _read(peer: socket.socket, size: int) -> bytes:
     while len(chunks) < size:
         chunk = peer.recv(size - len(chunks))
         if not chunk:
-            raise ConnectionError("process 0 of the data loader went away")
+            raise ConnectionError(_GONE)
         chunks += chunk
     return chunks
 
@@ -220,9 +224,12 @@ class LocalReceiver:
         self.epoch += 1
 
     def _header(self) -> Header:
-        data, fds, _, _ = socket.recv_fds(self.peer, HEADER_BYTES, 1)
+        try:
+            data, fds, _, _ = socket.recv_fds(self.peer, HEADER_BYTES, 1)
+        except ConnectionResetError:
+            data, fds = b"", []
         if not data:
-            raise ConnectionError("process 0 of the data loader went away")
+            raise ConnectionError(_GONE)
         header = Header.unpack(data + _read(self.peer, HEADER_BYTES - len(data)))
         if fds:
             self._ring = _map(fds[0], header.ring_bytes)
@@ -231,12 +238,13 @@ class LocalReceiver:
             self.specs = pickle.loads(_read(self.peer, header.layout_bytes))
         return header
 
-    def _copy_out(self, header: Header) -> torch.Tensor:
-        """This process's region of the ring slot of ``header`` (empty before any ring)."""
+    def _copy_out(self, header: Header, spec: Any) -> torch.Tensor:
+        """This process's piece of the ring slot of ``header``, copied out (only the bytes
+        its layout ``spec`` uses; empty before any ring)."""
         if self._ring is None:  # every piece so far had zero bytes
             return torch.empty(0, dtype=torch.uint8)
         start = (header.slot * self.receivers + self.index) * header.region
-        return self._ring[1][start : start + header.region].clone()
+        return self._ring[1][start : start + spec_bytes(spec)].clone()
 
     def take(self) -> tuple[Any, int, int]:
         """The next step of this iteration: ``(piece, rows, next_rows)``.
@@ -250,7 +258,7 @@ class LocalReceiver:
             spec = self.specs[self.process_index] if self.specs is not None else None
             piece = None
             if header.epoch == self.epoch and header.rows >= 0 and spec is not None:
-                piece = unpack(spec, self._copy_out(header), 0)
+                piece = unpack(spec, self._copy_out(header, spec), 0)
             try:
                 self.peer.sendall(b"\x01")  # read: its slot is free again
             except (BrokenPipeError, ConnectionResetError):

@@ -11,10 +11,10 @@ transfer overlaps the loading of the next batch (and, on the slower link, the tr
 from __future__ import annotations
 
 import itertools
-import math
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping
+from functools import partial
 from typing import Any
 
 import torch
@@ -22,7 +22,9 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from .link_gloo import GlooReceiver, GlooSender
 from .link_local import LocalReceiver, LocalSender, connect_local, local_link_available
+from .loader_pieces import pieces_supported, prepared_steps
 from .loader_shard import DataLoaderStateMixin, _set_epoch_on
+from .sampling import JoinedBatchSampler
 from .state import GradientState, PartialState
 from .tree import (
     find_batch_size,
@@ -42,27 +44,6 @@ __all__ = ["DataLoaderDispatcher"]
 _END = object()
 #: One step: this process's slice (None: it has none), rows in the global batch, rows next.
 Step = tuple[Any, int, int]
-
-
-class _JoinedBatchSampler:
-    """Index lists of ``parts`` consecutive batches of ``base`` joined into one."""
-
-    def __init__(self, base: Any, parts: int, drop_last: bool) -> None:
-        self.base = base
-        self.parts = parts
-        self.drop_last = drop_last
-
-    def __iter__(self) -> Iterator[list[Any]]:
-        iterator = iter(self.base)
-        while True:
-            group = list(itertools.islice(iterator, self.parts))
-            if not group or (len(group) < self.parts and self.drop_last):
-                return
-            yield [index for batch in group for index in batch]
-
-    def __len__(self) -> int:
-        batches = len(self.base)
-        return batches // self.parts if self.drop_last else math.ceil(batches / self.parts)
 
 
 def _detached(leaf: Any) -> Any:
@@ -154,7 +135,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
         self.state = PartialState()
         self.gradient_state = GradientState()
         self.iteration = 0
-        self._joined: _JoinedBatchSampler | None = None
+        self._joined: JoinedBatchSampler | None = None
         self._link_end: Any = None
         self._check_batch_size()
         self.reset()
@@ -189,7 +170,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
             return base
         joined = getattr(self, "_joined", None)
         if joined is None or joined.base is not base:
-            joined = self._joined = _JoinedBatchSampler(base, parts, self._drop_last)
+            joined = self._joined = JoinedBatchSampler(base, parts, self._drop_last)
         return joined
 
     @property
@@ -306,19 +287,14 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
         ``k`` is handed out; otherwise step ``k`` goes out when it is handed out, which keeps
         one batch fewer in memory.
         """
-        source = self._global_batches()
         sender, preparer = self._link(), Preparer()
+        source = self._prepared_steps(preparer)
         ahead = 2 if sender.sends_ahead else 1
         queue: deque[Prepared] = deque()
-        first: Any = None
 
         def top_up() -> None:
-            nonlocal first
-            while len(queue) < ahead and (batch := next(source, _END)) is not _END:
-                if first is None and self.even_batches:
-                    first = _head_rows(batch, self.state.num_processes)
-                rows = find_batch_size(batch)
-                queue.append(self._prepare(preparer, batch, rows, first))
+            while len(queue) < ahead and (step := next(source, None)) is not None:
+                queue.append(step)
 
         def send(step: Prepared | None, upcoming: int) -> None:
             sender.send(step, queue[upcoming] if len(queue) > upcoming else None)
@@ -341,8 +317,31 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
         finally:
             sender.drain()
 
-    def _prepare(self, preparer: Preparer, batch: Any, rows: int, first: Any) -> Prepared:
-        """Cut ``batch`` into every process's piece and lay the pieces out."""
+    def _prepared_steps(self, preparer: Preparer) -> Iterator[Prepared]:
+        """Process 0: every step of this iteration, loaded, cut and laid out."""
+        parts = self.state.num_processes
+        size = self._batch_size()
+        full = (size if self.split_batches else size * parts) if size is not None else 0
+        if (
+            full
+            and full % parts == 0
+            and self.slice_fn is _slice_tensors
+            and pieces_supported(self)
+        ):
+            head = partial(_head_rows, count=parts) if self.even_batches else None
+            bounds = _split_bounds(full, parts, False)
+            cut = self._cut_global
+            yield from prepared_steps(self, preparer, bounds, self.skip_batches, head, cut)
+            return
+        first: Any = None
+        for batch in self._global_batches():
+            if first is None and self.even_batches:
+                first = _head_rows(batch, parts)
+            yield self._cut_global(preparer, batch, first)
+
+    def _cut_global(self, preparer: Preparer, batch: Any, first: Any) -> Prepared:
+        """Cut a global ``batch`` into every process's piece and lay the pieces out."""
+        rows = find_batch_size(batch)
         parts = self.state.num_processes
         if self.even_batches and rows % parts:
             missing = parts * -(-rows // parts) - rows

@@ -19,6 +19,7 @@ __all__ = [
     "BatchSamplerShard",
     "IterableDatasetShard",
     "SkipBatchSampler",
+    "JoinedBatchSampler",
 ]
 
 
@@ -363,3 +364,25 @@ class SkipBatchSampler(_WrappingBatchSampler):
 
     def __len__(self) -> int:
         return max(0, len(self.batch_sampler) - self.skip_batches)
+
+
+class JoinedBatchSampler:
+    """Index lists of ``parts`` consecutive batches of ``base`` joined into one (a dispatcher's
+    step); with ``drop_last`` a step of fewer than ``parts`` batches is dropped."""
+
+    def __init__(self, base: Any, parts: int, drop_last: bool) -> None:
+        self.base = base
+        self.parts = parts
+        self.drop_last = drop_last
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        iterator = iter(self.base)
+        while True:
+            group = list(itertools.islice(iterator, self.parts))
+            if not group or (len(group) < self.parts and self.drop_last):
+                return
+            yield [index for batch in group for index in batch]
+
+    def __len__(self) -> int:
+        batches = len(self.base)
+        return batches // self.parts if self.drop_last else math.ceil(batches / self.parts)

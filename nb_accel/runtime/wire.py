@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import pickle
 import struct
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 import torch
 
@@ -23,6 +24,7 @@ __all__ = [
     "Header",
     "Slot",
     "Opaque",
+    "Deferred",
     "Prepared",
     "Preparer",
     "aligned",
@@ -30,6 +32,7 @@ __all__ = [
     "layout",
     "layout_leaves",
     "pack_into",
+    "spec_bytes",
     "unpack",
 ]
 
@@ -108,14 +111,21 @@ def aligned(size: int) -> int:
     return -(-size // _ALIGN) * _ALIGN
 
 
+class Deferred(Protocol):
+    """A tensor of a piece that is not built yet: it is written straight into the message."""
+
+    def write_into(self, out: torch.Tensor) -> None:
+        """Write the tensor into ``out`` (its shape and dtype, possibly on another device)."""
+
+
 #: One process's piece laid out: (layout, tensors to pack, bytes they take).
-Laid = tuple[Any, list[torch.Tensor], int]
+Laid = tuple[Any, list[torch.Tensor | Deferred], int]
 
 
 def layout_leaves(treedef: TreeDef, leaves: list[Any]) -> Laid:
     """Lay out a flattened tree (see :func:`~nb_accel.runtime.tree.flatten_tree`)."""
     specs: list[Any] = []
-    tensors: list[torch.Tensor] = []
+    tensors: list[torch.Tensor | Deferred] = []
     cursor = 0
     for leaf in leaves:
         if isinstance(leaf, torch.Tensor) and _packable(leaf):
@@ -134,15 +144,27 @@ def layout(tree: Any) -> Laid:
     return layout_leaves(treedef, leaves)
 
 
-def pack_into(buffer: torch.Tensor, spec: Any, tensors: list[torch.Tensor], start: int) -> None:
-    """Copy ``tensors`` (from :func:`layout`) into a 1-d uint8 ``buffer`` from byte ``start``."""
+def pack_into(
+    buffer: torch.Tensor, spec: Any, tensors: list[torch.Tensor | Deferred], start: int
+) -> None:
+    """Copy ``tensors`` (from :func:`layout`) into a 1-d uint8 ``buffer`` from byte ``start``;
+    a :class:`Deferred` one writes itself there."""
     slots = [leaf for leaf in spec[1] if isinstance(leaf, Slot)]
     for slot, tensor in zip(slots, tensors, strict=True):
         begin = start + slot.offset
+        if not isinstance(tensor, torch.Tensor):
+            target = buffer[begin : begin + slot.nbytes].view(slot.dtype).view(slot.shape)
+            tensor.write_into(target)
+            continue
         flat = tensor.detach().reshape(-1)
         if flat.device != buffer.device:
             flat = flat.to(buffer.device)
         buffer[begin : begin + slot.nbytes].copy_(flat.view(torch.uint8))
+
+
+def spec_bytes(spec: Any) -> int:
+    """Bytes the packed tensors of a layout take (where its last tensor ends)."""
+    return max((leaf.offset + leaf.nbytes for leaf in spec[1] if isinstance(leaf, Slot)), default=0)
 
 
 def unpack(spec: Any, buffer: torch.Tensor, start: int) -> Any:
@@ -167,7 +189,7 @@ class Prepared:
     rows: int
     own: Any
     specs: list[Any]
-    tensors: list[list[torch.Tensor]]
+    tensors: list[list[torch.Tensor | Deferred]]
     layout_bytes: bytes
     data_size: int
 
@@ -183,7 +205,7 @@ class Preparer:
     def __init__(self) -> None:
         self._last_specs: list[Any] | None = None
 
-    def prepare(self, rows: int, own: Any, laid: list[Laid | None]) -> Prepared:
+    def prepare(self, rows: int, own: Any, laid: Sequence[Laid | None]) -> Prepared:
         """A step of ``rows`` global rows: ``own`` is process 0's piece, ``laid`` every
         process's laid-out piece (``None`` where a process gets nothing)."""
         specs = [item[0] if item is not None else None for item in laid]
