@@ -20,6 +20,7 @@ from .runtime.loaders import (
     prepare_data_loader,
     skip_first_batches,
 )
+from .runtime.model_io import load_checkpoint_in_model
 from .runtime.optimizer import AcceleratedOptimizer
 from .runtime.options import (
     DataLoaderConfiguration,
@@ -56,6 +57,7 @@ __all__ = [
     "WorkerError",
     "WorkerFailure",
     "debug_launcher",
+    "load_checkpoint_in_model",
     "notebook_launcher",
     "prepare_data_loader",
     "set_seed",

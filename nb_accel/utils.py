@@ -3,6 +3,7 @@
 Replacing ``accelerate`` by ``nb_accel`` in a user's imports is the whole migration.
 """
 
+from .runtime.model_io import load_checkpoint_in_model
 from .runtime.ops import (
     DistributedOperationException,
     broadcast,
@@ -51,6 +52,7 @@ __all__ = [
     "gather",
     "gather_object",
     "get_data_structure",
+    "load_checkpoint_in_model",
     "initialize_tensors",
     "pad_across_processes",
     "recursively_apply",

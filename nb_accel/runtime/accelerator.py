@@ -15,6 +15,7 @@ import torch
 
 from . import loaders
 from .accumulation import GradientAccumulator
+from .checkpoint_methods import CheckpointMethods
 from .model import prepare_model, unwrap_model
 from .optimizer import AcceleratedOptimizer
 from .options import (
@@ -58,7 +59,7 @@ def _accumulation(
     return plugin or GradientAccumulationPlugin(num_steps=steps)
 
 
-class Accelerator(ProcessMethods, TrainingMethods):
+class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods):
     """Everything a training loop needs to run on one or many processes, unchanged.
 
     Args:
@@ -131,6 +132,7 @@ class Accelerator(ProcessMethods, TrainingMethods):
         self._optimizers: list[AcceleratedOptimizer] = []
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[Any] = []
+        self._custom_objects: list[Any] = []
 
     @staticmethod
     def _reject_unsupported(kwargs: dict[str, Any]) -> None:

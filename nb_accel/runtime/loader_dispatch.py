@@ -23,6 +23,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 from .link_gloo import GlooReceiver, GlooSender
 from .link_local import LocalReceiver, LocalSender, connect_local, local_link_available
 from .loader_pieces import pieces_supported, prepared_steps
+from .loader_resume import close_iteration, open_iteration
 from .loader_shard import DataLoaderStateMixin, _set_epoch_on
 from .sampling import JoinedBatchSampler
 from .state import GradientState, PartialState
@@ -216,21 +217,31 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
         _set_epoch_on(self, epoch)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        replay = open_iteration(self)
         self.begin()
         self.set_epoch(self.iteration)
         if self.state.num_processes == 1:
             steps = self._local_steps()
         else:
             steps = self._serve() if self.state.process_index == 0 else self._receive()
+        completed = False
         try:
             for piece, rows, next_rows in steps:
+                if replay is not None:
+                    replay.finish()  # the epoch's start is replayed: shuffled as it was
                 if piece is None:
                     continue
                 self._update_state(rows, next_rows)
+                self._batches_seen += 1
                 yield send_to_device(piece, self.state.device, non_blocking=self._non_blocking)
+            completed = True
         finally:
+            if replay is not None:
+                replay.finish()
             self.end()
-        self.iteration += 1
+            if completed:
+                self.iteration += 1
+            close_iteration(self, completed)
 
     def _has_rows(self, rows: int) -> bool:
         if rows <= 0:

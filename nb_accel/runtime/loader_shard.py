@@ -13,6 +13,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader
 
+from .loader_resume import Replay, close_iteration, open_iteration
 from .rng import RNGType, synchronize_rng_states
 from .sampling import BatchSamplerShard, IterableDatasetShard, SkipBatchSampler
 from .state import GradientState
@@ -51,6 +52,9 @@ class DataLoaderStateMixin:
     uneven_ranks: tuple[int, ...] | None = None
     gradient_state: GradientState
     _drop_last: bool
+    _in_epoch: bool = False  # between the start and the end of an iteration
+    _batches_seen: int = 0  # batches yielded in the current (or last) iteration
+    _epoch_start: dict[str, Any] | None = None  # generator states at the iteration's start
 
     def reset(self) -> None:
         """Clear the state of the previous iteration."""
@@ -178,20 +182,29 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):  # type: ignore[type-ar
         return max(0, super().__len__() - self.skip_batches)
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        replay = open_iteration(self)
         if self.rng_types:
             synchronize_rng_states(self.rng_types, self.synchronized_generator)
         self.begin()
         self.set_epoch(self.iteration)
+        completed = False
         try:
-            yield from self._batches()
+            yield from self._batches(replay)
+            completed = True
         finally:
+            if replay is not None:
+                replay.finish()
             self.end()
-        self.iteration += 1
+            if completed:
+                self.iteration += 1
+            close_iteration(self, completed)
 
-    def _batches(self) -> Iterator[Any]:
+    def _batches(self, replay: Replay | None) -> Iterator[Any]:
         shard, offset = shard_sampler_of(self._batch_sampler())
         iterator = super().__iter__()
         current = next(iterator, _END)
+        if replay is not None:
+            replay.finish()  # the epoch's start is replayed: shuffled as it was
         index = 0
         while current is not _END:
             if self.device is not None:
@@ -200,6 +213,7 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):  # type: ignore[type-ar
             self.end_of_dataloader = upcoming is _END
             self.uneven_ranks = shard.uneven_ranks_at(index + offset) if shard else None
             if index >= self.skip_batches:
+                self._batches_seen += 1
                 yield current
             index += 1
             current = upcoming

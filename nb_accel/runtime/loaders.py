@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
 from .loader_dispatch import DataLoaderDispatcher
+from .loader_resume import inherit_position
 from .loader_shard import DataLoaderShard, SkipDataLoader
 from .ops import broadcast_object_list
 from .rng import RNGType
@@ -260,7 +261,9 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     """A new loader that yields ``dataloader``'s batches from batch ``num_batches`` on.
 
     Skipped batches are not loaded (their indices are skipped), except for iterable datasets.
-    Works on plain, sharded and dispatching loaders; they keep their type and settings.
+    Works on plain, sharded and dispatching loaders; they keep their type and settings. A
+    prepared loader's epoch count, and an interrupted epoch that ``load_state`` restored, carry
+    over to the new loader, which hands its epoch count back when its iteration completes.
     """
     dataset = dataloader.dataset
     if isinstance(dataloader, DataLoaderDispatcher):
@@ -268,7 +271,7 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
         kwargs = _skipping(dataloader, num_batches * per_step)
         if "skip_batches" in kwargs:
             kwargs["skip_batches"] = num_batches + dataloader.skip_batches
-        return DataLoaderDispatcher(
+        dispatcher = DataLoaderDispatcher(
             dataset,
             split_batches=dataloader.split_batches,
             _drop_last=dataloader._drop_last,
@@ -277,11 +280,13 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
             even_batches=dataloader.even_batches,
             **kwargs,
         )
+        inherit_position(dispatcher, dataloader)
+        return dispatcher
     kwargs = _skipping(dataloader, num_batches)
     if isinstance(dataloader, DataLoaderShard):
         if "skip_batches" in kwargs:
             kwargs["skip_batches"] = num_batches + dataloader.skip_batches
-        return DataLoaderShard(
+        shard = DataLoaderShard(
             dataset,
             device=dataloader.device,
             rng_types=dataloader.rng_types,
@@ -290,6 +295,8 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
             _non_blocking=dataloader._non_blocking,
             **kwargs,
         )
+        inherit_position(shard, dataloader)
+        return shard
     if "skip_batches" in kwargs:
         return SkipDataLoader(dataset, **kwargs)
     return DataLoader(dataset, **kwargs)

@@ -4,14 +4,23 @@ from __future__ import annotations
 
 import enum
 import random
+import sys
 from collections.abc import Iterable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 
 from .state import PartialState
 
-__all__ = ["RNGType", "set_seed", "synchronize_rng_state", "synchronize_rng_states"]
+__all__ = [
+    "RNGType",
+    "capture_rng_states",
+    "restore_rng_states",
+    "set_seed",
+    "synchronize_rng_state",
+    "synchronize_rng_states",
+]
 
 
 class RNGType(str, enum.Enum):
@@ -83,3 +92,62 @@ def synchronize_rng_states(
     """Call :func:`synchronize_rng_state` for each of ``rng_types`` (same order everywhere)."""
     for rng_type in rng_types:
         synchronize_rng_state(RNGType(rng_type), generator=generator)
+
+
+def capture_rng_states() -> dict[str, Any]:
+    """This process's global random number generators' states, as plain data and tensors.
+
+    Python's ``random``, NumPy's global generator (when NumPy has been imported), torch's CPU
+    generator and, when CUDA is already initialised, every CUDA device's generator. The result
+    holds only numbers, strings and tensors, so it loads back with ``weights_only=True``.
+    """
+    version, internal, gauss = random.getstate()
+    states: dict[str, Any] = {
+        "python": {"version": version, "state": torch.tensor(internal), "gauss": gauss},
+        "torch": torch.get_rng_state(),
+        "numpy": None,
+        "cuda": None,
+    }
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        kind, keys, pos, has_gauss, cached = numpy.random.get_state()
+        states["numpy"] = {
+            "kind": str(kind),
+            "keys": torch.from_numpy(keys.astype("int64")),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_rng_states(states: dict[str, Any]) -> None:
+    """Give this process's global generators the states :func:`capture_rng_states` returned."""
+    python = states["python"]
+    internal = tuple(int(value) for value in python["state"].tolist())
+    random.setstate((python["version"], internal, python["gauss"]))
+    torch.set_rng_state(states["torch"])
+    numpy_state = states.get("numpy")
+    if numpy_state is not None:
+        import numpy
+
+        keys = numpy_state["keys"].numpy().astype(numpy.uint32)
+        numpy.random.set_state(
+            (
+                numpy_state["kind"],
+                keys,
+                numpy_state["pos"],
+                numpy_state["has_gauss"],
+                numpy_state["cached_gaussian"],
+            )
+        )
+    cuda = states.get("cuda")
+    if cuda is not None and torch.cuda.is_available():
+        if len(cuda) != torch.cuda.device_count():
+            raise ValueError(
+                f"the saved random states cover {len(cuda)} CUDA devices; this process sees "
+                f"{torch.cuda.device_count()}"
+            )
+        torch.cuda.set_rng_state_all(cuda)

@@ -1,0 +1,257 @@
+"""The Accelerator's checkpoint methods: save_state, load_state, save_model, save."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from .accumulation import GradientAccumulator
+from .checkpoint import (
+    CheckpointContents,
+    load_process_file,
+    load_shared_files,
+    read_meta,
+    write_process_file,
+    write_shared_files,
+)
+from .checkpoint_dirs import (
+    CHECKPOINTS,
+    checkpoint_number,
+    commit,
+    make_staging,
+    numbered_checkpoints,
+    prune,
+)
+from .model import unwrap_model
+from .model_io import save_model_files
+from .ops import broadcast_object_list, gather_object
+from .options import ProjectConfiguration
+from .state import PartialState
+
+__all__ = ["CheckpointMethods"]
+
+
+def _all_succeeded(error: BaseException | None, what: str) -> None:
+    """Collective: raise on every process when ``what`` failed on any of them (the failing
+    process raises its own exception, the others say which process failed and why)."""
+    reports = gather_object([None if error is None else f"{type(error).__name__}: {error}"])
+    if error is not None:
+        raise error
+    for rank, report in enumerate(reports):
+        if report is not None:
+            raise RuntimeError(f"{what} failed on process {rank}: {report}")
+
+
+class CheckpointMethods:
+    """Mixin of :class:`Accelerator`: saving and restoring the whole training state."""
+
+    project_configuration: ProjectConfiguration
+    scaler: Any | None
+    _accumulator: GradientAccumulator
+    _models: list[torch.nn.Module]
+    _optimizers: list[Any]
+    _schedulers: list[Any]
+    _dataloaders: list[Any]
+    _custom_objects: list[Any]
+    _partial: PartialState
+
+    @property
+    def save_iteration(self) -> int:
+        """The number the next automatically named checkpoint gets."""
+        return self.project_configuration.iteration
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Have :meth:`save_state` / :meth:`load_state` include ``objects`` (anything with
+        ``state_dict()`` and ``load_state_dict()``), in this order."""
+        invalid = [
+            f"#{index} ({type(obj).__name__})"
+            for index, obj in enumerate(objects)
+            if not (
+                callable(getattr(obj, "state_dict", None))
+                and callable(getattr(obj, "load_state_dict", None))
+            )
+        ]
+        if invalid:
+            raise TypeError(
+                f"objects {', '.join(invalid)} cannot be checkpointed: they need state_dict() and "
+                "load_state_dict() methods"
+            )
+        self._custom_objects.extend(objects)
+
+    def _contents(self) -> CheckpointContents:
+        return CheckpointContents(
+            models=[unwrap_model(model) for model in self._models],
+            optimizers=list(self._optimizers),
+            schedulers=list(self._schedulers),
+            dataloaders=list(self._dataloaders),
+            custom=list(self._custom_objects),
+            scaler=self.scaler,
+            step=self._accumulator.step,
+        )
+
+    def _checkpoints_folder(self) -> Path:
+        project_dir = self.project_configuration.project_dir
+        if project_dir is None:
+            raise ValueError(
+                "automatic_checkpoint_naming needs a project folder: "
+                "ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=True)"
+            )
+        return Path(project_dir).expanduser() / CHECKPOINTS
+
+    def _save_target(self, output_dir: str | os.PathLike[str] | None) -> Path:
+        if self.project_configuration.automatic_checkpoint_naming:
+            target = self._checkpoints_folder() / f"checkpoint_{self.save_iteration}"
+            if target.exists():
+                raise ValueError(
+                    f"checkpoint folder {target} already exists: set "
+                    "accelerator.project_configuration.iteration to the number to continue from"
+                )
+            return target
+        if output_dir is None:
+            raise ValueError(
+                "save_state needs an output_dir, or a ProjectConfiguration with "
+                "automatic_checkpoint_naming=True"
+            )
+        return Path(output_dir).expanduser()
+
+    def save_state(
+        self,
+        output_dir: str | os.PathLike[str] | None = None,
+        safe_serialization: bool = True,
+        **save_model_func_kwargs: Any,
+    ) -> str:
+        """Save models, optimizers, schedulers, the gradient scaler, registered objects, every
+        process's random generators and each prepared loader's position; returns the folder.
+
+        Call it on every process. The checkpoint appears whole or not at all: it is written
+        into a hidden staging folder and renamed into place once every process has written
+        its part, so a crash in the middle leaves the previous checkpoint as the newest one.
+        Only the main process writes the shared files; each process writes its own
+        ``random_states_<rank>.pkl``; everyone returns once the checkpoint is in place.
+
+        With ``ProjectConfiguration(automatic_checkpoint_naming=True)`` the folder is
+        ``project_dir/checkpoints/checkpoint_<n>`` (``output_dir`` is ignored), ``n`` counts
+        up from ``project_configuration.iteration``, and beyond ``total_limit`` the oldest
+        checkpoints are removed after the new one is in place. An existing ``output_dir`` is
+        replaced.
+        """
+        if save_model_func_kwargs:
+            raise TypeError(f"save_state() got unexpected options {sorted(save_model_func_kwargs)}")
+        target = self._save_target(output_dir)
+        partial = self._partial
+        staging: Path | None = None
+        error: BaseException | None = None
+        if partial.is_main_process:
+            try:
+                staging = make_staging(target)
+            except OSError as problem:
+                error = problem
+        _all_succeeded(error, f"creating the checkpoint folder next to {target}")
+        staging = Path(broadcast_object_list([str(staging)])[0])
+        contents = self._contents()
+        try:
+            write_process_file(staging, contents, partial.process_index)
+            if partial.is_main_process:
+                write_shared_files(staging, contents, partial.num_processes, safe_serialization)
+        except Exception as problem:  # noqa: BLE001 - reported on every process below
+            error = problem
+        try:
+            _all_succeeded(error, f"writing checkpoint {target}")
+            if partial.is_main_process:
+                try:
+                    commit(staging, target)
+                    limit = self.project_configuration.total_limit
+                    if self.project_configuration.automatic_checkpoint_naming and limit:
+                        prune(target.parent, limit)
+                except OSError as problem:
+                    error = problem
+            _all_succeeded(error, f"moving checkpoint {target} into place")
+        finally:
+            if partial.is_main_process and staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+        if self.project_configuration.automatic_checkpoint_naming:
+            self.project_configuration.iteration += 1
+        return str(target)
+
+    def _load_source(self, input_dir: str | os.PathLike[str] | None) -> Path:
+        if input_dir is not None:
+            folder = Path(input_dir).expanduser()
+            if not folder.is_dir():
+                raise FileNotFoundError(f"checkpoint folder {folder} does not exist")
+            return folder
+        if not self.project_configuration.automatic_checkpoint_naming:
+            raise ValueError(
+                "load_state needs an input_dir, or a ProjectConfiguration with "
+                "automatic_checkpoint_naming=True to load the newest checkpoint"
+            )
+        parent = self._checkpoints_folder()
+        found = numbered_checkpoints(parent)
+        if not found:
+            raise FileNotFoundError(f"no checkpoint in {parent} (save_state has not completed one)")
+        return found[-1]
+
+    def load_state(
+        self,
+        input_dir: str | os.PathLike[str] | None = None,
+        load_kwargs: dict[str, Any] | None = None,
+        **load_model_func_kwargs: Any,
+    ) -> None:
+        """Restore what :meth:`save_state` saved into the prepared and registered objects.
+
+        Without ``input_dir`` (and with automatic checkpoint naming) the newest
+        ``checkpoint_<n>`` is loaded and the next save becomes ``checkpoint_<n+1>``. The
+        checkpoint must come from a launch with the same number of processes and the same
+        prepared and registered objects. A loader whose epoch was under way resumes it with
+        the same shuffling; pass it through ``skip_first_batches`` to skip the batches
+        already trained on. Files other than the weights are loaded with
+        ``weights_only=True``; ``load_kwargs`` go to ``torch.load``.
+        """
+        if load_model_func_kwargs:
+            raise TypeError(f"load_state() got unexpected options {sorted(load_model_func_kwargs)}")
+        folder = self._load_source(input_dir)
+        contents = self._contents()
+        meta = read_meta(folder, contents, self._partial.num_processes)
+        load_shared_files(folder, contents, meta, load_kwargs)
+        self._accumulator.step = load_process_file(
+            folder, contents, self._partial.process_index, load_kwargs
+        )
+        number = checkpoint_number(folder)
+        if self.project_configuration.automatic_checkpoint_naming and number is not None:
+            self.project_configuration.iteration = number + 1
+
+    def save_model(
+        self,
+        model: torch.nn.Module,
+        save_directory: str | os.PathLike[str],
+        max_shard_size: int | str = "10GB",
+        safe_serialization: bool = True,
+    ) -> None:
+        """Save ``model``'s weights (unwrapped) on the main process: ``model.safetensors``, or
+        shards plus ``model.safetensors.index.json`` above ``max_shard_size``
+        (``pytorch_model*.bin`` with ``safe_serialization=False``). Call
+        :meth:`~ProcessMethods.wait_for_everyone` first so that training has finished
+        everywhere; read it back with :func:`load_checkpoint_in_model`."""
+        if not self._partial.is_main_process:
+            return
+        save_model_files(
+            unwrap_model(model).state_dict(),
+            save_directory,
+            max_shard_size=max_shard_size,
+            safe_serialization=safe_serialization,
+        )
+
+    def save(self, obj: Any, f: str | os.PathLike[str], safe_serialization: bool = False) -> None:
+        """Save ``obj`` once, from the main process: ``torch.save``, or a safetensors file when
+        ``safe_serialization`` (``obj`` must then be a dict of tensors)."""
+        if not self._partial.is_main_process:
+            return
+        if safe_serialization:
+            from safetensors.torch import save_file
+
+            save_file({key: value.contiguous() for key, value in obj.items()}, os.fspath(f))
+        else:
+            torch.save(obj, f)
