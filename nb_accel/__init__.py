@@ -13,6 +13,8 @@ from .errors import (
     WorkerFailure,
 )
 from .launch import debug_launcher, notebook_launcher
+from .launch.view import register_view_factory
+from .notebook.launch_view import notebook_view
 from .runtime.accelerator import Accelerator
 from .runtime.loaders import (
     DataLoaderDispatcher,
@@ -27,12 +29,15 @@ from .runtime.options import (
     GradientAccumulationPlugin,
     ProjectConfiguration,
 )
+from .runtime.progress import tqdm, trange
 from .runtime.rng import set_seed
 from .runtime.sampling import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler
 from .runtime.scheduler import AcceleratedScheduler
 from .runtime.state import AcceleratorState, DistributedType, GradientState, PartialState
 
 __version__ = "0.1.0"
+
+register_view_factory(notebook_view)
 
 __all__ = [
     "AcceleratedOptimizer",
@@ -62,4 +67,6 @@ __all__ = [
     "prepare_data_loader",
     "set_seed",
     "skip_first_batches",
+    "tqdm",
+    "trange",
 ]

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .. import _env
+from .._messages import Report
 from ..runtime.spec import WorkerArgs
 from .output import OutputPrinter
 from .payload import make_payload
@@ -21,6 +22,8 @@ from .processes import (
     start_worker,
 )
 from .supervisor import WorkerGroup
+from .text_view import TextView
+from .view import LaunchView, view_factory
 
 __all__ = ["notebook_launcher", "debug_launcher"]
 
@@ -60,12 +63,44 @@ def _worker_args(plan: LaunchPlan, store_path: str, payload: bytes) -> list[Work
     ]
 
 
-def _run(plan: LaunchPlan, payload: bytes, prefix_output: bool) -> list[Any] | BaseException:
+def _make_view(plan: LaunchPlan, show_progress: bool, all_ranks_metrics: bool) -> LaunchView:
+    """The registered front end's view (a widget in a notebook), else the text view."""
+    print(plan.describe(), flush=True)
+    sys.stderr.flush()
+    if not show_progress:
+        return _Silent()
+    factory = view_factory()
+    view = factory(plan.describe(), plan.num_processes, all_ranks_metrics) if factory else None
+    return view if view is not None else TextView(plan.num_processes)
+
+
+class _Silent:
+    """The view of a launch whose progress is not shown."""
+
+    def started(self, rank: int, pid: int) -> None:
+        """Nothing shown."""
+
+    def report(self, event: Report) -> None:
+        """Nothing shown."""
+
+    def failed(self, rank: int, summary: str) -> None:
+        """Nothing shown."""
+
+    def tick(self) -> None:
+        """Nothing shown."""
+
+    def finished(self, ok: bool) -> None:
+        """Nothing shown."""
+
+
+def _run(plan: LaunchPlan, payload: bytes, prefix_output: bool, view: LaunchView) -> Any:
     with multiprocessing_helpers(plan.start_method):
-        return _run_group(plan, payload, prefix_output)
+        return _run_group(plan, payload, prefix_output, view)
 
 
-def _run_group(plan: LaunchPlan, payload: bytes, prefix_output: bool) -> list[Any] | BaseException:
+def _run_group(
+    plan: LaunchPlan, payload: bytes, prefix_output: bool, view: LaunchView
+) -> list[Any] | BaseException:
     store_dir = tempfile.mkdtemp(prefix="nb_accel-")
     workers: list[WorkerProcess] = []
     group: WorkerGroup | None = None
@@ -76,13 +111,13 @@ def _run_group(plan: LaunchPlan, payload: bytes, prefix_output: bool) -> list[An
             workers.append(start_worker(plan.start_method, args))
         for worker, args in zip(workers, all_args, strict=False):
             send_start_data(worker, plan.start_method, args)
-        group = WorkerGroup(
-            workers, OutputPrinter(plan.num_processes, prefix_output), plan.timeout_s
-        )
+        printer = OutputPrinter(plan.num_processes, prefix_output)
+        group = WorkerGroup(workers, printer, plan.timeout_s, view)
         outcome = group.wait()
         succeeded = not isinstance(outcome, BaseException)
         return outcome
     finally:
+        view.finished(succeeded)
         if group is None:
             group = WorkerGroup(workers, OutputPrinter(plan.num_processes), plan.timeout_s)
         group.stop(graceful=succeeded)
@@ -112,6 +147,8 @@ def notebook_launcher(
     prefix_output: bool = True,
     use_port: str | int | None = None,
     master_addr: str | None = None,
+    show_progress: bool = True,
+    all_ranks_metrics: bool = False,
 ) -> list[Any]:
     """Run ``function(*args, **kwargs)`` on ``num_processes`` worker processes and wait.
 
@@ -128,10 +165,16 @@ def notebook_launcher(
         timeout: seconds a collective may wait for the other ranks before failing.
         kwargs: keyword arguments for ``function``.
         cpu: run on the CPU (gloo) even when GPUs are present.
-        prefix_output: prefix each line a worker prints with its rank (when several ranks).
+        prefix_output: prefix each line a worker prints with its rank (once more than one rank
+            has printed).
         use_port: accepted for compatibility with Accelerate and ignored: a single-node launch
             needs no port.
         master_addr: accepted for compatibility and ignored on a single node.
+        show_progress: show the launch view: in a notebook a widget with a row per rank
+            (``nb_accel.tqdm`` bars, stalled and failed ranks marked) and live charts of
+            ``accelerator.log`` metrics; elsewhere rank 0's bar and a line per failure on
+            stderr.
+        all_ranks_metrics: chart every rank's logged metrics, not only rank 0's.
 
     Returns:
         Each rank's return value, in rank order (tensors moved to the CPU).
@@ -149,9 +192,8 @@ def notebook_launcher(
     _check_call(function, args)
     plan = make_plan(num_processes, mixed_precision, start_method, timeout, cpu)
     payload = make_payload(function, args, kwargs or {})
-    print(plan.describe(), flush=True)
-    sys.stderr.flush()
-    outcome = _run(plan, payload, prefix_output)
+    view = _make_view(plan, show_progress, all_ranks_metrics)
+    outcome = _run(plan, payload, prefix_output, view)
     if isinstance(outcome, BaseException):
         raise outcome  # the worker's exception; its worker-side traceback is its __cause__
     return outcome

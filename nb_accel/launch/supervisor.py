@@ -14,10 +14,11 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
 
-from .._messages import Failure, Output, Result, Started, decode
+from .._messages import Event, Failure, Output, Report, Result, Started, decode
 from ..errors import LaunchError, WorkerFailure
 from .failures import build_exception, died_failure, failure_from_event
 from .processes import WorkerProcess
+from .view import LaunchView
 
 __all__ = ["WorkerGroup"]
 
@@ -27,6 +28,8 @@ COLLECT_WINDOW_S = 0.05
 STOP_GRACE_S = 1.0
 #: How long a worker that reported its result may take to exit on its own (seconds).
 EXIT_GRACE_S = 5.0
+#: How often a launch view is ticked (seconds).
+TICK_S = 1.0
 
 
 class WorkerGroup:
@@ -36,6 +39,8 @@ class WorkerGroup:
         workers: the started workers, one per rank, in rank order.
         on_output: called with each :class:`Output` event (stdout/stderr of a worker).
         timeout_s: the launch's collective timeout, quoted in timeout errors.
+        view: told of starts, progress reports and failures as they arrive, and ticked about
+            once a second.
     """
 
     def __init__(
@@ -43,9 +48,12 @@ class WorkerGroup:
         workers: list[WorkerProcess],
         on_output: Callable[[Output], None],
         timeout_s: float,
+        view: LaunchView | None = None,
     ) -> None:
         self.workers = workers
         self._on_output = on_output
+        self._view = view
+        self._next_tick = time.monotonic() + TICK_S
         self._timeout_s = timeout_s
         self._results: dict[int, bytes] = {}
         self._failures: list[WorkerFailure] = []
@@ -62,16 +70,26 @@ class WorkerGroup:
     def _failed_ranks(self) -> set[int]:
         return {f.rank for f in self._failures}
 
-    def _handle(self, event: Started | Output | Result | Failure) -> None:
+    def _handle(self, event: Event) -> None:
         if isinstance(event, Output):
             self._on_output(event)
+        elif isinstance(event, Report):
+            if self._view is not None:
+                self._view.report(event)
         elif isinstance(event, Result):
             self._results[event.rank] = event.data
         elif isinstance(event, Failure):
             record, is_timeout = failure_from_event(event)
-            self._failures.append(record)
+            self._add_failure(record)
             if is_timeout:
                 self._timeout_ranks.add(event.rank)
+        elif isinstance(event, Started) and self._view is not None:
+            self._view.started(event.rank, event.pid)
+
+    def _add_failure(self, record: WorkerFailure) -> None:
+        self._failures.append(record)
+        if self._view is not None:
+            self._view.failed(record.rank, record.first_line)
 
     def _drain(self, worker: WorkerProcess) -> None:
         """Read every event waiting on ``worker``'s connection; close it at end of stream."""
@@ -86,7 +104,7 @@ class WorkerGroup:
         self._open.pop(worker.rank, None)
         self._exited.add(worker.rank)
         if worker.rank not in self._results and worker.rank not in self._failed_ranks():
-            self._failures.append(died_failure(worker.rank, worker.pid, worker.poll()))
+            self._add_failure(died_failure(worker.rank, worker.pid, worker.poll()))
 
     def _settled(self, rank: int) -> bool:
         return rank in self._results or rank in self._failed_ranks() or rank in self._exited
@@ -100,6 +118,13 @@ class WorkerGroup:
                 by_fd[worker.sentinel] = worker
         if not by_fd:
             return
+        if self._view is not None:
+            now = time.monotonic()
+            if now >= self._next_tick:
+                self._view.tick()
+                self._next_tick = now + TICK_S
+            until_tick = self._next_tick - now
+            timeout = until_tick if timeout is None else min(timeout, until_tick)
         ready = wait(list(by_fd), timeout)
         exits = [by_fd[r] for r in ready if isinstance(r, int)]
         for item in ready:

@@ -24,6 +24,7 @@ import torch.distributed as dist
 from .._messages import Failure, Result, Started
 from .channel import EventChannel, set_current_channel
 from .relay import RelayStream
+from .reporting import flush_reporter
 from .spec import WorkerArgs
 from .state import reset_all_states
 from .tree import recursively_apply
@@ -198,6 +199,7 @@ def run_worker(conn: Connection, args: WorkerArgs, parent_pid: int | None) -> No
     ok = isinstance(outcome, Result)
     sys.stdout.flush()
     sys.stderr.flush()
+    flush_reporter()  # the bars' and metrics' final state arrives before the outcome
     channel.send(outcome)
     if ok and dist.is_initialized():
         _kept_alive.append(dist.group.WORLD)

@@ -13,6 +13,7 @@ from .accumulation import GradientAccumulator, no_sync
 from .optimizer import AcceleratedOptimizer
 from .options import AutocastKwargs
 from .precision import autocast_context
+from .reporting import current_reporter, numeric_values
 from .scheduler import AcceleratedScheduler
 from .state import AcceleratorState, GradientState, PartialState
 
@@ -129,7 +130,18 @@ class TrainingMethods:
         step: int | None = None,
         log_kwargs: dict[str, Any] | None = None,
     ) -> None:
-        """Record metrics; without configured trackers this records nothing."""
+        """Send ``values`` (numbers or one-element tensors; other entries are skipped) to the
+        kernel, where the launch view draws them as live line charts, one line per name.
+
+        Every process may log; the view draws rank 0's by default. Outside a launch this does
+        nothing. ``step`` is the x value (default: the count of calls so far).
+        """
+        del log_kwargs
+        reporter = current_reporter()
+        if reporter is not None:
+            numbers = numeric_values(values)
+            if numbers:
+                reporter.log(numbers, step)
 
     def init_trackers(
         self,

@@ -12,7 +12,13 @@ import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
-from nb_accel import Accelerator, ProjectConfiguration, notebook_launcher, set_seed
+from nb_accel import (
+    Accelerator,
+    ProjectConfiguration,
+    load_checkpoint_in_model,
+    notebook_launcher,
+    set_seed,
+)
 from nb_accel.errors import WorkerDiedError
 
 SAMPLES, BATCH = 32, 4  # 2 processes: 4 steps per epoch
@@ -239,3 +245,45 @@ def test_bad_checkpoints_are_clear_errors_naming_the_file(tmp_path: Path) -> Non
         notebook_launcher(load_plain, args=(str(folder), None), num_processes=2)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         notebook_launcher(load_plain, args=(str(tmp_path / "nowhere"), None), num_processes=2)
+
+
+class Tied(nn.Module):
+    """An embedding and an output layer sharing one weight."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = nn.Embedding(50, 16)
+        self.body = nn.Linear(16, 16)
+        self.out = nn.Linear(16, 50, bias=False)
+        self.out.weight = self.embed.weight
+
+    def forward(self, tokens: torch.Tensor) -> torch.Tensor:
+        return self.out(torch.relu(self.body(self.embed(tokens))))
+
+
+def train_and_save_model(folder: str) -> dict[str, torch.Tensor]:
+    set_seed(1)
+    accelerator = Accelerator()
+    model = Tied()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.5)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    tokens = torch.randint(0, 50, (8, 4))
+    accelerator.backward(model(tokens).logsumexp(-1).mean())
+    optimizer.step()
+    accelerator.wait_for_everyone()
+    accelerator.save_model(model, folder, max_shard_size="4KB")
+    accelerator.wait_for_everyone()
+    return {k: v.clone() for k, v in accelerator.unwrap_model(model).state_dict().items()}
+
+
+def test_save_model_shards_and_load_checkpoint_in_model_reads_them(tmp_path: Path) -> None:
+    folder = tmp_path / "model"
+    trained = notebook_launcher(train_and_save_model, args=(str(folder),), num_processes=2)[0]
+    names = sorted(p.name for p in folder.iterdir())
+    assert "model.safetensors.index.json" in names
+    assert len([n for n in names if n.endswith(".safetensors")]) > 1  # sharded at 4 KB
+    fresh = Tied()
+    load_checkpoint_in_model(fresh, folder, device_map={"": "cpu"}, strict=True)
+    for name, value in fresh.state_dict().items():
+        assert torch.equal(value, trained[name]), name
+    assert fresh.out.weight is fresh.embed.weight  # still tied

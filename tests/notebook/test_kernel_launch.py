@@ -40,7 +40,9 @@ def test_function_defined_in_a_cell_runs_and_errors_keep_their_type() -> None:
     NotebookClient(notebook, timeout=120, kernel_name="python3", allow_errors=True).execute()
     launch_out = "".join(o.get("text", "") for o in notebook.cells[0].outputs)
     assert "Launching 2 processes on CPU (gloo; fork)" in launch_out
-    assert "[rank 0] rank 0 sum 3.0" in launch_out and "[rank 1] rank 1 sum 3.0" in launch_out
+    # Both ranks print, so lines are prefixed once the second rank has printed.
+    assert "rank 0 sum 3.0" in launch_out and "rank 1 sum 3.0" in launch_out
+    assert "[rank 0] rank 0 sum 3.0" in launch_out or "[rank 1] rank 1 sum 3.0" in launch_out
     assert "results: [6.0, 6.0]" in launch_out
     error = next(o for o in notebook.cells[1].outputs if o.output_type == "error")
     assert error.ename == "ShapeMismatch"
@@ -54,7 +56,8 @@ import time
 from nb_accel import notebook_launcher
 
 def sleeper():
-    print("worker started", flush=True)
+    import torch.distributed as dist
+    print(f"worker {dist.get_rank()} started", flush=True)
     time.sleep(120)
 
 notebook_launcher(sleeper, num_processes=2)
@@ -70,7 +73,7 @@ print("again:", notebook_launcher(lambda: 7, num_processes=2))
 def test_interrupt_stops_workers_and_the_next_launch_works() -> None:
     with running_kernel() as (manager, client):
         msg_id = start_cell(client, SLEEPER)
-        collect(client, msg_id, until=("[rank 0] worker started", "[rank 1] worker started"))
+        collect(client, msg_id, until=("worker 0 started", "worker 1 started"))
         kernel = psutil.Process(manager.provisioner.process.pid)  # type: ignore[union-attr]
         assert len(kernel.children(recursive=True)) == 2
         manager.interrupt_kernel()
@@ -84,7 +87,7 @@ def test_interrupt_stops_workers_and_the_next_launch_works() -> None:
 def test_kernel_shutdown_takes_the_workers_with_it() -> None:
     with running_kernel() as (manager, client):
         msg_id = start_cell(client, SLEEPER)
-        collect(client, msg_id, until=("[rank 0] worker started", "[rank 1] worker started"))
+        collect(client, msg_id, until=("worker 0 started", "worker 1 started"))
         kernel = psutil.Process(manager.provisioner.process.pid)  # type: ignore[union-attr]
         workers = kernel.children(recursive=True)
         assert len(workers) == 2

@@ -1,0 +1,30 @@
+"""The notebook's launch view: the progress widget, displayed in the cell that launches.
+
+:func:`notebook_view` is registered with the launcher by the package (``nb_accel``), so a
+launch from a Jupyter kernel shows one widget in the cell's output; anywhere else it returns
+``None`` and the launcher falls back to its text view. ipywidgets is imported only when a
+widget is actually made.
+"""
+
+from __future__ import annotations
+
+from .. import _env
+from ..launch.view import LaunchView
+
+__all__ = ["notebook_view"]
+
+
+def notebook_view(title: str, world_size: int, all_ranks_metrics: bool) -> LaunchView | None:
+    """A displayed :class:`~nb_accel.notebook.progress_widget.ProgressWidget` in a Jupyter
+    kernel, else ``None``."""
+    if not _env.in_notebook():
+        return None
+    try:
+        from IPython.display import display
+
+        from .progress_widget import ProgressWidget
+    except ImportError:  # ipywidgets missing: the text view will do
+        return None
+    view = ProgressWidget(title, world_size, all_ranks_metrics=all_ranks_metrics)
+    display(view.widget)
+    return view
