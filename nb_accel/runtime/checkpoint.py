@@ -69,6 +69,7 @@ class CheckpointContents:
     custom: list[Any] = field(default_factory=list)
     scaler: Any | None = None
     step: int = 0  # gradient-accumulation step
+    accumulating: bool = False  # gradients of an unfinished accumulation are held
 
     def counts(self) -> dict[str, int]:
         """How many of each kind (recorded in, and checked against, the checkpoint)."""
@@ -118,11 +119,18 @@ def write_shared_files(
 
 def write_process_file(folder: Path, contents: CheckpointContents, process_index: int) -> None:
     """Every process's part: its random generators, its loaders' positions, the step."""
+    grads: list[dict[str, torch.Tensor]] = []
+    if contents.accumulating:  # this process's own, not yet synchronised, gradients
+        grads = [
+            {name: p.grad.detach().cpu() for name, p in m.named_parameters() if p.grad is not None}
+            for m in contents.models
+        ]
     state = {
         "process_index": process_index,
         "rng": capture_rng_states(),
         "dataloaders": [loader_state(loader) for loader in contents.dataloaders],
         "step": contents.step,
+        "grads": grads,
     }
     _save(state, folder / f"random_states_{process_index}.pkl")
 
@@ -236,6 +244,10 @@ def load_process_file(
     state = safe_load(path, load_kwargs)
     if not isinstance(state, dict) or state.get("process_index") != process_index:
         raise ValueError(f"{path} is not process {process_index}'s state file")
+    for model, grads in zip(contents.models, state.get("grads") or [], strict=False):
+        for name, param in model.named_parameters():
+            saved_grad = grads.get(name)
+            param.grad = None if saved_grad is None else saved_grad.to(param.device, param.dtype)
     for loader, saved in zip(contents.dataloaders, state["dataloaders"], strict=True):
         try:
             restore_loader_state(loader, saved)

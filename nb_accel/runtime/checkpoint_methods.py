@@ -11,6 +11,7 @@ import torch
 
 from .accumulation import GradientAccumulator
 from .checkpoint import (
+    META_NAME,
     CheckpointContents,
     load_process_file,
     load_shared_files,
@@ -30,7 +31,7 @@ from .model import unwrap_model
 from .model_io import save_model_files
 from .ops import broadcast_object_list, gather_object
 from .options import ProjectConfiguration
-from .state import PartialState
+from .state import GradientState, PartialState
 
 __all__ = ["CheckpointMethods"]
 
@@ -58,6 +59,7 @@ class CheckpointMethods:
     _dataloaders: list[Any]
     _custom_objects: list[Any]
     _partial: PartialState
+    gradient_state: GradientState
 
     @property
     def save_iteration(self) -> int:
@@ -91,6 +93,7 @@ class CheckpointMethods:
             custom=list(self._custom_objects),
             scaler=self.scaler,
             step=self._accumulator.step,
+            accumulating=self._accumulator.step % self.gradient_state.num_steps != 0,
         )
 
     def _checkpoints_folder(self) -> Path:
@@ -116,7 +119,14 @@ class CheckpointMethods:
                 "save_state needs an output_dir, or a ProjectConfiguration with "
                 "automatic_checkpoint_naming=True"
             )
-        return Path(output_dir).expanduser()
+        target = Path(output_dir).expanduser()
+        if target.exists() and not (target / META_NAME).is_file():
+            if not target.is_dir() or any(target.iterdir()):
+                raise ValueError(
+                    f"{target} exists and is not a checkpoint folder: save_state replaces its "
+                    "folder whole, so give it a new (or empty) folder, or an earlier checkpoint's"
+                )
+        return target
 
     def save_state(
         self,
@@ -252,6 +262,7 @@ class CheckpointMethods:
         if safe_serialization:
             from safetensors.torch import save_file
 
-            save_file({key: value.contiguous() for key, value in obj.items()}, os.fspath(f))
+            tensors = {key: value.contiguous() for key, value in obj.items()}
+            save_file(tensors, os.fspath(Path(f).expanduser()))
         else:
-            torch.save(obj, f)
+            torch.save(obj, Path(f).expanduser() if isinstance(f, (str, os.PathLike)) else f)

@@ -15,6 +15,7 @@ Skipping the batches already seen is the user's call, as with Accelerate:
 
 from __future__ import annotations
 
+import itertools
 import weakref
 from typing import Any
 
@@ -31,6 +32,9 @@ __all__ = [
     "open_iteration",
     "restore_loader_state",
 ]
+
+
+_openings = itertools.count()
 
 
 def _samplers(loader: Any) -> list[Any]:
@@ -104,7 +108,9 @@ def open_iteration(loader: Any) -> Replay | None:
     """
     point = loader.__dict__.pop("_resume_point", None)
     loader._in_epoch = True
+    loader._abandoned = False
     loader._batches_seen = 0
+    loader._opened = next(_openings)
     if point is None:
         loader._epoch_start = _snapshot(loader)
         return None
@@ -116,36 +122,47 @@ def open_iteration(loader: Any) -> Replay | None:
 
 
 def close_iteration(loader: Any, completed: bool) -> None:
-    """Call when an iteration ends (``completed``) or is abandoned; a loader made by
+    """Call when an iteration ends (``completed``) or is abandoned (a ``break``: the epoch
+    counts as interrupted, so a checkpoint taken now resumes it). A loader made by
     ``skip_first_batches`` passes its epoch count back to the loader it was made from."""
     loader._in_epoch = False
+    loader._abandoned = not completed
     source_ref = loader.__dict__.get("_position_source")
     source = source_ref() if source_ref is not None else None
     if completed and source is not None:
         source.iteration = loader.iteration
 
 
-def loader_state(loader: Any) -> dict[str, Any]:
-    """What a checkpoint keeps of ``loader``: its epoch count, whether an epoch is under way
-    (with the generators' states at its start), and its generators' current states."""
-    current = loader
+def _latest(loader: Any) -> Any:
+    """``loader``, or the ``skip_first_batches`` loader made from it if that one iterated last."""
     derived_ref = loader.__dict__.get("_derived")
     derived = derived_ref() if derived_ref is not None else None
-    if derived is not None and getattr(derived, "_in_epoch", False):
-        current = (
-            derived  # the epoch under way is being iterated through a skip_first_batches loader
-        )
-    in_epoch = bool(getattr(current, "_in_epoch", False))
+    if derived is not None and getattr(derived, "_opened", -1) > getattr(loader, "_opened", -1):
+        return derived
+    return loader
+
+
+def loader_state(loader: Any) -> dict[str, Any]:
+    """What a checkpoint keeps of ``loader``: its epoch count, whether an epoch is under way
+    or was left part-way (with the generators' states at its start), and its generators'
+    current states. An epoch whose every batch has been handed out counts as finished."""
+    current = _latest(loader)
+    iteration = int(getattr(current, "iteration", 0))
+    interrupted = bool(
+        getattr(current, "_in_epoch", False) or getattr(current, "_abandoned", False)
+    )
+    if interrupted and getattr(current, "end_of_dataloader", False):
+        interrupted, iteration = False, iteration + 1  # saved after the epoch's last batch
     sampler_seeds = [
         int(sampler.initial_seed)
         for sampler in _samplers(loader)
         if hasattr(sampler, "initial_seed")
     ]
     return {
-        "iteration": int(getattr(current, "iteration", 0)),
-        "in_epoch": in_epoch,
+        "iteration": iteration,
+        "in_epoch": interrupted,
         "batches_seen": int(getattr(current, "_batches_seen", 0)),
-        "epoch_start": current._epoch_start if in_epoch else None,
+        "epoch_start": current._epoch_start if interrupted else None,
         "generators": [generator.get_state() for generator in loader_generators(loader)],
         "sampler_seeds": sampler_seeds,
     }
@@ -159,7 +176,7 @@ def restore_loader_state(loader: Any, state: dict[str, Any]) -> None:
     for sampler, seed in zip(seeded, state["sampler_seeds"], strict=False):
         sampler.initial_seed = seed
     loader.iteration = state["iteration"]
-    loader._in_epoch = False
+    loader._in_epoch = loader._abandoned = False
     if state["in_epoch"]:
         loader._resume_point = state["epoch_start"]
     else:

@@ -55,6 +55,8 @@ class DataLoaderStateMixin:
     _in_epoch: bool = False  # between the start and the end of an iteration
     _batches_seen: int = 0  # batches yielded in the current (or last) iteration
     _epoch_start: dict[str, Any] | None = None  # generator states at the iteration's start
+    _abandoned: bool = False  # the last iteration was left part-way (a break)
+    _opened: int = -1  # when the last iteration started (a process-wide count)
 
     def reset(self) -> None:
         """Clear the state of the previous iteration."""

@@ -120,7 +120,7 @@ def find_checkpoint_file(checkpoint: str | os.PathLike[str]) -> Path:
         FileNotFoundError: ``checkpoint`` does not exist, or the folder holds no weights.
         ValueError: the folder holds several candidates of one kind and none of the standard names.
     """
-    path = Path(checkpoint)
+    path = Path(checkpoint).expanduser()
     if not path.exists():
         raise FileNotFoundError(
             f"checkpoint {path} does not exist: give a weights file, an index json or a folder "
@@ -304,7 +304,7 @@ def save_model_files(
     base = weights_name or (SAFE_WEIGHTS_NAME if safe_serialization else WEIGHTS_NAME)
     if base in ("", ".", "..") or os.path.basename(base) != base:
         raise ValueError(f"weights_name {base!r} must be a plain file name, without folders")
-    directory = Path(save_directory)
+    directory = Path(save_directory).expanduser()
     directory.mkdir(parents=True, exist_ok=True)
     entries = _entries(state_dict)
     aliases = {name: entry.names[0] for entry in entries for name in entry.names[1:]}

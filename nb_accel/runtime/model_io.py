@@ -126,7 +126,7 @@ def load_state_dict_file(
         ValueError: the file is corrupt or truncated, holds objects other than tensors, or is
             not a state dict; the message names the file.
     """
-    file = Path(path)
+    file = Path(path).expanduser()
     tensors = _read_file(file)
     if file.suffix == ".safetensors":
         _, aliases = _read_header(file)

@@ -51,10 +51,11 @@ class SeedableRandomSampler(RandomSampler):
         )
         self.initial_seed = int(data_seed if data_seed is not None else torch.initial_seed())
         self.epoch = 0
+        if self.generator is None:  # made now, so a checkpoint finds it before any iteration
+            self.generator = torch.Generator()
 
     def __iter__(self) -> Iterator[int]:
-        if self.generator is None:
-            self.generator = torch.Generator()
+        assert self.generator is not None
         self.generator.manual_seed((self.initial_seed + self.epoch) % 2**63)
         yield from super().__iter__()
         self.set_epoch(self.epoch + 1)

@@ -51,40 +51,50 @@ def _snapshot(model: nn.Module, optimizer: Any, scheduler: Any) -> dict[str, Any
     }
 
 
-def train(project: str, mode: str, dispatch: bool) -> dict[str, Any]:
-    """``full``: 10 steps. ``first``: 5 steps, then save_state. ``resume``: load_state, then
-    the remaining steps, skipping the batches the interrupted epoch had already given."""
+def train(project: str, mode: str, options: dict[str, Any]) -> dict[str, Any]:
+    """``full``: 10 steps. ``first``: train to ``save_at``, then save_state (inside the loop,
+    or after a ``break`` with ``after_break``). ``resume``: load_state, then the remaining
+    steps, skipping the batches the interrupted epoch had already given."""
     set_seed(7)
     accelerator = Accelerator(
         project_config=ProjectConfiguration(project_dir=project, automatic_checkpoint_naming=True),
-        dispatch_batches=dispatch,
+        dispatch_batches=options.get("dispatch", False),
+        gradient_accumulation_steps=options.get("accumulate", 1),
+        use_seedable_sampler=options.get("seedable", False),
     )
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Dropout(0.3), nn.Linear(16, 1))
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-2)
     scheduler = torch.optim.lr_scheduler.StepLR(optimizer, step_size=2, gamma=0.5)
     loader = DataLoader(Indexed(), batch_size=BATCH, shuffle=True)
     model, optimizer, loader, scheduler = accelerator.prepare(model, optimizer, loader, scheduler)
+    save_at = options.get("save_at", SAVE_AT)
     step, seen = 0, []
     if mode == "resume":
         accelerator.load_state()
-        step = SAVE_AT
+        step = save_at
     per_epoch = len(loader)
     while step < TOTAL:
         skip = step % per_epoch
         active = accelerator.skip_first_batches(loader, skip) if skip else loader
         for x, index in active:
-            loss = model(x).pow(2).mean()
-            accelerator.backward(loss)
-            optimizer.step()
-            scheduler.step()
-            optimizer.zero_grad()
+            with accelerator.accumulate(model):
+                loss = model(x).pow(2).mean()
+                accelerator.backward(loss)
+                optimizer.step()
+                scheduler.step()
+                optimizer.zero_grad()
             seen.append(index.tolist())
             step += 1
-            if mode == "first" and step == SAVE_AT:
+            if mode == "first" and step == save_at:
+                if options.get("after_break"):
+                    break
                 folder = accelerator.save_state()
                 return {"seen": seen, "folder": folder, "next": accelerator.save_iteration}
             if step == TOTAL:
                 break
+        if mode == "first" and step == save_at:
+            folder = accelerator.save_state()
+            return {"seen": seen, "folder": folder, "next": accelerator.save_iteration}
     return {"seen": seen, **_snapshot(accelerator.unwrap_model(model), optimizer, scheduler)}
 
 
@@ -96,11 +106,23 @@ def _equal(a: Any, b: Any) -> bool:
     return bool(a == b)
 
 
-@pytest.mark.parametrize("dispatch", [False, True], ids=["shard", "dispatch"])
-def test_a_resumed_run_equals_the_uninterrupted_one_exactly(tmp_path: Path, dispatch: bool) -> None:
+SCENARIOS = {
+    "shard": {},
+    "dispatch": {"dispatch": True},
+    "last_batch_of_an_epoch": {"save_at": 4},
+    "after_a_break": {"after_break": True},
+    "mid_accumulation": {"accumulate": 2},
+    "seedable_sampler": {"seedable": True},
+}
+
+
+@pytest.mark.parametrize("scenario", sorted(SCENARIOS))
+def test_a_resumed_run_equals_the_uninterrupted_one_exactly(tmp_path: Path, scenario: str) -> None:
+    options = SCENARIOS[scenario]
+
     def launch(project: str, mode: str) -> list[dict[str, Any]]:
         return notebook_launcher(
-            train, args=(str(tmp_path / project), mode, dispatch), num_processes=2
+            train, args=(str(tmp_path / project), mode, options), num_processes=2
         )
 
     full, first, resumed = launch("full", "full"), launch("run", "first"), launch("run", "resume")
@@ -112,15 +134,16 @@ def test_a_resumed_run_equals_the_uninterrupted_one_exactly(tmp_path: Path, disp
         for key in ("params", "optimizer", "lr"):
             assert _equal(resumed[rank][key], full[rank][key]), key
     assert full[0]["seen"] != full[1]["seen"]  # the ranks saw different shards
-    files = sorted(p.name for p in (tmp_path / "run" / "checkpoints" / "checkpoint_0").iterdir())
-    assert files == [
-        "model.safetensors",
-        "nb_accel_checkpoint.json",
-        "optimizer.bin",
-        "random_states_0.pkl",
-        "random_states_1.pkl",
-        "scheduler.bin",
-    ]
+    if scenario == "shard":
+        folder = tmp_path / "run" / "checkpoints" / "checkpoint_0"
+        assert sorted(p.name for p in folder.iterdir()) == [
+            "model.safetensors",
+            "nb_accel_checkpoint.json",
+            "optimizer.bin",
+            "random_states_0.pkl",
+            "random_states_1.pkl",
+            "scheduler.bin",
+        ]
 
 
 class Counter:
@@ -245,6 +268,12 @@ def test_bad_checkpoints_are_clear_errors_naming_the_file(tmp_path: Path) -> Non
         notebook_launcher(load_plain, args=(str(folder), None), num_processes=2)
     with pytest.raises(FileNotFoundError, match="does not exist"):
         notebook_launcher(load_plain, args=(str(tmp_path / "nowhere"), None), num_processes=2)
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "analysis.ipynb").write_text("{}")
+    with pytest.raises(ValueError, match="exists and is not a checkpoint folder"):
+        notebook_launcher(save_plain, args=(str(work),), num_processes=2)
+    assert [p.name for p in work.iterdir()] == ["analysis.ipynb"]  # untouched
 
 
 class Tied(nn.Module):

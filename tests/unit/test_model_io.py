@@ -575,3 +575,15 @@ def test_device_map_sends_prefixes_to_cuda(tmp_path: Path) -> None:
     assert fresh.encoder[0].weight.device == torch.device("cuda", 0)
     assert fresh.decoder[0].weight.device.type == "cpu"
     assert torch.equal(fresh.encoder[0].weight, source.encoder[0].weight)
+
+
+def test_a_home_relative_path_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.chdir(tmp_path)
+    model = torch.nn.Linear(3, 2)
+    save_model_files(model.state_dict(), "~/weights")
+    assert (tmp_path / "weights" / "model.safetensors").is_file()
+    assert not (tmp_path / "~").exists()
+    fresh = torch.nn.Linear(3, 2)
+    load_checkpoint_in_model(fresh, "~/weights", strict=True)
+    assert torch.equal(fresh.weight, model.weight)
