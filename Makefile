@@ -29,6 +29,7 @@ bench: setup
 	$(BIN)/python benchmarks/interrupt.py
 	$(BIN)/python benchmarks/loader.py
 	$(BIN)/python benchmarks/step.py
+	$(BIN)/python benchmarks/progress.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -20,8 +20,9 @@ from .channel import EventChannel, current_channel
 
 __all__ = ["REPORT_INTERVAL_S", "Reporter", "current_reporter", "flush_reporter"]
 
-#: Shortest time between two reports of one rank (seconds).
-REPORT_INTERVAL_S = 0.1
+#: Shortest time between two reports of one rank (seconds): at most eight a second, so with
+#: the first and the last report of a bar a rank stays under ten a second.
+REPORT_INTERVAL_S = 0.125
 
 
 class Reporter:
