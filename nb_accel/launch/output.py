@@ -22,18 +22,26 @@ class OutputPrinter:
         self._prefix = prefix and world_size > 1
         self._at_line_start: dict[tuple[int, str], bool] = {}
         self._printed: set[int] = set()
+        self._open_line: dict[str, int | None] = {}  # stream -> rank whose line is unfinished
 
     def __call__(self, event: Output) -> None:
-        """Write one :class:`Output` event."""
+        """Write one :class:`Output` event; a line another rank left unfinished is ended
+        first, so lines of different ranks never run together."""
         stream = sys.stdout if event.stream == "stdout" else sys.stderr
         text = event.text
+        key = (event.rank, event.stream)
         self._printed.add(event.rank)
+        holder = self._open_line.get(event.stream)
+        if holder is not None and holder != event.rank:
+            stream.write("\n")
+            self._at_line_start[(holder, event.stream)] = True
         if self._prefix and len(self._printed) > 1:
-            key = (event.rank, event.stream)
             tag = f"[rank {event.rank}] "
             start = self._at_line_start.get(key, True)
             lines = text.splitlines(keepends=True)
             text = "".join((tag if (i > 0 or start) else "") + line for i, line in enumerate(lines))
+        if text:
             self._at_line_start[key] = text.endswith("\n")
+            self._open_line[event.stream] = None if text.endswith("\n") else event.rank
         stream.write(text)
         stream.flush()
