@@ -23,7 +23,7 @@ from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 from .link_gloo import GlooReceiver, GlooSender
 from .link_local import LocalReceiver, LocalSender, connect_local, local_link_available
 from .loader_pieces import pieces_supported, prepared_steps
-from .loader_resume import close_iteration, open_iteration
+from .loader_resume import open_iteration
 from .loader_shard import DataLoaderStateMixin, _set_epoch_on
 from .sampling import JoinedBatchSampler
 from .state import GradientState, PartialState
@@ -236,12 +236,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
                 yield send_to_device(piece, self.state.device, non_blocking=self._non_blocking)
             completed = True
         finally:
-            if replay is not None:
-                replay.finish()
-            self.end()
-            if completed:
-                self.iteration += 1
-            close_iteration(self, completed)
+            self.finish_iteration(replay, completed)
 
     def _has_rows(self, rows: int) -> bool:
         if rows <= 0:

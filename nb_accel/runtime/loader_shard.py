@@ -52,6 +52,7 @@ class DataLoaderStateMixin:
     uneven_ranks: tuple[int, ...] | None = None
     gradient_state: GradientState
     _drop_last: bool
+    iteration: int = 0  # completed epochs (iterations)
     _in_epoch: bool = False  # between the start and the end of an iteration
     _batches_seen: int = 0  # batches yielded in the current (or last) iteration
     _epoch_start: dict[str, Any] | None = None  # generator states at the iteration's start
@@ -80,6 +81,16 @@ class DataLoaderStateMixin:
     def end(self) -> None:
         """Finish (or abandon) an iteration: unregister from the gradient state."""
         self.gradient_state._remove_dataloader(self)
+
+    def finish_iteration(self, replay: Replay | None, completed: bool) -> None:
+        """Wrap up an iteration that ``completed`` or was abandoned: restore the generators a
+        replayed start borrowed, unregister, count the epoch, record where it stopped."""
+        if replay is not None:
+            replay.finish()
+        self.end()
+        if completed:
+            self.iteration += 1
+        close_iteration(self, completed)
 
 
 def _set_epoch_on(loader: DataLoader, epoch: int) -> None:  # type: ignore[type-arg]
@@ -194,12 +205,7 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):  # type: ignore[type-ar
             yield from self._batches(replay)
             completed = True
         finally:
-            if replay is not None:
-                replay.finish()
-            self.end()
-            if completed:
-                self.iteration += 1
-            close_iteration(self, completed)
+            self.finish_iteration(replay, completed)
 
     def _batches(self, replay: Replay | None) -> Iterator[Any]:
         shard, offset = shard_sampler_of(self._batch_sampler())
