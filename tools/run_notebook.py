@@ -24,7 +24,9 @@ def _show(cell: nbformat.NotebookNode, index: int) -> None:
             sys.stdout.write(output.get("text", ""))
         elif kind in ("execute_result", "display_data"):
             data = output.get("data", {})
-            if "text/plain" in data:
+            if "application/vnd.jupyter.widget-view+json" in data:
+                print("[live launch widget]")
+            elif "text/plain" in data:
                 print(data["text/plain"])
         elif kind == "error":
             print("\n".join(output.get("traceback", [])))
