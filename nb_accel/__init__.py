@@ -39,6 +39,14 @@ __version__ = "0.1.0"
 
 register_view_factory(notebook_view)
 
+
+def load_ipython_extension(ipython: object) -> None:
+    """``%load_ext nb_accel``: register the ``%distributed`` and ``%%distributed`` magics."""
+    from .notebook.magics import load_ipython_extension as register
+
+    register(ipython)
+
+
 __all__ = [
     "AcceleratedOptimizer",
     "AcceleratedScheduler",
@@ -63,6 +71,7 @@ __all__ = [
     "WorkerFailure",
     "debug_launcher",
     "load_checkpoint_in_model",
+    "load_ipython_extension",
     "notebook_launcher",
     "prepare_data_loader",
     "set_seed",

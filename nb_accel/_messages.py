@@ -8,6 +8,12 @@ from typing import Literal
 
 __all__ = [
     "BarState",
+    "CellDone",
+    "Command",
+    "Execute",
+    "Pull",
+    "Push",
+    "Stop",
     "Event",
     "Failure",
     "Output",
@@ -98,7 +104,57 @@ class Report:
     time: float
 
 
-Event = Started | Output | Result | Failure | Report
+@dataclass(frozen=True)
+class CellDone:
+    """A persistent worker finished a command of cell ``cell``.
+
+    ``value`` is the pickled value asked for (a cell's last expression, a pulled variable),
+    ``value_repr`` its ``repr`` when it could not be pickled; ``failure`` is set when the
+    command raised (the worker lives on).
+    """
+
+    rank: int
+    cell: int
+    value: bytes | None = None
+    value_repr: str | None = None
+    failure: Failure | None = None
+
+
+Event = Started | Output | Result | Failure | Report | CellDone
+
+
+@dataclass(frozen=True)
+class Execute:
+    """Kernel to persistent worker: run ``code`` in the worker's namespace; with
+    ``want_value`` send back the value of its last expression."""
+
+    cell: int
+    code: str
+    want_value: bool = False
+
+
+@dataclass(frozen=True)
+class Push:
+    """Kernel to persistent worker: set variables (``data``: a cloudpickled dict)."""
+
+    cell: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class Pull:
+    """Kernel to persistent worker: send back the value of variable ``name``."""
+
+    cell: int
+    name: str
+
+
+@dataclass(frozen=True)
+class Stop:
+    """Kernel to persistent worker: leave the command loop and exit."""
+
+
+Command = Execute | Push | Pull | Stop
 
 
 def encode(event: Event) -> bytes:
@@ -109,6 +165,6 @@ def encode(event: Event) -> bytes:
 def decode(data: bytes) -> Event:
     """Inverse of :func:`encode`."""
     event = pickle.loads(data)
-    if not isinstance(event, (Started, Output, Result, Failure, Report)):
+    if not isinstance(event, (Started, Output, Result, Failure, Report, CellDone)):
         raise TypeError(f"unexpected message on the event channel: {type(event).__name__}")
     return event

@@ -2,65 +2,23 @@
 
 from __future__ import annotations
 
-import os
 import shutil
 import sys
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .. import _env
 from .._messages import Report
-from ..runtime.spec import WorkerArgs
 from .output import OutputPrinter
 from .payload import make_payload
 from .plan import DEFAULT_TIMEOUT_S, LaunchPlan, make_plan
-from .processes import (
-    WorkerProcess,
-    multiprocessing_helpers,
-    send_start_data,
-    start_worker,
-)
+from .processes import WorkerProcess, multiprocessing_helpers
 from .supervisor import WorkerGroup
 from .text_view import TextView
 from .view import LaunchView, view_factory
+from .workers import start_workers
 
 __all__ = ["notebook_launcher", "debug_launcher"]
-
-
-def _worker_env(plan: LaunchPlan) -> dict[str, str]:
-    env: dict[str, str] = {}
-    loopback = _env.loopback_interface()
-    if loopback:
-        # Single node: every socket the backends open stays on loopback.
-        for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
-            if name not in os.environ:
-                env[name] = loopback
-    if plan.device_type == "cpu":
-        env["NB_ACCEL_USE_CPU"] = "1"
-    return env
-
-
-def _worker_args(plan: LaunchPlan, store_path: str, payload: bytes) -> list[WorkerArgs]:
-    env = _worker_env(plan)
-    return [
-        WorkerArgs(
-            rank=rank,
-            local_rank=rank,
-            world_size=plan.num_processes,
-            local_world_size=plan.num_processes,
-            node_rank=0,
-            store_path=store_path,
-            backend=plan.backend,
-            device_type=plan.device_type,
-            timeout_s=plan.timeout_s,
-            mixed_precision=plan.mixed_precision,
-            payload=payload,
-            parent_pid=os.getpid(),
-            env=env,
-        )
-        for rank in range(plan.num_processes)
-    ]
 
 
 def _make_view(plan: LaunchPlan, show_progress: bool, all_ranks_metrics: bool) -> LaunchView:
@@ -106,11 +64,7 @@ def _run_group(
     group: WorkerGroup | None = None
     succeeded = False
     try:
-        all_args = _worker_args(plan, os.path.join(store_dir, "store"), payload)
-        for args in all_args:
-            workers.append(start_worker(plan.start_method, args))
-        for worker, args in zip(workers, all_args, strict=False):
-            send_start_data(worker, plan.start_method, args)
+        start_workers(plan, store_dir, payload, workers)
         printer = OutputPrinter(plan.num_processes, prefix_output)
         group = WorkerGroup(workers, printer, plan.timeout_s, view)
         outcome = group.wait()

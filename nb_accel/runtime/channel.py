@@ -30,6 +30,11 @@ class EventChannel:
             except (BrokenPipeError, ConnectionResetError, OSError):
                 self.closed = True
 
+    def receive(self) -> bytes:
+        """Block until the kernel sends a message (a persistent worker's next command);
+        ``EOFError`` when the kernel has gone away."""
+        return self._conn.recv_bytes()
+
     def close(self) -> None:
         """Stop sending; later events are dropped."""
         with self._lock:

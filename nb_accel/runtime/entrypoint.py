@@ -103,15 +103,17 @@ def is_timeout_error(exc: BaseException) -> bool:
     )
 
 
-def _user_traceback(exc: BaseException) -> str:
-    """The exception's traceback without this module's own frames."""
+def _user_traceback(exc: BaseException, own_files: tuple[str, ...]) -> str:
+    """The exception's traceback without the leading frames of ``own_files``."""
     tb: TracebackType | None = exc.__traceback__
-    while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+    while tb is not None and tb.tb_frame.f_code.co_filename in own_files:
         tb = tb.tb_next
     return "".join(traceback.format_exception(type(exc), exc, tb))
 
 
-def _failure(rank: int, exc: BaseException) -> Failure:
+def failure_event(rank: int, exc: BaseException, own_files: tuple[str, ...] = ()) -> Failure:
+    """The :class:`Failure` event for ``exc`` on ``rank``; the traceback leaves out the
+    leading frames of this module and of ``own_files`` (the worker's machinery)."""
     try:
         message = str(exc)
     except Exception:  # noqa: BLE001 - any failure here is reported, never raised
@@ -124,7 +126,7 @@ def _failure(rank: int, exc: BaseException) -> Failure:
         rank=rank,
         type_name=f"{type(exc).__module__}.{type(exc).__qualname__}",
         message=message,
-        traceback=_user_traceback(exc),
+        traceback=_user_traceback(exc, (__file__, *own_files)),
         data=data,
         is_timeout=is_timeout_error(exc),
     )
@@ -168,7 +170,7 @@ def _result(rank: int, value: Any) -> Result | Failure:
             f"kernel ({exc}); return plain data (numbers, tensors, lists, dicts) "
             "or save it to a file"
         )
-        return _failure(rank, error)
+        return failure_event(rank, error)
 
 
 def run_worker(conn: Connection, args: WorkerArgs, parent_pid: int | None) -> None:
@@ -195,7 +197,7 @@ def run_worker(conn: Connection, args: WorkerArgs, parent_pid: int | None) -> No
     try:
         outcome: Result | Failure = _result(args.rank, _run_function(args))
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the kernel
-        outcome = _failure(args.rank, exc)
+        outcome = failure_event(args.rank, exc)
     ok = isinstance(outcome, Result)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -1,0 +1,312 @@
+"""A persistent worker pool: N ranks that keep their process group and namespace across cells.
+
+The pool is an ordinary launch (same start methods, environment and process group as
+``notebook_launcher``) whose function is the worker's command loop
+(:func:`~nb_accel.runtime.pool_worker.serve`). The kernel sends commands down each worker's
+event connection and watches the same events as a launch, plus one
+:class:`~nb_accel._messages.CellDone` per rank and command.
+
+Kernel → Interrupt while a command runs sends SIGINT to the workers, which raises
+``KeyboardInterrupt`` in their code; a rank that does not stop within :data:`INTERRUPT_GRACE_S`
+(stuck in a collective, say) is named and the pool is stopped, to be restarted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import cloudpickle
+
+from .._messages import CellDone, Command, Event, Execute, Output, Pull, Push, Stop
+from ..errors import WorkerDiedError
+from ..runtime.pool_worker import serve
+from .failures import build_exception, failure_from_event
+from .output import OutputPrinter
+from .payload import make_payload
+from .plan import DEFAULT_TIMEOUT_S, LaunchPlan, make_plan
+from .processes import WorkerProcess, multiprocessing_helpers
+from .supervisor import WorkerGroup
+from .view import LaunchView
+from .workers import start_workers
+
+__all__ = ["INTERRUPT_GRACE_S", "RankStatus", "WorkerPool"]
+
+#: How long interrupted ranks may take to stop their code before the pool is stopped (seconds).
+INTERRUPT_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class RankStatus:
+    """One rank of a pool, as ``%distributed status`` shows it."""
+
+    rank: int
+    pid: int
+    alive: bool
+    device: str
+    memory_mb: float | None
+
+
+class _PoolGroup(WorkerGroup):
+    """The pool's workers; :class:`CellDone` events are collected per command."""
+
+    def __init__(self, workers: list[WorkerProcess], timeout_s: float) -> None:
+        self.output: Callable[[Output], None] = lambda event: None
+        super().__init__(workers, self._emit, timeout_s)
+        self.done: dict[int, CellDone] = {}
+        self.cell = -1
+
+    def _emit(self, event: Output) -> None:
+        self.output(event)
+
+    def _handle(self, event: Event) -> None:
+        if isinstance(event, CellDone):
+            if event.cell == self.cell:
+                self.done[event.rank] = event
+        else:
+            super()._handle(event)
+
+    def dead_ranks(self) -> list[int]:
+        """Ranks whose worker has exited (or reported a failure outside a command)."""
+        return sorted({f.rank for f in self._failures} | self._exited)
+
+    def watch(self, view: LaunchView | None, timeout: float | None) -> None:
+        """Wait for events (or ``timeout``) and handle them."""
+        self._view = view
+        self._watch_once(timeout)
+
+
+def _memory_mb(pid: int) -> float | None:
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
+
+
+class WorkerPool:
+    """Persistent workers for ``%%distributed`` cells.
+
+    Args:
+        num_processes: number of ranks (default as ``notebook_launcher``).
+        mixed_precision, start_method, timeout, cpu: as for ``notebook_launcher``.
+    """
+
+    def __init__(
+        self,
+        num_processes: int | None = None,
+        *,
+        mixed_precision: str = "no",
+        start_method: str | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
+        cpu: bool = False,
+    ) -> None:
+        self.plan: LaunchPlan = make_plan(
+            num_processes, mixed_precision, start_method, timeout, cpu
+        )
+        self._group: _PoolGroup | None = None
+        self._store_dir: str | None = None
+        self._helpers = contextlib.ExitStack()
+        self._cell = 0
+
+    @property
+    def world_size(self) -> int:
+        """Number of ranks."""
+        return self.plan.num_processes
+
+    @property
+    def running(self) -> bool:
+        """True while the workers are up (started, not stopped, none dead)."""
+        return self._group is not None and not self._group.dead_ranks()
+
+    def start(self) -> None:
+        """Start the workers and wait until each has its process group and namespace."""
+        if self._group is not None:
+            raise RuntimeError("the pool is already started; stop or restart it")
+        self._helpers.enter_context(multiprocessing_helpers(self.plan.start_method))
+        self._store_dir = tempfile.mkdtemp(prefix="nb_accel-pool-")
+        workers: list[WorkerProcess] = []
+        try:
+            start_workers(self.plan, self._store_dir, make_payload(serve, (), {}), workers)
+        except BaseException:
+            _PoolGroup(workers, self.plan.timeout_s).stop()
+            self._release()
+            raise
+        self._group = _PoolGroup(workers, self.plan.timeout_s)
+        self.execute("pass")  # every rank is ready once this returns
+
+    def _release(self) -> None:
+        if self._store_dir is not None:
+            shutil.rmtree(self._store_dir, ignore_errors=True)
+            self._store_dir = None
+        self._helpers.close()
+
+    def stop(self) -> None:
+        """Stop every worker (asked to leave, then terminated) and forget the pool."""
+        group, self._group = self._group, None
+        if group is None:
+            return
+        for worker in group.workers:
+            with contextlib.suppress(OSError):
+                worker.conn.send_bytes(pickle.dumps(Stop()))
+        group.stop(graceful=not group.dead_ranks())
+        self._release()
+
+    def restart(self) -> None:
+        """Stop and start again (a fresh namespace on every rank)."""
+        self.stop()
+        self.start()
+
+    def status(self) -> list[RankStatus]:
+        """Rank, pid, liveness, device and resident memory of every worker."""
+        if self._group is None:
+            return []
+        device = "cpu" if self.plan.device_type == "cpu" else None
+        return [
+            RankStatus(
+                rank=w.rank,
+                pid=w.pid,
+                alive=w.poll() is None,
+                device=device or f"cuda:{w.rank}",
+                memory_mb=_memory_mb(w.pid) if w.poll() is None else None,
+            )
+            for w in self._group.workers
+        ]
+
+    def _targets(self, ranks: Sequence[int] | None) -> list[int]:
+        chosen = sorted(set(range(self.world_size) if ranks is None else ranks))
+        bad = [r for r in chosen if not 0 <= r < self.world_size]
+        if bad or not chosen:
+            raise ValueError(
+                f"ranks {bad or list(ranks or [])} are not in this pool of {self.world_size} "
+                f"(ranks 0 to {self.world_size - 1})"
+            )
+        return chosen
+
+    def _group_or_fail(self) -> _PoolGroup:
+        if self._group is None:
+            raise RuntimeError("the pool is not started: %distributed start -n N")
+        dead = self._group.dead_ranks()
+        if dead:
+            raise RuntimeError(
+                f"rank(s) {dead} of the pool are gone; %distributed restart starts it again"
+            )
+        return self._group
+
+    def run(
+        self,
+        make_command: Callable[[int], Command],
+        ranks: Sequence[int] | None = None,
+        *,
+        all_output: bool = False,
+        prefix_output: bool = True,
+        view: LaunchView | None = None,
+    ) -> dict[int, CellDone]:
+        """Send ``make_command(cell)`` to ``ranks`` and wait until each has done it.
+
+        Output of rank 0 (of every rank with ``all_output``) is written as it arrives. A
+        failure on any rank is raised in the kernel as for a launch (original type, ranks
+        named, identical failures grouped) and the workers stay up.
+        """
+        group = self._group_or_fail()
+        targets = self._targets(ranks)
+        self._cell += 1
+        group.cell, group.done = self._cell, {}
+        printer = OutputPrinter(self.world_size, prefix_output)
+        first = targets[0]
+        group.output = lambda e: printer(e) if all_output or e.rank == first else None
+        data = pickle.dumps(make_command(self._cell), protocol=pickle.HIGHEST_PROTOCOL)
+        for rank in targets:
+            group.workers[rank].conn.send_bytes(data)
+        try:
+            self._wait(group, targets, view, None)
+        except KeyboardInterrupt:
+            self._interrupt(group, targets, view)
+            raise
+        return self._outcome(group, targets)
+
+    def _wait(
+        self, group: _PoolGroup, targets: list[int], view: LaunchView | None, until: float | None
+    ) -> bool:
+        """Wait for every target's :class:`CellDone`; False when ``until`` passed first."""
+        while any(rank not in group.done for rank in targets):
+            if group.dead_ranks():
+                self._died(group)
+            remaining = None if until is None else until - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            group.watch(view, remaining)
+        return True
+
+    def _died(self, group: _PoolGroup) -> None:
+        error = build_exception(group._failures, set(), self.world_size, {}, self.plan.timeout_s)
+        self.stop()
+        if isinstance(error, WorkerDiedError) and hasattr(error, "add_note"):
+            error.add_note("The pool is stopped: %distributed restart starts it again.")
+        raise error
+
+    def _interrupt(self, group: _PoolGroup, targets: list[int], view: LaunchView | None) -> None:
+        for rank in targets:
+            if rank not in group.done and group.workers[rank].poll() is None:
+                with contextlib.suppress(OSError):
+                    os.kill(group.workers[rank].pid, signal.SIGINT)
+        try:
+            finished = self._wait(group, targets, view, time.monotonic() + INTERRUPT_GRACE_S)
+        except KeyboardInterrupt:
+            finished = False
+        if not finished:
+            stuck = [rank for rank in targets if rank not in group.done]
+            self.stop()
+            raise KeyboardInterrupt(
+                f"rank(s) {stuck} did not stop within {INTERRUPT_GRACE_S:.0f} s of the "
+                "interrupt (stuck in a collective?); the pool was stopped: "
+                "%distributed restart starts it again"
+            )
+
+    def _outcome(self, group: _PoolGroup, targets: list[int]) -> dict[int, CellDone]:
+        done = {rank: group.done[rank] for rank in targets}
+        failures = [failure_from_event(d.failure)[0] for d in done.values() if d.failure]
+        if failures:
+            status = {r: "finished the cell" for r, d in done.items() if d.failure is None}
+            error = build_exception(failures, set(), self.world_size, status, self.plan.timeout_s)
+            raise error
+        return done
+
+    def execute(
+        self,
+        code: str,
+        ranks: Sequence[int] | None = None,
+        want_value: bool = False,
+        **options: Any,
+    ) -> dict[int, CellDone]:
+        """Run ``code`` on ``ranks`` (default: every rank); see :meth:`run` for ``options``."""
+        return self.run(lambda cell: Execute(cell, code, want_value), ranks, **options)
+
+    def push(self, values: dict[str, Any], ranks: Sequence[int] | None = None) -> None:
+        """Set ``values`` as variables on ``ranks`` (cloudpickled, so functions and classes
+        defined in the notebook travel too)."""
+        data = cloudpickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL)
+        self.run(lambda cell: Push(cell, data), ranks)
+
+    def pull(self, name: str, ranks: Sequence[int] | None = None) -> list[Any]:
+        """The value of variable ``name`` on each of ``ranks``, in rank order."""
+        done = self.run(lambda cell: Pull(cell, name), ranks)
+        return [load_value(d) for _, d in sorted(done.items())]
+
+
+def load_value(done: CellDone) -> Any:
+    """The value a rank sent back (its ``repr`` when it could not be pickled)."""
+    if done.value is not None:
+        return pickle.loads(done.value)
+    return done.value_repr

@@ -1,0 +1,59 @@
+"""Starting a launch's worker processes: their arguments, environment and start data."""
+
+from __future__ import annotations
+
+import os
+
+from .. import _env
+from ..runtime.spec import WorkerArgs
+from .plan import LaunchPlan
+from .processes import WorkerProcess, send_start_data, start_worker
+
+__all__ = ["start_workers"]
+
+
+def _worker_env(plan: LaunchPlan) -> dict[str, str]:
+    env: dict[str, str] = {}
+    loopback = _env.loopback_interface()
+    if loopback:
+        # Single node: every socket the backends open stays on loopback.
+        for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
+            if name not in os.environ:
+                env[name] = loopback
+    if plan.device_type == "cpu":
+        env["NB_ACCEL_USE_CPU"] = "1"
+    return env
+
+
+def _worker_args(plan: LaunchPlan, store_path: str, payload: bytes) -> list[WorkerArgs]:
+    env = _worker_env(plan)
+    return [
+        WorkerArgs(
+            rank=rank,
+            local_rank=rank,
+            world_size=plan.num_processes,
+            local_world_size=plan.num_processes,
+            node_rank=0,
+            store_path=store_path,
+            backend=plan.backend,
+            device_type=plan.device_type,
+            timeout_s=plan.timeout_s,
+            mixed_precision=plan.mixed_precision,
+            payload=payload,
+            parent_pid=os.getpid(),
+            env=env,
+        )
+        for rank in range(plan.num_processes)
+    ]
+
+
+def start_workers(
+    plan: LaunchPlan, store_dir: str, payload: bytes, workers: list[WorkerProcess]
+) -> None:
+    """Start one worker per rank running ``payload``, appending each to ``workers`` as it
+    starts (so the caller can stop those already started if a later one fails)."""
+    all_args = _worker_args(plan, os.path.join(store_dir, "store"), payload)
+    for args in all_args:
+        workers.append(start_worker(plan.start_method, args))
+    for worker, args in zip(workers, all_args, strict=False):
+        send_start_data(worker, plan.start_method, args)

@@ -1,0 +1,96 @@
+"""%%distributed through a real kernel: state across cells, output, values, errors, interrupts."""
+
+from __future__ import annotations
+
+import psutil
+from jupyter_client.blocking import BlockingKernelClient
+from kernel_driver import CellRun, collect, run_cell, running_kernel, start_cell
+
+
+def _plain(run: CellRun) -> str:
+    return "\n".join(str(r.get("text/plain", "")) for r in run.results)
+
+
+def _ok(client: BlockingKernelClient, code: str) -> CellRun:
+    run = run_cell(client, code)
+    assert run.status == "ok", (run.ename, run.evalue, "\n".join(run.traceback))
+    return run
+
+
+def test_cells_share_state_stream_output_and_move_values() -> None:
+    with running_kernel() as (_, client):
+        _ok(client, "%load_ext nb_accel")
+        first = _ok(
+            client,
+            "%%distributed -n 2\nimport torch\nx = torch.tensor([float(rank)])\n"
+            "print('hello from', rank)",
+        )
+        assert "Started 2 processes on CPU" in first.stdout
+        assert "hello from 0" in first.stdout and "hello from 1" not in first.stdout
+        assert _plain(_ok(client, "%%distributed\nx + 1")) == "tensor([1.])"  # rank 0's value
+        everyone = _ok(client, "%%distributed --all-ranks\nprint('all', rank, world_size)")
+        assert "all 0 2" in everyone.stdout and "[rank 1] all 1 2" in everyone.stdout
+        _ok(client, "%%distributed -o tens\nx * 10")
+        assert "[tensor([0.]), tensor([10.])]" in _ok(client, "print(tens)").stdout
+        _ok(client, "scale = 3\nshift = lambda v: v + 100\n%distributed push scale shift")
+        assert _plain(_ok(client, "%%distributed\nshift(x * scale)")) == "tensor([100.])"
+        pulled = _ok(client, "%distributed pull x")
+        assert _plain(pulled) == "[tensor([0.]), tensor([1.])]"
+        only = _ok(client, "%%distributed --ranks 1\nprint('only', rank)\nrank")
+        assert "only 1" in only.stdout and _plain(only) == "1"
+        status = _ok(client, "%distributed status")
+        assert status.stdout.count(" yes ") == 2 and "cpu" in status.stdout
+
+
+def test_an_error_names_its_rank_and_the_pool_lives_on() -> None:
+    with running_kernel() as (_, client):
+        _ok(client, "%load_ext nb_accel")
+        _ok(client, "%%distributed -n 2\nkept = rank + 40")
+        failed = run_cell(
+            client, "%%distributed\nif rank == 1:\n    raise KeyError('missing column')"
+        )
+        assert failed.status == "error" and failed.ename == "KeyError"
+        traceback = "\n".join(failed.traceback)
+        assert "Raised on rank 1 of 2" in traceback and "<cell" in traceback
+        assert _plain(_ok(client, "%%distributed\nkept")) == "40"  # namespace intact
+        usage = run_cell(client, "%%distributed --ranks 5\nrank")
+        assert usage.status == "error" and "not in this pool of 2" in usage.evalue
+
+
+SLEEP = "%%distributed\nimport time\nnote = 'kept'\nprint('sleeping', flush=True)\ntime.sleep(60)"
+
+
+def test_interrupt_stops_the_cell_on_every_rank_and_keeps_the_namespace() -> None:
+    with running_kernel() as (manager, client):
+        _ok(client, "%load_ext nb_accel")
+        _ok(client, "%%distributed -n 2\nrank")
+        msg_id = start_cell(client, SLEEP)
+        collect(client, msg_id, until=("sleeping",))
+        manager.interrupt_kernel()
+        interrupted = collect(client, msg_id)
+        assert interrupted.status == "error" and interrupted.ename == "KeyboardInterrupt"
+        after = _ok(client, "%%distributed -o notes\nnote")
+        assert _ok(client, "print(notes)").stdout.strip() == "['kept', 'kept']"
+        assert after.status == "ok"
+
+
+def test_a_killed_worker_is_reported_and_restart_brings_the_pool_back() -> None:
+    with running_kernel() as (manager, client):
+        _ok(client, "%load_ext nb_accel")
+        _ok(client, "%%distributed -n 2\nrank")
+        killed = run_cell(
+            client,
+            "%%distributed\nimport os, signal, time\n"
+            "if rank == 1:\n    os.kill(os.getpid(), signal.SIGKILL)\ntime.sleep(30)",
+        )
+        assert killed.status == "error" and killed.ename == "WorkerDiedError"
+        assert "rank 1" in killed.evalue and "SIGKILL" in killed.evalue
+        _ok(client, "%distributed restart")
+        assert _plain(_ok(client, "%%distributed -o ranks\nrank")) == ""
+        assert _ok(client, "print(ranks)").stdout.strip() == "[0, 1]"
+        kernel = psutil.Process(manager.provisioner.process.pid)  # type: ignore[union-attr]
+        workers = kernel.children(recursive=True)
+        assert len(workers) == 2
+    # The kernel is gone; its pool must follow it.
+    _gone, alive = psutil.wait_procs(workers, timeout=20)
+    assert alive == []
