@@ -30,6 +30,7 @@ bench: setup
 	$(BIN)/python benchmarks/loader.py
 	$(BIN)/python benchmarks/step.py
 	$(BIN)/python benchmarks/progress.py
+	$(BIN)/python benchmarks/magic.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info

@@ -155,10 +155,14 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         pool = self._running_pool(args)
         ranks = _ranks(args.ranks)
         view = _CellView(pool.plan.describe(), pool.world_size, bool(args.all_ranks))
-        done = pool.execute(
-            cell, ranks, want_value=True, all_output=bool(args.all_ranks), view=view
-        )
-        view.finished(True)
+        ok = False
+        try:
+            done = pool.execute(
+                cell, ranks, want_value=True, all_output=bool(args.all_ranks), view=view
+            )
+            ok = True
+        finally:
+            view.finished(ok)
         values = {rank: load_value(d) for rank, d in sorted(done.items())}
         if args.output:
             self._namespace()[args.output] = list(values.values())

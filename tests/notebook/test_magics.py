@@ -94,3 +94,44 @@ def test_a_killed_worker_is_reported_and_restart_brings_the_pool_back() -> None:
     # The kernel is gone; its pool must follow it.
     _gone, alive = psutil.wait_procs(workers, timeout=20)
     assert alive == []
+
+
+STUCK = """%%distributed
+import time, torch.distributed as dist
+print('waiting', flush=True)
+if rank == 0:
+    time.sleep(60)
+else:
+    dist.barrier()  # waits for rank 0 inside gloo, where a signal cannot reach it
+"""
+
+
+def test_a_rank_stuck_in_a_collective_is_named_and_the_pool_stopped() -> None:
+    with running_kernel() as (manager, client):
+        _ok(
+            client,
+            "%load_ext nb_accel\nimport nb_accel.launch.pool as pool\npool.INTERRUPT_GRACE_S = 2",
+        )
+        _ok(client, "%%distributed -n 2\nrank")
+        msg_id = start_cell(client, STUCK)
+        collect(client, msg_id, until=("waiting",))
+        manager.interrupt_kernel()
+        interrupted = collect(client, msg_id)
+        assert interrupted.status == "error" and interrupted.ename == "KeyboardInterrupt"
+        assert "rank(s) [1] did not stop" in interrupted.evalue
+        assert "restart" in interrupted.evalue
+        _ok(client, "%distributed restart")
+        assert _plain(_ok(client, "%%distributed\nworld_size")) == "2"
+
+
+def test_progress_and_metrics_show_up_in_a_distributed_cell() -> None:
+    with running_kernel() as (_, client):
+        _ok(client, "%load_ext nb_accel")
+        plain = _ok(client, "%%distributed -n 2\nrank")
+        assert not any("application/vnd.jupyter.widget-view+json" in r for r in plain.results)
+        shown = _ok(
+            client,
+            "%%distributed\nfrom nb_accel import tqdm\n"
+            "for i in tqdm(range(20)):\n    accelerator.log({'v': float(i)})",
+        )
+        assert any("application/vnd.jupyter.widget-view+json" in r for r in shown.results)

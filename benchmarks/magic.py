@@ -1,0 +1,106 @@
+"""%%distributed benchmark: round trip of an empty cell on 2 workers, through a real kernel.
+
+Run from the repository root::
+
+    .venv/bin/python benchmarks/magic.py            # or: make bench
+
+A Jupyter kernel is started with jupyter_client; ``%load_ext nb_accel`` and a first
+``%%distributed -n 2`` cell start the pool. Then, alternating, an empty plain cell (``pass``,
+the baseline) and an empty ``%%distributed`` cell (``pass`` on both ranks) are executed and
+timed from the execute request to the kernel's reply. The overhead is the difference of the
+medians (and of the 95th percentiles). Targets: ≤ 2 ms median, ≤ 10 ms p95.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from datetime import datetime, timezone
+
+from jupyter_client import KernelManager
+from jupyter_client.blocking import BlockingKernelClient
+
+import nb_accel
+
+MEDIAN_TARGET_MS = 2.0
+P95_TARGET_MS = 10.0
+
+
+def _timed(client: BlockingKernelClient, code: str) -> float:
+    """Seconds from sending ``code`` to the kernel's execute reply (which must be ok)."""
+    start = time.perf_counter()
+    msg_id = client.execute(code, store_history=False)
+    while True:
+        reply = client.get_shell_msg(timeout=60)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            break
+    elapsed = time.perf_counter() - start
+    if reply["content"]["status"] != "ok":
+        raise RuntimeError(f"{code!r} failed: {reply['content'].get('evalue')}")
+    return elapsed
+
+
+def _percentile(values: list[float], fraction: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """Command-line options."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=200, help="timed cells of each kind")
+    parser.add_argument("--warmup", type=int, default=20, help="untimed rounds first")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark and print the table."""
+    args = parse_args(argv)
+    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    print(
+        f"{stamp}; {os.cpu_count()} CPU cores; Python {platform.python_version()}, "
+        f"nb_accel {nb_accel.__version__}"
+    )
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel()
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        _timed(client, "%load_ext nb_accel")
+        _timed(client, "%%distributed -n 2\npass")
+        cells = {"plain cell": "pass", "%%distributed cell": "%%distributed\npass"}
+        times: dict[str, list[float]] = {name: [] for name in cells}
+        for index in range(args.warmup + args.rounds):
+            order = list(cells) if index % 2 == 0 else list(cells)[::-1]
+            for name in order:
+                seconds = _timed(client, cells[name])
+                if index >= args.warmup:
+                    times[name].append(seconds)
+        _timed(client, "%distributed stop")
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    print(
+        f"\nEmpty cell round trip through a kernel, 2 workers; {args.rounds} rounds after "
+        f"{args.warmup} warm-up rounds, alternating"
+    )
+    print(f"  {'cell':<22} {'median ms':>10} {'p95 ms':>8}")
+    stats = {}
+    for name, values in times.items():
+        stats[name] = (statistics.median(values) * 1e3, _percentile(values, 0.95) * 1e3)
+        print(f"  {name:<22} {stats[name][0]:10.2f} {stats[name][1]:8.2f}")
+    median = stats["%%distributed cell"][0] - stats["plain cell"][0]
+    p95 = stats["%%distributed cell"][1] - stats["plain cell"][1]
+    ok = median <= MEDIAN_TARGET_MS and p95 <= P95_TARGET_MS
+    print(
+        f"  overhead: {median:.2f} ms median, {p95:.2f} ms p95 (targets <= {MEDIAN_TARGET_MS} "
+        f"ms, <= {P95_TARGET_MS} ms): {'PASS' if ok else 'MISS'}"
+    )
+
+
+if __name__ == "__main__":
+    main()
