@@ -4,6 +4,7 @@
 Accelerate's documented training-loop API (``prepare``, ``backward``, ``gather_for_metrics``, ...).
 """
 
+from .config import Config, load_config, save_config
 from .errors import (
     CollectiveTimeoutError,
     LaunchError,
@@ -40,6 +41,15 @@ __version__ = "0.1.0"
 register_view_factory(notebook_view)
 
 
+def __getattr__(name: str) -> object:
+    """``ConfigWidget`` is imported on first use (it loads ipywidgets)."""
+    if name == "ConfigWidget":
+        from .notebook.config_widget import ConfigWidget
+
+        return ConfigWidget
+    raise AttributeError(f"module 'nb_accel' has no attribute {name!r}")
+
+
 def load_ipython_extension(ipython: object) -> None:
     """``%load_ext nb_accel``: register the ``%distributed`` and ``%%distributed`` magics."""
     from .notebook.magics import load_ipython_extension as register
@@ -49,6 +59,8 @@ def load_ipython_extension(ipython: object) -> None:
 
 __all__ = [
     "AcceleratedOptimizer",
+    "Config",
+    "ConfigWidget",
     "AcceleratedScheduler",
     "Accelerator",
     "AcceleratorState",
@@ -71,9 +83,11 @@ __all__ = [
     "WorkerFailure",
     "debug_launcher",
     "load_checkpoint_in_model",
+    "load_config",
     "load_ipython_extension",
     "notebook_launcher",
     "prepare_data_loader",
+    "save_config",
     "set_seed",
     "skip_first_batches",
     "tqdm",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -11,6 +12,11 @@ import psutil
 import pytest
 
 from nb_accel.runtime.state import reset_all_states
+
+#: The suite never reads or writes a user's saved configuration: launches (and kernels started
+#: by tests) look for it in a file that does not exist unless a test writes it.
+_CONFIG_DIR = tempfile.mkdtemp(prefix="nb_accel-test-config-")
+os.environ["NB_ACCEL_CONFIG_FILE"] = os.path.join(_CONFIG_DIR, "default_config.yaml")
 
 #: How long a test's leftovers get to finish on their own before they count as leaks.
 SETTLE_S = 10.0

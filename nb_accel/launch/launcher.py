@@ -9,9 +9,10 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._messages import Report
+from .defaults import plan_with_defaults
 from .output import OutputPrinter
 from .payload import make_payload
-from .plan import DEFAULT_TIMEOUT_S, LaunchPlan, make_plan
+from .plan import LaunchPlan
 from .processes import WorkerProcess, multiprocessing_helpers
 from .supervisor import WorkerGroup
 from .text_view import TextView
@@ -93,11 +94,11 @@ def notebook_launcher(
     args: Sequence[Any] = (),
     num_processes: int | None = None,
     *,
-    mixed_precision: str = "no",
+    mixed_precision: str | None = None,
     start_method: str | None = None,
-    timeout: float = DEFAULT_TIMEOUT_S,
+    timeout: float | None = None,
     kwargs: Mapping[str, Any] | None = None,
-    cpu: bool = False,
+    cpu: bool | None = None,
     prefix_output: bool = True,
     use_port: str | int | None = None,
     master_addr: str | None = None,
@@ -105,6 +106,10 @@ def notebook_launcher(
     all_ranks_metrics: bool = False,
 ) -> list[Any]:
     """Run ``function(*args, **kwargs)`` on ``num_processes`` worker processes and wait.
+
+    Options left as ``None`` take the saved default configuration
+    (:func:`~nb_accel.load_config`, written by ``ConfigWidget`` or ``save_config``), then the
+    built-in defaults shown below; arguments given explicitly always win.
 
     Each worker is one rank of a ``torch.distributed`` process group (gloo on CPU, nccl on
     GPUs) that exists while the function runs. The function may be defined in a notebook cell,
@@ -114,11 +119,13 @@ def notebook_launcher(
         function: what every rank runs.
         args: positional arguments, the same for every rank.
         num_processes: number of ranks; defaults to one per visible GPU, or 1 on a CPU.
-        mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``; what ``Accelerator()`` uses inside.
+        mixed_precision: ``"no"`` (built-in default), ``"bf16"`` or ``"fp16"``; what
+            ``Accelerator()`` uses inside.
         start_method: ``"fork"`` (the default on Linux), ``"spawn"`` or ``"forkserver"``.
-        timeout: seconds a collective may wait for the other ranks before failing.
+        timeout: seconds a collective may wait for the other ranks before failing (built-in
+            default 1800).
         kwargs: keyword arguments for ``function``.
-        cpu: run on the CPU (gloo) even when GPUs are present.
+        cpu: run on the CPU (gloo) even when GPUs are present (built-in default False).
         prefix_output: prefix each line a worker prints with its rank (once more than one rank
             has printed).
         use_port: accepted for compatibility with Accelerate and ignored: a single-node launch
@@ -144,7 +151,7 @@ def notebook_launcher(
     """
     del use_port, master_addr
     _check_call(function, args)
-    plan = make_plan(num_processes, mixed_precision, start_method, timeout, cpu)
+    plan = plan_with_defaults(num_processes, mixed_precision, start_method, timeout, cpu)
     payload = make_payload(function, args, kwargs or {})
     view = _make_view(plan, show_progress, all_ranks_metrics)
     outcome = _run(plan, payload, prefix_output, view)

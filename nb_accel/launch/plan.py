@@ -27,6 +27,7 @@ class LaunchPlan:
     start_method: str
     mixed_precision: str
     timeout_s: float
+    gradient_accumulation_steps: int = 1
 
     def describe(self) -> str:
         """One truthful line, e.g. ``"Launching 2 processes on CPU (gloo)"``."""
@@ -90,6 +91,7 @@ def make_plan(
     start_method: str | None,
     timeout: object,
     cpu: bool,
+    gradient_accumulation_steps: int = 1,
 ) -> LaunchPlan:
     """Validate the launch options and decide device, backend and start method.
 
@@ -107,7 +109,9 @@ def make_plan(
                 "mixed_precision='fp16' needs CUDA GPUs, and this launch runs on the CPU; "
                 "use mixed_precision='bf16' on the CPU, or 'no'"
             )
-        return LaunchPlan(requested or 1, "cpu", "gloo", method, precision, timeout_s)
+        return LaunchPlan(
+            requested or 1, "cpu", "gloo", method, precision, timeout_s, gradient_accumulation_steps
+        )
     count = requested or gpus
     if count > gpus:
         raise ValueError(
@@ -120,4 +124,6 @@ def make_plan(
             "Restart the kernel and keep every CUDA call (.cuda(), .to('cuda'), torch.cuda.*) "
             "inside the launched function, or pass start_method='spawn'."
         )
-    return LaunchPlan(count, "cuda", "nccl", method, precision, timeout_s)
+    return LaunchPlan(
+        count, "cuda", "nccl", method, precision, timeout_s, gradient_accumulation_steps
+    )

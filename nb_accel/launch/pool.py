@@ -29,10 +29,11 @@ import cloudpickle
 from .._messages import CellDone, Command, Event, Execute, Output, Pull, Push, Stop
 from ..errors import WorkerDiedError
 from ..runtime.pool_worker import serve
+from .defaults import plan_with_defaults
 from .failures import build_exception, failure_from_event
 from .output import OutputPrinter
 from .payload import make_payload
-from .plan import DEFAULT_TIMEOUT_S, LaunchPlan, make_plan
+from .plan import LaunchPlan
 from .processes import WorkerProcess, multiprocessing_helpers
 from .supervisor import WorkerGroup
 from .view import LaunchView
@@ -99,20 +100,22 @@ class WorkerPool:
     """Persistent workers for ``%%distributed`` cells.
 
     Args:
-        num_processes: number of ranks (default as ``notebook_launcher``).
-        mixed_precision, start_method, timeout, cpu: as for ``notebook_launcher``.
+        num_processes: number of ranks; ``None``: the saved configuration's, else as
+            ``notebook_launcher``.
+        mixed_precision, start_method, timeout, cpu: as for ``notebook_launcher`` (``None``:
+            the saved configuration's value).
     """
 
     def __init__(
         self,
         num_processes: int | None = None,
         *,
-        mixed_precision: str = "no",
+        mixed_precision: str | None = None,
         start_method: str | None = None,
-        timeout: float = DEFAULT_TIMEOUT_S,
-        cpu: bool = False,
+        timeout: float | None = None,
+        cpu: bool | None = None,
     ) -> None:
-        self.plan: LaunchPlan = make_plan(
+        self.plan: LaunchPlan = plan_with_defaults(
             num_processes, mixed_precision, start_method, timeout, cpu
         )
         self._group: _PoolGroup | None = None

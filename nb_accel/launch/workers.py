@@ -22,6 +22,8 @@ def _worker_env(plan: LaunchPlan) -> dict[str, str]:
                 env[name] = loopback
     if plan.device_type == "cpu":
         env["NB_ACCEL_USE_CPU"] = "1"
+    if plan.gradient_accumulation_steps != 1:
+        env["NB_ACCEL_GRADIENT_ACCUMULATION_STEPS"] = str(plan.gradient_accumulation_steps)
     return env
 
 

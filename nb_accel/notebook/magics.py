@@ -115,9 +115,9 @@ class DistributedMagics(Magics):  # type: ignore[misc]
     def _start(self, args: Any) -> WorkerPool:
         pool = WorkerPool(
             args.num_processes,
-            mixed_precision=args.mixed_precision or "no",
+            mixed_precision=args.mixed_precision,
             start_method=args.start_method,
-            cpu=bool(args.cpu),
+            cpu=True if args.cpu else None,
         )
         pool.start()
         self.pool = pool

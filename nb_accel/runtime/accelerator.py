@@ -7,6 +7,7 @@ collectives in ``ops`` (reached through :class:`ProcessMethods`).
 
 from __future__ import annotations
 
+import os
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -56,6 +57,8 @@ def _accumulation(
             "pass gradient accumulation either as gradient_accumulation_steps or as "
             "gradient_accumulation_plugin, not both"
         )
+    if plugin is None and steps == 1:  # the launch's default (the saved configuration)
+        steps = int(os.environ.get("NB_ACCEL_GRADIENT_ACCUMULATION_STEPS", "1"))
     return plugin or GradientAccumulationPlugin(num_steps=steps)
 
 

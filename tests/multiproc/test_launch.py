@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import psutil
 import pytest
@@ -176,3 +177,27 @@ def test_kernel_state_does_not_leak_into_workers(tmp_path: os.PathLike[str]) -> 
 
 def test_debug_launcher_runs_on_cpu() -> None:
     assert debug_launcher(lambda: str(PartialState().device)) == ["cpu", "cpu"]
+
+
+def settings_seen() -> tuple[int, str, int]:
+    from nb_accel import Accelerator
+
+    accelerator = Accelerator()
+    steps = accelerator.gradient_accumulation_steps
+    return accelerator.num_processes, accelerator.mixed_precision, steps
+
+
+def test_saved_defaults_apply_and_arguments_win(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nb_accel.config import Config, ConfigError, save_config
+
+    saved = Config(num_processes=2, mixed_precision="bf16", gradient_accumulation_steps=4)
+    file = save_config(saved, tmp_path / "c.yaml")
+    monkeypatch.setenv("NB_ACCEL_CONFIG_FILE", str(file))
+    assert notebook_launcher(settings_seen) == [(2, "bf16", 4)] * 2
+    explicit = notebook_launcher(settings_seen, num_processes=1, mixed_precision="no")
+    assert explicit == [(1, "no", 4)]
+    file.write_text("num_processes: two\n")
+    with pytest.raises(ConfigError, match=str(file)):
+        notebook_launcher(settings_seen)

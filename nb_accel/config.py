@@ -1,0 +1,203 @@
+"""The saved default configuration: one frozen dataclass, validated in one place, kept as YAML.
+
+Where it lives: ``$NB_ACCEL_CONFIG_FILE`` if set, else ``$XDG_CONFIG_HOME/nb_accel/
+default_config.yaml`` (``~/.config/nb_accel/default_config.yaml`` without ``XDG_CONFIG_HOME``),
+or a path given explicitly. A missing file means the built-in defaults; a malformed one is an
+error naming the file and the bad key. Writes are atomic (a temporary file renamed over).
+``notebook_launcher`` and ``%%distributed`` take their defaults from it; arguments given
+explicitly win.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import tempfile
+from dataclasses import dataclass, fields
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+__all__ = [
+    "CHOICES",
+    "Config",
+    "ConfigError",
+    "config_path",
+    "config_problems",
+    "load_config",
+    "save_config",
+]
+
+#: Allowed values of the fields that take one of a few.
+CHOICES: dict[str, tuple[Any, ...]] = {
+    "mixed_precision": ("no", "bf16", "fp16"),
+    "start_method": (None, "fork", "spawn", "forkserver"),
+    "rdzv_backend": ("c10d",),
+}
+
+
+class ConfigError(ValueError):
+    """A configuration value, or a configuration file, that cannot be used."""
+
+
+@dataclass(frozen=True)
+class Config:
+    """Defaults for launches (``notebook_launcher``, ``%%distributed``).
+
+    Attributes:
+        num_processes: ranks per node; ``None``: one per GPU, else 1.
+        mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"`` (fp16 needs GPUs).
+        start_method: ``"fork"``, ``"spawn"``, ``"forkserver"``; ``None``: the platform's.
+        gradient_accumulation_steps: what ``Accelerator()`` uses when not told otherwise.
+        timeout: seconds a collective may wait for the other ranks.
+        cpu: launch on the CPU even when GPUs are present.
+        num_nodes: machines taking part (multi-node launches).
+        node_rank: this machine's number, 0 to ``num_nodes - 1``.
+        rdzv_endpoint: ``host:port`` of the rendezvous (multi-node).
+        rdzv_backend: the rendezvous backend (``"c10d"``).
+        rdzv_timeout: seconds to wait for every node to join.
+        max_restarts: times the worker group is restarted after a failure (multi-node).
+    """
+
+    num_processes: int | None = None
+    mixed_precision: str = "no"
+    start_method: str | None = None
+    gradient_accumulation_steps: int = 1
+    timeout: float = 1800.0
+    cpu: bool = False
+    num_nodes: int = 1
+    node_rank: int = 0
+    rdzv_endpoint: str | None = None
+    rdzv_backend: str = "c10d"
+    rdzv_timeout: float = 900.0
+    max_restarts: int = 0
+
+    def __post_init__(self) -> None:
+        problems = self.problems()
+        if problems:
+            raise ConfigError("; ".join(f"{name}: {text}" for name, text in problems.items()))
+
+    def problems(self) -> dict[str, str]:
+        """Every field whose value is not allowed, with what is allowed (empty when valid)."""
+        found: dict[str, str] = {}
+
+        def whole(name: str, value: Any, low: int, optional: bool = False) -> None:
+            if value is None and optional:
+                return
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                found[name] = f"must be a whole number >= {low}, got {value!r}"
+
+        whole("num_processes", self.num_processes, 1, optional=True)
+        whole("gradient_accumulation_steps", self.gradient_accumulation_steps, 1)
+        whole("num_nodes", self.num_nodes, 1)
+        whole("node_rank", self.node_rank, 0)
+        whole("max_restarts", self.max_restarts, 0)
+        for name in ("timeout", "rdzv_timeout"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                found[name] = f"must be a number of seconds > 0, got {value!r}"
+        for name, allowed in CHOICES.items():
+            if getattr(self, name) not in allowed:
+                found[name] = (
+                    f"must be one of {', '.join(map(repr, allowed))}, got {getattr(self, name)!r}"
+                )
+        if not isinstance(self.cpu, bool):
+            found["cpu"] = f"must be true or false, got {self.cpu!r}"
+        if (
+            "node_rank" not in found
+            and "num_nodes" not in found
+            and self.node_rank >= self.num_nodes
+        ):
+            found["node_rank"] = f"must be below num_nodes ({self.num_nodes}), got {self.node_rank}"
+        if self.num_nodes > 1 and not _is_endpoint(self.rdzv_endpoint):
+            found["rdzv_endpoint"] = (
+                f"must be 'host:port' when num_nodes > 1, got {self.rdzv_endpoint!r}"
+            )
+        if self.mixed_precision == "fp16" and self.cpu:
+            found["mixed_precision"] = "'fp16' needs CUDA GPUs; use 'bf16' with cpu=True"
+        return found
+
+    def replace(self, **changes: Any) -> Config:
+        """A copy with ``changes`` (validated)."""
+        return dataclasses.replace(self, **changes)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The fields as plain data (what the YAML file holds)."""
+        return dataclasses.asdict(self)
+
+
+def _is_endpoint(value: object) -> bool:
+    if not isinstance(value, str) or ":" not in value:
+        return False
+    host, _, port = value.rpartition(":")
+    return bool(host) and port.isdigit() and 0 < int(port) < 65536
+
+
+def config_path(path: str | os.PathLike[str] | None = None) -> Path:
+    """The file a configuration is read from and saved to (see the module's notes)."""
+    if path is not None:
+        return Path(path).expanduser()
+    explicit = os.environ.get("NB_ACCEL_CONFIG_FILE")
+    if explicit:
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join("~", ".config")
+    return Path(base).expanduser() / "nb_accel" / "default_config.yaml"
+
+
+_FIELDS = {f.name for f in fields(Config)}
+
+
+def config_problems(**values: Any) -> dict[str, str]:
+    """What is wrong with a configuration of ``values`` (defaults for the fields left out),
+    field by field, without raising: for forms that show problems as they are typed."""
+    unknown = sorted(set(values) - _FIELDS)
+    if unknown:
+        raise TypeError(f"unknown configuration field(s): {', '.join(unknown)}")
+    draft = object.__new__(Config)
+    for item in fields(Config):
+        object.__setattr__(draft, item.name, values.get(item.name, item.default))
+    return draft.problems()
+
+
+def load_config(path: str | os.PathLike[str] | None = None) -> Config:
+    """The saved configuration; the built-in defaults when the file does not exist."""
+    file = config_path(path)
+    if not file.exists():
+        return Config()
+    try:
+        data = yaml.safe_load(file.read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise ConfigError(f"cannot read {file}: {error}") from error
+    if not isinstance(data, dict):
+        raise ConfigError(f"{file} must hold a mapping of settings, not {type(data).__name__}")
+    unknown = sorted(str(key) for key in data if key not in _FIELDS)
+    if unknown:
+        keys = ", ".join(sorted(_FIELDS))
+        raise ConfigError(f"{file}: unknown key(s) {', '.join(unknown)}; the keys are {keys}")
+    try:
+        return Config(**data)
+    except ConfigError as error:
+        raise ConfigError(f"{file}: {error}") from None
+
+
+def save_config(config: Config, path: str | os.PathLike[str] | None = None) -> Path:
+    """Write ``config`` (atomically) and return where it went."""
+    file = config_path(path)
+    file.parent.mkdir(parents=True, exist_ok=True)
+    text = "# nb_accel defaults (notebook_launcher, %%distributed)\n" + yaml.safe_dump(
+        config.to_dict(), sort_keys=False
+    )
+    handle, temporary = tempfile.mkstemp(prefix=f".{file.name}.", dir=file.parent)
+    try:
+        with os.fdopen(handle, "w") as out:
+            out.write(text)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(temporary, file)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary)
+        raise
+    return file

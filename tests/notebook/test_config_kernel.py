@@ -1,0 +1,52 @@
+"""The config form as a notebook user meets it: set values, Save, then launch without options."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from nbclient import NotebookClient
+from nbformat.v4 import new_code_cell, new_notebook
+
+FORM = """
+import os
+os.environ["NB_ACCEL_CONFIG_FILE"] = {path!r}
+from nb_accel import ConfigWidget
+form = ConfigWidget()
+form
+"""
+SET_AND_SAVE = """
+form.controls["num_processes"].value = 2
+form.controls["mixed_precision"].value = "bf16"
+form.controls["gradient_accumulation_steps"].value = 3
+form.save_button.click()
+print(form.message.value)
+"""
+LAUNCH = """
+from nb_accel import Accelerator, notebook_launcher
+
+def seen():
+    acc = Accelerator()
+    return acc.num_processes, acc.mixed_precision, acc.gradient_accumulation_steps
+
+print("workers saw", notebook_launcher(seen))
+"""
+
+
+def test_saved_form_values_become_the_launch_defaults(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    notebook = new_notebook(
+        cells=[
+            new_code_cell(FORM.format(path=str(path))),
+            new_code_cell(SET_AND_SAVE),
+            new_code_cell(LAUNCH),
+        ]
+    )
+    NotebookClient(notebook, timeout=120, kernel_name="python3", store_widget_state=True).execute()
+    shown = notebook.cells[0].outputs
+    assert any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in shown)
+    saved = "".join(o.get("text", "") for o in notebook.cells[1].outputs)
+    assert "Saved to" in saved and str(path) in saved
+    assert "mixed_precision: bf16" in path.read_text()
+    launched = "".join(o.get("text", "") for o in notebook.cells[2].outputs)
+    assert "Launching 2 processes on CPU (gloo; fork, bf16 mixed precision)" in launched
+    assert "workers saw [(2, 'bf16', 3), (2, 'bf16', 3)]" in launched

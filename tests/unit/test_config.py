@@ -1,0 +1,107 @@
+"""The saved configuration: validation, its place, round trip, malformed files, atomic saves."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nb_accel.config import Config, ConfigError, config_path, load_config, save_config
+
+
+def test_values_are_checked_in_one_place_naming_field_and_choices() -> None:
+    with pytest.raises(ConfigError, match=r"mixed_precision: must be one of 'no', 'bf16', 'fp16'"):
+        Config(mixed_precision="fp8")
+    with pytest.raises(ConfigError, match=r"num_processes: must be a whole number >= 1, got 0"):
+        Config(num_processes=0)
+    with pytest.raises(ConfigError, match=r"rdzv_endpoint: must be 'host:port'"):
+        Config(num_nodes=2)
+    with pytest.raises(ConfigError, match=r"node_rank: must be below num_nodes \(2\)"):
+        Config(num_nodes=2, node_rank=2, rdzv_endpoint="10.0.0.1:29400")
+    assert Config(num_nodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29400").node_rank == 1
+
+
+def test_where_the_file_lives(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("NB_ACCEL_CONFIG_FILE", raising=False)
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert config_path() == tmp_path / "xdg" / "nb_accel" / "default_config.yaml"
+    monkeypatch.delenv("XDG_CONFIG_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert config_path() == tmp_path / "home" / ".config" / "nb_accel" / "default_config.yaml"
+    monkeypatch.setenv("NB_ACCEL_CONFIG_FILE", str(tmp_path / "mine.yaml"))
+    assert config_path() == tmp_path / "mine.yaml"
+    assert config_path(tmp_path / "given.yaml") == tmp_path / "given.yaml"
+
+
+def test_round_trip_and_missing_file(tmp_path: Path) -> None:
+    file = tmp_path / "sub" / "config.yaml"
+    assert load_config(file) == Config()  # missing: built-in defaults
+    saved = Config(num_processes=3, mixed_precision="bf16", gradient_accumulation_steps=4)
+    assert save_config(saved, file) == file
+    assert load_config(file) == saved
+    assert "mixed_precision: bf16" in file.read_text()
+
+
+def test_malformed_files_name_the_file_and_the_key(tmp_path: Path) -> None:
+    file = tmp_path / "config.yaml"
+    file.write_text("num_procesess: 2\n")
+    with pytest.raises(ConfigError, match=rf"{file}: unknown key\(s\) num_procesess"):
+        load_config(file)
+    file.write_text("mixed_precision: fp8\n")
+    with pytest.raises(ConfigError, match=rf"{file}: mixed_precision: must be one of"):
+        load_config(file)
+    file.write_text("num_processes: [2\n")
+    with pytest.raises(ConfigError, match=rf"cannot read {file}"):
+        load_config(file)
+
+
+def test_a_save_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    file = tmp_path / "config.yaml"
+    save_config(Config(num_processes=2), file)
+    before = file.read_text()
+
+    def broken_fsync(fd: int) -> None:
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "fsync", broken_fsync)
+    with pytest.raises(OSError, match="disk full"):
+        save_config(Config(num_processes=7), file)
+    assert file.read_text() == before  # the old file, whole
+    assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]  # no temporary left
+
+
+def test_the_command_line_prints_the_configuration_and_the_environment(tmp_path: Path) -> None:
+    file = tmp_path / "config.yaml"
+    save_config(Config(num_processes=2), file)
+    env = {**os.environ, "NB_ACCEL_CONFIG_FILE": str(file)}
+    shown = subprocess.run(
+        [sys.executable, "-m", "nb_accel", "config"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert f"from {file}" in shown and "num_processes: 2" in shown
+    report = subprocess.run(
+        [sys.executable, "-m", "nb_accel", "env"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=True,
+    ).stdout
+    assert "torch:" in report and "CUDA GPUs:" in report and "Notebook front end:" in report
+    file.write_text("cpu: maybe\n")
+    bad = subprocess.run(
+        [sys.executable, "-m", "nb_accel", "config"],
+        check=False,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+    )
+    assert bad.returncode == 1 and "cpu: must be true or false" in bad.stderr

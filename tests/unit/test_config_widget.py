@@ -1,0 +1,281 @@
+"""The configuration form, built in-process and driven through its controls (no browser)."""
+
+from __future__ import annotations
+
+from dataclasses import fields
+from pathlib import Path
+
+import pytest
+import yaml
+
+from nb_accel import _env
+from nb_accel.config import Config, ConfigError, load_config, save_config
+from nb_accel.notebook.config_widget import MULTI_NODE_FIELDS, ConfigWidget
+
+FIELD_NAMES = [f.name for f in fields(Config)]
+
+
+@pytest.fixture
+def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_env, "cuda_device_count", lambda: 0)
+
+
+@pytest.fixture
+def four_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_env, "cuda_device_count", lambda: 4)
+
+
+def _offered(form: ConfigWidget, name: str) -> list[object]:
+    return [value for _, value in form.controls[name].options]
+
+
+def _hidden(form: ConfigWidget, name: str) -> bool:
+    return form.rows[name].layout.display == "none" and form.rows[name] in form.widget.children
+
+
+def test_missing_file_gives_the_defaults(tmp_path: Path, four_gpus: None) -> None:
+    file = tmp_path / "missing" / "config.yaml"
+    form = ConfigWidget(file)
+    assert form.config == Config()
+    assert form.problems() == {}
+    assert not form.save_button.disabled
+    assert str(file) in form.header.value
+    assert not file.exists()
+
+
+def test_the_path_defaults_to_the_environment_variable(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, four_gpus: None
+) -> None:
+    file = tmp_path / "from_env.yaml"
+    save_config(Config(gradient_accumulation_steps=3), file)
+    monkeypatch.setenv("NB_ACCEL_CONFIG_FILE", str(file))
+    form = ConfigWidget()
+    assert form.path == file
+    assert form.config.gradient_accumulation_steps == 3
+
+
+def test_every_field_has_a_control_named_after_it(tmp_path: Path) -> None:
+    form = ConfigWidget(tmp_path / "c.yaml")
+    assert list(form.controls) == FIELD_NAMES
+    for name, control in form.controls.items():
+        assert control.description == name
+        assert control.tooltip, f"{name} has no help"
+    assert "one per GPU" in form.controls["num_processes"].tooltip
+
+
+def test_values_set_on_the_controls_are_saved_and_read_back(
+    tmp_path: Path, four_gpus: None
+) -> None:
+    file = tmp_path / "sub" / "c.yaml"
+    form = ConfigWidget(file)
+    changes = {
+        "num_processes": 2,
+        "mixed_precision": "fp16",
+        "start_method": "spawn",
+        "gradient_accumulation_steps": 4,
+        "timeout": 60.5,
+        "num_nodes": 2,
+        "node_rank": 1,
+        "rdzv_endpoint": "head:29500",
+        "rdzv_timeout": 30.0,
+        "max_restarts": 3,
+    }
+    for name, value in changes.items():
+        form.controls[name].value = value
+    assert not form.save_button.disabled
+    form.save_button.click()
+    assert file.exists()
+    assert load_config(file) == Config(**changes)
+    assert f"Saved to {file}" in form.message.value
+    assert form.save() == file
+
+
+def test_auto_is_saved_as_none(tmp_path: Path, four_gpus: None) -> None:
+    file = tmp_path / "c.yaml"
+    save_config(Config(num_processes=3, start_method="fork"), file)
+    form = ConfigWidget(file)
+    assert form.controls["num_processes"].value == 3
+    form.controls["num_processes"].value = "auto"
+    form.controls["start_method"].value = "auto"
+    form.save()
+    assert load_config(file) == Config()
+
+
+def test_node_rank_not_below_num_nodes_is_shown_and_blocks_save(
+    tmp_path: Path, four_gpus: None
+) -> None:
+    file = tmp_path / "c.yaml"
+    form = ConfigWidget(file)
+    form.controls["num_nodes"].value = 2
+    form.controls["rdzv_endpoint"].value = "head:29500"
+    assert not form.save_button.disabled
+    form.controls["node_rank"].value = 2
+    assert "below num_nodes" in form.field_messages["node_rank"].value
+    assert form.field_messages["node_rank"] in form.rows["node_rank"].children
+    assert form.save_button.disabled
+    with pytest.raises(ConfigError):
+        _ = form.config
+    form.save_button.click()  # disabled in the browser; called anyway, it must not write
+    assert not file.exists()
+    assert "Not saved" in form.message.value
+    form.controls["node_rank"].value = 1
+    assert form.field_messages["node_rank"].value == ""
+    assert not form.save_button.disabled
+
+
+def test_multi_node_without_endpoint_is_shown_and_blocks_save(
+    tmp_path: Path, four_gpus: None
+) -> None:
+    form = ConfigWidget(tmp_path / "c.yaml")
+    form.controls["num_nodes"].value = 2
+    assert "host:port" in form.field_messages["rdzv_endpoint"].value
+    assert form.save_button.disabled
+    form.controls["rdzv_endpoint"].value = "no-port"
+    assert form.save_button.disabled
+    form.controls["rdzv_endpoint"].value = "10.0.0.1:29500"
+    assert form.field_messages["rdzv_endpoint"].value == ""
+    assert not form.save_button.disabled
+
+
+def test_fp16_with_cpu_is_shown_and_blocks_save(tmp_path: Path, four_gpus: None) -> None:
+    form = ConfigWidget(tmp_path / "c.yaml")
+    form.controls["mixed_precision"].value = "fp16"
+    assert not form.save_button.disabled
+    form.controls["cpu"].value = True
+    assert "fp16" in form.field_messages["mixed_precision"].value
+    assert form.save_button.disabled
+
+
+def test_multi_node_fields_appear_only_with_several_nodes(tmp_path: Path, four_gpus: None) -> None:
+    form = ConfigWidget(tmp_path / "c.yaml")
+    for name in MULTI_NODE_FIELDS:
+        assert _hidden(form, name), name
+    assert not _hidden(form, "num_nodes")
+    form.controls["num_nodes"].value = 2
+    for name in MULTI_NODE_FIELDS:
+        assert not _hidden(form, name), name
+    form.controls["num_nodes"].value = 1
+    for name in MULTI_NODE_FIELDS:
+        assert _hidden(form, name), name
+
+
+def test_a_hidden_field_with_a_problem_is_shown(tmp_path: Path, four_gpus: None) -> None:
+    form = ConfigWidget(tmp_path / "c.yaml")
+    form.controls["num_nodes"].value = 3
+    form.controls["rdzv_endpoint"].value = "head:1"
+    form.controls["node_rank"].value = 2
+    form.controls["num_nodes"].value = 1
+    assert form.save_button.disabled
+    assert not _hidden(form, "node_rank")
+    assert _hidden(form, "rdzv_endpoint")
+
+
+def test_load_rereads_the_file(tmp_path: Path, four_gpus: None) -> None:
+    file = tmp_path / "c.yaml"
+    form = ConfigWidget(file)
+    save_config(Config(timeout=10.0, mixed_precision="bf16"), file)
+    assert form.config == Config()
+    form.load_button.click()
+    assert form.config == Config(timeout=10.0, mixed_precision="bf16")
+    assert "Loaded from" in form.message.value
+    form.controls["timeout"].value = 99.0
+    form.load()
+    assert form.config.timeout == 10.0
+
+
+def test_load_of_a_malformed_file_keeps_the_form(tmp_path: Path, four_gpus: None) -> None:
+    file = tmp_path / "c.yaml"
+    form = ConfigWidget(file)
+    form.controls["gradient_accumulation_steps"].value = 5
+    file.write_text("timeout: [oops\n")
+    form.load()
+    assert str(file) in form.message.value
+    assert form.config.gradient_accumulation_steps == 5
+
+
+def test_reset_restores_the_defaults_without_saving(tmp_path: Path, four_gpus: None) -> None:
+    file = tmp_path / "c.yaml"
+    saved = Config(num_processes=2, timeout=5.0, cpu=True, mixed_precision="bf16")
+    save_config(saved, file)
+    form = ConfigWidget(file)
+    assert form.config == saved
+    form.reset_button.click()
+    assert form.config == Config()
+    assert load_config(file) == saved
+
+
+def test_a_malformed_file_gives_defaults_and_an_error_naming_it(
+    tmp_path: Path, four_gpus: None
+) -> None:
+    file = tmp_path / "bad.yaml"
+    file.write_text(yaml.safe_dump({"timeout": 1.0, "colour": "blue"}))
+    form = ConfigWidget(file)
+    assert form.config == Config()
+    assert str(file) in form.message.value
+    assert "colour" in form.message.value
+
+
+def test_without_gpus_cpu_is_fixed_and_fp16_not_offered(tmp_path: Path, no_gpu: None) -> None:
+    form = ConfigWidget(tmp_path / "c.yaml")
+    assert form.controls["cpu"].value is True
+    assert form.controls["cpu"].disabled
+    assert _offered(form, "mixed_precision") == ["no", "bf16"]
+    assert form.config == Config(cpu=True)
+    assert "no GPU" in form.header.value
+    processes = _offered(form, "num_processes")
+    assert processes[0] == "auto" and processes[1] == 1 and len(processes) >= 3
+
+
+def test_with_gpus_the_choices_follow_the_gpu_count(tmp_path: Path, four_gpus: None) -> None:
+    form = ConfigWidget(tmp_path / "c.yaml")
+    assert not form.controls["cpu"].disabled
+    assert "fp16" in _offered(form, "mixed_precision")
+    assert _offered(form, "num_processes") == ["auto", 1, 2, 3, 4]
+    assert "4 GPUs" in form.header.value
+
+
+def test_a_saved_value_this_machine_cannot_use_is_shown(tmp_path: Path, no_gpu: None) -> None:
+    file = tmp_path / "c.yaml"
+    save_config(Config(mixed_precision="fp16", num_processes=64), file)
+    form = ConfigWidget(file)
+    assert form.controls["cpu"].value is True
+    assert form.controls["mixed_precision"].value == "fp16"
+    assert "fp16" in form.field_messages["mixed_precision"].value
+    assert form.save_button.disabled
+    assert form.controls["num_processes"].value == 64
+    form.reset()
+    assert "fp16" not in _offered(form, "mixed_precision")
+    assert 64 not in _offered(form, "num_processes")
+
+
+@pytest.mark.skipif(_env.cuda_device_count() > 0, reason="this machine has a GPU")
+def test_this_machine_without_gpu(tmp_path: Path) -> None:
+    form = ConfigWidget(tmp_path / "c.yaml")
+    assert form.controls["cpu"].value is True and form.controls["cpu"].disabled
+    assert "fp16" not in _offered(form, "mixed_precision")
+
+
+def test_tpu_runtime_is_mentioned_when_torch_xla_is_found(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_gpu: None
+) -> None:
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(
+        importlib.util,
+        "find_spec",
+        lambda name, *args: object() if name == "torch_xla" else real(name, *args),
+    )
+    assert "TPU" in ConfigWidget(tmp_path / "c.yaml").header.value
+
+
+def test_a_bare_form_displays_its_widget(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_gpu: None
+) -> None:
+    import IPython.display
+
+    shown: list[object] = []
+    monkeypatch.setattr(IPython.display, "display", lambda *objs, **_: shown.extend(objs))
+    form = ConfigWidget(tmp_path / "c.yaml")
+    form._ipython_display_()
+    assert shown == [form.widget]
