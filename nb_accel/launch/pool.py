@@ -155,15 +155,16 @@ class WorkerPool:
             self._store_dir = None
         self._helpers.close()
 
-    def stop(self) -> None:
-        """Stop every worker (asked to leave, then terminated) and forget the pool."""
+    def stop(self, graceful: bool = True) -> None:
+        """Stop every worker and forget the pool: asked to leave (given a few seconds with
+        ``graceful``), then terminated."""
         group, self._group = self._group, None
         if group is None:
             return
         for worker in group.workers:
             with contextlib.suppress(OSError):
                 worker.conn.send_bytes(pickle.dumps(Stop()))
-        group.stop(graceful=not group.dead_ranks())
+        group.stop(graceful=graceful and not group.dead_ranks())
         self._release()
 
     def restart(self) -> None:
@@ -254,7 +255,7 @@ class WorkerPool:
 
     def _died(self, group: _PoolGroup) -> None:
         error = build_exception(group._failures, set(), self.world_size, {}, self.plan.timeout_s)
-        self.stop()
+        self.stop(graceful=False)
         if isinstance(error, WorkerDiedError) and hasattr(error, "add_note"):
             error.add_note("The pool is stopped: %distributed restart starts it again.")
         raise error
@@ -270,7 +271,7 @@ class WorkerPool:
             finished = False
         if not finished:
             stuck = [rank for rank in targets if rank not in group.done]
-            self.stop()
+            self.stop(graceful=False)
             raise KeyboardInterrupt(
                 f"rank(s) {stuck} did not stop within {INTERRUPT_GRACE_S:.0f} s of the "
                 "interrupt (stuck in a collective?); the pool was stopped: "

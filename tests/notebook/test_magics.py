@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import psutil
 from jupyter_client.blocking import BlockingKernelClient
 from kernel_driver import CellRun, collect, run_cell, running_kernel, start_cell
@@ -97,12 +99,11 @@ def test_a_killed_worker_is_reported_and_restart_brings_the_pool_back() -> None:
 
 
 STUCK = """%%distributed
-import time, torch.distributed as dist
+import signal, time
 print('waiting', flush=True)
-if rank == 0:
-    time.sleep(60)
-else:
-    dist.barrier()  # waits for rank 0 inside gloo, where a signal cannot reach it
+if rank == 1:  # like a rank inside a collective: the interrupt cannot reach its code
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+time.sleep(60)
 """
 
 
@@ -135,3 +136,14 @@ def test_progress_and_metrics_show_up_in_a_distributed_cell() -> None:
             "for i in tqdm(range(20)):\n    accelerator.log({'v': float(i)})",
         )
         assert any("application/vnd.jupyter.widget-view+json" in r for r in shown.results)
+
+
+def test_the_saved_configuration_sizes_the_pool(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text("num_processes: 2\nmixed_precision: bf16\n")
+    with running_kernel() as (_, client):
+        _ok(client, f"import os\nos.environ['NB_ACCEL_CONFIG_FILE'] = {str(config)!r}")
+        _ok(client, "%load_ext nb_accel")
+        started = _ok(client, "%%distributed -o seen\n(world_size, accelerator.mixed_precision)")
+        assert "Started 2 processes on CPU (gloo; fork, bf16 mixed precision)" in started.stdout
+        assert _ok(client, "print(seen)").stdout.strip() == "[(2, 'bf16'), (2, 'bf16')]"
