@@ -24,14 +24,13 @@ from __future__ import annotations
 import argparse
 import itertools
 import os
-import platform
 import statistics
 import time
 from collections.abc import Callable, Iterable
-from datetime import datetime, timezone
 
 import torch
 import torch.distributed as dist
+from machine import run_header
 from torch.utils.data import DataLoader, TensorDataset
 
 import nb_accel
@@ -183,11 +182,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and print the tables."""
     args = parse_args(argv)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(
-        f"{stamp}; {os.cpu_count()} CPU cores; Python {platform.python_version()}, "
-        f"torch {torch.__version__}, nb_accel {nb_accel.__version__}"
-    )
+    print(run_header(torch=torch.__version__, nb_accel=nb_accel.__version__))
     print(
         f"Data loader per-batch cost, {WORLD_SIZE} processes (fork, gloo, CPU), "
         f"{args.samples} samples; median of {args.rounds} epochs after a warm-up epoch, "

@@ -14,14 +14,12 @@ medians (and of the 95th percentiles). Targets: ≤ 2 ms median, ≤ 10 ms p95.
 from __future__ import annotations
 
 import argparse
-import os
-import platform
 import statistics
 import time
-from datetime import datetime, timezone
 
 from jupyter_client import KernelManager
 from jupyter_client.blocking import BlockingKernelClient
+from machine import run_header
 
 import nb_accel
 
@@ -59,11 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and print the table."""
     args = parse_args(argv)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    print(
-        f"{stamp}; {os.cpu_count()} CPU cores; Python {platform.python_version()}, "
-        f"nb_accel {nb_accel.__version__}"
-    )
+    print(run_header(nb_accel=nb_accel.__version__))
     manager = KernelManager(kernel_name="python3")
     manager.start_kernel()
     client = manager.client()

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 import argparse
 import os
-import platform
 import statistics
 import time
-from datetime import datetime, timezone
 from typing import Any
 
 import torch
 import tqdm as tqdm_module
+from machine import run_header
 
 import nb_accel
 from nb_accel._messages import Report
@@ -107,11 +106,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> None:
     """Run the benchmark and print the table."""
     args = parse_args(argv)
-    stamp = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     print(
-        f"{stamp}; {os.cpu_count()} CPU cores; Python {platform.python_version()}, "
-        f"torch {torch.__version__}, tqdm {tqdm_module.__version__}, "
-        f"nb_accel {nb_accel.__version__}"
+        run_header(
+            torch=torch.__version__, tqdm=tqdm_module.__version__, nb_accel=nb_accel.__version__
+        )
     )
     counter = CountingView()
     previous = view_factory()
