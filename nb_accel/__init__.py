@@ -57,6 +57,13 @@ def load_ipython_extension(ipython: object) -> None:
     register(ipython)
 
 
+def unload_ipython_extension(ipython: object) -> None:
+    """``%unload_ext nb_accel`` (also run by ``%reload_ext``): stop the ``%%distributed`` pool."""
+    from .notebook.magics import unload_ipython_extension as unregister
+
+    unregister(ipython)
+
+
 __all__ = [
     "AcceleratedOptimizer",
     "Config",

@@ -38,6 +38,10 @@ CHOICES: dict[str, tuple[Any, ...]] = {
 }
 
 
+#: The longest timeout accepted (30 days; torch cannot represent much more).
+MAX_TIMEOUT_S = 30 * 24 * 3600.0
+
+
 class ConfigError(ValueError):
     """A configuration value, or a configuration file, that cannot be used."""
 
@@ -96,8 +100,12 @@ class Config:
         whole("max_restarts", self.max_restarts, 0)
         for name in ("timeout", "rdzv_timeout"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-                found[name] = f"must be a number of seconds > 0, got {value!r}"
+            number = not isinstance(value, bool) and isinstance(value, (int, float))
+            if not number or not 0 < value <= MAX_TIMEOUT_S:
+                found[name] = (
+                    f"must be a number of seconds above 0 and at most {MAX_TIMEOUT_S:.0f} "
+                    f"(30 days), got {value!r}"
+                )
         for name, allowed in CHOICES.items():
             if getattr(self, name) not in allowed:
                 found[name] = (
@@ -172,6 +180,7 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         raise ConfigError(f"cannot read {file}: {error}") from error
     if not isinstance(data, dict):
         raise ConfigError(f"{file} must hold a mapping of settings, not {type(data).__name__}")
+    data = _normalised(data)
     unknown = sorted(str(key) for key in data if key not in _FIELDS)
     if unknown:
         keys = ", ".join(sorted(_FIELDS))
@@ -180,6 +189,20 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
         return Config(**data)
     except ConfigError as error:
         raise ConfigError(f"{file}: {error}") from None
+
+
+def _normalised(data: dict[Any, Any]) -> dict[Any, Any]:
+    """Undo YAML 1.1's surprises in hand-written files: an unquoted ``no`` read as false, and
+    ``1e3`` (no dot) read as a string."""
+    fixed = dict(data)
+    if fixed.get("mixed_precision") is False:
+        fixed["mixed_precision"] = "no"
+    for name in ("timeout", "rdzv_timeout"):
+        value = fixed.get(name)
+        if isinstance(value, str):
+            with contextlib.suppress(ValueError):
+                fixed[name] = float(value)
+    return fixed
 
 
 def save_config(config: Config, path: str | os.PathLike[str] | None = None) -> Path:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import shutil
 import sys
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -14,6 +13,7 @@ from .output import OutputPrinter
 from .payload import make_payload
 from .plan import LaunchPlan
 from .processes import WorkerProcess, multiprocessing_helpers
+from .scratch import make_scratch_dir
 from .supervisor import WorkerGroup
 from .text_view import TextView
 from .view import LaunchView, view_factory
@@ -60,7 +60,7 @@ def _run(plan: LaunchPlan, payload: bytes, prefix_output: bool, view: LaunchView
 def _run_group(
     plan: LaunchPlan, payload: bytes, prefix_output: bool, view: LaunchView
 ) -> list[Any] | BaseException:
-    store_dir = tempfile.mkdtemp(prefix="nb_accel-")
+    store_dir = make_scratch_dir("launch")
     workers: list[WorkerProcess] = []
     group: WorkerGroup | None = None
     succeeded = False

@@ -7,6 +7,7 @@ import numbers
 from dataclasses import dataclass
 
 from .. import _env
+from ..config import MAX_TIMEOUT_S
 from ..errors import LaunchError
 from ..runtime.state import MIXED_PRECISION_CHOICES
 from .processes import START_METHODS
@@ -80,9 +81,13 @@ def _check_mixed_precision(value: object) -> str:
 
 
 def _check_timeout(value: object) -> float:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or value <= 0:
-        raise ValueError(f"timeout must be a positive number of seconds, got {value!r}")
-    return float(value)
+    number = not isinstance(value, bool) and isinstance(value, numbers.Real)
+    if not number or not 0 < float(value) <= MAX_TIMEOUT_S:  # type: ignore[arg-type]
+        raise ValueError(
+            f"timeout must be a positive number of seconds, at most {MAX_TIMEOUT_S:.0f} "
+            f"(30 days), got {value!r}"
+        )
+    return float(value)  # type: ignore[arg-type]
 
 
 def make_plan(

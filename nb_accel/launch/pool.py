@@ -18,7 +18,6 @@ import os
 import pickle
 import shutil
 import signal
-import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,6 +34,7 @@ from .output import OutputPrinter
 from .payload import make_payload
 from .plan import LaunchPlan
 from .processes import WorkerProcess, multiprocessing_helpers
+from .scratch import make_scratch_dir
 from .supervisor import WorkerGroup
 from .view import LaunchView
 from .workers import start_workers
@@ -74,6 +74,21 @@ class _PoolGroup(WorkerGroup):
                 self.done[event.rank] = event
         else:
             super()._handle(event)
+
+    def _drain(self, worker: WorkerProcess) -> None:
+        """Read ``worker``'s waiting events with SIGINT held back: an interrupt must not land in
+        the middle of a message (the rest would be read as the next one)."""
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            super()._drain(worker)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    def note_exits(self) -> None:
+        """Notice workers that have exited since the last command (e.g. killed between cells)."""
+        for worker in self.workers:
+            if worker.rank not in self._exited and worker.poll() is not None:
+                self._note_exit(worker)
 
     def dead_ranks(self) -> list[int]:
         """Ranks whose worker has exited (or reported a failure outside a command)."""
@@ -138,7 +153,7 @@ class WorkerPool:
         if self._group is not None:
             raise RuntimeError("the pool is already started; stop or restart it")
         self._helpers.enter_context(multiprocessing_helpers(self.plan.start_method))
-        self._store_dir = tempfile.mkdtemp(prefix="nb_accel-pool-")
+        self._store_dir = make_scratch_dir("pool")
         workers: list[WorkerProcess] = []
         try:
             start_workers(self.plan, self._store_dir, make_payload(serve, (), {}), workers)
@@ -147,7 +162,11 @@ class WorkerPool:
             self._release()
             raise
         self._group = _PoolGroup(workers, self.plan.timeout_s)
-        self.execute("pass")  # every rank is ready once this returns
+        try:
+            self.execute("pass")  # every rank is ready once this returns
+        except KeyboardInterrupt:
+            self.stop(graceful=False)
+            raise KeyboardInterrupt("interrupted while the pool was starting") from None
 
     def _release(self) -> None:
         if self._store_dir is not None:
@@ -201,11 +220,9 @@ class WorkerPool:
     def _group_or_fail(self) -> _PoolGroup:
         if self._group is None:
             raise RuntimeError("the pool is not started: %distributed start -n N")
-        dead = self._group.dead_ranks()
-        if dead:
-            raise RuntimeError(
-                f"rank(s) {dead} of the pool are gone; %distributed restart starts it again"
-            )
+        self._group.note_exits()
+        if self._group.dead_ranks():
+            self._died(self._group)
         return self._group
 
     def run(
@@ -232,7 +249,11 @@ class WorkerPool:
         group.output = lambda e: printer(e) if all_output or e.rank == first else None
         data = pickle.dumps(make_command(self._cell), protocol=pickle.HIGHEST_PROTOCOL)
         for rank in targets:
-            group.workers[rank].conn.send_bytes(data)
+            try:
+                group.workers[rank].conn.send_bytes(data)
+            except OSError:  # the worker has just died: say so
+                group.note_exits()
+                self._died(group)
         try:
             self._wait(group, targets, view, None)
         except KeyboardInterrupt:
@@ -265,10 +286,13 @@ class WorkerPool:
             if rank not in group.done and group.workers[rank].poll() is None:
                 with contextlib.suppress(OSError):
                     os.kill(group.workers[rank].pid, signal.SIGINT)
-        try:
-            finished = self._wait(group, targets, view, time.monotonic() + INTERRUPT_GRACE_S)
-        except KeyboardInterrupt:
-            finished = False
+        deadline = time.monotonic() + INTERRUPT_GRACE_S
+        while True:
+            try:
+                finished = self._wait(group, targets, view, deadline)
+                break
+            except KeyboardInterrupt:  # a second interrupt: the grace period still applies
+                continue
         if not finished:
             stuck = [rank for rank in targets if rank not in group.done]
             self.stop(graceful=False)

@@ -21,17 +21,22 @@ from __future__ import annotations
 import atexit
 from typing import Any
 
+import cloudpickle
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
-from IPython.display import display
 
-from .._messages import Report
+from .._messages import CellDone, Report
 from ..launch.pool import WorkerPool, load_value
 from ..launch.view import LaunchView
 from .launch_view import notebook_view
 
-__all__ = ["DistributedMagics", "load_ipython_extension"]
+__all__ = [
+    "DistributedMagics",
+    "load_ipython_extension",
+    "stop_pool",
+    "unload_ipython_extension",
+]
 
 
 class _CellView:
@@ -72,6 +77,13 @@ class _CellView:
             self._view.finished(ok)
 
 
+def _silenced(cell: str) -> bool:
+    """True when the cell's last line ends with ``;`` (IPython then shows no result)."""
+    lines = [line.split("#", 1)[0].rstrip() for line in cell.strip().splitlines()]
+    lines = [line for line in lines if line]
+    return bool(lines) and lines[-1].endswith(";")
+
+
 def _ranks(text: str | None) -> list[int] | None:
     if not text:
         return None
@@ -93,14 +105,39 @@ def _line_usage(line: str) -> None:
     """%distributed start|stop|restart|status|push NAMES|pull NAME: manage the pool."""
 
 
+#: The kernel's pool; module-wide, so reloading the extension keeps (and can stop) it.
+_pool: WorkerPool | None = None
+
+
+def stop_pool() -> None:
+    """Stop the kernel's pool, if any (also at interpreter exit)."""
+    global _pool
+    pool, _pool = _pool, None
+    if pool is not None:
+        pool.stop()
+
+
+atexit.register(stop_pool)
+
+
+def _load(rank: int, done: CellDone) -> Any:
+    try:
+        return load_value(done)
+    except Exception as error:  # noqa: BLE001 - explained to the user
+        raise UsageError(
+            f"rank {rank}'s value could not be loaded in the kernel ({type(error).__name__}: "
+            f"{error}); print it in the cell, or return plain data (numbers, tensors, lists)"
+        ) from None
+
+
 @magics_class
 class DistributedMagics(Magics):  # type: ignore[misc]
     """The ``distributed`` line and cell magic, with one worker pool per kernel."""
 
-    def __init__(self, shell: Any) -> None:
-        super().__init__(shell)
-        self.pool: WorkerPool | None = None
-        atexit.register(self._stop)
+    @property
+    def pool(self) -> WorkerPool | None:
+        """The kernel's pool (``None`` before the first start)."""
+        return _pool
 
     def _namespace(self) -> dict[str, Any]:
         assert self.shell is not None, "the magics run inside an IPython shell"
@@ -108,11 +145,10 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         return namespace
 
     def _stop(self) -> None:
-        if self.pool is not None:
-            self.pool.stop()
-            self.pool = None
+        stop_pool()
 
     def _start(self, args: Any) -> WorkerPool:
+        global _pool  # noqa: PLW0603 - one pool per kernel
         pool = WorkerPool(
             args.num_processes,
             mixed_precision=args.mixed_precision,
@@ -120,22 +156,39 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             cpu=True if args.cpu else None,
         )
         pool.start()
-        self.pool = pool
+        _pool = pool
         print(pool.plan.describe().replace("Launching", "Started", 1) + " for %%distributed")
+        return pool
+
+    def _existing_pool(self) -> WorkerPool:
+        pool = self.pool
+        if pool is None:
+            raise UsageError("no pool is running: %%distributed -n N or %distributed start -n N")
+        if not pool.running:
+            raise UsageError(
+                "the pool has stopped (a rank died or it was stopped): %distributed restart"
+            )
         return pool
 
     def _running_pool(self, args: Any) -> WorkerPool:
         pool = self.pool
-        if pool is not None and not pool.running:
-            raise UsageError("the pool has stopped (a rank died): %distributed restart")
         if pool is None:
             return self._start(args)
-        wanted = args.num_processes
-        if wanted is not None and wanted != pool.world_size:
-            raise UsageError(
-                f"the pool has {pool.world_size} ranks; %distributed restart -n {wanted} "
-                "starts one with a different number"
-            )
+        if not pool.running:
+            raise UsageError("the pool has stopped (a rank died): %distributed restart")
+        plan = pool.plan
+        asked = {
+            "-n": (args.num_processes, plan.num_processes),
+            "--mixed-precision": (args.mixed_precision, plan.mixed_precision),
+            "--start-method": (args.start_method, plan.start_method),
+            "--cpu": (True if args.cpu else None, plan.device_type == "cpu"),
+        }
+        for flag, (wanted, current) in asked.items():
+            if wanted is not None and wanted != current:
+                raise UsageError(
+                    f"the pool runs with {flag} {current}; %distributed restart {flag} "
+                    f"{wanted} starts one with the new setting"
+                )
         return pool
 
     @magic_arguments()
@@ -163,13 +216,19 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             ok = True
         finally:
             view.finished(ok)
-        values = {rank: load_value(d) for rank, d in sorted(done.items())}
+        unpicklable = [rank for rank, d in done.items() if d.value is None and d.value_repr]
+        if unpicklable:
+            print(
+                f"(rank(s) {sorted(unpicklable)}: the value could not be sent to the kernel; "
+                "its repr is shown instead)"
+            )
+        values = {rank: _load(rank, d) for rank, d in sorted(done.items())}
         if args.output:
             self._namespace()[args.output] = list(values.values())
-        first = values[min(values)]
-        if first is not None and not args.output:
-            display(first)
-        return None
+            return None
+        if _silenced(cell):
+            return None
+        return values[min(values)]  # displayed by IPython as the cell's result (Out, _)
 
     def _line(self, line: str) -> Any:
         args = parse_argstring(_line_usage, line)
@@ -181,9 +240,12 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         elif args.command == "stop":
             self._stop()
         elif args.command == "restart":
-            size = args.num_processes or (self.pool.world_size if self.pool else None)
+            previous = self.pool.plan if self.pool is not None else None
             self._stop()
-            args.num_processes = size
+            if previous is not None:  # the same settings unless given anew
+                args.num_processes = args.num_processes or previous.num_processes
+                args.mixed_precision = args.mixed_precision or previous.mixed_precision
+                args.start_method = args.start_method or previous.start_method
             self._start(args)
         elif args.command == "status":
             return self._status()
@@ -196,6 +258,12 @@ class DistributedMagics(Magics):  # type: ignore[misc]
     def _status(self) -> None:
         if self.pool is None:
             print("no pool: %%distributed -n N (or %distributed start -n N) starts one")
+            return
+        if not self.pool.running:
+            print(
+                f"the pool of {self.pool.world_size} ranks has stopped (a rank died, it was "
+                "interrupted, or stopped): %distributed restart starts it again"
+            )
             return
         print(f"{'rank':>4}  {'pid':>7}  {'alive':<5}  {'device':<7}  {'memory':>9}")
         for rank in self.pool.status():
@@ -211,16 +279,31 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         missing = [name for name in args.names if name not in self._namespace()]
         if missing:
             raise UsageError(f"not defined in the kernel: {', '.join(missing)}")
-        pool = self._running_pool(args)
-        pool.push({name: self._namespace()[name] for name in args.names}, _ranks(args.ranks))
+        pool = self._existing_pool()
+        values = {name: self._namespace()[name] for name in args.names}
+        for name, value in values.items():
+            try:
+                cloudpickle.dumps(value)
+            except Exception as error:  # noqa: BLE001 - explained to the user
+                raise UsageError(
+                    f"cannot send {name} to the workers: {type(error).__name__}: {error} "
+                    "(locks, open files and sockets cannot travel; make one on each rank)"
+                ) from None
+        pool.push(values, _ranks(args.ranks))
 
     def _pull(self, args: Any) -> list[Any]:
         if len(args.names) != 1:
             raise UsageError("%distributed pull NAME: one variable, returned as a per-rank list")
-        pool = self._running_pool(args)
+        pool = self._existing_pool()
         return pool.pull(args.names[0], _ranks(args.ranks))
 
 
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext nb_accel``: register the ``%distributed`` / ``%%distributed`` magics."""
     ipython.register_magics(DistributedMagics)
+
+
+def unload_ipython_extension(ipython: Any) -> None:
+    """``%unload_ext nb_accel`` (and ``%reload_ext``): stop the pool."""
+    del ipython
+    stop_pool()

@@ -6,6 +6,7 @@ through ``multiprocessing``; ``spawn`` starts a fresh interpreter on :func:`spaw
 
 from __future__ import annotations
 
+import builtins
 import ctypes
 import os
 import pickle
@@ -48,6 +49,26 @@ def _reset_signal_handlers() -> None:
     signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
+def _no_input(prompt: object = "") -> str:
+    raise RuntimeError(
+        "input() cannot be answered inside a distributed worker (nothing is typed there): "
+        "ask in the kernel and pass the answer as an argument, or push it to the workers"
+    )
+
+
+def _leave_the_kernel_shell() -> None:
+    """A forked worker inherits the kernel's IPython shell, whose messages to the front end it
+    cannot send (they would be dropped): forget the shell, so ``display()`` prints text that
+    reaches the cell as output, and make ``input()`` fail at once instead of waiting forever."""
+    builtins.input = _no_input
+    shell_module = sys.modules.get("IPython.core.interactiveshell")
+    shell_class = getattr(shell_module, "InteractiveShell", None)
+    if shell_class is not None and shell_class.initialized():
+        for klass in shell_class.__mro__:  # the singleton is kept on every class of the chain
+            if "_instance" in vars(klass):
+                klass._instance = None
+
+
 def _die_with_parent(parent_pid: int | None) -> None:
     """Ask Linux to kill this process when the kernel dies; exit now if it already has."""
     if sys.platform.startswith("linux"):
@@ -78,7 +99,7 @@ def _leaf_to_cpu(value: Any) -> Any:
     return value if value.device.type == "cpu" else value.detach().cpu()
 
 
-def _to_cpu(value: Any) -> Any:
+def to_cpu(value: Any) -> Any:
     """Move tensors and modules in ``value`` to the CPU (lists, tuples, dicts, nesting)."""
     return recursively_apply(
         _leaf_to_cpu, value, test_type=lambda x: isinstance(x, (torch.Tensor, torch.nn.Module))
@@ -163,7 +184,7 @@ def _run_function(args: WorkerArgs) -> Any:
 
 def _result(rank: int, value: Any) -> Result | Failure:
     try:
-        return Result(rank, dumps_value(_to_cpu(value)))
+        return Result(rank, dumps_value(to_cpu(value)))
     except Exception as exc:  # noqa: BLE001 - reported to the kernel
         error = TypeError(
             f"rank {rank} returned a {type(value).__name__} that cannot be sent back to the "
@@ -181,6 +202,7 @@ def run_worker(conn: Connection, args: WorkerArgs, parent_pid: int | None) -> No
     """
     _die_with_parent(parent_pid)
     _reset_signal_handlers()
+    _leave_the_kernel_shell()
     try:
         os.setpgid(0, 0)
     except OSError:

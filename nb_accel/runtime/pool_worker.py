@@ -21,7 +21,7 @@ import cloudpickle
 
 from .._messages import CellDone, Execute, Pull, Push, Stop
 from .channel import EventChannel, current_channel
-from .entrypoint import dumps_value, failure_event
+from .entrypoint import dumps_value, failure_event, to_cpu
 from .reporting import flush_reporter
 
 __all__ = ["run_code", "serve"]
@@ -46,7 +46,7 @@ def _reply(channel: EventChannel, cell: int, value: Any, want: bool) -> CellDone
     if not want:
         return CellDone(channel.rank, cell)
     try:
-        return CellDone(channel.rank, cell, value=dumps_value(value))
+        return CellDone(channel.rank, cell, value=dumps_value(to_cpu(value)))
     except Exception:  # noqa: BLE001 - an unpicklable value is shown by its repr
         return CellDone(channel.rank, cell, value_repr=repr(value))
 

@@ -147,3 +147,38 @@ def test_the_saved_configuration_sizes_the_pool(tmp_path: Path) -> None:
         started = _ok(client, "%%distributed -o seen\n(world_size, accelerator.mixed_precision)")
         assert "Started 2 processes on CPU (gloo; fork, bf16 mixed precision)" in started.stdout
         assert _ok(client, "print(seen)").stdout.strip() == "[(2, 'bf16'), (2, 'bf16')]"
+
+
+def test_rough_edges_get_clear_answers() -> None:
+    with running_kernel() as (_, client):
+        _ok(client, "%load_ext nb_accel")
+        _ok(client, "%%distributed -n 2\nimport os, signal, threading\nlock = threading.Lock()")
+        hidden = _ok(client, "%%distributed\nrank + 1;")
+        assert hidden.results == []  # a trailing semicolon hides the value, as in IPython
+        shown = _ok(client, "%%distributed\nrank + 1")
+        assert _plain(shown) == "1" and "1" in _ok(client, "print(_)").stdout  # Out / _
+        printed = _ok(
+            client, "%%distributed\nfrom IPython.display import display\ndisplay('shown')"
+        )
+        assert printed.stdout == "shown\n"  # text, instead of a message the worker cannot send
+        asked = run_cell(client, "%%distributed\ninput('name? ')")
+        assert asked.ename == "RuntimeError" and "input() cannot be answered" in asked.evalue
+        lock = run_cell(
+            client, "import threading\nklock = threading.Lock()\n%distributed push klock"
+        )
+        assert lock.status == "error" and "cannot send klock to the workers" in lock.stderr
+        mismatch = run_cell(client, "%%distributed --mixed-precision bf16\nrank")
+        assert mismatch.status == "error"
+        assert "%distributed restart --mixed-precision bf16" in mismatch.stderr
+        _ok(
+            client,
+            "%%distributed\nif rank == 1:\n"
+            "    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()",
+        )
+        _ok(client, "import time\ntime.sleep(1)")  # rank 1 dies between the cells
+        gone = run_cell(client, "%%distributed\nrank")
+        assert gone.ename == "WorkerDiedError" and "rank 1" in gone.evalue
+        assert "has stopped" in _ok(client, "%distributed status").stdout
+        _ok(client, "%distributed restart")
+        _ok(client, "%reload_ext nb_accel")  # stops the pool instead of orphaning it
+        assert "no pool" in _ok(client, "%distributed status").stdout

@@ -22,6 +22,15 @@ def test_values_are_checked_in_one_place_naming_field_and_choices() -> None:
     with pytest.raises(ConfigError, match=r"node_rank: must be below num_nodes \(2\)"):
         Config(num_nodes=2, node_rank=2, rdzv_endpoint="10.0.0.1:29400")
     assert Config(num_nodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29400").node_rank == 1
+    for bad in (float("nan"), float("inf"), 1e300, 0):
+        with pytest.raises(ConfigError, match="timeout: must be a number of seconds above 0"):
+            Config(timeout=bad)
+
+
+def test_hand_written_yaml_quirks_are_understood(tmp_path: Path) -> None:
+    file = tmp_path / "config.yaml"
+    file.write_text("mixed_precision: no\ntimeout: 1e3\n")  # YAML reads false and "1e3"
+    assert load_config(file) == Config(mixed_precision="no", timeout=1000.0)
 
 
 def test_where_the_file_lives(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:

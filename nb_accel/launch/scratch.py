@@ -1,0 +1,51 @@
+"""Private scratch folders of launches and pools (the rendezvous file store lives there).
+
+A folder is named after the kernel's pid (``nb_accel-<kind>-<pid>-<random>``) and removed when
+its launch or pool ends. A kernel that is killed cannot remove its own, so each new folder's
+creation also removes those left by kernels that no longer exist.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+
+__all__ = ["make_scratch_dir"]
+
+_NAME = re.compile(r"^nb_accel-[a-z]+-(\d+)-")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _sweep(root: Path) -> None:
+    """Remove this user's scratch folders whose kernel has gone."""
+    try:
+        entries = list(root.iterdir())
+    except OSError:
+        return
+    for entry in entries:
+        match = _NAME.match(entry.name)
+        if not match or _alive(int(match.group(1))):
+            continue
+        try:
+            if entry.is_dir() and entry.stat().st_uid == os.getuid():
+                shutil.rmtree(entry, ignore_errors=True)
+        except OSError:
+            continue
+
+
+def make_scratch_dir(kind: str) -> str:
+    """A new private folder for a ``kind`` (``"launch"``, ``"pool"``) of this kernel."""
+    _sweep(Path(tempfile.gettempdir()))
+    return tempfile.mkdtemp(prefix=f"nb_accel-{kind}-{os.getpid()}-")
