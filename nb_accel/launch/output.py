@@ -16,10 +16,12 @@ class OutputPrinter:
     Args:
         world_size: number of ranks; with one rank no prefix is added.
         prefix: set to ``False`` to never prefix lines.
+        from_first_line: prefix from the first line on (when every rank's output is asked for).
     """
 
-    def __init__(self, world_size: int, prefix: bool = True) -> None:
+    def __init__(self, world_size: int, prefix: bool = True, from_first_line: bool = False) -> None:
         self._prefix = prefix and world_size > 1
+        self._from_first_line = from_first_line
         self._at_line_start: dict[tuple[int, str], bool] = {}
         self._printed: set[int] = set()
         self._open_line: dict[str, int | None] = {}  # stream -> rank whose line is unfinished
@@ -35,7 +37,7 @@ class OutputPrinter:
         if holder is not None and holder != event.rank:
             stream.write("\n")
             self._at_line_start[(holder, event.stream)] = True
-        if self._prefix and len(self._printed) > 1:
+        if self._prefix and (self._from_first_line or len(self._printed) > 1):
             tag = f"[rank {event.rank}] "
             start = self._at_line_start.get(key, True)
             lines = text.splitlines(keepends=True)

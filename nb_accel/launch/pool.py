@@ -244,7 +244,7 @@ class WorkerPool:
         targets = self._targets(ranks)
         self._cell += 1
         group.cell, group.done = self._cell, {}
-        printer = OutputPrinter(self.world_size, prefix_output)
+        printer = OutputPrinter(self.world_size, prefix_output, from_first_line=all_output)
         first = targets[0]
         group.output = lambda e: printer(e) if all_output or e.rank == first else None
         data = pickle.dumps(make_command(self._cell), protocol=pickle.HIGHEST_PROTOCOL)

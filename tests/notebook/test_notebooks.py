@@ -1,0 +1,60 @@
+"""The shipped notebooks, executed by a real kernel as a new user would run them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import nbformat
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+
+
+def _run(name: str) -> nbformat.NotebookNode:
+    notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
+    assert all(not cell.get("outputs") for cell in notebook.cells), f"{name} is saved with outputs"
+    NotebookClient(notebook, timeout=300, kernel_name="python3", store_widget_state=True).execute()
+    return notebook
+
+
+def _text(notebook: nbformat.NotebookNode) -> str:
+    return "".join(
+        output.get("text", "") for cell in notebook.cells for output in cell.get("outputs", [])
+    )
+
+
+def test_quickstart_trains_a_digit_classifier_on_two_processes() -> None:
+    notebook = _run("quickstart.ipynb")
+    text = _text(notebook)
+    assert "Launching 2 processes on CPU (gloo; fork)" in text
+    found = re.search(r"test accuracy: (\d\.\d+) on 297 digits", text)
+    assert found and float(found.group(1)) >= 0.9, text
+    assert "caught: rank 1 does not like this input" in text
+    widgets = [
+        o
+        for c in notebook.cells
+        for o in c.get("outputs", [])
+        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    ]
+    assert len(widgets) == 2  # one live view per launch
+
+
+def test_cell_magic_notebook_keeps_state_across_cells() -> None:
+    text = _text(_run("cell_magic.ipynb"))
+    assert "rank 0 of 2 is ready" in text
+    assert "caught: rank 1 found a bad batch | Raised on rank 1 of 2" in text
+    assert "[rank 0] weights sum" in text and "[rank 1] weights sum" in text
+
+
+def test_config_widget_notebook_saves_the_defaults_a_launch_uses(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NB_ACCEL_CONFIG_FILE", str(tmp_path / "config.yaml"))
+    notebook = _run("config_widget.ipynb")
+    text = _text(notebook)
+    assert f"Saved to {tmp_path / 'config.yaml'}" in text
+    assert "Launching 2 processes on CPU (gloo; fork, bf16 mixed precision)" in text
+    last = notebook.cells[-1].outputs[-1]["data"]["text/plain"]
+    assert last == "[(2, 'bf16'), (2, 'bf16')]"
