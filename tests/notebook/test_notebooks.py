@@ -58,3 +58,10 @@ def test_config_widget_notebook_saves_the_defaults_a_launch_uses(
     assert "Launching 2 processes on CPU (gloo; fork, bf16 mixed precision)" in text
     last = notebook.cells[-1].outputs[-1]["data"]["text/plain"]
     assert last == "[(2, 'bf16'), (2, 'bf16')]"
+
+
+def test_checkpoint_resume_notebook_resumes_exactly() -> None:
+    text = _text(_run("checkpoint_resume.ipynb"))
+    assert "['checkpoint_0', 'checkpoint_1']" in text
+    assert "resumed at step 10" in text
+    assert "resumed run equals the uninterrupted one: True" in text
