@@ -65,3 +65,10 @@ def test_checkpoint_resume_notebook_resumes_exactly() -> None:
     assert "['checkpoint_0', 'checkpoint_1']" in text
     assert "resumed at step 10" in text
     assert "resumed run equals the uninterrupted one: True" in text
+
+
+def test_migrating_notebook_runs_accelerate_style_code_with_the_import_swapped() -> None:
+    text = _text(_run("migrating_from_accelerate.ipynb"))
+    errors = [float(m) for m in re.findall(r"eval mse (\d+\.\d+) on 64 samples", text)]
+    assert len(errors) == 6 and errors[-1] < errors[0] / 5  # it learns
+    assert "loaded 385 parameters from ['model.safetensors']" in text
