@@ -200,6 +200,13 @@ class RankRow:
             return (f"running (pid {self.pid})" if self.pid else "running"), "muted"
         return "", "muted"
 
+    def heard_from(self, now: float, launch_running: bool) -> None:
+        """The rank just reported or started: its stall clock restarts, and it runs."""
+        self.last_seen = now
+        self.stalled_for = None
+        if self.status == STARTING and launch_running:
+            self.status = RUNNING
+
     def render(self) -> None:
         """Bring the widgets up to date with the row's state."""
         main = self.main_bar()
@@ -281,10 +288,7 @@ class ProgressWidget:
         if row is None:
             return
         row.pid = pid
-        row.last_seen = self._clock()
-        row.stalled_for = None
-        if row.status == STARTING and self._state == RUNNING:
-            row.status = RUNNING
+        row.heard_from(self._clock(), self._state == RUNNING)
         row.render()
         self._render_header()
 
@@ -294,10 +298,7 @@ class ProgressWidget:
         if row is None:
             return
         self._any_report = True
-        row.last_seen = self._clock()
-        row.stalled_for = None
-        if row.status == STARTING and self._state == RUNNING:
-            row.status = RUNNING
+        row.heard_from(self._clock(), self._state == RUNNING)
         row.update(event.bars)
         row.render()
         self._render_header()
