@@ -30,7 +30,7 @@ from machine import run_header
 
 import nb_accel
 from nb_accel._messages import Report
-from nb_accel.launch.view import register_view_factory, view_factory
+from nb_accel.launch.view import NullView, register_view_factory, view_factory
 
 WORLD_SIZE = 2
 COST_TARGET_US = 1.0
@@ -70,28 +70,16 @@ def measure(items: int, rounds: int, rate_seconds: float) -> dict[str, Any]:
     return {"times": times, "long_seconds": time.perf_counter() - start}
 
 
-class CountingView:
+class CountingView(NullView):
     """A launch view that only counts each rank's reports about the long loop's bar."""
 
     def __init__(self) -> None:
         self.reports: dict[int, int] = {}
 
-    def started(self, rank: int, pid: int) -> None:
-        """Nothing to do."""
-
     def report(self, event: Report) -> None:
         """Count it when it is about the long loop."""
         if any(bar.desc == LONG for bar in event.bars):
             self.reports[event.rank] = self.reports.get(event.rank, 0) + 1
-
-    def failed(self, rank: int, summary: str) -> None:
-        """Nothing to do."""
-
-    def tick(self) -> None:
-        """Nothing to do."""
-
-    def finished(self, ok: bool) -> None:
-        """Nothing to do."""
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

@@ -7,7 +7,6 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .._messages import Report
 from .defaults import plan_with_defaults
 from .output import OutputPrinter
 from .payload import make_payload
@@ -16,7 +15,7 @@ from .processes import WorkerProcess, multiprocessing_helpers
 from .scratch import make_scratch_dir
 from .supervisor import WorkerGroup
 from .text_view import TextView
-from .view import LaunchView, view_factory
+from .view import LaunchView, NullView, view_factory
 from .workers import start_workers
 
 __all__ = ["notebook_launcher", "debug_launcher"]
@@ -27,29 +26,10 @@ def _make_view(plan: LaunchPlan, show_progress: bool, all_ranks_metrics: bool) -
     print(plan.describe(), flush=True)
     sys.stderr.flush()
     if not show_progress:
-        return _Silent()
+        return NullView()
     factory = view_factory()
     view = factory(plan.describe(), plan.num_processes, all_ranks_metrics) if factory else None
     return view if view is not None else TextView(plan.num_processes)
-
-
-class _Silent:
-    """The view of a launch whose progress is not shown."""
-
-    def started(self, rank: int, pid: int) -> None:
-        """Nothing shown."""
-
-    def report(self, event: Report) -> None:
-        """Nothing shown."""
-
-    def failed(self, rank: int, summary: str) -> None:
-        """Nothing shown."""
-
-    def tick(self) -> None:
-        """Nothing shown."""
-
-    def finished(self, ok: bool) -> None:
-        """Nothing shown."""
 
 
 def _run(plan: LaunchPlan, payload: bytes, prefix_output: bool, view: LaunchView) -> Any:

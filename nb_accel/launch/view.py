@@ -12,7 +12,7 @@ from typing import Protocol
 
 from .._messages import Report
 
-__all__ = ["LaunchView", "ViewFactory", "register_view_factory", "view_factory"]
+__all__ = ["LaunchView", "NullView", "ViewFactory", "register_view_factory", "view_factory"]
 
 
 class LaunchView(Protocol):
@@ -32,6 +32,25 @@ class LaunchView(Protocol):
 
     def finished(self, ok: bool) -> None:
         """The launch ended: every rank returned (``ok``) or it failed or was interrupted."""
+
+
+class NullView:
+    """A view that shows nothing; subclass it to act on some of the calls only."""
+
+    def started(self, rank: int, pid: int) -> None:
+        """Nothing shown."""
+
+    def report(self, event: Report) -> None:
+        """Nothing shown."""
+
+    def failed(self, rank: int, summary: str) -> None:
+        """Nothing shown."""
+
+    def tick(self) -> None:
+        """Nothing shown."""
+
+    def finished(self, ok: bool) -> None:
+        """Nothing shown."""
 
 
 #: ``factory(title, world_size, all_ranks_metrics) -> view``, or None to use the text view.

@@ -12,7 +12,7 @@ import tqdm as tqdm_module
 
 import nb_accel
 from nb_accel._messages import Report
-from nb_accel.launch.view import register_view_factory, view_factory
+from nb_accel.launch.view import NullView, register_view_factory, view_factory
 
 SCRIPT = textwrap.dedent(
     """
@@ -49,27 +49,15 @@ def test_the_text_view_shows_rank_0_s_bar_and_failures(tmp_path: Path) -> None:
     assert "ipywidgets" not in done.stderr
 
 
-class Recorder:
+class Recorder(NullView):
     """A launch view that keeps every report."""
 
     def __init__(self) -> None:
         self.reports: list[Report] = []
 
-    def started(self, rank: int, pid: int) -> None:
-        """Nothing."""
-
     def report(self, event: Report) -> None:
         """Keep it."""
         self.reports.append(event)
-
-    def failed(self, rank: int, summary: str) -> None:
-        """Nothing."""
-
-    def tick(self) -> None:
-        """Nothing."""
-
-    def finished(self, ok: bool) -> None:
-        """Nothing."""
 
 
 def nested_bars() -> int:

@@ -82,35 +82,26 @@ def test_a_save_is_atomic(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> No
     assert [p.name for p in tmp_path.iterdir()] == ["config.yaml"]  # no temporary left
 
 
+def _cli(command: str, file: Path, check: bool = True) -> subprocess.CompletedProcess[str]:
+    """``python -m nb_accel <command>`` with the configuration file ``file``."""
+    env = {**os.environ, "NB_ACCEL_CONFIG_FILE": str(file)}
+    return subprocess.run(
+        [sys.executable, "-m", "nb_accel", command],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=60,
+        check=check,
+    )
+
+
 def test_the_command_line_prints_the_configuration_and_the_environment(tmp_path: Path) -> None:
     file = tmp_path / "config.yaml"
     save_config(Config(num_processes=2), file)
-    env = {**os.environ, "NB_ACCEL_CONFIG_FILE": str(file)}
-    shown = subprocess.run(
-        [sys.executable, "-m", "nb_accel", "config"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=True,
-    ).stdout
+    shown = _cli("config", file).stdout
     assert f"from {file}" in shown and "num_processes: 2" in shown
-    report = subprocess.run(
-        [sys.executable, "-m", "nb_accel", "env"],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-        check=True,
-    ).stdout
+    report = _cli("env", file).stdout
     assert "torch:" in report and "CUDA GPUs:" in report and "Notebook front end:" in report
     file.write_text("cpu: maybe\n")
-    bad = subprocess.run(
-        [sys.executable, "-m", "nb_accel", "config"],
-        check=False,
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=60,
-    )
+    bad = _cli("config", file, check=False)
     assert bad.returncode == 1 and "cpu: must be true or false" in bad.stderr
