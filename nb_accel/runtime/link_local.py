@@ -25,7 +25,7 @@ import torch
 
 from .ops import broadcast_object_list, gather_object
 from .state import PartialState
-from .wire import HEADER_BYTES, Header, Prepared, pack_into, spec_bytes, unpack
+from .wire import HEADER_BYTES, Header, Prepared, pack_targets, spec_bytes, unpack, write_packed
 
 __all__ = [
     "SLOTS",
@@ -145,6 +145,8 @@ class LocalSender:
         self._region = 0
         self._slots = SLOTS
         self._ring: tuple[mmap.mmap, torch.Tensor] | None = None
+        #: (slot, region index) -> (layout, its tensors' places there): layouts repeat.
+        self._targets: dict[tuple[int, int], tuple[Any, list[torch.Tensor]]] = {}
 
     def begin_epoch(self) -> None:
         """Start an iteration; messages of an abandoned one are told apart by the epoch."""
@@ -167,7 +169,19 @@ class LocalSender:
         fd = os.memfd_create("nb_accel-dispatch", os.MFD_CLOEXEC)
         os.ftruncate(fd, self._slots * per_slot)
         self._ring = _map(fd, self._slots * per_slot)
+        self._targets.clear()
         return fd
+
+    def _places(self, slot: int, index: int, spec: Any) -> list[torch.Tensor]:
+        """The views of the ring where a piece laid out as ``spec`` goes in a slot's region."""
+        known = self._targets.get((slot, index))
+        if known is not None and known[0] is spec:
+            return known[1]
+        assert self._ring is not None
+        start = (slot * len(self.peers) + index) * self._region
+        targets = pack_targets(self._ring[1], spec, start)
+        self._targets[(slot, index)] = (spec, targets)
+        return targets
 
     def send(self, step: Prepared | None, upcoming: Prepared | None) -> None:
         """Send ``step`` (``None``: the opening message) announcing ``upcoming``."""
@@ -189,8 +203,8 @@ class LocalSender:
         try:
             for index, (rank, peer) in enumerate(sorted(self.peers.items())):
                 if step is not None and step.specs[rank] is not None and self._ring is not None:
-                    start = (slot * len(self.peers) + index) * self._region
-                    pack_into(self._ring[1], step.specs[rank], step.tensors[rank], start)
+                    places = self._places(slot, index, step.specs[rank])
+                    write_packed(places, step.tensors[rank])
                 sent = socket.send_fds(peer, [message], [fd]) if fd is not None else 0
                 peer.sendall(message[sent:])
         finally:

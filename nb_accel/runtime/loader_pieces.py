@@ -23,7 +23,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data._utils.collate import default_collate
 from torch.utils.data.dataloader import _DatasetKind
 
-from .tree import flatten_tree
+from .tree import flatten_tree, unflatten_tree
 from .wire import Laid, Prepared, Preparer, layout_leaves
 
 __all__ = ["Stacked", "pieces_supported", "prepared_steps", "sample_columns"]
@@ -54,8 +54,8 @@ def _is_leaf(value: Any) -> bool:
 def sample_columns(samples: Sequence[Any]) -> tuple[list[Sequence[Any]], tuple[Any, ...]] | None:
     """The samples' leaves as columns, in the order of ``default_collate``'s output leaves.
 
-    Returns ``(columns, shape)`` where ``shape`` records every container's keys or length
-    (pieces line up only when theirs are equal), or None when the samples hold anything but
+    Returns ``(columns, shape)`` where ``shape`` records every container's type and keys or
+    length (pieces line up only when theirs are equal), or None when the samples hold anything but
     tensors, numbers and numpy arrays in lists, tuples and mappings, or sequences of unequal
     length (which ``default_collate`` refuses: the ordinary way reports it).
     """
@@ -69,12 +69,12 @@ def sample_columns(samples: Sequence[Any]) -> tuple[list[Sequence[Any]], tuple[A
             return True
         if isinstance(first, Mapping):
             keys = tuple(first)
-            shape.append(keys)
+            shape.append((type(first), keys))
             return all(visit([sample[key] for sample in batch]) for key in keys)
         if isinstance(first, (list, tuple)):
             if len(set(map(len, batch))) != 1:
                 return False
-            shape.append(len(first))
+            shape.append((type(first), len(first)))
             return all(visit(column) for column in zip(*batch, strict=True))
         return False
 
@@ -100,13 +100,22 @@ class Stacked:
             out.copy_(default_collate(column))
 
 
+def _collate_column(column: Sequence[Any]) -> torch.Tensor:
+    """One leaf of a collated piece: what ``default_collate`` makes of the column."""
+    if isinstance(column[0], torch.Tensor):
+        return torch.stack(cast("list[torch.Tensor]", column), 0)
+    return cast(torch.Tensor, default_collate(column))
+
+
 class _LastLayout:
-    """The previous step's layout, reused while the pieces keep their shapes (the common case),
-    which also makes the layouts compare equal at once when the step is sent."""
+    """What the previous steps settled: the collated structure of each kind of sample, and the
+    previous step's layout, reused while the pieces keep their shapes (the common case), which
+    also makes the layouts compare equal at once when the step is sent."""
 
     def __init__(self) -> None:
         self.key: Any = None
         self.laid: Laid | None = None
+        self.collated: dict[Any, Any] = {}
 
     def get(self, treedef: Any, leaves: list[torch.Tensor]) -> Laid:
         key = (treedef, [(leaf.shape, leaf.dtype) for leaf in leaves])
@@ -115,24 +124,46 @@ class _LastLayout:
         return (self.laid[0], list(leaves), self.laid[2])
 
 
+def _own_piece(samples: list[Any], last: _LastLayout) -> tuple[Any, Any, tuple[Any, ...]] | None:
+    """Process 0's piece collated as ``default_collate`` collates it, its structure and its
+    samples' shape (see :func:`sample_columns`); None when it is not all tensors of its length.
+
+    The first piece of a kind of sample goes through ``default_collate`` itself, which gives the
+    piece's structure; later ones are collated column by column into that structure.
+    """
+    found = sample_columns(samples)
+    if found is None:
+        return None
+    columns, shape = found
+    treedef = last.collated.get(shape)
+    if treedef is not None:
+        return unflatten_tree(treedef, map(_collate_column, columns)), treedef, shape
+    own = default_collate(samples)
+    leaves, treedef = flatten_tree(own)
+    rows = len(samples)
+    if len(leaves) != len(columns) or not all(
+        isinstance(leaf, torch.Tensor) and leaf.dim() > 0 and len(leaf) == rows for leaf in leaves
+    ):
+        return None
+    last.collated[shape] = treedef
+    return own, treedef, shape
+
+
 def _direct(
     samples: list[Any], bounds: list[tuple[int, int]], last: _LastLayout
 ) -> tuple[Any, list[Laid]] | None:
     """Process 0's collated piece and every piece laid out, or None (see the module's notes)."""
     own_rows = bounds[0][1] - bounds[0][0]
-    own = default_collate(samples[: bounds[0][1]])
-    leaves, treedef = flatten_tree(own)
-    for leaf in leaves:
-        if not isinstance(leaf, torch.Tensor) or leaf.dim() == 0 or len(leaf) != own_rows:
-            return None
-    base = last.get(treedef, leaves)
-    found = sample_columns(samples[:1])  # default_collate has checked the rest of the piece
-    if found is None or len(found[0]) != len(leaves):
+    found = _own_piece(samples[: bounds[0][1]], last)
+    if found is None:
         return None
+    own, treedef, shape = found
+    leaves, _ = flatten_tree(own)
+    base = last.get(treedef, leaves)
     laid = [base]
     for start, stop in bounds[1:]:
         piece = sample_columns(samples[start:stop])
-        if piece is None or piece[1] != found[1] or stop - start != own_rows:
+        if piece is None or piece[1] != shape or stop - start != own_rows:
             return None
         laid.append((base[0], [Stacked(column) for column in piece[0]], base[2]))
     return own, laid

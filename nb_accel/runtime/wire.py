@@ -32,6 +32,8 @@ __all__ = [
     "layout",
     "layout_leaves",
     "pack_into",
+    "pack_targets",
+    "write_packed",
     "spec_bytes",
     "unpack",
 ]
@@ -144,22 +146,33 @@ def layout(tree: Any) -> Laid:
     return layout_leaves(treedef, leaves)
 
 
+def pack_targets(buffer: torch.Tensor, spec: Any, start: int) -> list[torch.Tensor]:
+    """Where each packed tensor of layout ``spec`` goes in a 1-d uint8 ``buffer`` when its data
+    section starts at byte ``start``: views of ``buffer`` of the tensors' shapes and dtypes."""
+    targets = []
+    for slot in spec[1]:
+        if isinstance(slot, Slot):
+            begin = start + slot.offset
+            targets.append(buffer[begin : begin + slot.nbytes].view(slot.dtype).view(slot.shape))
+    return targets
+
+
+def write_packed(targets: list[torch.Tensor], tensors: list[torch.Tensor | Deferred]) -> None:
+    """Copy ``tensors`` into their ``targets`` (from :func:`pack_targets`); a
+    :class:`Deferred` one writes itself there."""
+    for target, tensor in zip(targets, tensors, strict=True):
+        if isinstance(tensor, torch.Tensor):
+            target.copy_(tensor.detach())
+        else:
+            tensor.write_into(target)
+
+
 def pack_into(
     buffer: torch.Tensor, spec: Any, tensors: list[torch.Tensor | Deferred], start: int
 ) -> None:
     """Copy ``tensors`` (from :func:`layout`) into a 1-d uint8 ``buffer`` from byte ``start``;
     a :class:`Deferred` one writes itself there."""
-    slots = [leaf for leaf in spec[1] if isinstance(leaf, Slot)]
-    for slot, tensor in zip(slots, tensors, strict=True):
-        begin = start + slot.offset
-        if not isinstance(tensor, torch.Tensor):
-            target = buffer[begin : begin + slot.nbytes].view(slot.dtype).view(slot.shape)
-            tensor.write_into(target)
-            continue
-        flat = tensor.detach().reshape(-1)
-        if flat.device != buffer.device:
-            flat = flat.to(buffer.device)
-        buffer[begin : begin + slot.nbytes].copy_(flat.view(torch.uint8))
+    write_packed(pack_targets(buffer, spec, start), tensors)
 
 
 def spec_bytes(spec: Any) -> int:
