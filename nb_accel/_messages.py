@@ -27,10 +27,12 @@ __all__ = [
 
 @dataclass(frozen=True)
 class Started:
-    """The worker is up and about to join the process group."""
+    """The worker is up and about to join the process group (``attempt``: how many times a
+    multi-node launch restarted its workers before this one)."""
 
     rank: int
     pid: int
+    attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -55,7 +57,8 @@ class Failure:
     """The function raised.
 
     ``data`` is the pickled exception, or ``None`` when it could not be pickled.
-    ``is_timeout`` marks errors raised by a collective that timed out.
+    ``is_timeout`` marks errors raised by a collective that timed out. ``host`` names the
+    machine of a multi-node launch the rank ran on (empty on a single node).
     """
 
     rank: int
@@ -64,6 +67,7 @@ class Failure:
     traceback: str
     data: bytes | None
     is_timeout: bool = False
+    host: str = ""
 
 
 @dataclass(frozen=True)

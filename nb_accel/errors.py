@@ -35,6 +35,7 @@ class WorkerFailure:
         exception: the exception itself when it could be moved to the kernel, else ``None``.
         signal_name: for a worker killed by a signal, the signal's name (``"SIGKILL"``).
         exitcode: the process exit code when the worker died without reporting.
+        host: the machine the rank ran on, in a multi-node launch (``None`` on one node).
     """
 
     rank: int
@@ -44,6 +45,7 @@ class WorkerFailure:
     exception: BaseException | None = None
     signal_name: str | None = None
     exitcode: int | None = None
+    host: str | None = None
 
     @property
     def short_type(self) -> str:

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from ..config import config_path, load_config
+from ..config import Config, config_path, load_config
 from ..errors import LaunchError
+from .nodes import NodePlan, make_node_plan
 from .plan import LaunchPlan, make_plan
 
-__all__ = ["plan_with_defaults"]
+__all__ = ["plan_with_defaults", "node_plan_with_defaults"]
 
 
 def plan_with_defaults(
@@ -15,15 +16,22 @@ def plan_with_defaults(
     start_method: str | None,
     timeout: object,
     cpu: bool | None,
+    config: Config | None = None,
+    single_node: bool = True,
 ) -> LaunchPlan:
     """The launch plan; every option left as ``None`` takes the saved configuration's value
-    (:func:`~nb_accel.config.load_config`). A malformed configuration file is an error
-    naming the file, raised before any process starts."""
-    config = load_config()
-    if config.num_nodes > 1:
+    (:func:`~nb_accel.config.load_config`, or ``config`` when given). A malformed
+    configuration file is an error naming the file, raised before any process starts.
+
+    With ``single_node`` (persistent workers), a saved ``num_nodes > 1`` is refused with a
+    message saying so.
+    """
+    config = load_config() if config is None else config
+    if single_node and config.num_nodes > 1:
         raise LaunchError(
-            f"the saved configuration ({config_path()}) asks for num_nodes={config.num_nodes}; "
-            "multi-node launches are not available in this version: set num_nodes to 1"
+            f"the saved configuration ({config_path()}) asks for num_nodes={config.num_nodes}, "
+            "but persistent %%distributed workers run on this machine only: set num_nodes to 1 "
+            "for them (notebook_launcher runs on several nodes)"
         )
     return make_plan(
         config.num_processes if num_processes is None else num_processes,
@@ -32,4 +40,28 @@ def plan_with_defaults(
         config.timeout if timeout is None else timeout,
         config.cpu if cpu is None else cpu,
         config.gradient_accumulation_steps,
+    )
+
+
+def node_plan_with_defaults(
+    config: Config,
+    num_nodes: object,
+    node_rank: object,
+    rdzv_endpoint: object,
+    rdzv_backend: object,
+    max_restarts: object,
+    rdzv_timeout: object,
+) -> NodePlan:
+    """The launch's nodes; every option left as ``None`` takes ``config``'s value."""
+
+    def pick(value: object, saved: object) -> object:
+        return saved if value is None else value
+
+    return make_node_plan(
+        pick(num_nodes, config.num_nodes),
+        pick(node_rank, config.node_rank),
+        pick(rdzv_endpoint, config.rdzv_endpoint),
+        pick(rdzv_backend, config.rdzv_backend),
+        pick(max_restarts, config.max_restarts),
+        pick(rdzv_timeout, config.rdzv_timeout),
     )

@@ -36,6 +36,7 @@ def failure_from_event(event: Failure) -> tuple[WorkerFailure, bool]:
         message=event.message,
         traceback=event.traceback,
         exception=exception,
+        host=event.host or None,
     ), event.is_timeout
 
 
@@ -156,6 +157,7 @@ def build_exception(
         ordered,
     )
     note = f"Raised on {_rank_list(ranks)} of {world_size}"
+    note += f" (host {first.host})" if first.host else ""
     note += " (identical on each)" if len(ranks) > 1 else ""
     failed = {f.rank for f in ordered}
     bystanders = [f"rank {r} {status[r]}" for r in sorted(status) if r not in failed]

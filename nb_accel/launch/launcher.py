@@ -7,7 +7,10 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .defaults import plan_with_defaults
+from ..config import load_config
+from .defaults import node_plan_with_defaults, plan_with_defaults
+from .multinode import run_nodes
+from .nodes import NodePlan
 from .output import OutputPrinter
 from .payload import make_payload
 from .plan import LaunchPlan
@@ -21,19 +24,28 @@ from .workers import start_workers
 __all__ = ["notebook_launcher", "debug_launcher"]
 
 
-def _make_view(plan: LaunchPlan, show_progress: bool, all_ranks_metrics: bool) -> LaunchView:
+def _make_view(
+    plan: LaunchPlan, nodes: NodePlan, show_progress: bool, all_ranks_metrics: bool
+) -> LaunchView:
     """The registered front end's view (a widget in a notebook), else the text view."""
-    print(plan.describe(), flush=True)
+    title = plan.describe()
+    if nodes.multi_node:
+        title += "; " + nodes.describe(plan.num_processes)
+    print(title, flush=True)
     sys.stderr.flush()
     if not show_progress:
         return NullView()
     factory = view_factory()
-    view = factory(plan.describe(), plan.num_processes, all_ranks_metrics) if factory else None
+    view = factory(title, plan.num_processes, all_ranks_metrics) if factory else None
     return view if view is not None else TextView(plan.num_processes)
 
 
-def _run(plan: LaunchPlan, payload: bytes, prefix_output: bool, view: LaunchView) -> Any:
+def _run(
+    plan: LaunchPlan, nodes: NodePlan, payload: bytes, prefix_output: bool, view: LaunchView
+) -> Any:
     with multiprocessing_helpers(plan.start_method):
+        if nodes.multi_node:
+            return run_nodes(plan, nodes, payload, prefix_output, view)
         return _run_group(plan, payload, prefix_output, view)
 
 
@@ -84,6 +96,12 @@ def notebook_launcher(
     master_addr: str | None = None,
     show_progress: bool = True,
     all_ranks_metrics: bool = False,
+    num_nodes: int | None = None,
+    node_rank: int | None = None,
+    rdzv_endpoint: str | None = None,
+    rdzv_backend: str | None = None,
+    max_restarts: int | None = None,
+    rdzv_timeout: float | None = None,
 ) -> list[Any]:
     """Run ``function(*args, **kwargs)`` on ``num_processes`` worker processes and wait.
 
@@ -108,17 +126,32 @@ def notebook_launcher(
         cpu: run on the CPU (gloo) even when GPUs are present (built-in default False).
         prefix_output: prefix each line a worker prints with its rank (once more than one rank
             has printed).
-        use_port: accepted for compatibility with Accelerate and ignored: a single-node launch
-            needs no port.
-        master_addr: accepted for compatibility and ignored on a single node.
+        use_port: with ``master_addr``, Accelerate's way of naming the rendezvous of a
+            multi-node launch (``rdzv_endpoint`` is ``master_addr:use_port`` when not given);
+            a single-node launch needs no port and ignores it.
+        master_addr: see ``use_port``.
         show_progress: show the launch view: in a notebook a widget with a row per rank
             (``nb_accel.tqdm`` bars, stalled and failed ranks marked) and live charts of
             ``accelerator.log`` metrics; elsewhere rank 0's bar and a line per failure on
             stderr.
         all_ranks_metrics: chart every rank's logged metrics, not only rank 0's.
+        num_nodes: machines taking part (built-in default 1). With more than one, run the same
+            call on every machine, each with its own ``node_rank``: the launch goes through
+            torch's elastic agent and its c10d rendezvous (what ``torchrun`` uses); each
+            machine runs ``num_processes`` ranks.
+        node_rank: this machine's number, 0 to ``num_nodes - 1``; it holds ranks
+            ``node_rank * num_processes`` and up, so rank 0 is on node 0.
+        rdzv_endpoint: ``"host:port"`` of the rendezvous: node 0's address and a port free
+            there and reachable from the other nodes. Node 0 hosts it.
+        rdzv_backend: the rendezvous backend; ``"c10d"`` (built-in default).
+        max_restarts: how many times the worker group is restarted on every node after a
+            failure before the launch fails (built-in default 0).
+        rdzv_timeout: seconds to wait for the rendezvous: reaching node 0, and every node
+            joining (built-in default 900).
 
     Returns:
-        Each rank's return value, in rank order (tensors moved to the CPU).
+        Each rank's return value, in rank order (tensors moved to the CPU); in a multi-node
+        launch, this machine's ranks' values.
 
     Raises:
         TypeError, ValueError: bad arguments, before any process starts.
@@ -129,12 +162,19 @@ def notebook_launcher(
             ``CollectiveTimeoutError`` when a collective exceeded ``timeout``.
         KeyboardInterrupt: the kernel was interrupted; every worker is stopped first.
     """
-    del use_port, master_addr
     _check_call(function, args)
-    plan = plan_with_defaults(num_processes, mixed_precision, start_method, timeout, cpu)
+    config = load_config()
+    if rdzv_endpoint is None and master_addr is not None and use_port is not None:
+        rdzv_endpoint = f"{master_addr}:{use_port}"
+    nodes = node_plan_with_defaults(
+        config, num_nodes, node_rank, rdzv_endpoint, rdzv_backend, max_restarts, rdzv_timeout
+    )
+    plan = plan_with_defaults(
+        num_processes, mixed_precision, start_method, timeout, cpu, config, single_node=False
+    )
     payload = make_payload(function, args, kwargs or {})
-    view = _make_view(plan, show_progress, all_ranks_metrics)
-    outcome = _run(plan, payload, prefix_output, view)
+    view = _make_view(plan, nodes, show_progress, all_ranks_metrics)
+    outcome = _run(plan, nodes, payload, prefix_output, view)
     if isinstance(outcome, BaseException):
         raise outcome  # the worker's exception; its worker-side traceback is its __cause__
     return outcome

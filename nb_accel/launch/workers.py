@@ -9,12 +9,14 @@ from ..runtime.spec import WorkerArgs
 from .plan import LaunchPlan
 from .processes import WorkerProcess, send_start_data, start_worker
 
-__all__ = ["start_workers"]
+__all__ = ["start_workers", "worker_env"]
 
 
-def _worker_env(plan: LaunchPlan) -> dict[str, str]:
+def worker_env(plan: LaunchPlan, single_node: bool = True) -> dict[str, str]:
+    """Environment variables every worker of ``plan`` sets (on one node, the backends' sockets
+    are kept on the loopback interface)."""
     env: dict[str, str] = {}
-    loopback = _env.loopback_interface()
+    loopback = _env.loopback_interface() if single_node else None
     if loopback:
         # Single node: every socket the backends open stays on loopback.
         for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
@@ -28,7 +30,7 @@ def _worker_env(plan: LaunchPlan) -> dict[str, str]:
 
 
 def _worker_args(plan: LaunchPlan, store_path: str, payload: bytes) -> list[WorkerArgs]:
-    env = _worker_env(plan)
+    env = worker_env(plan)
     return [
         WorkerArgs(
             rank=rank,

@@ -1,0 +1,213 @@
+"""A launch over several machines: torch's elastic agent and its c10d rendezvous.
+
+Each node's kernel runs :func:`run_nodes` with the same ``num_nodes`` and ``rdzv_endpoint`` and
+its own ``node_rank``. The elastic agent (``torch.distributed.launcher``'s ``elastic_launch``,
+the engine behind ``torchrun``) meets the other nodes at the rendezvous, starts this node's
+workers, watches them and restarts the whole group after a failure while ``max_restarts``
+allows. Node 0 hosts the rendezvous store on the endpoint's port.
+
+The workers talk back to their own kernel as on one machine (output, progress, the result or
+the original exception), through :class:`~nb_accel.launch.node_events.NodeEvents`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import math
+import os
+import pickle
+import secrets
+import shutil
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+from ..errors import LaunchError, WorkerFailure
+from ..runtime.node_worker import NodeWorkerArgs, global_rank, node_worker_main
+from .failures import build_exception, died_failure, failure_from_event
+from .node_events import NodeEvents, NodeView
+from .nodes import NodePlan
+from .output import OutputPrinter
+from .plan import LaunchPlan
+from .scratch import make_scratch_dir
+from .view import LaunchView
+from .workers import worker_env
+
+__all__ = ["run_nodes", "MONITOR_INTERVAL_S"]
+
+#: How often the elastic agent looks at its workers (seconds).
+MONITOR_INTERVAL_S = 0.05
+_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+_ELASTIC_LOGGERS = (
+    "torch.distributed.elastic",
+    "torch.distributed.launcher",
+    "torch.multiprocessing",
+)
+
+
+@contextlib.contextmanager
+def _kernel_untouched() -> Iterator[None]:
+    """Give back what the elastic agent changes in the calling process: its signal handlers,
+    an environment variable, and the level of its (chatty) loggers."""
+    handlers = {name: signal.getsignal(getattr(signal, name)) for name in _SIGNALS}
+    variable = os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE")
+    names = [
+        name
+        for name in [*_ELASTIC_LOGGERS, *logging.root.manager.loggerDict]
+        if name.startswith(_ELASTIC_LOGGERS)
+    ]
+    levels = {name: logging.getLogger(name).level for name in names}
+    for name in names:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for name, handler in handlers.items():
+            if handler is not None:
+                signal.signal(getattr(signal, name), handler)
+        if variable is None:
+            os.environ.pop("TORCHELASTIC_SIGNALS_TO_HANDLE", None)
+        else:
+            os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = variable
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def _launch_config(plan: LaunchPlan, nodes: NodePlan, log_dir: str) -> Any:
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.launcher.api import LaunchConfig
+
+    wait_s = max(1, math.ceil(nodes.rdzv_timeout))
+    configs: dict[str, Any] = {"join_timeout": wait_s, "read_timeout": wait_s}
+    configs["is_host"] = nodes.node_rank == 0
+    return LaunchConfig(
+        min_nodes=nodes.num_nodes,
+        max_nodes=nodes.num_nodes,
+        nproc_per_node=plan.num_processes,
+        logs_specs=DefaultLogsSpecs(log_dir=log_dir),
+        run_id="nb_accel",
+        rdzv_endpoint=nodes.rdzv_endpoint or "",
+        rdzv_backend=nodes.rdzv_backend,
+        rdzv_configs=configs,
+        max_restarts=nodes.max_restarts,
+        monitor_interval=MONITOR_INTERVAL_S,
+        start_method=plan.start_method,
+    )
+
+
+def _rendezvous_error(error: Exception, nodes: NodePlan, started: bool) -> LaunchError:
+    """The error a rendezvous problem is raised as, saying what to do about it (``started``:
+    the workers had started, so the rendezvous was reached before)."""
+    name = type(error).__name__
+    where = f"the rendezvous at {nodes.rdzv_endpoint}"
+    if started:
+        text = (
+            f"node {nodes.node_rank} lost {where} while its workers ran ({error}): node 0 "
+            "(which hosts it) stopped or failed; see node 0's output for why"
+        )
+    elif "Timeout" in name:
+        text = (
+            f"not every node joined {where} within {nodes.rdzv_timeout:g} s (rdzv_timeout): run "
+            f"the launch on all {nodes.num_nodes} nodes (node_rank 0 to {nodes.num_nodes - 1}), "
+            "with the same num_nodes, num_processes and rdzv_endpoint"
+        )
+    elif "Closed" in name:
+        text = f"{where} was closed by another node (it stopped or failed): launch on all again"
+    elif nodes.node_rank == 0:
+        text = (
+            f"node 0 could not host {where} ({error}): rdzv_endpoint must be this machine's "
+            "address and a free port"
+        )
+    else:
+        text = (
+            f"node {nodes.node_rank} could not reach {where} within {nodes.rdzv_timeout:g} s "
+            f"({error}): start node 0's launch first (it hosts the rendezvous), check the "
+            "address, and make sure the port is open between the machines"
+        )
+    return LaunchError(text)
+
+
+def _failed_workers(error: Any, plan: LaunchPlan, nodes: NodePlan) -> list[WorkerFailure]:
+    """Records for workers that died without reporting (from elastic's ``ChildFailedError``)."""
+    records = []
+    for failure in error.failures.values():
+        rank = global_rank(nodes.node_rank, failure.local_rank, plan.num_processes)
+        records.append(died_failure(rank, failure.pid, failure.exitcode))
+    return records
+
+
+def _outcome(
+    events: NodeEvents, error: Any, plan: LaunchPlan, nodes: NodePlan
+) -> list[Any] | BaseException:
+    """This node's ranks' results, or the exception to raise."""
+    world = plan.num_processes * nodes.num_nodes
+    ranks = [global_rank(nodes.node_rank, i, plan.num_processes) for i in range(plan.num_processes)]
+    if error is None and all(rank in events.results for rank in ranks):
+        return [pickle.loads(events.results[rank]) for rank in ranks]
+    records: list[WorkerFailure] = []
+    timeouts: set[int] = set()
+    for event in events.failures:
+        record, is_timeout = failure_from_event(event)
+        records.append(record)
+        if is_timeout:
+            timeouts.add(record.rank)
+    if not records and error is not None:
+        records = _failed_workers(error, plan, nodes)
+    if not records:
+        return LaunchError("the workers ended without reporting a result")
+    status = {rank: "had already returned" for rank in ranks if rank in events.results}
+    return build_exception(records, timeouts, world, status, plan.timeout_s)
+
+
+def run_nodes(
+    plan: LaunchPlan, nodes: NodePlan, payload: bytes, prefix_output: bool, view: LaunchView
+) -> list[Any] | BaseException:
+    """Run this node's share of a multi-node launch; returns its ranks' results in rank order,
+    or the exception to raise (a worker's own, or a :class:`LaunchError` for the rendezvous).
+    """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+    from torch.distributed.launcher.api import elastic_launch
+
+    authkey = secrets.token_bytes(32)
+    world = plan.num_processes * nodes.num_nodes
+    first = global_rank(nodes.node_rank, 0, plan.num_processes)
+    node_view = NodeView(view, first, plan.num_processes)
+    events = NodeEvents(OutputPrinter(world, prefix_output), node_view, authkey)
+    log_dir = make_scratch_dir("nodes")
+    args = NodeWorkerArgs(
+        address=events.address,
+        authkey=authkey,
+        node_rank=nodes.node_rank,
+        num_nodes=nodes.num_nodes,
+        backend=plan.backend,
+        device_type=plan.device_type,
+        timeout_s=plan.timeout_s,
+        mixed_precision=plan.mixed_precision,
+        payload=payload,
+        env=worker_env(plan, single_node=False),
+    )
+    error: Any = None
+    outcome: list[Any] | BaseException | None = None
+    try:
+        try:
+            with _kernel_untouched():
+                elastic_launch(_launch_config(plan, nodes, log_dir), node_worker_main)(args)
+        except ChildFailedError as failed:
+            error = failed
+        except SignalException as stopped:
+            if stopped.sigval == signal.SIGINT:
+                raise KeyboardInterrupt from None
+            raise
+        except RendezvousError as problem:
+            outcome = _rendezvous_error(problem, nodes, events.started)
+        finally:
+            events.close()
+            shutil.rmtree(log_dir, ignore_errors=True)
+        if outcome is None:
+            outcome = _outcome(events, error, plan, nodes)
+        return outcome
+    finally:
+        view.finished(outcome is not None and not isinstance(outcome, BaseException))

@@ -1,0 +1,75 @@
+"""One "node" of a multi-node launch, run as its own process by test_multinode.py.
+
+Usage: ``python multinode_node.py NODE_RANK ENDPOINT SCENARIO OUT_FILE [OPTION=VALUE ...]``.
+The node launches 2 processes and writes what its ``notebook_launcher`` call returned or
+raised to ``OUT_FILE`` as JSON.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+import nb_accel
+
+
+def work(scenario: str) -> dict[str, Any]:
+    """Every rank: an all-reduce over all ranks, then the scenario's twist."""
+    accelerator = nb_accel.Accelerator()
+    rank = accelerator.process_index
+    total = torch.tensor([float(rank + 1)])
+    dist.all_reduce(total)
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if scenario == "fail" and rank == 3:
+        raise ValueError("rank 3 cannot go on")
+    if scenario == "restart" and rank == 3 and attempt == 0:
+        raise RuntimeError("first attempt fails")
+    if scenario == "sleep":
+        print("ready", flush=True)
+        time.sleep(20)
+    if scenario in ("fail", "restart", "sleep"):
+        dist.barrier()
+    gathered = accelerator.gather(torch.tensor([rank]))
+    return {
+        "rank": rank,
+        "local_rank": accelerator.local_process_index,
+        "world": accelerator.num_processes,
+        "sum": total.item(),
+        "gathered": gathered.tolist(),
+        "attempt": attempt,
+        "main": accelerator.is_main_process,
+    }
+
+
+def main() -> None:
+    """Launch this node's share and record the outcome."""
+    node_rank, endpoint, scenario, out = sys.argv[1:5]
+    options: dict[str, Any] = {}
+    for item in sys.argv[5:]:
+        key, _, value = item.partition("=")
+        options[key] = float(value) if key == "rdzv_timeout" else int(value)
+    if endpoint != "-":
+        options["rdzv_endpoint"] = endpoint
+    if node_rank != "-":
+        options["node_rank"] = int(node_rank)
+    try:
+        results = nb_accel.notebook_launcher(work, (scenario,), num_processes=2, **options)
+        record: dict[str, Any] = {"results": results}
+    except BaseException as error:  # noqa: BLE001 - recorded for the test to check
+        record = {
+            "error": type(error).__name__,
+            "message": str(error),
+            "notes": list(getattr(error, "__notes__", [])),
+        }
+    with open(out, "w") as handle:
+        json.dump(record, handle)
+
+
+if __name__ == "__main__":
+    main()

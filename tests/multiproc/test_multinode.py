@@ -1,0 +1,161 @@
+"""Multi-node launches through torch's elastic agent: two "nodes" on this machine.
+
+Each node is a separate Python process running ``notebook_launcher(..., num_nodes=2,
+node_rank=k, rdzv_endpoint="127.0.0.1:PORT")`` with 2 workers (see ``multinode_node.py``), so
+the rendezvous, the elastic agents and the process group are the real ones.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+NODE_SCRIPT = Path(__file__).with_name("multinode_node.py")
+NODE_TIMEOUT_S = 90
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return int(probe.getsockname()[1])
+
+
+def _start(
+    tmp_path: Path,
+    node: str,
+    endpoint: str,
+    scenario: str,
+    *options: str,
+    env: dict[str, str] | None = None,
+) -> tuple[subprocess.Popen[bytes], Path]:
+    out = tmp_path / f"node{node}-{scenario}.json"
+    command = [sys.executable, str(NODE_SCRIPT), node, endpoint, scenario, str(out), *options]
+    process = subprocess.Popen(
+        command,
+        env={**os.environ, **(env or {})},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    return process, out
+
+
+def _finish(process: subprocess.Popen[bytes], out: Path) -> dict[str, Any]:
+    try:
+        output, _ = process.communicate(timeout=NODE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        output, _ = process.communicate()
+        pytest.fail(f"a node did not finish:\n{output.decode(errors='replace')}")
+    assert out.exists(), output.decode(errors="replace")
+    record: dict[str, Any] = json.loads(out.read_text())
+    record["output"] = output.decode(errors="replace")
+    return record
+
+
+def _two_nodes(
+    tmp_path: Path,
+    scenario: str,
+    *options: str,
+    env: dict[str, str] | None = None,
+    node_ranks: tuple[str, str] = ("0", "1"),
+    endpoint: str | None = None,
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    endpoint = endpoint or f"127.0.0.1:{_free_port()}"
+    first = _start(tmp_path, node_ranks[0], endpoint, scenario, *options, env=env)
+    time.sleep(0.3)  # node 0 first, as a user would; the rendezvous does not need it
+    second = _start(tmp_path, node_ranks[1], endpoint, scenario, *options, env=env)
+    return _finish(*first), _finish(*second)
+
+
+@pytest.mark.timeout(200)
+def test_two_nodes_all_reduce_across_four_ranks(tmp_path: Path) -> None:
+    node0, node1 = _two_nodes(tmp_path, "ok", "num_nodes=2")
+    assert "error" not in node0, node0
+    assert "error" not in node1, node1
+    assert [r["rank"] for r in node0["results"]] == [0, 1]
+    assert [r["rank"] for r in node1["results"]] == [2, 3]
+    for record in node0["results"] + node1["results"]:
+        assert record["world"] == 4
+        assert record["sum"] == 1 + 2 + 3 + 4
+        assert record["gathered"] == [0, 1, 2, 3]
+    assert [r["local_rank"] for r in node1["results"]] == [0, 1]
+    assert [r["main"] for r in node0["results"] + node1["results"]] == [True, False, False, False]
+    assert "node 1 of 2 (ranks 2-3 of 4)" in node1["output"]
+
+
+@pytest.mark.timeout(200)
+def test_a_failure_on_node_1_is_raised_on_node_0_with_its_type_and_rank(tmp_path: Path) -> None:
+    node0, node1 = _two_nodes(tmp_path, "fail", "num_nodes=2")
+    for node in (node0, node1):
+        assert node.get("error") == "ValueError", node
+        assert node["message"] == "rank 3 cannot go on"
+        assert any("rank 3 of 4" in note and "host" in note for note in node["notes"]), node
+
+
+@pytest.mark.timeout(200)
+def test_max_restarts_restarts_the_group_after_a_failure(tmp_path: Path) -> None:
+    node0, node1 = _two_nodes(tmp_path, "restart", "num_nodes=2", "max_restarts=1")
+    assert "error" not in node0 and "error" not in node1, (node0, node1)
+    results = node0["results"] + node1["results"]
+    assert [r["rank"] for r in results] == [0, 1, 2, 3]
+    assert {r["attempt"] for r in results} == {1}  # the second attempt's results
+
+
+@pytest.mark.timeout(200)
+def test_without_restarts_the_same_failure_ends_the_launch(tmp_path: Path) -> None:
+    node0, _ = _two_nodes(tmp_path, "restart", "num_nodes=2")
+    assert node0.get("error") == "RuntimeError", node0
+    assert node0["message"] == "first attempt fails"
+
+
+@pytest.mark.timeout(200)
+def test_the_nodes_settings_come_from_the_saved_configuration(tmp_path: Path) -> None:
+    config = tmp_path / "config.yaml"
+    config.write_text(f"num_nodes: 2\nrdzv_endpoint: 127.0.0.1:{_free_port()}\n")
+    env = {"NB_ACCEL_CONFIG_FILE": str(config)}
+    node0, node1 = _two_nodes(tmp_path, "ok", env=env, endpoint="-")
+    assert [r["rank"] for r in node0["results"]] == [0, 1], node0
+    assert [r["rank"] for r in node1["results"]] == [2, 3], node1
+
+
+@pytest.mark.timeout(120)
+def test_an_unreachable_rendezvous_is_a_clear_error_within_the_timeout(tmp_path: Path) -> None:
+    endpoint = f"127.0.0.1:{_free_port()}"  # nobody listens there
+    started = time.monotonic()
+    record = _finish(*_start(tmp_path, "1", endpoint, "ok", "num_nodes=2", "rdzv_timeout=3"))
+    assert record.get("error") == "LaunchError", record
+    assert f"could not reach the rendezvous at {endpoint}" in record["message"]
+    assert "start node 0's launch first" in record["message"]
+    assert time.monotonic() - started < 60
+
+
+@pytest.mark.timeout(120)
+def test_a_node_left_alone_says_the_others_did_not_join(tmp_path: Path) -> None:
+    endpoint = f"127.0.0.1:{_free_port()}"
+    record = _finish(*_start(tmp_path, "0", endpoint, "ok", "num_nodes=2", "rdzv_timeout=3"))
+    assert record.get("error") == "LaunchError", record
+    assert "not every node joined" in record["message"]
+
+
+@pytest.mark.timeout(200)
+def test_interrupting_node_0_stops_its_workers_and_node_1_fails(tmp_path: Path) -> None:
+    endpoint = f"127.0.0.1:{_free_port()}"
+    node0 = _start(tmp_path, "0", endpoint, "sleep", "num_nodes=2")
+    node1 = _start(tmp_path, "1", endpoint, "sleep", "num_nodes=2")
+    time.sleep(8)  # both nodes' workers are asleep by now
+    interrupted = time.monotonic()
+    node0[0].send_signal(signal.SIGINT)
+    first = _finish(*node0)
+    assert first.get("error") == "KeyboardInterrupt", first
+    assert time.monotonic() - interrupted < 15
+    second = _finish(*node1)
+    assert "error" in second, second

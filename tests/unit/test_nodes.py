@@ -1,0 +1,71 @@
+"""Multi-node options are checked before anything starts, with messages naming the option."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import nb_accel
+from nb_accel.config import Config
+from nb_accel.errors import LaunchError
+from nb_accel.launch.defaults import node_plan_with_defaults, plan_with_defaults
+from nb_accel.launch.nodes import NodePlan, make_node_plan
+from nb_accel.runtime.node_worker import global_rank
+
+
+def _never_called() -> None:
+    raise AssertionError("no worker may start")
+
+
+def test_a_single_node_is_the_default() -> None:
+    plan = node_plan_with_defaults(Config(), None, None, None, None, None, None)
+    assert plan == NodePlan()
+    assert not plan.multi_node
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"num_nodes": 2}, "rdzv_endpoint must be 'host:port' when num_nodes > 1"),
+        ({"num_nodes": 2, "rdzv_endpoint": "node0"}, "rdzv_endpoint must be 'host:port'"),
+        ({"num_nodes": 2, "node_rank": 2, "rdzv_endpoint": "h:1"}, "node_rank must be below"),
+        ({"num_nodes": 0}, "num_nodes must be a whole number >= 1"),
+        ({"num_nodes": 2, "rdzv_endpoint": "h:1", "rdzv_backend": "etcd"}, "rdzv_backend must"),
+        ({"num_nodes": 2, "rdzv_endpoint": "h:1", "max_restarts": -1}, "max_restarts must"),
+        ({"num_nodes": 2, "rdzv_endpoint": "h:1", "rdzv_timeout": 0}, "rdzv_timeout must"),
+    ],
+)
+def test_bad_options_are_refused_before_any_process_starts(
+    options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        nb_accel.notebook_launcher(_never_called, num_processes=1, **options)  # type: ignore[arg-type]
+
+
+def test_accelerates_master_addr_and_use_port_name_the_endpoint() -> None:
+    with pytest.raises(ValueError, match="node_rank must be below num_nodes"):
+        nb_accel.notebook_launcher(
+            _never_called, num_nodes=2, node_rank=5, master_addr="10.0.0.1", use_port=29500
+        )
+    plan = make_node_plan(2, 1, "10.0.0.1:29500", "c10d", 0, 60)
+    assert plan.describe(2) == "node 1 of 2 (ranks 2-3 of 4), rendezvous at 10.0.0.1:29500"
+
+
+def test_arguments_win_over_the_saved_configuration() -> None:
+    saved = Config(num_nodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29500", max_restarts=2)
+    plan = node_plan_with_defaults(saved, None, 0, None, None, None, 30)
+    assert (plan.num_nodes, plan.node_rank, plan.rdzv_endpoint) == (2, 0, "10.0.0.1:29500")
+    assert (plan.max_restarts, plan.rdzv_timeout) == (2, 30.0)
+
+
+def test_persistent_workers_refuse_a_saved_multi_node_configuration(tmp_path: Path) -> None:
+    saved = Config(num_nodes=2, rdzv_endpoint="10.0.0.1:29500")
+    with pytest.raises(LaunchError, match="persistent %%distributed workers run on this machine"):
+        plan_with_defaults(None, None, None, None, None, saved)
+    assert plan_with_defaults(None, None, None, None, None, saved, single_node=False)
+
+
+def test_node_k_holds_the_kth_block_of_ranks() -> None:
+    assert [global_rank(1, local, 2) for local in (0, 1)] == [2, 3]
+    assert [global_rank(0, local, 3) for local in (0, 1, 2)] == [0, 1, 2]
