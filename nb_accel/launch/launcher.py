@@ -20,6 +20,7 @@ from .supervisor import WorkerGroup
 from .text_view import TextView
 from .view import LaunchView, NullView, view_factory
 from .workers import start_workers
+from .xla_launch import launch_xla, xla_requested
 
 __all__ = ["notebook_launcher", "debug_launcher"]
 
@@ -35,9 +36,10 @@ def _make_view(
     sys.stderr.flush()
     if not show_progress:
         return NullView()
+    first_rank = nodes.node_rank * plan.num_processes
     factory = view_factory()
     view = factory(title, plan.num_processes, all_ranks_metrics) if factory else None
-    return view if view is not None else TextView(plan.num_processes)
+    return view if view is not None else TextView(plan.num_processes, first_rank=first_rank)
 
 
 def _run(
@@ -163,6 +165,18 @@ def notebook_launcher(
         KeyboardInterrupt: the kernel was interrupted; every worker is stopped first.
     """
     _check_call(function, args)
+    if cpu is not True and xla_requested():  # a TPU runtime: torch_xla's xmp.spawn
+        return launch_xla(
+            function,
+            args,
+            kwargs,
+            num_processes=num_processes,
+            mixed_precision=mixed_precision,
+            start_method=start_method,
+            prefix_output=prefix_output,
+            show_progress=show_progress,
+            all_ranks_metrics=all_ranks_metrics,
+        )
     config = load_config()
     if rdzv_endpoint is None and master_addr is not None and use_port is not None:
         rdzv_endpoint = f"{master_addr}:{use_port}"

@@ -31,7 +31,9 @@ class TextView:
     """Renders a launch on a text stream (``sys.stderr`` by default).
 
     Args:
-        world_size: number of ranks.
+        world_size: number of ranks shown.
+        first_rank: the rank of the first of them (in a multi-node launch, this node's first;
+            rows are still addressed from 0).
         stream: where to write.
         log_interval: in a log (not a terminal), the shortest time between two bar lines.
         clock: time source (seconds).
@@ -43,8 +45,10 @@ class TextView:
         stream: TextIO | None = None,
         log_interval: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
+        first_rank: int = 0,
     ) -> None:
         self.world_size = world_size
+        self.first_rank = first_rank
         self._stream = stream if stream is not None else sys.stderr
         isatty = getattr(self._stream, "isatty", None)
         self._tty = bool(isatty()) if callable(isatty) else False
@@ -120,7 +124,7 @@ class TextView:
         if event.rank in self._stall_noted:
             self._stall_noted.discard(event.rank)
             self._end_line()
-            self._write(f"rank {event.rank} is making progress again\n")
+            self._write(f"rank {self.first_rank + event.rank} is making progress again\n")
         if event.rank != 0:
             return
         finished_one = False
@@ -138,7 +142,7 @@ class TextView:
         """A line for the failure, at once."""
         self._done.add(rank)
         self._end_line()
-        self._write(f"rank {rank} failed: {summary}\n")
+        self._write(f"rank {self.first_rank + rank} failed: {summary}\n")
 
     def tick(self) -> None:
         """Note, once, a rank that has been silent for a minute after reporting progress."""
@@ -148,7 +152,9 @@ class TextView:
                 continue
             self._stall_noted.add(rank)
             self._end_line()
-            self._write(f"rank {rank} has made no progress for {now - last:.0f} s\n")
+            self._write(
+                f"rank {self.first_rank + rank} has made no progress for {now - last:.0f} s\n"
+            )
 
     def finished(self, ok: bool) -> None:
         """The final bar line."""
