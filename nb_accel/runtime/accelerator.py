@@ -29,7 +29,7 @@ from .options import (
 from .precision import check_precision_for_device, make_grad_scaler
 from .process_methods import ProcessMethods
 from .scheduler import AcceleratedScheduler
-from .state import AcceleratorState, GradientState, PartialState
+from .state import AcceleratorState, DistributedType, GradientState, PartialState
 from .training_methods import TrainingMethods
 
 __all__ = ["Accelerator"]
@@ -197,11 +197,18 @@ class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods):
                 f"device_placement has {len(placements)} entries for {len(args)} objects"
             )
         result = list(args)
+        moved = None
+        if self.distributed_type == DistributedType.XLA:
+            from .xla_train import follow_moved_parameters, parameters_by_model
+
+            moved = parameters_by_model(args)
         for second_pass in (False, True):
             for index, (obj, place) in enumerate(zip(args, placements, strict=True)):
                 is_scheduler = _is_scheduler(obj)
                 if is_scheduler == second_pass:
                     result[index] = self._prepare_one(obj, place)
+        if moved is not None:  # moving to an XLA device gave the models new parameters
+            follow_moved_parameters(moved, result)
         return result[0] if len(result) == 1 else tuple(result)
 
     def _prepare_one(self, obj: Any, device_placement: bool | None) -> Any:

@@ -31,7 +31,7 @@ from .model import unwrap_model
 from .model_io import save_model_files
 from .ops import broadcast_object_list, gather_object
 from .options import ProjectConfiguration
-from .state import GradientState, PartialState
+from .state import DistributedType, GradientState, PartialState
 
 __all__ = ["CheckpointMethods"]
 
@@ -163,8 +163,16 @@ class CheckpointMethods:
         _all_succeeded(error, f"creating the checkpoint folder next to {target}")
         staging = Path(broadcast_object_list([str(staging)])[0])
         contents = self._contents()
+        xla_random = None
+        if partial.distributed_type == DistributedType.XLA:  # through the CPU, as xm.save
+            from .xla_checkpoint import XlaRandomState, contents_on_cpu
+
+            contents = contents_on_cpu(contents)
+            xla_random = XlaRandomState()
         try:
             write_process_file(staging, contents, partial.process_index)
+            if xla_random is not None:
+                xla_random.write(staging, partial.process_index)
             if partial.is_main_process:
                 write_shared_files(staging, contents, partial.num_processes, safe_serialization)
         except Exception as problem:  # noqa: BLE001 - reported on every process below
@@ -185,6 +193,8 @@ class CheckpointMethods:
                 shutil.rmtree(staging, ignore_errors=True)
         if self.project_configuration.automatic_checkpoint_naming:
             self.project_configuration.iteration += 1
+        if xla_random is not None:
+            xla_random.resume()
         return str(target)
 
     def _load_source(self, input_dir: str | os.PathLike[str] | None) -> Path:
@@ -229,6 +239,10 @@ class CheckpointMethods:
         self._accumulator.step = load_process_file(
             folder, contents, self._partial.process_index, load_kwargs
         )
+        if self._partial.distributed_type == DistributedType.XLA:
+            from .xla_checkpoint import load_xla_random_state
+
+            load_xla_random_state(folder, self._partial.process_index, load_kwargs)
         number = checkpoint_number(folder)
         if self.project_configuration.automatic_checkpoint_naming and number is not None:
             self.project_configuration.iteration = number + 1
@@ -247,8 +261,13 @@ class CheckpointMethods:
         everywhere; read it back with :func:`load_checkpoint_in_model`."""
         if not self._partial.is_main_process:
             return
+        state = unwrap_model(model).state_dict()
+        if self._partial.distributed_type == DistributedType.XLA:
+            from .xla_checkpoint import on_cpu
+
+            state = on_cpu(state)
         save_model_files(
-            unwrap_model(model).state_dict(),
+            state,
             save_directory,
             max_shard_size=max_shard_size,
             safe_serialization=safe_serialization,
@@ -259,6 +278,10 @@ class CheckpointMethods:
         ``safe_serialization`` (``obj`` must then be a dict of tensors)."""
         if not self._partial.is_main_process:
             return
+        if self._partial.distributed_type == DistributedType.XLA:
+            from .xla_checkpoint import on_cpu
+
+            obj = on_cpu(obj)
         if safe_serialization:
             from safetensors.torch import save_file
 

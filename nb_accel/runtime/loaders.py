@@ -25,7 +25,7 @@ from .sampling import (
     SeedableRandomSampler,
     SkipBatchSampler,
 )
-from .state import PartialState
+from .state import DistributedType, PartialState
 
 __all__ = [
     "DataLoaderShard",
@@ -59,7 +59,9 @@ def _batch_sampler_of(loader: DataLoader) -> tuple[Any, bool]:  # type: ignore[t
 
 def _agreed(seed: int, agree: bool) -> int:
     """Process 0's ``seed`` on every process (when ``agree`` and a group is up)."""
-    if not agree or not dist.is_initialized():
+    if not agree:
+        return seed
+    if not dist.is_initialized() and PartialState().distributed_type != DistributedType.XLA:
         return seed
     return int(broadcast_object_list([seed])[0])
 
@@ -142,7 +144,8 @@ def prepare_data_loader(
         rng_types: generators synchronised with process 0 at every new iteration
             (``"torch"``, ``"cuda"``, ``"generator"``: the sampler's or iterable dataset's).
         dispatch_batches: load on process 0 only and send each process its slice (default:
-            for iterable datasets). Dispatched batches always land on the launch's device.
+            for iterable datasets; not available on XLA). Dispatched batches always land on
+            the launch's device.
         even_batches: repeat samples from the start so every process gets the same number of
             equal batches; ``False`` repeats nothing (and allows varying batch sizes).
         slice_fn_for_dispatch: how the dispatcher cuts a process's slice.
@@ -158,7 +161,13 @@ def prepare_data_loader(
     parts = state.num_processes if num_processes is None else num_processes
     index = state.process_index if process_index is None else process_index
     iterable = isinstance(dataloader.dataset, IterableDataset)
-    dispatch = iterable if dispatch_batches is None else dispatch_batches
+    on_xla = state.distributed_type == DistributedType.XLA
+    if on_xla and dispatch_batches:
+        raise NotImplementedError(
+            "dispatch_batches=True is not available on XLA: every process loads its own shard "
+            "(leave dispatch_batches unset)"
+        )
+    dispatch = (iterable and not on_xla) if dispatch_batches is None else dispatch_batches
     if split_batches:
         _check_split(dataloader, parts)
     source = _Source(dataloader, parts > 1 and not dispatch, use_seedable_sampler, data_seed)
@@ -178,7 +187,12 @@ def prepare_data_loader(
     if source.synced is None and "generator" in kinds:
         kinds.remove("generator")
     drops = dataloader.drop_last or bool(getattr(source.batch_sampler, "drop_last", False))
-    return DataLoaderShard(
+    shard_class = DataLoaderShard
+    if on_xla:
+        from .xla_loader import XlaDataLoaderShard
+
+        shard_class = XlaDataLoaderShard
+    return shard_class(
         source.dataset,
         device=device if put_on_device else None,
         rng_types=kinds or None,
@@ -286,7 +300,7 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     if isinstance(dataloader, DataLoaderShard):
         if "skip_batches" in kwargs:
             kwargs["skip_batches"] = num_batches + dataloader.skip_batches
-        shard = DataLoaderShard(
+        shard = type(dataloader)(  # an XLA loader stays one
             dataset,
             device=dataloader.device,
             rng_types=dataloader.rng_types,

@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .state import GradientState, PartialState
+from .state import DistributedType, GradientState, PartialState
 from .tree import concatenate, find_device, has_only_tensors, recursively_apply, send_to_device
 
 __all__ = [
@@ -44,6 +44,12 @@ def _state() -> PartialState:
 
 def _distributed() -> bool:
     return _state().num_processes > 1 and dist.is_available() and dist.is_initialized()
+
+
+def _xla() -> bool:
+    """True in an XLA launch, whose collectives go through :mod:`.xla_ops` (even on one
+    device, where they cost next to nothing)."""
+    return _state().distributed_type == DistributedType.XLA
 
 
 def _leaves(tree: Any, operation: str) -> list[torch.Tensor]:
@@ -118,6 +124,10 @@ def gather(tensor: Any) -> Any:
     shapes; otherwise every process raises :class:`DistributedOperationException` (use
     :func:`pad_across_processes` first). Identity on a single process.
     """
+    if _xla():
+        from . import xla_ops
+
+        return xla_ops.gather(tensor)
     if not _distributed():
         return tensor
     _check_same_shapes(_leaves(tensor, "gather"), "gather")
@@ -131,6 +141,10 @@ def gather_object(object: Any) -> Any:
     process order (as in Accelerate); otherwise it is the list of the processes' objects.
     Identity on a single process.
     """
+    if _xla():
+        from . import xla_ops
+
+        return xla_ops.gather_object(object)
     if not _distributed():
         return object
     output: list[Any] = [None] * _state().num_processes
@@ -151,8 +165,17 @@ def gather_object_among(obj: Any, ranks: Sequence[int]) -> list[Any]:
     me = _state().process_index
     if me not in members:
         raise ValueError(f"process {me} is not among the ranks {members} it gathers from")
-    if not _distributed() or members == [me]:
+    if (not _distributed() and not _xla()) or members == [me]:
         return [obj]
+    if _xla():
+        from . import xla_ops
+
+        if len(members) < _state().num_processes:
+            raise NotImplementedError(
+                "on XLA every rank takes part in each collective: use even_batches=True "
+                "(the default) for loaders whose results go through gather_for_metrics"
+            )
+        return xla_ops.exchange_objects(obj, "nb_accel.gather_object_among")
     if len(members) == _state().num_processes:
         output: list[Any] = [None] * len(members)
         dist.all_gather_object(output, obj)
@@ -187,6 +210,10 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction={reduction!r} is not one of {REDUCTIONS}")
+    if _xla():
+        from . import xla_ops
+
+        return xla_ops.reduce(tensor, reduction=reduction, scale=scale)
     op = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(reduction, dist.ReduceOp.SUM)
     distributed = _distributed()
     world = _state().num_processes
@@ -210,6 +237,10 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
     Every process passes tensors of the same shapes and dtypes (their contents are
     overwritten). Returns the tree. Identity on a single process.
     """
+    if _xla():
+        from . import xla_ops
+
+        return xla_ops.broadcast(tensor, from_process=from_process)
     if not _distributed():
         return tensor
 
@@ -226,6 +257,10 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list
 
     Every process passes a list of the same length. Returns the same list.
     """
+    if _xla():
+        from . import xla_ops
+
+        return xla_ops.broadcast_object_list(object_list, from_process=from_process)
     if _distributed():
         dist.broadcast_object_list(object_list, src=from_process)
     return object_list
@@ -256,7 +291,7 @@ def pad_across_processes(
         pad_index: the value of the added entries.
         pad_first: pad at the start instead of the end.
     """
-    if not _distributed():
+    if not _distributed() and not _xla():
         return tensor
     leaves = _leaves(tensor, "pad_across_processes")
 
@@ -267,7 +302,12 @@ def pad_across_processes(
         return int(one.shape[dim]) if dim < one.dim() else -1
 
     sizes = torch.tensor([_size(one) for one in leaves], dtype=torch.int64)
-    largest = torch.stack(_all_gather_rows(sizes)).amax(dim=0).tolist() if leaves else []
+    if _xla():
+        from . import xla_ops
+
+        largest = xla_ops.largest_sizes(sizes.tolist())
+    else:
+        largest = torch.stack(_all_gather_rows(sizes)).amax(dim=0).tolist() if leaves else []
     targets = iter(largest)
 
     def _pad(one: torch.Tensor) -> torch.Tensor:

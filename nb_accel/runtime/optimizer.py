@@ -51,6 +51,8 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.device_placement = device_placement
         self._is_overflow = False
         self._unscaled = False
+        self._on_xla = device is not None and device.type == "xla"
+        self._gradients_reduced = False  # on XLA: averaged across ranks already this step
         if device_placement and device is not None and optimizer.state:
             optimizer.load_state_dict(_move_state(optimizer.state_dict(), device))
 
@@ -109,6 +111,12 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if not self.gradient_state.sync_gradients:
             return None
         self._unscaled = False
+        if self._on_xla:
+            from .xla_train import optimizer_step
+
+            reduced, self._gradients_reduced = self._gradients_reduced, False
+            self._is_overflow = False
+            return optimizer_step(self.optimizer, closure, reduced)
         if self.scaler is None:
             self._is_overflow = False
             return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
@@ -119,6 +127,14 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.scaler.update()
         self._is_overflow = self.scaler.get_scale() < scale_before
         return None
+
+    def _reduce_xla_gradients(self) -> None:
+        """On XLA, average the gradients across ranks now (before clipping), once per step."""
+        if self._on_xla and not self._gradients_reduced and self.gradient_state.sync_gradients:
+            from .xla_train import reduce_gradients
+
+            reduce_gradients(self.optimizer)
+            self._gradients_reduced = True
 
     @property
     def step_was_skipped(self) -> bool:

@@ -88,6 +88,13 @@ class PartialState(_SharedState):
         if self._shared_state.get("initialized"):
             return
         backend = os.environ.get("NB_ACCEL_BACKEND")
+        if backend == "xla":  # a worker of an XLA launch: ranks and device from torch_xla
+            from .xla import state_fields
+
+            self.__dict__.update(state_fields())
+            self.distributed_type = DistributedType.XLA
+            self._shared_state["initialized"] = True
+            return
         world_size = _env_int("WORLD_SIZE", 1)
         if dist.is_available() and dist.is_initialized():
             world_size = dist.get_world_size()
@@ -136,7 +143,11 @@ class PartialState(_SharedState):
 
     def wait_for_everyone(self) -> None:
         """Block until every process reaches this point (a barrier); no-op on one process."""
-        if self.use_distributed and dist.is_initialized():
+        if self.distributed_type == DistributedType.XLA:
+            from .xla_ops import barrier
+
+            barrier()
+        elif self.use_distributed and dist.is_initialized():
             dist.barrier()
 
     @contextmanager

@@ -91,12 +91,19 @@ class TrainingMethods:
     ) -> torch.Tensor:
         """Clip the gradients' norm (after unscaling); returns the total norm before clipping."""
         self.unscale_gradients()
+        self._reduce_xla_gradients()
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
         """Clip each gradient value to ``[-clip_value, clip_value]`` (after unscaling)."""
         self.unscale_gradients()
+        self._reduce_xla_gradients()
         torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    def _reduce_xla_gradients(self) -> None:
+        """On XLA, gradients are clipped once averaged across ranks (as DDP has them)."""
+        for optimizer in self._optimizers:
+            optimizer._reduce_xla_gradients()
 
     def autocast(
         self, autocast_handler: AutocastKwargs | None = None

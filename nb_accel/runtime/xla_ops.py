@@ -1,0 +1,130 @@
+"""Collectives on tensor trees between the ranks of an XLA launch, with ``xm`` primitives.
+
+The XLA counterparts of :mod:`nb_accel.runtime.ops`, which calls them when the launch runs on
+XLA (same arguments, same results). Tensors that are not on the XLA device are moved there for
+the collective and the result is moved back. Python objects travel through
+``xm.rendezvous`` (pickled; XLA tensors inside lists, tuples and dicts go as CPU tensors).
+Imported only on the XLA path.
+"""
+
+from __future__ import annotations
+
+import pickle
+from typing import Any
+
+import torch
+import torch_xla.core.xla_model as xm
+
+from .tree import recursively_apply
+from .xla import global_ordinal, is_xla_tensor, mark_step, world_size, xla_device
+
+__all__ = [
+    "barrier",
+    "exchange_objects",
+    "gather",
+    "gather_object",
+    "reduce",
+    "broadcast",
+    "broadcast_object_list",
+    "largest_sizes",
+]
+
+_REDUCE_OPS = {
+    "mean": xm.REDUCE_SUM,
+    "sum": xm.REDUCE_SUM,
+    "none": xm.REDUCE_SUM,
+    "max": xm.REDUCE_MAX,
+    "min": xm.REDUCE_MIN,
+}
+
+
+def barrier(tag: str = "nb_accel.wait_for_everyone") -> None:
+    """Block until every rank reaches the barrier with the same ``tag``."""
+    xm.rendezvous(tag)
+
+
+def _cpu_tree(obj: Any) -> Any:
+    return recursively_apply(lambda t: t.detach().cpu(), obj, test_type=is_xla_tensor)
+
+
+def exchange_objects(obj: Any, tag: str) -> list[Any]:
+    """Every rank's picklable ``obj``, in rank order (a collective: every rank calls it)."""
+    payloads = xm.rendezvous(tag, pickle.dumps(_cpu_tree(obj), protocol=pickle.HIGHEST_PROTOCOL))
+    return [pickle.loads(payload) for payload in payloads]
+
+
+def _on_xla(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor if tensor.device.type == "xla" else tensor.to(xla_device())
+
+
+def _back(result: torch.Tensor, like: torch.Tensor) -> torch.Tensor:
+    return result if like.device.type == "xla" else result.to(like.device)
+
+
+def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
+    rows = tensor.clone()[None] if tensor.dim() == 0 else tensor.contiguous()
+    return _back(xm.all_gather(_on_xla(rows), dim=0), tensor)
+
+
+def gather(tensor: Any) -> Any:
+    """Every rank's tensors concatenated along the first dimension (0-d: one row per rank).
+
+    Every rank must pass tensors of the same shapes (use ``pad_across_processes`` first).
+    """
+    return recursively_apply(_gather_one, tensor, error_on_other_type=True)
+
+
+def gather_object(obj: Any) -> Any:
+    """Every rank's object; one flat list when every rank passes a list or tuple."""
+    output = exchange_objects(obj, "nb_accel.gather_object")
+    if all(isinstance(item, (list, tuple)) for item in output):
+        return [x for item in output for x in item]
+    return output
+
+
+def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
+    """Reduced copies of a tree of tensors (``"mean"``, ``"sum"``, ``"max"``, ``"min"``,
+    ``"none"``: summed), multiplied by ``scale``; every rank gets the result."""
+    op = _REDUCE_OPS[reduction]
+    world = world_size()
+
+    def _reduce(one: torch.Tensor) -> torch.Tensor:
+        result = xm.all_reduce(op, _on_xla(one.clone()))
+        if reduction == "mean" and world > 1:
+            result = result / world
+        if scale != 1.0:
+            result = result * scale
+        return _back(result, one)
+
+    return recursively_apply(_reduce, tensor, error_on_other_type=True)
+
+
+def broadcast(tensor: Any, from_process: int = 0) -> Any:
+    """Rank ``from_process``'s tensors on every rank, written into the given tensors."""
+
+    def _broadcast(one: torch.Tensor) -> torch.Tensor:
+        if one.device.type == "xla":
+            xm.collective_broadcast([one], root_ordinal=from_process)
+            return one
+        moved = one.to(xla_device())
+        xm.collective_broadcast([moved], root_ordinal=from_process)
+        one.copy_(moved.to(one.device))
+        return one
+
+    result = recursively_apply(_broadcast, tensor, error_on_other_type=True)
+    mark_step()
+    return result
+
+
+def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
+    """Replace the items of ``object_list`` in place with rank ``from_process``'s items."""
+    mine = object_list if global_ordinal() == from_process else None
+    sent = exchange_objects(mine, "nb_accel.broadcast_object_list")[from_process]
+    object_list[:] = sent
+    return object_list
+
+
+def largest_sizes(sizes: list[int]) -> list[int]:
+    """The element-wise maximum of every rank's ``sizes`` (lists of equal length)."""
+    everyone = exchange_objects(sizes, "nb_accel.pad_across_processes")
+    return [max(column) for column in zip(*everyone, strict=True)] if sizes else []

@@ -1,0 +1,141 @@
+"""Worker main of an XLA launch: what ``xmp.spawn`` runs on every XLA device.
+
+The kernel (``nb_accel.launch.xla_launch``) installs the launch's event pipe here with
+:func:`set_launch_pipe` and then starts the workers with ``xmp.spawn(..., start_method="fork")``,
+so every worker inherits the pipe. A worker becomes its rank (the environment a launched worker
+has, ranks from the XLA runtime), reports to the kernel like any other worker (``Started``,
+output, progress, then ``Result`` or ``Failure``) and, when its function raised, ends its
+process at once so that torch_xla's process pool stops the other ranks instead of leaving them
+waiting in a collective. Imported only on the XLA path.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from multiprocessing.connection import Connection
+from typing import Any, cast
+
+import cloudpickle
+
+from .._messages import Failure, Result, Started
+from .channel import EventChannel, set_current_channel
+from .entrypoint import (
+    _die_with_parent,
+    _forget_inherited_process_group,
+    _leave_the_kernel_shell,
+    dumps_value,
+    failure_event,
+    to_cpu,
+)
+from .relay import RelayStream
+from .reporting import flush_reporter
+from .state import reset_all_states
+from .xla import devices_in_process, mark_step, world_size
+
+__all__ = ["SharedWriter", "set_launch_pipe", "run_xla_worker"]
+
+
+class SharedWriter:
+    """The write end of the launch's pipe, shared by every worker process: whole messages only.
+
+    Args:
+        conn: the pipe's write end.
+        lock: a ``multiprocessing`` lock shared by the workers (inherited through fork).
+    """
+
+    def __init__(self, conn: Connection, lock: Any) -> None:
+        self._conn = conn
+        self._lock = lock
+
+    def send_bytes(self, data: bytes) -> None:
+        """Send one message; concurrent senders in other processes wait their turn."""
+        with self._lock:
+            self._conn.send_bytes(data)
+
+
+_pipe: SharedWriter | None = None
+
+
+def set_launch_pipe(writer: SharedWriter | None) -> None:
+    """Install (or, with ``None``, forget) the pipe the next forked workers report through."""
+    global _pipe  # noqa: PLW0603 - one launch at a time per kernel
+    _pipe = writer
+
+
+def _become_rank(rank: int, settings: dict[str, str]) -> None:
+    world = world_size()
+    os.environ.update(
+        {
+            "RANK": str(rank),
+            "WORLD_SIZE": str(world),
+            "LOCAL_RANK": os.environ.get("PJRT_LOCAL_PROCESS_RANK", "0"),
+            "LOCAL_WORLD_SIZE": os.environ.get("PJRT_LOCAL_PROCESS_COUNT", str(world)),
+            "NB_ACCEL_LAUNCHED": "1",
+            "NB_ACCEL_BACKEND": "xla",
+            **settings,
+        }
+    )
+    reset_all_states()
+    _forget_inherited_process_group()
+
+
+def _check_one_device_per_process() -> None:
+    count = devices_in_process()
+    if count > 1:
+        raise NotImplementedError(
+            f"this XLA runtime drives {count} devices from one process (one thread each, as "
+            "on TPU v2 and v3, or with CPU_NUM_DEVICES > 1), and nb_accel runs one device per "
+            "process: use a TPU v4 or later (Colab's and Kaggle's v5e, v6e), or one device"
+        )
+
+
+def _outcome(rank: int, payload: bytes) -> Result | Failure:
+    try:
+        _check_one_device_per_process()
+        function, fargs, fkwargs = cloudpickle.loads(payload)
+        value = function(*fargs, **fkwargs)
+        mark_step()
+        value = to_cpu(value)
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported to the kernel
+        return failure_event(rank, exc, (__file__,))
+    try:
+        return Result(rank, dumps_value(value))
+    except Exception as exc:  # noqa: BLE001 - reported to the kernel
+        error = TypeError(
+            f"rank {rank} returned a {type(value).__name__} that cannot be sent back to the "
+            f"kernel ({exc}); return plain data (numbers, tensors, lists, dicts)"
+        )
+        return failure_event(rank, error)
+
+
+def run_xla_worker(rank: int, payload: bytes, settings: dict[str, str], kernel_pid: int) -> None:
+    """Run the launch's function as XLA rank ``rank`` and report the outcome to the kernel.
+
+    Args:
+        rank: the global ordinal ``xmp.spawn`` passes.
+        payload: the cloudpickled ``(function, args, kwargs)``.
+        settings: environment variables for the worker (mixed precision, accumulation).
+        kernel_pid: the kernel's pid; the worker never runs inside the kernel itself.
+    """
+    if os.getpid() == kernel_pid or _pipe is None:
+        raise RuntimeError("an nb_accel XLA worker must run in a process forked by its launch")
+    _die_with_parent(kernel_pid)
+    _leave_the_kernel_shell()
+    try:
+        os.setpgid(0, 0)  # stopping the launch reaches what this worker starts, too
+    except OSError:
+        pass
+    _become_rank(rank, settings)
+    channel = EventChannel(cast(Connection, _pipe), rank)
+    set_current_channel(channel)
+    sys.stdout = RelayStream(channel, "stdout", 1)
+    sys.stderr = RelayStream(channel, "stderr", 2)
+    channel.send(Started(rank, os.getpid()))
+    outcome = _outcome(rank, payload)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    flush_reporter()  # the bars' and metrics' final state arrives before the outcome
+    channel.send(outcome)
+    if isinstance(outcome, Failure):
+        os._exit(1)  # torch_xla's pool then stops the ranks that may wait for this one
