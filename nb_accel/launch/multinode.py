@@ -23,6 +23,7 @@ import signal
 from collections.abc import Iterator
 from typing import Any
 
+from .._openmp import release_openmp_threads
 from ..errors import LaunchError, WorkerFailure
 from ..runtime.node_worker import NodeWorkerArgs, global_rank, node_worker_main
 from .failures import build_exception, died_failure, failure_from_event
@@ -192,6 +193,8 @@ def run_nodes(
     error: Any = None
     outcome: list[Any] | BaseException | None = None
     try:
+        if plan.start_method == "fork":
+            release_openmp_threads()  # see nb_accel._openmp
         try:
             with _kernel_untouched():
                 elastic_launch(_launch_config(plan, nodes, log_dir), node_worker_main)(args)

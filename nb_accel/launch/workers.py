@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from .. import _env
+from .._openmp import release_openmp_threads
 from ..runtime.spec import WorkerArgs
 from .plan import LaunchPlan
 from .processes import WorkerProcess, send_start_data, start_worker
@@ -57,6 +58,8 @@ def start_workers(
     """Start one worker per rank running ``payload``, appending each to ``workers`` as it
     starts (so the caller can stop those already started if a later one fails)."""
     all_args = _worker_args(plan, os.path.join(store_dir, "store"), payload)
+    if plan.start_method == "fork":
+        release_openmp_threads()  # else a worker's first multi-threaded region can hang
     for args in all_args:
         workers.append(start_worker(plan.start_method, args))
     for worker, args in zip(workers, all_args, strict=False):
