@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 # The dev setup pins torch to a CPU build; pyproject.toml keeps a normal range for users.
 TORCH_PIN := torch==2.13.0
 
-.PHONY: setup demo test bench clean
+.PHONY: setup demo test test-xla test-browser bench clean
 
 $(BIN)/.nb_accel-installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +21,30 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+# Opt-in lane: the XLA path on torch_xla's CPU device, in its own venv (a few GB); every pip
+# command pins torch so that pip never swaps it.
+test-xla:
+	test -x .venv-xla/bin/python || $(PYTHON) -m venv .venv-xla
+	.venv-xla/bin/python -m pip install --quiet torch==2.9.0 torch_xla==2.9.0
+	.venv-xla/bin/python -m pip install --quiet torch==2.9.0 cloudpickle ipython ipywidgets \
+		safetensors tqdm pyyaml numpy pytest pytest-timeout psutil
+	.venv-xla/bin/python -m pip install --quiet --no-deps -e . torch==2.9.0
+	PJRT_DEVICE=CPU .venv-xla/bin/python -m pytest tests/xla
+
+# Opt-in: the notebooks run in JupyterLab in headless Chromium (Debian's package: Playwright
+# downloads no browser here); screenshots go to build/browser/.
+CHROMIUM := /usr/bin/chromium
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+$(BIN)/.nb_accel-browser-installed: $(BIN)/.nb_accel-installed Makefile
+	test -x $(CHROMIUM) || $(SUDO) apt-get install -y chromium \
+		|| ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
+	$(BIN)/python -m pip install --quiet jupyterlab playwright $(TORCH_PIN)
+	touch $@
+
+test-browser: $(BIN)/.nb_accel-browser-installed
+	NB_ACCEL_BROWSER_TESTS=1 NB_ACCEL_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -v tests/browser
 
 # Accelerate is only a comparison row; the torch pin keeps pip from replacing the CPU build.
 bench: setup

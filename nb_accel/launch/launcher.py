@@ -38,7 +38,8 @@ def _make_view(
         return NullView()
     first_rank = nodes.node_rank * plan.num_processes
     factory = view_factory()
-    view = factory(title, plan.num_processes, all_ranks_metrics) if factory else None
+    extra = {"first_rank": first_rank} if first_rank else {}
+    view = factory(title, plan.num_processes, all_ranks_metrics, **extra) if factory else None
     return view if view is not None else TextView(plan.num_processes, first_rank=first_rank)
 
 

@@ -53,8 +53,9 @@ class NullView:
         """Nothing shown."""
 
 
-#: ``factory(title, world_size, all_ranks_metrics) -> view``, or None to use the text view.
-ViewFactory = Callable[[str, int, bool], LaunchView | None]
+#: ``factory(title, world_size, all_ranks_metrics) -> view``, or None to use the text view; a
+#: multi-node launch passes ``first_rank=`` too (the rank of the node's first row).
+ViewFactory = Callable[..., LaunchView | None]
 
 _factory: ViewFactory | None = None
 

@@ -87,6 +87,11 @@ def _with_value(options: Options, value: Any, note: str) -> Options:
     return [*options, (f"{value} ({note})", value)]
 
 
+def _set_color(widget: ipywidgets.HTML, color: str) -> None:
+    if widget.style.text_color != color:
+        widget.style.text_color = color
+
+
 class ConfigWidget:
     """A form that edits, validates, saves and reloads the default configuration.
 
@@ -256,8 +261,10 @@ class ConfigWidget:
                     part.layout.display = display
 
     def _say(self, text: str, error: bool = False) -> None:
-        color = ERROR_COLOR if error else OK_COLOR
-        self.message.value = f'<span style="color:{color}">{html.escape(text)}</span>'
+        # The colour is the widget's style, not markup in the value, so that the message reads
+        # as plain text when a cell prints it (``print(form.message.value)``).
+        _set_color(self.message, ERROR_COLOR if error else OK_COLOR)
+        self.message.value = html.escape(text, quote=False)
 
     # -- public ---------------------------------------------------------------------------------
 

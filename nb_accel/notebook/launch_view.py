@@ -14,9 +14,11 @@ from ..launch.view import LaunchView
 __all__ = ["notebook_view"]
 
 
-def notebook_view(title: str, world_size: int, all_ranks_metrics: bool) -> LaunchView | None:
+def notebook_view(
+    title: str, world_size: int, all_ranks_metrics: bool, first_rank: int = 0
+) -> LaunchView | None:
     """A displayed :class:`~nb_accel.notebook.progress_widget.ProgressWidget` in a Jupyter
-    kernel, else ``None``."""
+    kernel, else ``None`` (``first_rank``: the first row's rank, on a later node)."""
     if not _env.in_notebook():
         return None
     try:
@@ -25,6 +27,8 @@ def notebook_view(title: str, world_size: int, all_ranks_metrics: bool) -> Launc
         from .progress_widget import ProgressWidget
     except ImportError:  # ipywidgets missing: the text view will do
         return None
-    view = ProgressWidget(title, world_size, all_ranks_metrics=all_ranks_metrics)
+    view = ProgressWidget(
+        title, world_size, all_ranks_metrics=all_ranks_metrics, first_rank=first_rank
+    )
     display(view.widget)
     return view

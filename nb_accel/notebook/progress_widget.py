@@ -58,19 +58,23 @@ def _known_total(state: BarState) -> bool:
 
 def format_meter(state: BarState) -> str:
     """tqdm's text for a bar: ``n/total [elapsed<remaining, rate, postfix]``, or without a total
-    ``n [elapsed, rate, postfix]``."""
-    if not state.rate:
+    ``n [elapsed, rate, postfix]``. Without a smoothed rate (tqdm drops it when a bar closes)
+    the rate is the average over the elapsed time, as tqdm shows it."""
+    speed = state.rate
+    if speed is None and state.elapsed > 0:
+        speed = state.n / state.elapsed
+    if not speed:
         rate = f"?{state.unit}/s"
-    elif state.rate < 1:
-        rate = f"{1 / state.rate:.2f}s/{state.unit}"
+    elif speed < 1:
+        rate = f"{1 / speed:.2f}s/{state.unit}"
     else:
-        rate = f"{state.rate:.2f}{state.unit}/s"
+        rate = f"{speed:.2f}{state.unit}/s"
     postfix = state.postfix.strip().lstrip(",").strip()
     tail = f", {postfix}" if postfix else ""
     elapsed = format_interval(state.elapsed)
     if state.total is None or not _known_total(state):
         return f"{_count(state.n)} [{elapsed}, {rate}{tail}]"
-    remaining = format_interval((state.total - state.n) / state.rate) if state.rate else "?"
+    remaining = format_interval((state.total - state.n) / speed) if speed else "?"
     return f"{_count(state.n)}/{_count(state.total)} [{elapsed}<{remaining}, {rate}{tail}]"
 
 
@@ -246,8 +250,11 @@ class ProgressWidget:
         all_ranks_metrics: bool = False,
         stall_after_s: float = 30.0,
         clock: Callable[[], float] = time.monotonic,
+        first_rank: int = 0,
     ) -> None:
-        """Build the widgets: the header, and one row per rank in the "starting" state."""
+        """Build the widgets: the header, and one row per rank in the "starting" state
+        (``first_rank``: the number of the first row's rank, on a later node of a multi-node
+        launch; rows are still addressed from 0)."""
         self.title = title
         self.world_size = world_size
         self.stall_after_s = stall_after_s
@@ -258,7 +265,7 @@ class ProgressWidget:
         self._any_report = False
         self.header = ipywidgets.HTML(layout=ipywidgets.Layout(width="100%"))
         #: One :class:`RankRow` per rank, by rank.
-        self.rows = [RankRow(rank) for rank in range(world_size)]
+        self.rows = [RankRow(first_rank + index) for index in range(world_size)]
         self.chart = MetricsChart(all_ranks_metrics, clock)
         self._rows_box = ipywidgets.VBox([row.box for row in self.rows])
         #: The root widget to display.

@@ -1,0 +1,109 @@
+"""Headless Chromium for the browser tests, and the JupyterLab actions they share.
+
+Playwright drives Debian's Chromium (``/usr/bin/chromium``, or ``$NB_ACCEL_CHROMIUM``); it does
+not download a browser of its own. Playwright is imported only when a browser is started, so
+this module can be imported (and the tests skipped) without it.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from playwright.sync_api import Locator, Page
+
+#: The environment variable that turns the browser tests on.
+ENABLE_VAR = "NB_ACCEL_BROWSER_TESTS"
+#: The Chromium the tests drive.
+CHROMIUM = Path(os.environ.get("NB_ACCEL_CHROMIUM", "/usr/bin/chromium"))
+#: Headless, and quiet: no GPU, no QUIC, no first-run page, no background requests or updates.
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+#: The browser window (CSS pixels): a laptop screen.
+VIEWPORT_WIDTH, VIEWPORT_HEIGHT = 1400, 1000
+#: Longest wait for one browser action or for an element to appear (milliseconds).
+ACTION_TIMEOUT_MS = 60_000
+#: The tab of an open document, in JupyterLab's main area.
+TAB = ".lm-DockPanel-tabBar .lm-TabBar-tab"
+
+
+def skip_reason() -> str | None:
+    """Why the browser tests cannot run here, or ``None`` when they can."""
+    if os.environ.get(ENABLE_VAR) != "1":
+        return f"browser tests run with {ENABLE_VAR}=1 (make test-browser)"
+    for module in ("jupyterlab", "playwright"):
+        if importlib.util.find_spec(module) is None:
+            return f"{module} is not installed (make test-browser installs it)"
+    if not os.access(CHROMIUM, os.X_OK):
+        return f"no Chromium at {CHROMIUM} (make test-browser installs Debian's chromium)"
+    return None
+
+
+@dataclass
+class OpenNotebook:
+    """A notebook open in JupyterLab: its file name, its panel, and the page."""
+
+    name: str
+    panel: Locator
+    page: Page
+
+
+def open_notebook(page: Page, name: str) -> OpenNotebook:
+    """Open ``name`` from JupyterLab's file browser, as a user double-clicking it does."""
+    page.locator(".jp-DirListing-item", has_text=name).dblclick()
+    tab = page.locator(TAB, has_text=name)
+    tab.wait_for()
+    panel = page.locator(f"#{tab.get_attribute('data-id')}")
+    panel.locator(".jp-Cell").first.wait_for()
+    return OpenNotebook(name, panel, page)
+
+
+def save_screenshot(target: Page | Locator, path: Path) -> None:
+    """Save a PNG of the page's viewport, or of one element, at ``path``.
+
+    The picture is written here rather than by Playwright, which would write it from a
+    thread that then outlives the test.
+    """
+    path.write_bytes(target.screenshot())
+
+
+def dismiss_dialogs(page: Page) -> list[str]:
+    """Close the open JupyterLab dialogs (as Escape does); the text of each one closed."""
+    texts = []
+    dialogs = page.locator(".jp-Dialog")
+    for _attempt in range(5):
+        if not dialogs.count():
+            break
+        texts.append(dialogs.first.inner_text())
+        page.keyboard.press("Escape")
+        page.wait_for_timeout(200)
+    return texts
+
+
+def close_notebook(notebook: OpenNotebook) -> None:
+    """Close the notebook's tab without saving it (it is a copy in a temporary folder)."""
+    page = notebook.page
+    dismiss_dialogs(page)
+    tab = page.locator(TAB, has_text=notebook.name)
+    tab.locator(".lm-TabBar-tabCloseIcon").click()
+    discard = page.locator(".jp-Dialog button", has_text="Discard")
+    deadline = time.monotonic() + ACTION_TIMEOUT_MS / 1000
+    while tab.count():
+        if discard.count():  # "Save your work": the notebook has outputs now
+            discard.click()
+        elif time.monotonic() > deadline:
+            raise TimeoutError(f"the tab of {notebook.name} did not close")
+        page.wait_for_timeout(100)
