@@ -11,7 +11,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from .state import PartialState
+from .state import DistributedType, PartialState
 
 __all__ = [
     "RNGType",
@@ -33,7 +33,8 @@ class RNGType(str, enum.Enum):
 
 
 def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
-    """Seed Python's ``random``, NumPy (when installed) and torch (CPU and every CUDA device).
+    """Seed Python's ``random``, NumPy (when installed) and torch (CPU, every CUDA device, and
+    the XLA device in an XLA launch).
 
     Args:
         seed: the seed.
@@ -52,6 +53,10 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
     else:
         np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # also seeds every CUDA device (lazily when CUDA is not up yet)
+    if "torch_xla" in sys.modules and PartialState().distributed_type == DistributedType.XLA:
+        import torch_xla.core.xla_model as xm
+
+        xm.set_rng_state(seed)
     if deterministic:
         torch.use_deterministic_algorithms(True)
 

@@ -137,3 +137,17 @@ def test_evaluation_loop_and_bf16() -> None:
     kind, rest = result["resumed"]
     assert kind == "XlaDataLoaderShard"
     assert torch.equal(rest, torch.arange(4.0, 10.0)[:, None])
+
+
+def _draws_after_seeding() -> bool:
+    device = Accelerator().device
+    set_seed(3)
+    first = torch.rand(8, device=device).cpu()
+    set_seed(3)
+    second = torch.rand(8, device=device).cpu()
+    return bool(torch.equal(first, second)) and device.type == "xla"
+
+
+@pytest.mark.timeout(120)
+def test_set_seed_seeds_the_xla_generator() -> None:
+    assert notebook_launcher(_draws_after_seeding, num_processes=1) == [True]
