@@ -55,6 +55,7 @@ bench: setup
 	$(BIN)/python benchmarks/step.py
 	$(BIN)/python benchmarks/progress.py
 	$(BIN)/python benchmarks/magic.py
+	$(BIN)/python benchmarks/multinode.py
 
 clean:
 	rm -rf $(VENV) build *.egg-info
