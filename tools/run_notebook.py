@@ -25,7 +25,7 @@ def _show(cell: nbformat.NotebookNode, index: int) -> None:
         elif kind in ("execute_result", "display_data"):
             data = output.get("data", {})
             if "application/vnd.jupyter.widget-view+json" in data:
-                print("[widget]")
+                print(f"[widget] {data.get('text/plain', '')}".rstrip())
             elif "text/plain" in data:
                 print(data["text/plain"])
         elif kind == "error":

@@ -28,19 +28,22 @@ __all__ = ["notebook_launcher", "debug_launcher"]
 def _make_view(
     plan: LaunchPlan, nodes: NodePlan, show_progress: bool, all_ranks_metrics: bool
 ) -> LaunchView:
-    """The registered front end's view (a widget in a notebook), else the text view."""
+    """The registered front end's view (a widget in a notebook, titled with the launch's
+    line), else the launch's line printed and the text view."""
     title = plan.describe()
     if nodes.multi_node:
         title += "; " + nodes.describe(plan.num_processes)
+    first_rank = nodes.node_rank * plan.num_processes
+    factory = view_factory() if show_progress else None
+    extra = {"first_rank": first_rank} if first_rank else {}
+    view = factory(title, plan.num_processes, all_ranks_metrics, **extra) if factory else None
+    if view is not None:
+        return view  # a widget, whose header is the title
     print(title, flush=True)
     sys.stderr.flush()
     if not show_progress:
         return NullView()
-    first_rank = nodes.node_rank * plan.num_processes
-    factory = view_factory()
-    extra = {"first_rank": first_rank} if first_rank else {}
-    view = factory(title, plan.num_processes, all_ranks_metrics, **extra) if factory else None
-    return view if view is not None else TextView(plan.num_processes, first_rank=first_rank)
+    return TextView(plan.num_processes, first_rank=first_rank)
 
 
 def _run(

@@ -8,7 +8,6 @@ and sets a widget trait only when its value changes, since each set is a message
 from __future__ import annotations
 
 import html
-import math
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
@@ -16,6 +15,7 @@ from typing import Any
 import ipywidgets
 
 from .._messages import BarState, Report
+from .meter_text import duration_text, format_interval, format_meter, known_total
 from .metrics_chart import MetricsChart
 
 __all__ = ["ProgressWidget", "RankRow", "BarLine", "format_interval", "format_meter"]
@@ -33,49 +33,6 @@ def _set(widget: Any, **values: Any) -> None:
     for name, value in values.items():
         if getattr(widget, name) != value:
             setattr(widget, name, value)
-
-
-def format_interval(seconds: float) -> str:
-    """``MM:SS``, or ``H:MM:SS`` from an hour on, as tqdm writes times."""
-    minutes, secs = divmod(int(max(seconds, 0.0)), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours:d}:{minutes:02d}:{secs:02d}" if hours else f"{minutes:02d}:{secs:02d}"
-
-
-def _duration(seconds: float, precise: bool = False) -> str:
-    if seconds < 60:
-        return f"{seconds:.1f} s" if precise else f"{int(seconds)} s"
-    return format_interval(seconds)
-
-
-def _count(n: float) -> str:
-    return str(int(n)) if float(n).is_integer() else f"{n:.6g}"
-
-
-def _known_total(state: BarState) -> bool:
-    return state.total is not None and 0 < state.total < math.inf
-
-
-def format_meter(state: BarState) -> str:
-    """tqdm's text for a bar: ``n/total [elapsed<remaining, rate, postfix]``, or without a total
-    ``n [elapsed, rate, postfix]``. Without a smoothed rate (tqdm drops it when a bar closes)
-    the rate is the average over the elapsed time, as tqdm shows it."""
-    speed = state.rate
-    if speed is None and state.elapsed > 0:
-        speed = state.n / state.elapsed
-    if not speed:
-        rate = f"?{state.unit}/s"
-    elif speed < 1:
-        rate = f"{1 / speed:.2f}s/{state.unit}"
-    else:
-        rate = f"{speed:.2f}{state.unit}/s"
-    postfix = state.postfix.strip().lstrip(",").strip()
-    tail = f", {postfix}" if postfix else ""
-    elapsed = format_interval(state.elapsed)
-    if state.total is None or not _known_total(state):
-        return f"{_count(state.n)} [{elapsed}, {rate}{tail}]"
-    remaining = format_interval((state.total - state.n) / speed) if speed else "?"
-    return f"{_count(state.n)}/{_count(state.total)} [{elapsed}<{remaining}, {rate}{tail}]"
 
 
 class BarLine:
@@ -106,6 +63,18 @@ class BarLine:
         for widget in (*self.box.children, self.box):
             widget.layout.close()
             widget.close()
+
+
+class LaunchBox(ipywidgets.VBox):  # type: ignore[misc]
+    """The launch view's root widget; where widgets cannot be drawn (a plain-text front end, a
+    notebook saved without widget state) it shows as the launch's title line."""
+
+    def __init__(self, title: str, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self._title_text = title
+
+    def __repr__(self) -> str:
+        return self._title_text
 
 
 class RankRow:
@@ -171,18 +140,18 @@ class RankRow:
         if state is None:
             return "warning" if self.stalled_for is not None else ""
         if state.closed:
-            complete = not _known_total(state) or state.n >= (state.total or 0)
+            complete = not known_total(state) or state.n >= (state.total or 0)
             return "success" if complete else ""
         if self.stalled_for is not None:
             return "warning"
-        return "" if _known_total(state) else "info"
+        return "" if known_total(state) else "info"
 
     def _show(self, line: BarLine, state: BarState | None, is_main: bool) -> None:
         style = self._style(state, is_main)
         if state is None:
             full = self.status in (DONE, FAILED) or self.stalled_for is not None
             line.show("", "", 1.0 if full else 0.0, 1.0, style, "")
-        elif state.total is not None and _known_total(state):
+        elif state.total is not None and known_total(state):
             total = float(state.total)
             pct = f"{int(100 * min(max(state.n, 0.0), total) / total)}%"
             line.show(state.desc, pct, float(state.n), total, style, format_meter(state))
@@ -197,7 +166,7 @@ class RankRow:
         if self.status == STARTING and self.stalled_for is None:
             return "starting…", "muted"
         if self.stalled_for is not None:
-            return f"stalled for {_duration(self.stalled_for)}", "warning"
+            return f"stalled for {duration_text(self.stalled_for)}", "warning"
         if not self.bars:
             if self.status == DONE:
                 return "done", "success"
@@ -269,8 +238,8 @@ class ProgressWidget:
         self.chart = MetricsChart(all_ranks_metrics, clock)
         self._rows_box = ipywidgets.VBox([row.box for row in self.rows])
         #: The root widget to display.
-        self.widget = ipywidgets.VBox(
-            [self.header, self._rows_box], layout=ipywidgets.Layout(width="100%")
+        self.widget = LaunchBox(
+            title, children=[self.header, self._rows_box], layout=ipywidgets.Layout(width="100%")
         )
         for row in self.rows:
             row.render()
@@ -371,19 +340,22 @@ class ProgressWidget:
         )
         if self._state == RUNNING:
             stalled = sum(row.stalled_for is not None for row in self.rows)
-            parts = [f"running · {_duration(elapsed)}"]
+            parts = [f"running · {duration_text(elapsed)}"]
             if stalled:
                 parts.append(f"{stalled} stalled")
             if which:
                 parts.append(which)
             status, color = " · ".join(parts), COLORS["warning" if stalled or failed else "muted"]
         elif self._state == DONE:
-            status, color = f"done in {_duration(elapsed, precise=True)}", COLORS["success"]
+            status, color = f"done in {duration_text(elapsed, precise=True)}", COLORS["success"]
         elif self._state == FAILED:
-            status = f"failed after {_duration(elapsed, precise=True)} · {which}"
+            status = f"failed after {duration_text(elapsed, precise=True)} · {which}"
             color = COLORS["danger"]
         else:
-            status, color = f"stopped after {_duration(elapsed, precise=True)}", COLORS["warning"]
+            status, color = (
+                f"stopped after {duration_text(elapsed, precise=True)}",
+                COLORS["warning"],
+            )
         value = (
             '<div style="display:flex;flex-wrap:wrap;gap:0 0.75em;align-items:baseline">'
             f"<b>{html.escape(self.title)}</b>"

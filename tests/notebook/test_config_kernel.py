@@ -47,6 +47,9 @@ def test_saved_form_values_become_the_launch_defaults(tmp_path: Path) -> None:
     saved = "".join(o.get("text", "") for o in notebook.cells[1].outputs)
     assert "Saved to" in saved and str(path) in saved
     assert "mixed_precision: bf16" in path.read_text()
-    launched = "".join(o.get("text", "") for o in notebook.cells[2].outputs)
+    launched = "".join(  # streams, and the launch view's plain-text form (its title)
+        o.get("text", "") or o.get("data", {}).get("text/plain", "") + "\n"
+        for o in notebook.cells[2].outputs
+    )
     assert "Launching 2 processes on CPU (gloo; fork, bf16 mixed precision)" in launched
     assert "workers saw [(2, 'bf16', 3), (2, 'bf16', 3)]" in launched

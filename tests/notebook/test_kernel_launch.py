@@ -38,7 +38,10 @@ notebook_launcher(broken, num_processes=2)
 def test_function_defined_in_a_cell_runs_and_errors_keep_their_type() -> None:
     notebook = new_notebook(cells=[new_code_cell(DEFINE_AND_LAUNCH), new_code_cell(RAISE_CUSTOM)])
     NotebookClient(notebook, timeout=120, kernel_name="python3", allow_errors=True).execute()
-    launch_out = "".join(o.get("text", "") for o in notebook.cells[0].outputs)
+    launch_out = "".join(  # streams, and the launch view's plain-text form (its title)
+        o.get("text", "") or o.get("data", {}).get("text/plain", "") + "\n"
+        for o in notebook.cells[0].outputs
+    )
     assert "Launching 2 processes on CPU (gloo; fork)" in launch_out
     # Both ranks print, so lines are prefixed once the second rank has printed.
     assert "rank 0 sum 3.0" in launch_out and "rank 1 sum 3.0" in launch_out

@@ -76,7 +76,9 @@ def test_node_1_in_a_kernel_shows_and_returns_ranks_2_and_3(tmp_path: Path) -> N
             node0.kill()
             node0.wait()
     cell = notebook.cells[0]
-    text = "".join(o.get("text", "") for o in cell.outputs if o.output_type == "stream")
+    text = "".join(  # streams, and the launch view's plain-text form (its title)
+        o.get("text", "") or o.get("data", {}).get("text/plain", "") + "\n" for o in cell.outputs
+    )
     assert "node 1 of 2 (ranks 2-3 of 4)" in text
     assert "results [2, 3]" in text
     assert "rank 2 of 4" in text and "rank 3 of 4" in text
