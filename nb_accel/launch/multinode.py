@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import math
 import os
 import pickle
 import secrets
@@ -26,6 +25,7 @@ from typing import Any
 from .._openmp import release_openmp_threads
 from ..errors import LaunchError, WorkerFailure
 from ..runtime.node_worker import NodeWorkerArgs, global_rank, node_worker_main
+from .elastic_agent import launch_config, run_agent
 from .failures import build_exception, died_failure, failure_from_event
 from .node_events import NodeEvents, NodeView
 from .nodes import NodePlan
@@ -35,10 +35,8 @@ from .scratch import make_scratch_dir
 from .view import LaunchView
 from .workers import worker_env
 
-__all__ = ["run_nodes", "MONITOR_INTERVAL_S"]
+__all__ = ["run_nodes"]
 
-#: How often the elastic agent looks at its workers (seconds).
-MONITOR_INTERVAL_S = 0.05
 _SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 _ELASTIC_LOGGERS = (
     "torch.distributed.elastic",
@@ -75,28 +73,6 @@ def _kernel_untouched() -> Iterator[None]:
             logging.getLogger(name).setLevel(level)
 
 
-def _launch_config(plan: LaunchPlan, nodes: NodePlan, log_dir: str) -> Any:
-    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
-    from torch.distributed.launcher.api import LaunchConfig
-
-    wait_s = max(1, math.ceil(nodes.rdzv_timeout))
-    configs: dict[str, Any] = {"join_timeout": wait_s, "read_timeout": wait_s}
-    configs["is_host"] = nodes.node_rank == 0
-    return LaunchConfig(
-        min_nodes=nodes.num_nodes,
-        max_nodes=nodes.num_nodes,
-        nproc_per_node=plan.num_processes,
-        logs_specs=DefaultLogsSpecs(log_dir=log_dir),
-        run_id="nb_accel",
-        rdzv_endpoint=nodes.rdzv_endpoint or "",
-        rdzv_backend=nodes.rdzv_backend,
-        rdzv_configs=configs,
-        max_restarts=nodes.max_restarts,
-        monitor_interval=MONITOR_INTERVAL_S,
-        start_method=plan.start_method,
-    )
-
-
 def _rendezvous_error(error: Exception, nodes: NodePlan, started: bool) -> LaunchError:
     """The error a rendezvous problem is raised as, saying what to do about it (``started``:
     the workers had started, so the rendezvous was reached before)."""
@@ -122,29 +98,32 @@ def _rendezvous_error(error: Exception, nodes: NodePlan, started: bool) -> Launc
         )
     else:
         text = (
-            f"node {nodes.node_rank} could not reach {where} within {nodes.rdzv_timeout:g} s "
-            f"({error}): start node 0's launch first (it hosts the rendezvous), check the "
-            "address, and make sure the port is open between the machines"
+            f"node {nodes.node_rank} could not reach {where} ({error}): node 0's launch hosts "
+            "it, so start that first (right after a failed launch, give node 0 a moment to "
+            "finish), check the address, and make sure the port is open between the machines; "
+            f"a node waits for it up to rdzv_timeout ({nodes.rdzv_timeout:g} s)"
         )
     return LaunchError(text)
 
 
-def _failed_workers(error: Any, plan: LaunchPlan, nodes: NodePlan) -> list[WorkerFailure]:
-    """Records for workers that died without reporting (from elastic's ``ChildFailedError``)."""
+def _failed_workers(
+    failures: dict[int, Any], plan: LaunchPlan, nodes: NodePlan
+) -> list[WorkerFailure]:
+    """Records for workers that died without reporting (the agent's process failures)."""
     records = []
-    for failure in error.failures.values():
+    for failure in failures.values():
         rank = global_rank(nodes.node_rank, failure.local_rank, plan.num_processes)
         records.append(died_failure(rank, failure.pid, failure.exitcode))
     return records
 
 
 def _outcome(
-    events: NodeEvents, error: Any, plan: LaunchPlan, nodes: NodePlan
+    events: NodeEvents, failures: dict[int, Any] | None, plan: LaunchPlan, nodes: NodePlan
 ) -> list[Any] | BaseException:
     """This node's ranks' results, or the exception to raise."""
     world = plan.num_processes * nodes.num_nodes
     ranks = [global_rank(nodes.node_rank, i, plan.num_processes) for i in range(plan.num_processes)]
-    if error is None and all(rank in events.results for rank in ranks):
+    if not failures and all(rank in events.results for rank in ranks):
         return [pickle.loads(events.results[rank]) for rank in ranks]
     records: list[WorkerFailure] = []
     timeouts: set[int] = set()
@@ -153,8 +132,8 @@ def _outcome(
         records.append(record)
         if is_timeout:
             timeouts.add(record.rank)
-    if not records and error is not None:
-        records = _failed_workers(error, plan, nodes)
+    if not records and failures:
+        records = _failed_workers(failures, plan, nodes)
     if not records:
         return LaunchError("the workers ended without reporting a result")
     status = {rank: "had already returned" for rank in ranks if rank in events.results}
@@ -168,9 +147,7 @@ def run_nodes(
     or the exception to raise (a worker's own, or a :class:`LaunchError` for the rendezvous).
     """
     from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.multiprocessing.errors import ChildFailedError
     from torch.distributed.elastic.rendezvous.api import RendezvousError
-    from torch.distributed.launcher.api import elastic_launch
 
     authkey = secrets.token_bytes(32)
     world = plan.num_processes * nodes.num_nodes
@@ -190,27 +167,41 @@ def run_nodes(
         payload=payload,
         env=worker_env(plan, single_node=False),
     )
-    error: Any = None
+    failures: dict[int, Any] | None = None
     outcome: list[Any] | BaseException | None = None
+    interrupted = False
+    config = launch_config(
+        nodes.num_nodes,
+        nodes.node_rank,
+        plan.num_processes,
+        nodes.rdzv_endpoint or "",
+        nodes.rdzv_backend,
+        nodes.max_restarts,
+        nodes.rdzv_timeout,
+        plan.start_method,
+        log_dir,
+    )
     try:
         if plan.start_method == "fork":
             release_openmp_threads()  # see nb_accel._openmp
         try:
             with _kernel_untouched():
-                elastic_launch(_launch_config(plan, nodes, log_dir), node_worker_main)(args)
-        except ChildFailedError as failed:
-            error = failed
+                result = run_agent(config, node_worker_main, (args,))
+            failures = dict(result.failures) if result.is_failed() else None
+            del result
         except SignalException as stopped:
-            if stopped.sigval == signal.SIGINT:
-                raise KeyboardInterrupt from None
-            raise
+            if stopped.sigval != signal.SIGINT:
+                raise
+            interrupted = True
         except RendezvousError as problem:
             outcome = _rendezvous_error(problem, nodes, events.started)
         finally:
             events.close()
             shutil.rmtree(log_dir, ignore_errors=True)
+        if interrupted:  # raised here, so it carries none of the agent's frames
+            raise KeyboardInterrupt
         if outcome is None:
-            outcome = _outcome(events, error, plan, nodes)
+            outcome = _outcome(events, failures, plan, nodes)
         return outcome
     finally:
         view.finished(outcome is not None and not isinstance(outcome, BaseException))

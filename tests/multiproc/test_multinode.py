@@ -19,6 +19,8 @@ from typing import Any
 
 import pytest
 
+from nb_accel.launch.elastic_agent import EXIT_BARRIER_S
+
 NODE_SCRIPT = Path(__file__).with_name("multinode_node.py")
 NODE_TIMEOUT_S = 90
 
@@ -134,7 +136,7 @@ def test_an_unreachable_rendezvous_is_a_clear_error_within_the_timeout(tmp_path:
     record = _finish(*_start(tmp_path, "1", endpoint, "ok", "num_nodes=2", "rdzv_timeout=3"))
     assert record.get("error") == "LaunchError", record
     assert f"could not reach the rendezvous at {endpoint}" in record["message"]
-    assert "start node 0's launch first" in record["message"]
+    assert "node 0's launch hosts it, so start that first" in record["message"]
     assert time.monotonic() - started < 60
 
 
@@ -159,3 +161,37 @@ def test_interrupting_node_0_stops_its_workers_and_node_1_fails(tmp_path: Path) 
     assert time.monotonic() - interrupted < 15
     second = _finish(*node1)
     assert "error" in second, second
+
+
+@pytest.mark.timeout(200)
+def test_the_same_endpoint_serves_a_new_launch_after_a_failed_one(tmp_path: Path) -> None:
+    node0, node1 = _two_nodes(tmp_path, "fail,ok", "num_nodes=2")
+    for node in (node0, node1):
+        failed, succeeded = node["runs"]
+        assert failed.get("error") == "ValueError", node
+        assert "error" not in succeeded, node
+    assert [r["rank"] for r in node1["runs"][1]["results"]] == [2, 3]
+
+
+@pytest.mark.timeout(200)
+def test_a_failure_after_the_last_collective_does_not_hold_node_0_for_minutes(
+    tmp_path: Path,
+) -> None:
+    node0, node1 = _two_nodes(tmp_path, "late_fail", "num_nodes=2")
+    assert node1.get("error") == "ValueError", node1
+    assert [r["rank"] for r in node0["results"]] == [0, 1]  # its own ranks finished
+    assert node0["seconds"] < EXIT_BARRIER_S + 30
+
+
+@pytest.mark.timeout(200)
+def test_the_same_endpoint_serves_a_new_launch_after_an_interrupted_one(tmp_path: Path) -> None:
+    endpoint = f"127.0.0.1:{_free_port()}"
+    node0 = _start(tmp_path, "0", endpoint, "sleep,ok", "num_nodes=2")
+    node1 = _start(tmp_path, "1", endpoint, "sleep,ok", "num_nodes=2")
+    time.sleep(8)  # both nodes' workers are asleep by now
+    node0[0].send_signal(signal.SIGINT)
+    first, second = _finish(*node0), _finish(*node1)
+    assert first["runs"][0].get("error") == "KeyboardInterrupt", first
+    assert "error" in second["runs"][0], second
+    assert [r["rank"] for r in first["runs"][1]["results"]] == [0, 1], first
+    assert [r["rank"] for r in second["runs"][1]["results"]] == [2, 3], second
