@@ -58,8 +58,14 @@ def launch_config(
     )
 
 
-def run_agent(config: Any, entrypoint: Callable[..., Any], args: tuple[Any, ...]) -> Any:
+def run_agent(
+    config: Any, entrypoint: Callable[..., Any], args: tuple[Any, ...], hosts_store: bool
+) -> Any:
     """Run this node's agent until its workers are done; the agent's ``RunResult``.
+
+    After a failure the rendezvous is closed, so the other nodes' agents stop waiting for a
+    restart; after a success only the node that hosts the store closes it (the others would
+    find it gone already, and torch would print its connection errors).
 
     Raises what the rendezvous raises (``RendezvousError`` and its kinds) and the agent's
     ``SignalException`` when the process is told to stop.
@@ -97,7 +103,9 @@ def run_agent(config: Any, entrypoint: Callable[..., Any], args: tuple[Any, ...]
     )
     close_rendezvous = True
     try:
-        return agent.run()
+        result = agent.run()
+        close_rendezvous = hosts_store or result.is_failed()
+        return result
     except SignalException:
         close_rendezvous = False  # as torchrun: a stopped node leaves the rendezvous open
         raise

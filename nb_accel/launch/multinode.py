@@ -78,9 +78,10 @@ def _rendezvous_error(error: Exception, nodes: NodePlan, started: bool) -> Launc
     the workers had started, so the rendezvous was reached before)."""
     name = type(error).__name__
     where = f"the rendezvous at {nodes.rdzv_endpoint}"
+    detail = str(error).replace(" See inner exception for details.", "")  # none is attached
     if started:
         text = (
-            f"node {nodes.node_rank} lost {where} while its workers ran ({error}): node 0 "
+            f"node {nodes.node_rank} lost {where} while its workers ran ({detail}): node 0 "
             "(which hosts it) stopped or failed; see node 0's output for why"
         )
     elif "Timeout" in name:
@@ -93,12 +94,12 @@ def _rendezvous_error(error: Exception, nodes: NodePlan, started: bool) -> Launc
         text = f"{where} was closed by another node (it stopped or failed): launch on all again"
     elif nodes.node_rank == 0:
         text = (
-            f"node 0 could not host {where} ({error}): rdzv_endpoint must be this machine's "
+            f"node 0 could not host {where} ({detail}): rdzv_endpoint must be this machine's "
             "address and a free port"
         )
     else:
         text = (
-            f"node {nodes.node_rank} could not reach {where} ({error}): node 0's launch hosts "
+            f"node {nodes.node_rank} could not reach {where} ({detail}): node 0's launch hosts "
             "it, so start that first (right after a failed launch, give node 0 a moment to "
             "finish), check the address, and make sure the port is open between the machines; "
             f"a node waits for it up to rdzv_timeout ({nodes.rdzv_timeout:g} s)"
@@ -186,19 +187,28 @@ def run_nodes(
             release_openmp_threads()  # see nb_accel._openmp
         try:
             with _kernel_untouched():
-                result = run_agent(config, node_worker_main, (args,))
+                result = run_agent(config, node_worker_main, (args,), nodes.node_rank == 0)
             failures = dict(result.failures) if result.is_failed() else None
             del result
         except SignalException as stopped:
             if stopped.sigval != signal.SIGINT:
                 raise
             interrupted = True
+        except KeyboardInterrupt:  # while waiting for the rendezvous
+            interrupted = True
         except RendezvousError as problem:
-            outcome = _rendezvous_error(problem, nodes, events.started)
+            lost = _rendezvous_error(problem, nodes, events.started)
+            failed = _outcome(events, None, plan, nodes) if events.failures else None
+            if isinstance(failed, BaseException):  # it went while restarting after a failure
+                if hasattr(failed, "add_note"):  # Python 3.11+
+                    failed.add_note(f"Restarting afterwards failed: {lost}")
+                outcome = failed
+            else:
+                outcome = lost
         finally:
             events.close()
             shutil.rmtree(log_dir, ignore_errors=True)
-        if interrupted:  # raised here, so it carries none of the agent's frames
+        if interrupted:  # raised here, so it keeps none of the agent's frames (and its store)
             raise KeyboardInterrupt
         if outcome is None:
             outcome = _outcome(events, failures, plan, nodes)

@@ -16,6 +16,7 @@ original error (its type, rank and host) rather than a lost connection.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pickle
 import socket
@@ -31,6 +32,7 @@ import torch
 import torch.distributed as dist
 
 from .._messages import Failure, Result, Started
+from ..errors import LaunchError
 from .channel import EventChannel, set_current_channel
 from .entrypoint import (
     _die_with_parent,
@@ -217,12 +219,20 @@ def _is_connection_loss(exc: BaseException) -> bool:
 def _failure(node: _Node, exc: BaseException) -> Failure:
     """What to report for ``exc``: another rank's original failure when this one only
     followed from it (a lost connection), else this rank's own, marked with its host."""
-    own = failure_event(node.rank, exc, (__file__,))
-    own = Failure(
-        own.rank, own.type_name, own.message, own.traceback, own.data, own.is_timeout, node.host
-    )
+    own = _with_host(failure_event(node.rank, exc, (__file__,)), node.host)
     first = node.peer_failure(PEER_FAILURE_WAIT_S if _is_connection_loss(exc) else 0.0)
+    if first is not None and first.type_name == "builtins.KeyboardInterrupt":
+        stopped = LaunchError(
+            f"rank {first.rank} (host {first.host}) was interrupted: its node's launch was "
+            "stopped, so the ranks here stopped too"
+        )
+        return _with_host(failure_event(first.rank, stopped), first.host)
     return first if first is not None else own
+
+
+def _with_host(failure: Failure, host: str) -> Failure:
+    """``failure`` marked with the host its rank ran on."""
+    return dataclasses.replace(failure, host=host)
 
 
 def node_worker_main(args: NodeWorkerArgs) -> None:
@@ -255,6 +265,7 @@ def node_worker_main(args: NodeWorkerArgs) -> None:
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the kernel
         outcome = _failure(node, exc)
     if isinstance(outcome, Failure) and outcome.rank == node.rank:
+        outcome = _with_host(outcome, node.host)
         node.publish_failure(outcome)
     sys.stdout.flush()
     sys.stderr.flush()

@@ -195,3 +195,19 @@ def test_the_same_endpoint_serves_a_new_launch_after_an_interrupted_one(tmp_path
     assert "error" in second["runs"][0], second
     assert [r["rank"] for r in first["runs"][1]["results"]] == [0, 1], first
     assert [r["rank"] for r in second["runs"][1]["results"]] == [2, 3], second
+
+
+@pytest.mark.timeout(200)
+def test_interrupting_node_1_is_reported_on_node_0_as_that_node_s_interrupt(
+    tmp_path: Path,
+) -> None:
+    endpoint = f"127.0.0.1:{_free_port()}"
+    node0 = _start(tmp_path, "0", endpoint, "sleep", "num_nodes=2")
+    node1 = _start(tmp_path, "1", endpoint, "sleep", "num_nodes=2")
+    time.sleep(8)  # both nodes' workers are asleep by now
+    node1[0].send_signal(signal.SIGINT)
+    second, first = _finish(*node1), _finish(*node0)
+    assert second.get("error") == "KeyboardInterrupt", second
+    assert first.get("error") == "LaunchError", first
+    assert "was interrupted: its node's launch was stopped" in first["message"]
+    assert any("(host " in note for note in first["notes"]), first
