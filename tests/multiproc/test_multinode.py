@@ -63,6 +63,18 @@ def _finish(process: subprocess.Popen[bytes], out: Path) -> dict[str, Any]:
     return record
 
 
+Started = tuple[subprocess.Popen[bytes], Path]
+
+
+def _both_asleep(tmp_path: Path, scenario: str) -> tuple[Started, Started]:
+    """Both nodes started on ``scenario`` (whose workers sleep), once their workers sleep."""
+    endpoint = f"127.0.0.1:{_free_port()}"
+    node0 = _start(tmp_path, "0", endpoint, scenario, "num_nodes=2")
+    node1 = _start(tmp_path, "1", endpoint, scenario, "num_nodes=2")
+    time.sleep(8)  # both nodes' workers are asleep by now
+    return node0, node1
+
+
 def _two_nodes(
     tmp_path: Path,
     scenario: str,
@@ -150,10 +162,7 @@ def test_a_node_left_alone_says_the_others_did_not_join(tmp_path: Path) -> None:
 
 @pytest.mark.timeout(200)
 def test_interrupting_node_0_stops_its_workers_and_node_1_fails(tmp_path: Path) -> None:
-    endpoint = f"127.0.0.1:{_free_port()}"
-    node0 = _start(tmp_path, "0", endpoint, "sleep", "num_nodes=2")
-    node1 = _start(tmp_path, "1", endpoint, "sleep", "num_nodes=2")
-    time.sleep(8)  # both nodes' workers are asleep by now
+    node0, node1 = _both_asleep(tmp_path, "sleep")
     interrupted = time.monotonic()
     node0[0].send_signal(signal.SIGINT)
     first = _finish(*node0)
@@ -185,10 +194,7 @@ def test_a_failure_after_the_last_collective_does_not_hold_node_0_for_minutes(
 
 @pytest.mark.timeout(200)
 def test_the_same_endpoint_serves_a_new_launch_after_an_interrupted_one(tmp_path: Path) -> None:
-    endpoint = f"127.0.0.1:{_free_port()}"
-    node0 = _start(tmp_path, "0", endpoint, "sleep,ok", "num_nodes=2")
-    node1 = _start(tmp_path, "1", endpoint, "sleep,ok", "num_nodes=2")
-    time.sleep(8)  # both nodes' workers are asleep by now
+    node0, node1 = _both_asleep(tmp_path, "sleep,ok")
     node0[0].send_signal(signal.SIGINT)
     first, second = _finish(*node0), _finish(*node1)
     assert first["runs"][0].get("error") == "KeyboardInterrupt", first
@@ -201,10 +207,7 @@ def test_the_same_endpoint_serves_a_new_launch_after_an_interrupted_one(tmp_path
 def test_interrupting_node_1_is_reported_on_node_0_as_that_node_s_interrupt(
     tmp_path: Path,
 ) -> None:
-    endpoint = f"127.0.0.1:{_free_port()}"
-    node0 = _start(tmp_path, "0", endpoint, "sleep", "num_nodes=2")
-    node1 = _start(tmp_path, "1", endpoint, "sleep", "num_nodes=2")
-    time.sleep(8)  # both nodes' workers are asleep by now
+    node0, node1 = _both_asleep(tmp_path, "sleep")
     node1[0].send_signal(signal.SIGINT)
     second, first = _finish(*node1), _finish(*node0)
     assert second.get("error") == "KeyboardInterrupt", second
