@@ -17,16 +17,19 @@ def format_interval(seconds: float) -> str:
 
 
 def duration_text(seconds: float, precise: bool = False) -> str:
+    """``"42 s"`` (``"41.7 s"`` when ``precise``) under a minute, else ``MM:SS``/``H:MM:SS``."""
     if seconds < 60:
         return f"{seconds:.1f} s" if precise else f"{int(seconds)} s"
     return format_interval(seconds)
 
 
 def count_text(n: float) -> str:
+    """A bar's count as tqdm writes it: whole numbers without a fraction."""
     return str(int(n)) if float(n).is_integer() else f"{n:.6g}"
 
 
 def known_total(state: BarState) -> bool:
+    """True when the bar has a finite, positive total (so a percentage means something)."""
     return state.total is not None and 0 < state.total < math.inf
 
 
