@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import ast
+import importlib
+import importlib.util
 import inspect
 from pathlib import Path
 
@@ -103,3 +105,31 @@ def test_every_public_name_is_documented(name: str) -> None:
                 inspect.isfunction(member) or isinstance(member, property)
             ):
                 assert inspect.getdoc(member), f"nb_accel.{name}.{attribute} has no docstring"
+
+
+def _importable_modules() -> list[str]:
+    """Every module of the package, but those that need ``torch_xla`` when it is missing."""
+    names = []
+    for path in MODULES + sorted(FRONT):
+        name = _module_name(path)
+        if "xla" in name.rsplit(".", 1)[-1] and importlib.util.find_spec("torch_xla") is None:
+            continue
+        names.append(name)
+    return names
+
+
+@pytest.mark.parametrize("module", _importable_modules())
+def test_every_name_a_module_exports_is_documented(module: str) -> None:
+    loaded = importlib.import_module(module)
+    assert inspect.getdoc(loaded), f"{module} has no docstring"
+    for name in getattr(loaded, "__all__", []):
+        obj = getattr(loaded, name)
+        if not (inspect.isfunction(obj) or inspect.isclass(obj)):
+            continue
+        assert inspect.getdoc(obj), f"{module}.{name} has no docstring"
+        if inspect.isclass(obj) and obj.__module__ == module:
+            for attribute, member in vars(obj).items():
+                if not attribute.startswith("_") and (
+                    inspect.isfunction(member) or isinstance(member, property)
+                ):
+                    assert inspect.getdoc(member), f"{module}.{name}.{attribute} has no docstring"
