@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..config import Config, config_path, load_config
 from ..errors import LaunchError
-from .nodes import NodePlan, make_node_plan
+from .nodes import NODE_FIELDS, NodePlan, make_node_plan
 from .plan import LaunchPlan, make_plan
 
 __all__ = ["plan_with_defaults", "node_plan_with_defaults"]
@@ -53,15 +53,10 @@ def node_plan_with_defaults(
     rdzv_timeout: object,
 ) -> NodePlan:
     """The launch's nodes; every option left as ``None`` takes ``config``'s value."""
-
-    def pick(value: object, saved: object) -> object:
-        return saved if value is None else value
-
+    given = (num_nodes, node_rank, rdzv_endpoint, rdzv_backend, max_restarts, rdzv_timeout)
     return make_node_plan(
-        pick(num_nodes, config.num_nodes),
-        pick(node_rank, config.node_rank),
-        pick(rdzv_endpoint, config.rdzv_endpoint),
-        pick(rdzv_backend, config.rdzv_backend),
-        pick(max_restarts, config.max_restarts),
-        pick(rdzv_timeout, config.rdzv_timeout),
+        *(
+            getattr(config, name) if value is None else value
+            for name, value in zip(NODE_FIELDS, given, strict=True)
+        )
     )

@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 from ..config import config_problems
 
-__all__ = ["NodePlan", "make_node_plan"]
+__all__ = ["NodePlan", "NODE_FIELDS", "make_node_plan"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +45,10 @@ class NodePlan:
         )
 
 
+#: The plan's fields, in order: also the saved configuration's names for them.
+NODE_FIELDS = tuple(field.name for field in dataclasses.fields(NodePlan))
+
+
 def make_node_plan(
     num_nodes: object,
     node_rank: object,
@@ -54,23 +59,11 @@ def make_node_plan(
 ) -> NodePlan:
     """Check the multi-node options (the same rules as the saved configuration's) and return
     the plan; ``ValueError`` naming every bad option, before any process starts."""
-    values = {
-        "num_nodes": num_nodes,
-        "node_rank": node_rank,
-        "rdzv_endpoint": rdzv_endpoint,
-        "rdzv_backend": rdzv_backend,
-        "max_restarts": max_restarts,
-        "rdzv_timeout": rdzv_timeout,
-    }
+    given = (num_nodes, node_rank, rdzv_endpoint, rdzv_backend, max_restarts, rdzv_timeout)
+    values = dict(zip(NODE_FIELDS, given, strict=True))
     problems = config_problems(**values)
     relevant = {name: text for name, text in problems.items() if name in values}
     if relevant:
         raise ValueError("; ".join(f"{name} {text}" for name, text in relevant.items()))
-    return NodePlan(
-        int(num_nodes),  # type: ignore[call-overload]
-        int(node_rank),  # type: ignore[call-overload]
-        rdzv_endpoint if isinstance(rdzv_endpoint, str) else None,
-        str(rdzv_backend),
-        int(max_restarts),  # type: ignore[call-overload]
-        float(rdzv_timeout),  # type: ignore[arg-type]
-    )
+    values["rdzv_timeout"] = float(rdzv_timeout)  # type: ignore[arg-type]
+    return NodePlan(**values)  # type: ignore[arg-type]
