@@ -56,6 +56,16 @@ class NodeView:
         if (index := self._local(rank)) is not None:
             self._view.failed(index, summary)
 
+    def returned(self, rank: int) -> None:
+        """Pass on to the row of ``rank``."""
+        if (index := self._local(rank)) is not None:
+            self._view.returned(index)
+
+    def stopped(self, rank: int, reason: str) -> None:
+        """Pass on to the row of ``rank``."""
+        if (index := self._local(rank)) is not None:
+            self._view.stopped(index, reason)
+
     def tick(self) -> None:
         """Pass on."""
         self._view.tick()

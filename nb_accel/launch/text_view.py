@@ -144,6 +144,16 @@ class TextView:
         self._end_line()
         self._write(f"rank {self.first_rank + rank} failed: {summary}\n")
 
+    def returned(self, rank: int) -> None:
+        """A finished rank is never reported as stalled."""
+        self._done.add(rank)
+
+    def stopped(self, rank: int, reason: str) -> None:
+        """A line saying the rank stopped because of another's failure."""
+        self._done.add(rank)
+        self._end_line()
+        self._write(f"rank {self.first_rank + rank} stopped ({reason})\n")
+
     def tick(self) -> None:
         """Note, once, a rank that has been silent for a minute after reporting progress."""
         now = self._clock()

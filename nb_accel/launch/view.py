@@ -27,6 +27,14 @@ class LaunchView(Protocol):
     def failed(self, rank: int, summary: str) -> None:
         """Worker ``rank`` failed; ``summary`` is the error's first line."""
 
+    def returned(self, rank: int) -> None:
+        """Worker ``rank``'s function returned: it is finished, never stalled."""
+
+    def stopped(self, rank: int, reason: str) -> None:
+        """Worker ``rank`` ended as a consequence of another rank's failure (``reason``, e.g.
+        "rank 1 failed"). It may follow a ``failed`` call for the same rank: the launcher can
+        learn only later that a failure was a knock-on effect, and this call then wins."""
+
     def tick(self) -> None:
         """Called about once a second while the launch runs (to mark stalled ranks)."""
 
@@ -44,6 +52,12 @@ class NullView:
         """Nothing shown."""
 
     def failed(self, rank: int, summary: str) -> None:
+        """Nothing shown."""
+
+    def returned(self, rank: int) -> None:
+        """Nothing shown."""
+
+    def stopped(self, rank: int, reason: str) -> None:
         """Nothing shown."""
 
     def tick(self) -> None:

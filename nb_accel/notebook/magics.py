@@ -66,6 +66,16 @@ class _CellView:
         if self._view is not None:
             self._view.failed(rank, summary)
 
+    def returned(self, rank: int) -> None:
+        """Passed on when a view is shown."""
+        if self._view is not None:
+            self._view.returned(rank)
+
+    def stopped(self, rank: int, reason: str) -> None:
+        """Passed on when a view is shown."""
+        if self._view is not None:
+            self._view.stopped(rank, reason)
+
     def tick(self) -> None:
         """Passed on when a view is shown."""
         if self._view is not None:

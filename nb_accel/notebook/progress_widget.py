@@ -162,7 +162,7 @@ class RankRow:
         if self.status == FAILED:
             return f"failed: {self.summary}", "danger"
         if self.status == STOPPED:
-            return "stopped", "muted"
+            return (f"stopped ({self.summary})" if self.summary else "stopped"), "muted"
         if self.status == STARTING and self.stalled_for is None:
             return "starting…", "muted"
         if self.stalled_for is not None:
@@ -289,6 +289,27 @@ class ProgressWidget:
         lines = summary.strip().splitlines()
         row.summary = lines[0] if lines else "error"
         row.status = FAILED
+        row.stalled_for = None
+        row.render()
+        self._render_header()
+
+    def returned(self, rank: int) -> None:
+        """``rank``'s function returned: it is finished and never marked stalled."""
+        row = self._row(rank)
+        if row is None or row.status == FAILED:
+            return
+        row.status = DONE
+        row.stalled_for = None
+        row.render()
+        self._render_header()
+
+    def stopped(self, rank: int, reason: str) -> None:
+        """Mark ``rank`` as stopped because of another rank's failure (``reason``)."""
+        row = self._row(rank)
+        if row is None:
+            return
+        row.status = STOPPED
+        row.summary = reason
         row.stalled_for = None
         row.render()
         self._render_header()
