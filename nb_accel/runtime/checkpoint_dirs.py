@@ -1,5 +1,9 @@
 """Checkpoint folders: automatic names, appearing whole or not at all, pruning the oldest.
 
+Automatic names count up: a new checkpoint is numbered past the highest ``checkpoint_<n>``
+already in the folder (a rerun in the same project folder continues the numbering), so the
+newest checkpoint is always the one written last, and pruning removes only older ones.
+
 A checkpoint is written into a hidden staging folder next to its final place
 (``.checkpoint_3.partial-<random>``) and renamed into place once every process has written its
 files, so a reader never sees a half-written checkpoint: a process killed in the middle leaves
@@ -24,6 +28,7 @@ __all__ = [
     "commit",
     "fsync_path",
     "make_staging",
+    "next_checkpoint_number",
     "numbered_checkpoints",
     "prune",
 ]
@@ -51,6 +56,14 @@ def numbered_checkpoints(parent: str | os.PathLike[str]) -> list[Path]:
         entry for entry in root.iterdir() if entry.is_dir() and checkpoint_number(entry) is not None
     ]
     return sorted(found, key=lambda entry: checkpoint_number(entry) or 0)
+
+
+def next_checkpoint_number(parent: str | os.PathLike[str], at_least: int = 0) -> int:
+    """The number the next automatically named checkpoint in ``parent`` gets: one past the
+    highest ``checkpoint_<n>`` already there, and never less than ``at_least``."""
+    found = numbered_checkpoints(parent)
+    highest = checkpoint_number(found[-1]) if found else None
+    return at_least if highest is None else max(at_least, highest + 1)
 
 
 def fsync_path(path: str | os.PathLike[str]) -> None:
@@ -115,11 +128,16 @@ def commit(staging: str | os.PathLike[str], final: str | os.PathLike[str]) -> No
     fsync_path(target.parent)
 
 
-def prune(parent: str | os.PathLike[str], keep: int) -> list[Path]:
-    """Remove the oldest ``checkpoint_<n>`` folders of ``parent`` beyond the newest ``keep``;
-    returns the folders removed."""
-    folders = numbered_checkpoints(parent)
-    doomed = folders[: max(0, len(folders) - keep)]
+def prune(parent: str | os.PathLike[str], keep: int, newest: int) -> list[Path]:
+    """Make room for ``checkpoint_<newest>``, just written: of the checkpoints of ``parent``
+    numbered below it, keep the newest ``keep - 1`` and remove the others. The new checkpoint,
+    and any numbered above it, are never removed. Returns the folders removed."""
+    older = [
+        folder
+        for folder in numbered_checkpoints(parent)
+        if (checkpoint_number(folder) or 0) < newest
+    ]
+    doomed = older[: max(0, len(older) - max(keep - 1, 0))]
     for folder in doomed:
         shutil.rmtree(folder)
     if doomed:

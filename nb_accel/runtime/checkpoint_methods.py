@@ -24,6 +24,7 @@ from .checkpoint_dirs import (
     checkpoint_number,
     commit,
     make_staging,
+    next_checkpoint_number,
     numbered_checkpoints,
     prune,
 )
@@ -63,8 +64,13 @@ class CheckpointMethods:
 
     @property
     def save_iteration(self) -> int:
-        """The number the next automatically named checkpoint gets."""
-        return self.project_configuration.iteration
+        """The number the next automatically named checkpoint gets: one past the highest
+        ``checkpoint_<n>`` already in the project folder, and at least
+        ``project_configuration.iteration``."""
+        config = self.project_configuration
+        if not config.automatic_checkpoint_naming or config.project_dir is None:
+            return config.iteration
+        return next_checkpoint_number(self._checkpoints_folder(), config.iteration)
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Have :meth:`save_state` / :meth:`load_state` include ``objects`` (anything with
@@ -105,15 +111,12 @@ class CheckpointMethods:
             )
         return Path(project_dir).expanduser() / CHECKPOINTS
 
-    def _save_target(self, output_dir: str | os.PathLike[str] | None) -> Path:
+    def _output_target(self, output_dir: str | os.PathLike[str] | None) -> Path | None:
+        """The folder ``save_state`` writes, or None with automatic naming (whose folder the
+        main process chooses); every process checks the arguments."""
         if self.project_configuration.automatic_checkpoint_naming:
-            target = self._checkpoints_folder() / f"checkpoint_{self.save_iteration}"
-            if target.exists():
-                raise ValueError(
-                    f"checkpoint folder {target} already exists: set "
-                    "accelerator.project_configuration.iteration to the number to continue from"
-                )
-            return target
+            self._checkpoints_folder()  # a project folder is needed
+            return None
         if output_dir is None:
             raise ValueError(
                 "save_state needs an output_dir, or a ProjectConfiguration with "
@@ -127,6 +130,24 @@ class CheckpointMethods:
                     "folder whole, so give it a new (or empty) folder, or an earlier checkpoint's"
                 )
         return target
+
+    def _stage(self, target: Path | None) -> tuple[Path, Path]:
+        """Collective: the checkpoint's final folder and its staging folder, made by the main
+        process. An automatic name is numbered past every checkpoint already in the folder."""
+        staging: Path | None = None
+        error: BaseException | None = None
+        where = target.parent if target is not None else self._checkpoints_folder()
+        if self._partial.is_main_process:
+            try:
+                if target is None:
+                    number = next_checkpoint_number(where, self.project_configuration.iteration)
+                    target = where / f"checkpoint_{number}"
+                staging = make_staging(target)
+            except OSError as problem:
+                error = problem
+        _all_succeeded(error, f"creating the checkpoint folder in {where}")
+        chosen, made = broadcast_object_list([str(target), str(staging)])
+        return Path(chosen), Path(made)
 
     def save_state(
         self,
@@ -144,24 +165,20 @@ class CheckpointMethods:
         ``random_states_<rank>.pkl``; everyone returns once the checkpoint is in place.
 
         With ``ProjectConfiguration(automatic_checkpoint_naming=True)`` the folder is
-        ``project_dir/checkpoints/checkpoint_<n>`` (``output_dir`` is ignored), ``n`` counts
-        up from ``project_configuration.iteration``, and beyond ``total_limit`` the oldest
-        checkpoints are removed after the new one is in place. An existing ``output_dir`` is
+        ``project_dir/checkpoints/checkpoint_<n>`` (``output_dir`` is ignored), ``n`` is one
+        past the highest checkpoint already there (at least ``project_configuration.iteration``),
+        so a rerun in the same folder continues the numbering and the newest checkpoint is
+        always the last one written; beyond ``total_limit`` the oldest checkpoints are removed
+        once the new one is in place, never the new one itself. An existing ``output_dir`` is
         replaced.
         """
         if save_model_func_kwargs:
             raise TypeError(f"save_state() got unexpected options {sorted(save_model_func_kwargs)}")
-        target = self._save_target(output_dir)
+        target, staging = self._stage(self._output_target(output_dir))
+        automatic = self.project_configuration.automatic_checkpoint_naming
+        number = checkpoint_number(target)
         partial = self._partial
-        staging: Path | None = None
         error: BaseException | None = None
-        if partial.is_main_process:
-            try:
-                staging = make_staging(target)
-            except OSError as problem:
-                error = problem
-        _all_succeeded(error, f"creating the checkpoint folder next to {target}")
-        staging = Path(broadcast_object_list([str(staging)])[0])
         contents = self._contents()
         xla_random = None
         if partial.distributed_type == DistributedType.XLA:  # through the CPU, as xm.save
@@ -183,16 +200,16 @@ class CheckpointMethods:
                 try:
                     commit(staging, target)
                     limit = self.project_configuration.total_limit
-                    if self.project_configuration.automatic_checkpoint_naming and limit:
-                        prune(target.parent, limit)
+                    if automatic and limit and number is not None:
+                        prune(target.parent, limit, newest=number)
                 except OSError as problem:
                     error = problem
             _all_succeeded(error, f"moving checkpoint {target} into place")
         finally:
             if partial.is_main_process and staging.exists():
                 shutil.rmtree(staging, ignore_errors=True)
-        if self.project_configuration.automatic_checkpoint_naming:
-            self.project_configuration.iteration += 1
+        if automatic and number is not None:
+            self.project_configuration.iteration = number + 1
         if xla_random is not None:
             xla_random.resume()
         return str(target)

@@ -230,6 +230,40 @@ def test_total_limit_keeps_the_newest_and_mismatches_are_named(tmp_path: Path) -
         )
 
 
+def save_numbered(project: str, run: int, saves: int) -> dict[str, Any]:
+    """One run in ``project``: ``saves`` checkpoints (total_limit=2), the i-th holding 10*run+i;
+    whether each folder save_state returned was there when it returned."""
+    config = ProjectConfiguration(
+        project_dir=project, automatic_checkpoint_naming=True, total_limit=2
+    )
+    accelerator = Accelerator(project_config=config)
+    counter = Counter()
+    accelerator.register_for_checkpointing(counter)
+    written = []
+    for i in range(saves):
+        counter.value = 10 * run + i
+        folder = accelerator.save_state()
+        written.append((folder, os.path.isdir(folder)))
+    return {"written": written, "kept": sorted(os.listdir(Path(project) / "checkpoints"))}
+
+
+def test_a_rerun_in_the_same_folder_continues_the_numbering(tmp_path: Path) -> None:
+    project = str(tmp_path / "project")
+    first = notebook_launcher(save_numbered, args=(project, 1, 3), num_processes=2)
+    second = notebook_launcher(save_numbered, args=(project, 2, 2), num_processes=2)
+    for run, saved in ((first, [0, 1, 2]), (second, [3, 4])):
+        assert run[0] == run[1]  # every process returns the same folders
+        expected = [str(Path(project) / "checkpoints" / f"checkpoint_{n}") for n in saved]
+        assert run[0]["written"] == [(folder, True) for folder in expected]
+    assert first[0]["kept"] == ["checkpoint_1", "checkpoint_2"]
+    assert second[0]["kept"] == ["checkpoint_3", "checkpoint_4"]
+    for folder, _ in second[0]["written"]:
+        assert Path(folder).is_dir(), folder  # the second run's checkpoints are all kept
+    after = notebook_launcher(load_newest, args=(project,), num_processes=2)
+    assert after[0]["loaded"] == after[1]["loaded"] == (21, 5)  # the last one written
+    assert after[0]["entries"] == ["checkpoint_3", "checkpoint_4", "checkpoint_5"]
+
+
 def save_plain(folder: str) -> None:
     accelerator = Accelerator()
     model = accelerator.prepare(nn.Linear(3, 1))

@@ -1,4 +1,5 @@
-"""Checkpoint folders appear whole or not at all; the oldest are pruned; leftovers are removed."""
+"""Checkpoint folders appear whole or not at all; numbering continues past what is on disk; only
+checkpoints older than the one just written are pruned; leftovers are removed."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from nb_accel.runtime.checkpoint_dirs import (
     checkpoint_number,
     commit,
     make_staging,
+    next_checkpoint_number,
     numbered_checkpoints,
     prune,
 )
@@ -49,7 +51,7 @@ def test_numbering_and_pruning(tmp_path: Path) -> None:
     (tmp_path / "checkpoint_x").mkdir()
     (tmp_path / "notes.txt").write_text("not a checkpoint")
     assert [checkpoint_number(p) for p in numbered_checkpoints(tmp_path)] == [1, 2, 9, 10]
-    removed = prune(tmp_path, keep=2)
+    removed = prune(tmp_path, keep=2, newest=10)
     assert [p.name for p in removed] == ["checkpoint_1", "checkpoint_2"]
     assert sorted(p.name for p in tmp_path.iterdir()) == [
         "checkpoint_10",
@@ -58,3 +60,26 @@ def test_numbering_and_pruning(tmp_path: Path) -> None:
         "notes.txt",
     ]
     assert checkpoint_number("checkpoint_07") == 7 and checkpoint_number("ckpt_1") is None
+
+
+def test_the_next_number_continues_past_the_checkpoints_on_disk(tmp_path: Path) -> None:
+    assert next_checkpoint_number(tmp_path / "missing") == 0
+    assert next_checkpoint_number(tmp_path / "missing", at_least=4) == 4
+    for n in (0, 1, 2):
+        (tmp_path / f"checkpoint_{n}").mkdir()
+    make_staging(tmp_path / "checkpoint_7")  # an interrupted save is not a checkpoint
+    assert next_checkpoint_number(tmp_path) == 3  # a new run: past the last run's checkpoints
+    assert next_checkpoint_number(tmp_path, at_least=1) == 3  # resumed from checkpoint_0
+    assert next_checkpoint_number(tmp_path, at_least=5) == 5  # a number asked for
+
+
+def test_pruning_never_removes_the_checkpoint_just_written(tmp_path: Path) -> None:
+    for n in (0, 1, 2, 3):
+        (tmp_path / f"checkpoint_{n}").mkdir()
+    assert prune(tmp_path, keep=2, newest=0) == []  # nothing is older than checkpoint_0
+    assert prune(tmp_path, keep=1, newest=2) == [
+        tmp_path / "checkpoint_0",
+        tmp_path / "checkpoint_1",
+    ]
+    assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint_2", "checkpoint_3"]
+    assert prune(tmp_path, keep=3, newest=3) == []  # within the limit
