@@ -1,8 +1,10 @@
-"""Suite-wide hygiene: every test must leave no child process, thread or env change behind."""
+"""Suite-wide hygiene: every test must leave no child process, thread or env change behind,
+and the test run as a whole leaves nothing behind."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -14,9 +16,31 @@ import pytest
 from nb_accel.runtime.state import reset_all_states
 
 #: The suite never reads or writes a user's saved configuration: launches (and kernels started
-#: by tests) look for it in a file that does not exist unless a test writes it.
-_CONFIG_DIR = tempfile.mkdtemp(prefix="nb_accel-test-config-")
-os.environ["NB_ACCEL_CONFIG_FILE"] = os.path.join(_CONFIG_DIR, "default_config.yaml")
+#: by tests) look for it in a file that does not exist unless a test writes it. The folder lives
+#: from the start of the test run to its end, and the variable stays set all that time.
+CONFIG_VARIABLE = "NB_ACCEL_CONFIG_FILE"
+#: The run's configuration folder and the variable's value before the run.
+_CONFIG_RUN = pytest.StashKey[tuple[str, str | None]]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Point the saved configuration at a fresh, empty folder for the whole run."""
+    folder = tempfile.mkdtemp(prefix="nb_accel-test-config-")
+    config.stash[_CONFIG_RUN] = (folder, os.environ.get(CONFIG_VARIABLE))
+    os.environ[CONFIG_VARIABLE] = os.path.join(folder, "default_config.yaml")
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    """Remove the run's configuration folder and restore the variable."""
+    if _CONFIG_RUN not in config.stash:
+        return
+    folder, before = config.stash[_CONFIG_RUN]
+    shutil.rmtree(folder, ignore_errors=True)
+    if before is None:
+        os.environ.pop(CONFIG_VARIABLE, None)
+    else:
+        os.environ[CONFIG_VARIABLE] = before
+
 
 #: How long a test's leftovers get to finish on their own before they count as leaks.
 SETTLE_S = 10.0
