@@ -13,36 +13,25 @@ release, so that a missing CPU index can never turn into a download of the CUDA 
 from __future__ import annotations
 
 import json
-import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
-import urllib.error
-import urllib.request
-import uuid
 from pathlib import Path
 
-import psutil
 import pytest
+from fresh_venv import CPU_INDEX, environment, pip_environment, run, skip_or_fail_install
 
 ROOT = Path(__file__).resolve().parents[2]
 BINDER = ROOT / "binder"
 REQUIREMENTS = BINDER / "requirements.txt"
 RUNTIME = BINDER / "runtime.txt"
-CPU_INDEX = "https://download.pytorch.org/whl/cpu"
-PYPI = "https://pypi.org/simple/pip/"
 
 VENV_TIMEOUT_S = 120
 PIP_TIMEOUT_S = 480
 CHECK_TIMEOUT_S = 120
 NOTEBOOK_TIMEOUT_S = 300
 NOTEBOOK_OPTIONS = ("--timeout", str(NOTEBOOK_TIMEOUT_S))
-#: Time given to a finished command's processes (a kernel, its workers) to end on their own.
-SETTLE_S = 10.0
-#: Name of the variable that marks every process a command starts, to find what it left behind.
-MARKER = "NB_ACCEL_BINDER_TEST_RUN"
 
 #: Printed by the fresh environment's Python: what was installed and which kernel a notebook gets.
 CHECK_SCRIPT = """
@@ -85,128 +74,9 @@ def _torch_pin() -> str:
     return pin.group(1)
 
 
-def _reachable(url: str) -> bool:
-    """Whether an HTTP(S) server answers at url (any status counts as an answer)."""
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=10):
-            return True
-    except urllib.error.HTTPError:
-        return True
-    except (urllib.error.URLError, OSError):
-        return False
-
-
-def _marked(marker: str) -> list[psutil.Process]:
-    """The processes whose environment carries this run's marker."""
-    found = []
-    for process in psutil.process_iter():
-        try:
-            if process.environ().get(MARKER) == marker:
-                found.append(process)
-        except psutil.Error:
-            continue
-    return found
-
-
-def _end_marked(marker: str) -> list[str]:
-    """Kill what is still running with the marker after a grace period; describe what was."""
-    deadline = time.monotonic() + SETTLE_S
-    while _marked(marker) and time.monotonic() < deadline:
-        time.sleep(0.1)
-    leftover = _marked(marker)
-    described = []
-    for process in leftover:
-        try:
-            described.append(f"{process.pid} {process.name()}")
-            process.kill()
-        except psutil.Error:
-            continue
-    psutil.wait_procs(leftover, timeout=5)
-    return described
-
-
 def _run(command: list[str], env: dict[str, str], timeout: float) -> tuple[int, str]:
-    """Run command from the repository root; return its exit status and combined output.
-
-    Everything the command starts carries a fresh marker in its environment, so that a kernel or a
-    worker it leaves behind is found (even in another session, or orphaned) and killed.
-    """
-    marker = uuid.uuid4().hex
-    process = subprocess.Popen(
-        command,
-        cwd=ROOT,
-        env={**env, MARKER: marker},
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        text=True,
-        start_new_session=True,
-    )
-    try:
-        output, _ = process.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        for child in _marked(marker):
-            child.kill()
-        output, _ = process.communicate()
-        _end_marked(marker)
-        pytest.fail(f"{' '.join(command[:4])} did not finish in {timeout} s:\n{output[-6000:]}")
-    finally:
-        if process.poll() is None:  # interrupted (pytest-timeout, Ctrl-C): stop it all
-            for child in _marked(marker):
-                child.kill()
-            process.wait()
-            _end_marked(marker)
-    leftover = _end_marked(marker)
-    assert not leftover, f"{' '.join(command[:4])} left processes running: {leftover}"
-    return process.returncode, output
-
-
-def _environment(venv: Path) -> dict[str, str]:
-    """This process's environment, switched to the fresh virtual environment and its kernel."""
-    env = {
-        key: value
-        for key, value in os.environ.items()
-        if key not in ("PYTHONPATH", "PYTHONHOME", "VIRTUAL_ENV", "CONDA_PREFIX")
-    }
-    jupyter_path = [str(venv / "share" / "jupyter"), env.get("JUPYTER_PATH", "")]
-    env.update(
-        VIRTUAL_ENV=str(venv),
-        PATH=os.pathsep.join([str(venv / "bin"), env.get("PATH", "")]),
-        PYTHONNOUSERSITE="1",
-        # The kernel spec of this environment first, whatever the user's Jupyter folders hold.
-        JUPYTER_PATH=os.pathsep.join(p for p in jupyter_path if p),
-    )
-    return env
-
-
-def _pip_environment(env: dict[str, str], constraints: Path | None) -> dict[str, str]:
-    """pip's own settings: fail fast on an unreachable index instead of retrying it per package."""
-    pip_env = {
-        **env,
-        "PIP_RETRIES": "1",
-        "PIP_TIMEOUT": "30",
-        "PIP_DEFAULT_TIMEOUT": "30",
-        "PIP_NO_INPUT": "1",
-        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
-    }
-    if constraints is not None:
-        pip_env["PIP_CONSTRAINT"] = str(constraints)
-    return pip_env
-
-
-def _skip_or_fail_install(output: str) -> None:
-    """After pip failed: skip when the network keeps the environment out of reach, else fail."""
-    tail = output[-4000:]
-    if not _reachable(PYPI):
-        pytest.skip(f"PyPI is unreachable; pip could not install binder/requirements.txt:\n{tail}")
-    torch_missing = re.search(
-        r"(No matching distribution found for|Cannot install) torch\b", output
-    )
-    if torch_missing and not _reachable(CPU_INDEX + "/"):
-        pytest.skip(
-            f"the CPU build of torch is not available: {CPU_INDEX} is unreachable and pip found "
-            f"no other copy of it (the CUDA build on PyPI is refused: several GB):\n{tail}"
-        )
-    pytest.fail(f"pip could not install binder/requirements.txt:\n{tail}")
+    """Run command from the repository root (see :func:`fresh_venv.run`)."""
+    return run(command, env, timeout, cwd=ROOT)
 
 
 def test_binder_files_pin_cpu_torch_install_the_package_and_name_a_python() -> None:
@@ -230,7 +100,7 @@ def test_fresh_venv_from_binder_files_runs_the_quickstart_notebook() -> None:
     version = _torch_pin()
     with tempfile.TemporaryDirectory(prefix="nb_accel-binder-", ignore_cleanup_errors=True) as tmp:
         venv = Path(tmp) / "venv"
-        env = _environment(venv)
+        env = environment(venv)
         status, output = _run([sys.executable, "-m", "venv", str(venv)], env, VENV_TIMEOUT_S)
         assert status == 0, output
         python = str(venv / "bin" / "python")
@@ -242,12 +112,12 @@ def test_fresh_venv_from_binder_files_runs_the_quickstart_notebook() -> None:
         started = time.monotonic()
         status, output = _run(
             [python, "-m", "pip", "install", "-r", str(REQUIREMENTS.relative_to(ROOT))],
-            _pip_environment(env, constraints),
+            pip_environment(env, constraints),
             PIP_TIMEOUT_S,
         )
         pip_s = time.monotonic() - started
         if status != 0:
-            _skip_or_fail_install(output)
+            skip_or_fail_install(output, "binder/requirements.txt")
 
         status, output = _run([python, "-c", CHECK_SCRIPT], env, CHECK_TIMEOUT_S)
         assert status == 0, output

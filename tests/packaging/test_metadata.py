@@ -1,0 +1,117 @@
+"""What a package index shows and what pip installs: the built wheel's files and metadata."""
+
+from __future__ import annotations
+
+import ast
+import importlib.metadata
+import re
+import sys
+from pathlib import Path
+
+from built_wheel import ROOT, wheel_metadata, wheel_names
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+
+REPOSITORY = "https://github.com/nb-accel/nb_accel"
+#: Engines imported only when asked for, and the extra that installs each.
+OPTIONAL = {"torch-xla": "xla"}
+
+
+def _requirements(wheel: Path) -> dict[str, list[Requirement]]:
+    """The wheel's requirements by extra ("" for those of every install)."""
+    found: dict[str, list[Requirement]] = {}
+    for line in wheel_metadata(wheel).get_all("Requires-Dist") or []:
+        requirement = Requirement(line)
+        extra = ""
+        if requirement.marker is not None:
+            match = re.search(r'extra\s*==\s*"([^"]+)"', str(requirement.marker))
+            extra = match.group(1) if match else ""
+        found.setdefault(extra, []).append(requirement)
+    return found
+
+
+def _imported_distributions() -> set[str]:
+    """The distributions whose modules the package's code imports (anywhere, even in a
+    function), by canonical name."""
+    by_module = importlib.metadata.packages_distributions()
+    names: set[str] = set()
+    for path in (ROOT / "nb_accel").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                modules = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                modules = [node.module]
+            else:
+                continue
+            for module in modules:
+                top = module.split(".")[0]
+                if top in sys.stdlib_module_names or top == "nb_accel":
+                    continue
+                names.update(canonicalize_name(d) for d in by_module.get(top, [top]))
+    return names
+
+
+def test_the_wheel_ships_py_typed_and_the_licence(wheel: Path) -> None:
+    names = wheel_names(wheel)
+    assert "nb_accel/py.typed" in names  # type checkers use the package's own hints
+    licence = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    assert licence, names
+    text = (ROOT / "LICENSE").read_text()
+    assert "Apache License" in text and "Version 2.0, January 2004" in text
+    metadata = wheel_metadata(wheel)
+    assert metadata["License-Expression"] == "Apache-2.0"
+    assert metadata.get_all("License-File") == ["LICENSE"]
+
+
+def test_the_metadata_links_the_repository_and_classifies_the_package(wheel: Path) -> None:
+    metadata = wheel_metadata(wheel)
+    urls = dict(line.split(", ", 1) for line in metadata.get_all("Project-URL") or [])
+    assert {"Homepage", "Documentation", "Source", "Issues"} <= set(urls), urls
+    assert all(url.startswith(REPOSITORY) for url in urls.values()), urls
+    classifiers = metadata.get_all("Classifier") or []
+    assert "Typing :: Typed" in classifiers and "Framework :: Jupyter" in classifiers
+    python = re.fullmatch(r">=3\.(\d+)", metadata["Requires-Python"])
+    assert python and f"Programming Language :: Python :: 3.{python.group(1)}" in classifiers
+    assert metadata.get_payload().startswith("# nb_accel")  # the README is the description
+
+
+def test_every_package_the_code_imports_is_declared(wheel: Path) -> None:
+    requirements = _requirements(wheel)
+    declared = {canonicalize_name(r.name) for r in requirements.get("", [])}
+    for name in sorted(_imported_distributions()):
+        if name in OPTIONAL:
+            extra = requirements.get(OPTIONAL[name], [])
+            assert name in {canonicalize_name(r.name) for r in extra}, (name, OPTIONAL[name])
+            assert name not in declared, f"{name} is an optional engine, not a dependency"
+        else:
+            assert name in declared, f"the code imports {name}; it is not a dependency"
+    assert "numpy" in declared  # torch's collectives of Python objects need it
+
+
+def test_the_xla_extra_never_names_torch(wheel: Path) -> None:
+    """torch_xla's wheels name no torch; neither does the extra, so it never replaces torch."""
+    extra = {canonicalize_name(r.name): r for r in _requirements(wheel).get("xla", [])}
+    assert set(extra) == {"torch-xla"}, extra
+
+
+def test_the_readme_links_work_on_a_package_index_page() -> None:
+    """A package index shows the README away from the repository: relative links break."""
+    text = (ROOT / "README.md").read_text()
+    targets = re.findall(r"\]\(\s*<?([^)\s>]+)", text)
+    targets += re.findall(r"""(?:href|src)\s*=\s*["']([^"']+)""", text)
+    targets += re.findall(r"^\s*\[[^\]]+\]:\s*(\S+)", text, flags=re.MULTILINE)
+    assert targets, "no links found: the pattern is out of date"
+    relative = [t for t in targets if not re.match(r"(https?://|mailto:)", t)]
+    assert not relative, f"relative links in README.md: {relative}"
+    headings = {_slug(h) for h in re.findall(r"^#+\s+(.+)$", text, flags=re.MULTILINE)}
+    for target in targets:
+        within = re.match(re.escape(REPOSITORY) + r"/(?:blob|tree)/main/([^#]+)", target)
+        if within:
+            assert (ROOT / within.group(1)).exists(), f"README.md links {target}: no such file"
+        if target.startswith(REPOSITORY + "#"):
+            assert target.split("#", 1)[1] in headings, f"README.md links {target}: no heading"
+
+
+def _slug(heading: str) -> str:
+    """The anchor a repository page gives a README heading."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
