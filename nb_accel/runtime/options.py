@@ -72,7 +72,8 @@ class ProjectConfiguration:
         logging_dir: folder for logs; defaults to ``project_dir``.
         automatic_checkpoint_naming: save states as ``project_dir/checkpoints/checkpoint_<n>``.
         total_limit: keep at most this many automatic checkpoints (oldest removed first).
-        iteration: the number the next automatic checkpoint gets.
+        iteration: the lowest number the next automatic checkpoint gets (it is numbered past
+            the checkpoints already in the folder).
         save_on_each_node: write shared files on every node, not only the main process.
     """
 
