@@ -12,6 +12,12 @@ from nbclient import NotebookClient
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
+@pytest.fixture(autouse=True)
+def kernel_temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The notebooks' temporary folders (and the launches' scratch) go under ``tmp_path``."""
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+
+
 def _run(name: str) -> nbformat.NotebookNode:
     notebook = nbformat.read(NOTEBOOKS / name, as_version=4)
     assert all(not cell.get("outputs") for cell in notebook.cells), f"{name} is saved with outputs"
