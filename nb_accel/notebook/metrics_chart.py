@@ -48,9 +48,12 @@ PALETTE = (
     "#bcbd22",
     "#17becf",
 )
-#: Size of one chart and the margins of its plot area, in pixels.
-WIDTH, HEIGHT = 320, 170
-LEFT, RIGHT, TOP, BOTTOM = 48, 10, 8, 20
+#: Size of one chart and the margins of its plot area, in pixels (the bottom margin holds the
+#: x axis's tick labels and its name).
+WIDTH, HEIGHT = 320, 184
+LEFT, RIGHT, TOP, BOTTOM = 48, 10, 8, 34
+#: The x axis's name: a point's x is its step (or, logged without one, its number).
+X_LABEL = "step"
 
 Point = tuple[float, float]
 
@@ -178,9 +181,13 @@ def _svg(metric: str, lines: Sequence[Line]) -> str:
     for tick in x_ticks:
         x = sx(tick)
         parts.append(
-            f'<text x="{x:.1f}" y="{HEIGHT - 6}" text-anchor="middle" {label}>'
+            f'<text x="{x:.1f}" y="{HEIGHT - BOTTOM + 14}" text-anchor="middle" {label}>'
             f"{_tick_label(tick, x_step)}</text>"
         )
+    parts.append(
+        f'<text class="nb-accel-x-label" x="{LEFT + plot_w / 2:.1f}" y="{HEIGHT - 3}" '
+        f'text-anchor="middle" {label}>{X_LABEL}</text>'
+    )
     axis = 'stroke="currentColor" stroke-opacity="0.45"'
     bottom = HEIGHT - BOTTOM
     parts.append(f'<path d="M{LEFT},{TOP}V{bottom}H{WIDTH - RIGHT}" fill="none" {axis}/>')

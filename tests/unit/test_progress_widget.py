@@ -15,8 +15,12 @@ import traitlets
 from nb_accel._messages import BarState, MetricPoint, Report
 from nb_accel.launch.view import LaunchView
 from nb_accel.notebook.metrics_chart import (
+    BOTTOM,
+    HEIGHT,
     MAX_DRAWN_POINTS,
     SERIES_CLASS,
+    TOP,
+    WIDTH,
     downsample,
     nice_ticks,
     parse_series,
@@ -275,6 +279,17 @@ def test_chart_html_embeds_the_series_and_a_line_per_series() -> None:
     assert len(set(re.findall(r'stroke="(#[0-9a-f]{6})"', value))) == 2  # distinct colours
 
 
+def test_each_chart_names_its_x_axis_step_below_the_tick_labels() -> None:
+    view, _ = make()
+    view.report(report(0, metrics=((0, {"loss": 1.5, "acc": 0.5}), (10, {"loss": 1.2}))))
+    value = view.chart.widget.value
+    label = r'<text class="nb-accel-x-label"[^>]*\by="([\d.]+)"[^>]*>([^<]*)</text>'
+    names = re.findall(label, value)
+    assert [name for _, name in names] == ["step", "step"]  # one per chart
+    ticks = re.findall(r'<text x="[\d.]+" y="([\d.]+)" text-anchor="middle"[^>]*>10</text>', value)
+    assert ticks and all(float(y) < float(names[0][0]) <= HEIGHT for y in ticks)
+
+
 def test_series_json_is_escaped_inside_the_script_element() -> None:
     view, _ = make()
     view.report(report(0, metrics=((0, {"</script><b>x&y": 1.0}),)))
@@ -310,9 +325,9 @@ def test_single_and_constant_points_get_a_sensible_range() -> None:
     value = view.chart.widget.value
     for line in polylines(value):
         for x, y in line:
-            assert 0 <= x <= 320 and 0 <= y <= 170
+            assert 0 <= x <= WIDTH and TOP <= y <= HEIGHT - BOTTOM
     ys = {y for line in polylines(value) for _, y in line}
-    assert ys == {8 + (170 - 8 - 20) / 2}  # mid-height, not on an edge
+    assert ys == {TOP + (HEIGHT - TOP - BOTTOM) / 2}  # mid-height, not on an edge
     assert nice_ticks(0.0, 1.0, 5) == pytest.approx([0.0, 0.2, 0.4, 0.6, 0.8, 1.0])
     assert nice_ticks(0.0, 999.0, 5, integer=True) == [0, 200, 400, 600, 800]
     assert nice_ticks(0.0, 3.0, 5, integer=True) == [0, 1, 2, 3]
@@ -331,7 +346,7 @@ def test_ten_thousand_points_are_downsampled_for_drawing_only() -> None:
     kept = downsample(view.series["loss"])
     assert len(kept) <= MAX_DRAWN_POINTS and (7777, 5.0 + 1.0 / 7778) in kept  # the spike stays
     assert kept[0] == (0, 1.0) and kept[-1] == view.series["loss"][-1]
-    top = 8 + (170 - 8 - 20) * 0.05 / 1.1  # the plot's top, less the 5% margin
+    top = TOP + (HEIGHT - TOP - BOTTOM) * 0.05 / 1.1  # the plot's top, less the 5% margin
     assert min(y for _, y in line) == pytest.approx(top, abs=0.1)  # the spike is drawn
 
 
