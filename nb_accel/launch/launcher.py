@@ -62,17 +62,19 @@ def _run_group(
     workers: list[WorkerProcess] = []
     group: WorkerGroup | None = None
     succeeded = False
+    printer = OutputPrinter(plan.num_processes, prefix_output, view=view)
     try:
         start_workers(plan, store_dir, payload, workers)
-        printer = OutputPrinter(plan.num_processes, prefix_output)
-        group = WorkerGroup(workers, printer, plan.timeout_s, view)
+        group = WorkerGroup(
+            workers, printer, plan.timeout_s, printer.view, flush_output=printer.flush_due
+        )
         outcome = group.wait()
         succeeded = not isinstance(outcome, BaseException)
         return outcome
     finally:
-        view.finished(succeeded)
+        printer.view.finished(succeeded)  # the held output first
         if group is None:
-            group = WorkerGroup(workers, OutputPrinter(plan.num_processes), plan.timeout_s)
+            group = WorkerGroup(workers, printer, plan.timeout_s)
         group.stop(graceful=succeeded)
         shutil.rmtree(store_dir, ignore_errors=True)
 

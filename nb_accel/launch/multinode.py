@@ -153,8 +153,9 @@ def run_nodes(
     authkey = secrets.token_bytes(32)
     world = plan.num_processes * nodes.num_nodes
     first = global_rank(nodes.node_rank, 0, plan.num_processes)
-    node_view = NodeView(view, first, plan.num_processes)
-    events = NodeEvents(OutputPrinter(world, prefix_output), node_view, authkey)
+    printer = OutputPrinter(world, prefix_output, view=view)
+    view = printer.view  # the held output is written before each change of a rank's state
+    events = NodeEvents(printer, NodeView(view, first, plan.num_processes), authkey)
     log_dir = make_scratch_dir("nodes")
     args = NodeWorkerArgs(
         address=events.address,

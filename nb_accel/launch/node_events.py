@@ -17,9 +17,9 @@ import threading
 import time
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener, wait
-from typing import Any
 
 from .._messages import Event, Failure, Output, Report, Result, Started, decode
+from .output import OutputPrinter
 from .view import LaunchView
 
 __all__ = ["NodeEvents", "NodeView"]
@@ -79,7 +79,8 @@ class NodeEvents:
     """Listens for one node's workers and keeps what they report.
 
     Args:
-        on_output: called with each :class:`Output` event.
+        on_output: given each :class:`Output` event (and asked to write held-back output
+            whenever the loop wakes).
         view: told of starts, progress reports and failures.
         authkey: the secret the workers authenticate with.
 
@@ -87,7 +88,7 @@ class NodeEvents:
         address: where the workers connect.
     """
 
-    def __init__(self, on_output: Any, view: LaunchView, authkey: bytes) -> None:
+    def __init__(self, on_output: OutputPrinter, view: LaunchView, authkey: bytes) -> None:
         self.address = f"\0nb_accel-node-{os.getpid()}-{secrets.token_hex(8)}"
         self._authkey = authkey
         self._on_output = on_output
@@ -140,6 +141,8 @@ class NodeEvents:
             timeout = max(0.0, next_tick - time.monotonic())
             if self._closing.is_set():
                 timeout = 0.0
+            if (due := self._on_output.flush_due()) is not None:
+                timeout = min(timeout, due)
             ready = wait([*open_conns, self._wake_read], timeout)
             for item in ready:
                 if item == self._wake_read:

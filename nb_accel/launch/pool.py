@@ -60,13 +60,20 @@ class _PoolGroup(WorkerGroup):
     """The pool's workers; :class:`CellDone` events are collected per command."""
 
     def __init__(self, workers: list[WorkerProcess], timeout_s: float) -> None:
-        self.output: Callable[[Output], None] = lambda event: None
-        super().__init__(workers, self._emit, timeout_s)
+        #: Writes the output of the current command.
+        self.printer = OutputPrinter(1)
+        #: The one rank whose output is shown (``None``: every rank's).
+        self.shown: int | None = None
+        super().__init__(workers, self._emit, timeout_s, flush_output=self._flush_due)
         self.done: dict[int, CellDone] = {}
         self.cell = -1
 
     def _emit(self, event: Output) -> None:
-        self.output(event)
+        if self.shown is None or event.rank == self.shown:
+            self.printer(event)
+
+    def _flush_due(self) -> float | None:
+        return self.printer.flush_due()
 
     def _handle(self, event: Event) -> None:
         if isinstance(event, CellDone):
@@ -244,9 +251,9 @@ class WorkerPool:
         targets = self._targets(ranks)
         self._cell += 1
         group.cell, group.done = self._cell, {}
-        printer = OutputPrinter(self.world_size, prefix_output, from_first_line=all_output)
-        first = targets[0]
-        group.output = lambda e: printer(e) if all_output or e.rank == first else None
+        group.printer.flush()  # anything printed between two commands
+        printer = OutputPrinter(len(targets) if all_output else 1, prefix_output, view=view)
+        group.printer, group.shown = printer, None if all_output else targets[0]
         data = pickle.dumps(make_command(self._cell), protocol=pickle.HIGHEST_PROTOCOL)
         for rank in targets:
             try:
@@ -255,10 +262,12 @@ class WorkerPool:
                 group.note_exits()
                 self._died(group)
         try:
-            self._wait(group, targets, view, None)
+            self._wait(group, targets, printer.view, None)
         except KeyboardInterrupt:
-            self._interrupt(group, targets, view)
+            self._interrupt(group, targets, printer.view)
             raise
+        finally:
+            printer.flush()
         return self._outcome(group, targets)
 
     def _wait(

@@ -41,6 +41,8 @@ class WorkerGroup:
         timeout_s: the launch's collective timeout, quoted in timeout errors.
         view: told of starts, progress reports and failures as they arrive, and ticked about
             once a second.
+        flush_output: called whenever the loop wakes; writes held-back output when due and
+            returns the seconds until more is due (``None``: nothing held), which bounds the wait.
     """
 
     def __init__(
@@ -49,9 +51,11 @@ class WorkerGroup:
         on_output: Callable[[Output], None],
         timeout_s: float,
         view: LaunchView | None = None,
+        flush_output: Callable[[], float | None] | None = None,
     ) -> None:
         self.workers = workers
         self._on_output = on_output
+        self._flush_output = flush_output
         self._view = view
         self._next_tick = time.monotonic() + TICK_S
         self._timeout_s = timeout_s
@@ -125,6 +129,8 @@ class WorkerGroup:
                 self._next_tick = now + TICK_S
             until_tick = self._next_tick - now
             timeout = until_tick if timeout is None else min(timeout, until_tick)
+        if self._flush_output is not None and (due := self._flush_output()) is not None:
+            timeout = due if timeout is None else min(timeout, due)
         ready = wait(list(by_fd), timeout)
         exits = [by_fd[r] for r in ready if isinstance(r, int)]
         for item in ready:

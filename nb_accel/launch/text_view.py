@@ -21,6 +21,8 @@ __all__ = ["TextView"]
 
 #: A rank with no report for this long is reported as stalled once (seconds).
 STALL_AFTER_S = 60.0
+#: Width of the bar line on a terminal (characters).
+BAR_WIDTH = 100
 
 
 def _whole(value: float) -> float | int:
@@ -59,6 +61,7 @@ class TextView:
         self._last_draw = -float("inf")
         self._drawn = ""  # the bar line as last written (terminal) or logged
         self._line_open = False
+        self._held = False  # printed output left its line unfinished: no bar until it ends
         self._last_report: dict[int, float] = {}
         self._stall_noted: set[int] = set()
         self._done: set[int] = set()
@@ -84,7 +87,7 @@ class TextView:
                 _whole(bar.n),
                 _whole(total) if total is not None else None,
                 bar.elapsed,
-                ncols=100 if self._tty else None,
+                ncols=BAR_WIDTH if self._tty else None,
                 prefix=bar.desc,
                 unit=bar.unit,
                 rate=bar.rate,
@@ -100,23 +103,43 @@ class TextView:
             pass  # a closed stream must not break the launch
 
     def _end_line(self) -> None:
-        if self._line_open:
+        if self._line_open or (self._held and self._tty):
             self._write("\n")
-            self._line_open = False
+            self._line_open = self._held = False
 
     def _draw(self, force: bool = False) -> None:
         now = self._clock()
         if not force and now - self._last_draw < self._interval:
             return
+        if self._held:
+            if not force:
+                return
+            self._end_line()  # a final bar goes below the unfinished printed line
+            self._held = False
         line = self._line()
         if not line or line == self._drawn:
             return
         self._last_draw, self._drawn = now, line
         if self._tty:
-            self._write("\r" + line.ljust(100))
+            self._write("\r" + line.ljust(BAR_WIDTH))
             self._line_open = True
         else:
             self._write(line + "\n")
+
+    def clear_bar(self) -> None:
+        """Printed output follows: on a terminal, erase the bar and leave the cursor at the
+        start of its line; no bar is drawn until :meth:`redraw_bar`."""
+        self._held = True
+        if self._tty and self._line_open:
+            self._write("\r" + " " * max(BAR_WIDTH, len(self._drawn)) + "\r")
+            self._line_open = False
+            self._drawn = ""
+
+    def redraw_bar(self) -> None:
+        """Printed output ended with a complete line: the bar goes below it (on a terminal at
+        once; in a log when due)."""
+        self._held = False
+        self._draw(force=self._tty)
 
     def report(self, event: Report) -> None:
         """Keep rank 0's bars and metrics; redraw when due."""

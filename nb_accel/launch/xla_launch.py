@@ -238,6 +238,7 @@ def _watch(reader: Any, spawner: _Spawner, watch: _Watch) -> None:
     while spawner.is_alive() or reader.poll(0):
         if reader.poll(0.05):
             watch.handle(decode(reader.recv_bytes()))
+        watch.printer.flush_due()
         if time.monotonic() >= next_tick:
             watch.view.tick()
             next_tick = time.monotonic() + TICK_S
@@ -329,7 +330,8 @@ def launch_xla(
         "NB_ACCEL_GRADIENT_ACCUMULATION_STEPS": str(config.gradient_accumulation_steps),
     }
     view = _make_view(_describe(count, precision), count, show_progress, all_ranks_metrics)
-    watch = _Watch(OutputPrinter(count, prefix_output), view)
+    printer = OutputPrinter(count, prefix_output, view=view)
+    watch = _Watch(printer, printer.view)  # held output is written before a change of state
     nprocs = 1 if num_processes == 1 else None
     outcome = _run(xmp, (payload, settings, os.getpid()), nprocs, watch, count)
     if isinstance(outcome, BaseException):

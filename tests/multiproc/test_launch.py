@@ -115,12 +115,9 @@ def test_launch_line_and_worker_output_reach_the_caller(capsys: pytest.CaptureFi
     out = capsys.readouterr().out
     lines = out.splitlines()
     assert lines[0] == "Launching 2 processes on CPU (gloo; fork)"
-    # Lines are prefixed once a second rank has printed: only the first rank's first lines
-    # may come without one.
-    first = lines[1]
-    assert first in ("hello from 0", "hello from 1")
-    other = "1" if first.endswith("0") else "0"
-    assert f"[rank {other}] hello from {other}" in out
+    # With more than one rank every line is prefixed, from the first on.
+    assert lines[1] in ("[rank 0] hello from 0", "[rank 1] hello from 1")
+    assert "[rank 0] hello from 0" in lines and "[rank 1] hello from 1" in lines
     assert out.count("partial") == 2
     assert all(line.count("hello from") <= 1 for line in lines)  # ranks never share a line
     assert all(line.count("partial") <= 1 for line in lines)
@@ -132,8 +129,10 @@ def only_rank_0_prints() -> None:
         print("loss 0.4")
 
 
-def test_output_of_rank_0_alone_is_not_prefixed(capsys: pytest.CaptureFixture[str]) -> None:
+def test_output_is_prefixed_from_the_first_line(capsys: pytest.CaptureFixture[str]) -> None:
     notebook_launcher(only_rank_0_prints, num_processes=2)
+    assert capsys.readouterr().out.splitlines()[1:] == ["[rank 0] loss 0.5", "[rank 0] loss 0.4"]
+    notebook_launcher(only_rank_0_prints, num_processes=1)
     assert capsys.readouterr().out.splitlines()[1:] == ["loss 0.5", "loss 0.4"]
 
 

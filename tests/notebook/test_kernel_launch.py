@@ -43,9 +43,8 @@ def test_function_defined_in_a_cell_runs_and_errors_keep_their_type() -> None:
         for o in notebook.cells[0].outputs
     )
     assert "Launching 2 processes on CPU (gloo; fork)" in launch_out
-    # Both ranks print, so lines are prefixed once the second rank has printed.
-    assert "rank 0 sum 3.0" in launch_out and "rank 1 sum 3.0" in launch_out
-    assert "[rank 0] rank 0 sum 3.0" in launch_out or "[rank 1] rank 1 sum 3.0" in launch_out
+    # Two ranks: every line carries its rank, from the first on.
+    assert "[rank 0] rank 0 sum 3.0" in launch_out and "[rank 1] rank 1 sum 3.0" in launch_out
     assert "results: [6.0, 6.0]" in launch_out
     error = next(o for o in notebook.cells[1].outputs if o.output_type == "error")
     assert error.ename == "ShapeMismatch"

@@ -1,0 +1,85 @@
+"""Heavy worker output in a real kernel: a few stream messages, every line once, in order."""
+
+from __future__ import annotations
+
+import queue
+import time
+from typing import Any
+
+import pytest
+from jupyter_client.blocking import BlockingKernelClient
+from kernel_driver import CELL_TIMEOUT_S, running_kernel, start_cell
+
+LINES = 3000
+
+CHATTY = f"""
+from nb_accel import notebook_launcher
+
+def chatty():
+    import torch.distributed as dist
+    rank = dist.get_rank()
+    for i in range({LINES}):
+        print(f"line {{i}} of rank {{rank}}")
+
+notebook_launcher(chatty, num_processes=2);
+"""
+
+LAST_WORDS = """
+def last_words():
+    import torch.distributed as dist
+    print("before the error")
+    if dist.get_rank() == 1:
+        raise ValueError("bad batch")
+
+notebook_launcher(last_words, num_processes=2)
+"""
+
+
+def iopub_messages(client: BlockingKernelClient, msg_id: str) -> list[dict[str, Any]]:
+    """Every iopub message of the cell ``msg_id``, until the kernel is idle again."""
+    messages = []
+    deadline = time.monotonic() + CELL_TIMEOUT_S
+    while time.monotonic() < deadline:
+        try:
+            message = client.get_iopub_msg(timeout=1)
+        except queue.Empty:
+            continue
+        if message["parent_header"].get("msg_id") != msg_id:
+            continue
+        messages.append(message)
+        if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+            return messages
+    raise TimeoutError(f"cell did not finish within {CELL_TIMEOUT_S} s")
+
+
+def stream_text(messages: list[dict[str, Any]], name: str) -> str:
+    return "".join(
+        m["content"]["text"]
+        for m in messages
+        if m["msg_type"] == "stream" and m["content"]["name"] == name
+    )
+
+
+@pytest.mark.timeout(180)
+def test_thousands_of_lines_arrive_in_few_messages_each_once_in_order() -> None:
+    with running_kernel() as (_, client):
+        messages = iopub_messages(client, start_cell(client, CHATTY))
+        streams = [m for m in messages if m["msg_type"] == "stream"]
+        assert not [m for m in messages if m["msg_type"] == "error"]
+        assert len(streams) < 100, f"{len(streams)} stream messages for {2 * LINES} lines"
+        lines = stream_text(messages, "stdout").splitlines()
+        for rank in (0, 1):
+            mine = [line for line in lines if line.startswith(f"[rank {rank}] ")]
+            assert mine == [f"[rank {rank}] line {i} of rank {rank}" for i in range(LINES)]
+        assert len(lines) == 2 * LINES  # nothing else, nothing twice
+
+
+@pytest.mark.timeout(180)
+def test_output_printed_before_a_failure_comes_before_the_error() -> None:
+    with running_kernel() as (_, client):
+        start_cell(client, "from nb_accel import notebook_launcher")
+        messages = iopub_messages(client, start_cell(client, LAST_WORDS))
+        kinds = [m["msg_type"] for m in messages]
+        assert "error" in kinds
+        text = stream_text(messages[: kinds.index("error")], "stdout")
+        assert "[rank 0] before the error" in text and "[rank 1] before the error" in text
