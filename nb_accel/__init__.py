@@ -14,8 +14,10 @@ from .errors import (
     WorkerFailure,
 )
 from .launch import debug_launcher, notebook_launcher
+from .launch.user_errors import register_traceback_renderer
 from .launch.view import register_view_factory
 from .notebook.launch_view import notebook_view
+from .notebook.tracebacks import render as render_traceback
 from .runtime.accelerator import Accelerator
 from .runtime.loaders import (
     DataLoaderDispatcher,
@@ -39,6 +41,7 @@ from .runtime.state import AcceleratorState, DistributedType, GradientState, Par
 __version__ = "0.1.0"
 
 register_view_factory(notebook_view)
+register_traceback_renderer(render_traceback)
 
 
 def __getattr__(name: str) -> object:

@@ -130,11 +130,13 @@ Event = Started | Output | Result | Failure | Report | CellDone
 @dataclass(frozen=True)
 class Execute:
     """Kernel to persistent worker: run ``code`` in the worker's namespace; with
-    ``want_value`` send back the value of its last expression."""
+    ``want_value`` send back the value of its last expression. ``name`` is the cell's name in
+    tracebacks (the notebook's ``In[7]``)."""
 
     cell: int
     code: str
     want_value: bool = False
+    name: str = ""
 
 
 @dataclass(frozen=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pickle
 import signal
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from .._messages import Failure
 from ..errors import (
@@ -15,7 +16,15 @@ from ..errors import (
     WorkerFailure,
 )
 
-__all__ = ["failure_from_event", "died_failure", "build_exception"]
+__all__ = [
+    "failure_from_event",
+    "died_failure",
+    "looks_like_consequence",
+    "Verdict",
+    "judge",
+    "rank_list",
+    "build_exception",
+]
 
 _CONSEQUENCE_MARKERS = ("connection closed by peer", "connection reset", "broken pipe", "went away")
 
@@ -61,13 +70,55 @@ def died_failure(rank: int, pid: int, exitcode: int | None) -> WorkerFailure:
     return WorkerFailure(rank, "exit", message, "", exitcode=exitcode)
 
 
-def _is_consequence(failure: WorkerFailure, timeout_ranks: set[int]) -> bool:
-    """Errors that usually follow another rank's failure rather than cause it."""
+def looks_like_consequence(failure: WorkerFailure, is_timeout: bool) -> bool:
+    """True for errors that usually follow another rank's failure rather than cause it: a
+    collective that timed out, or a connection a peer closed by going away."""
     text = failure.message.lower()
-    return failure.rank in timeout_ranks or any(m in text for m in _CONSEQUENCE_MARKERS)
+    return is_timeout or any(m in text for m in _CONSEQUENCE_MARKERS)
 
 
-def _rank_list(ranks: Sequence[int]) -> str:
+@dataclass(frozen=True)
+class Verdict:
+    """The failures of a launch, sorted: the root cause (one error, on one or more ranks),
+    the knock-on failures it caused, and other independent failures (grouped by error)."""
+
+    root: list[WorkerFailure]
+    consequences: list[WorkerFailure]
+    others: list[list[WorkerFailure]]
+    timed_out: bool = False
+
+    @property
+    def root_ranks(self) -> list[int]:
+        """The ranks the root cause was raised on."""
+        return sorted(f.rank for f in self.root)
+
+    def stop_reason(self) -> str:
+        """What a knock-on failure's rank is shown as stopped by (``"rank 1 failed"``)."""
+        return f"{rank_list(self.root_ranks)} failed"
+
+
+def judge(ordered: Sequence[WorkerFailure], timeout_ranks: set[int]) -> Verdict:
+    """Sort ``ordered`` (arrival order) into root cause, consequences and other failures.
+
+    A worker killed by a signal comes first (every other error can follow from it); then the
+    first error that does not look like a consequence; when every error looks like one, the
+    first to arrive is the root cause (a true collective timeout, a real network problem).
+    """
+    deaths = [f for f in ordered if f.signal_name]
+    causes = [f for f in ordered if not looks_like_consequence(f, f.rank in timeout_ranks)]
+    first = (deaths or causes or list(ordered))[0]
+    groups = _group(list(ordered))
+    root = next(g for g in groups if first in g)
+    if not deaths and not causes:  # every error looks like a consequence of another
+        timed_out = first.rank in timeout_ranks
+        return Verdict(root, [], [g for g in groups if g is not root], timed_out)
+    consequences = [f for f in ordered if f not in root and not f.signal_name and f not in causes]
+    others = [[f for f in g if f not in consequences] for g in groups if g is not root]
+    return Verdict(root, consequences, [g for g in others if g])
+
+
+def rank_list(ranks: Sequence[int]) -> str:
+    """``"rank 1"`` or ``"ranks 0, 2"``."""
     ranks = sorted(ranks)
     return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
 
@@ -85,7 +136,7 @@ def _group(failures: list[WorkerFailure]) -> list[list[WorkerFailure]]:
 
 
 def _others_summary(groups: list[list[WorkerFailure]]) -> str:
-    lines = [f"  {_rank_list([f.rank for f in g])}: {g[0].first_line}" for g in groups]
+    lines = [f"  {rank_list([f.rank for f in g])}: {g[0].first_line}" for g in groups]
     return ("Other failures:\n" + "\n".join(lines)) if lines else ""
 
 
@@ -97,9 +148,9 @@ def _timeout_error(
     detail = "; ".join(f"rank {r} {status.get(r, 'was still running')}" for r in missing)
     if len(missing) == 1:
         detail = status.get(missing[0], "was still running")
-    absent = f" {_rank_list(missing).capitalize()} did not arrive ({detail})." if missing else ""
+    absent = f" {rank_list(missing).capitalize()} did not arrive ({detail})." if missing else ""
     message = (
-        f"A collective timed out after {timeout_s:g} s on {_rank_list(timed_out)} of {world_size}."
+        f"A collective timed out after {timeout_s:g} s on {rank_list(timed_out)} of {world_size}."
         f"{absent} Make sure every rank calls the same collectives in the same order, or raise "
         f"`timeout=` if the work between two collectives legitimately takes longer."
     )
@@ -112,7 +163,7 @@ def _decorate(
     """Attach the worker traceback (as the cause), the ranks (as a note) and every record."""
     ranks = [f.rank for f in root]
     if root[0].traceback:
-        header = f"Traceback from {_rank_list(ranks)} (worker side):\n"
+        header = f"Traceback from {rank_list(ranks)} (worker side):\n"
         error.__cause__ = RemoteTraceback(header + root[0].traceback.rstrip())
     if hasattr(error, "add_note"):
         error.add_note(note)
@@ -139,28 +190,40 @@ def build_exception(
         status: for ranks that did not fail, what they did ("had already returned", ...).
         timeout_s: the launch's collective timeout.
     """
-    deaths = [f for f in ordered if f.signal_name]
-    causes = [f for f in ordered if not f.signal_name and not _is_consequence(f, timeout_ranks)]
-    first = (deaths or causes or ordered)[0]
-    groups = _group(ordered)
-    root = next(g for g in groups if first in g)
-    ranks = [f.rank for f in root]
-    summary = _others_summary([g for g in groups if g is not root])
-    if first.rank in timeout_ranks and not deaths and not causes:
+    verdict = judge(ordered, timeout_ranks)
+    root, first = verdict.root, verdict.root[0]
+    ranks = verdict.root_ranks
+    summary = _others_summary(verdict.others)
+    if verdict.timed_out:
         return _timeout_error(root, world_size, status, timeout_s)
+    knock_on = _knock_on(verdict)
     if first.signal_name or first.type_name == "exit":
-        text = first.message + (f" (same on {_rank_list(ranks)})" if len(ranks) > 1 else "")
-        return WorkerDiedError(text + ("\n" + summary if summary else ""), ordered)
+        text = first.message + (f" (same on {rank_list(ranks)})" if len(ranks) > 1 else "")
+        text += "".join("\n" + part for part in (knock_on, summary) if part)
+        return WorkerDiedError(text, ordered)
     error: BaseException = first.exception or WorkerError(
-        f"{first.first_line} (on {_rank_list(ranks)}; the exception could not be "
+        f"{first.first_line} (on {rank_list(ranks)}; the exception could not be "
         "moved to the kernel, so it is re-raised as WorkerError)",
         ordered,
     )
-    note = f"Raised on {_rank_list(ranks)} of {world_size}"
+    note = f"Raised on {rank_list(ranks)} of {world_size}"
     note += f" (host {first.host})" if first.host else ""
     note += " (identical on each)" if len(ranks) > 1 else ""
     failed = {f.rank for f in ordered}
     bystanders = [f"rank {r} {status[r]}" for r in sorted(status) if r not in failed]
-    if bystanders and not causes:
+    if bystanders and looks_like_consequence(first, first.rank in timeout_ranks):
         note += "; " + ", ".join(bystanders) + " (every rank must call the same collectives)"
-    return _decorate(error, root, note + ("\n" + summary if summary else ""), ordered)
+    for part in (knock_on, summary):
+        if part:
+            note += "\n" + part
+    return _decorate(error, root, note, ordered)
+
+
+def _knock_on(verdict: Verdict) -> str:
+    """A line naming the ranks that stopped because of the root cause (their errors, a lost
+    connection or a timeout, are not shown)."""
+    ranks = sorted({f.rank for f in verdict.consequences} - set(verdict.root_ranks))
+    if not ranks:
+        return ""
+    verb = "was" if len(ranks) == 1 else "were"
+    return f"{rank_list(ranks).capitalize()} {verb} stopped by this failure."

@@ -12,12 +12,13 @@ from .defaults import node_plan_with_defaults, plan_with_defaults
 from .multinode import run_nodes
 from .nodes import NodePlan
 from .output import OutputPrinter
-from .payload import make_payload
+from .payload import check_arguments, make_payload
 from .plan import LaunchPlan
 from .processes import WorkerProcess, multiprocessing_helpers
 from .scratch import make_scratch_dir
 from .supervisor import WorkerGroup
 from .text_view import TextView
+from .user_errors import USER_ERRORS, for_the_user
 from .view import LaunchView, NullView, view_factory
 from .workers import start_workers
 from .xla_launch import launch_xla, xla_requested
@@ -79,7 +80,7 @@ def _run_group(
         shutil.rmtree(store_dir, ignore_errors=True)
 
 
-def _check_call(function: object, args: object) -> None:
+def _check_call(function: object, args: object, kwargs: object) -> None:
     if not callable(function):
         raise TypeError(f"function must be callable, got {type(function).__name__}")
     if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
@@ -87,6 +88,9 @@ def _check_call(function: object, args: object) -> None:
             f"args must be a tuple of arguments, got {type(args).__name__}; "
             "for a single argument write args=(value,)"
         )
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise TypeError(f"kwargs must be a dict of keyword arguments, got {type(kwargs).__name__}")
+    check_arguments(function, args, kwargs or {})
 
 
 def notebook_launcher(
@@ -170,33 +174,38 @@ def notebook_launcher(
             ``CollectiveTimeoutError`` when a collective exceeded ``timeout``.
         KeyboardInterrupt: the kernel was interrupted; every worker is stopped first.
     """
-    _check_call(function, args)
-    if cpu is not True and xla_requested():  # a TPU runtime: torch_xla's xmp.spawn
-        return launch_xla(
-            function,
-            args,
-            kwargs,
-            num_processes=num_processes,
-            mixed_precision=mixed_precision,
-            start_method=start_method,
-            prefix_output=prefix_output,
-            show_progress=show_progress,
-            all_ranks_metrics=all_ranks_metrics,
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
+    try:
+        _check_call(function, args, kwargs)
+        if cpu is not True and xla_requested():  # a TPU runtime: torch_xla's xmp.spawn
+            outcome = launch_xla(
+                function,
+                args,
+                kwargs,
+                num_processes=num_processes,
+                mixed_precision=mixed_precision,
+                start_method=start_method,
+                prefix_output=prefix_output,
+                show_progress=show_progress,
+                all_ranks_metrics=all_ranks_metrics,
+            )
+            return outcome
+        config = load_config()
+        if rdzv_endpoint is None and master_addr is not None and use_port is not None:
+            rdzv_endpoint = f"{master_addr}:{use_port}"
+        nodes = node_plan_with_defaults(
+            config, num_nodes, node_rank, rdzv_endpoint, rdzv_backend, max_restarts, rdzv_timeout
         )
-    config = load_config()
-    if rdzv_endpoint is None and master_addr is not None and use_port is not None:
-        rdzv_endpoint = f"{master_addr}:{use_port}"
-    nodes = node_plan_with_defaults(
-        config, num_nodes, node_rank, rdzv_endpoint, rdzv_backend, max_restarts, rdzv_timeout
-    )
-    plan = plan_with_defaults(
-        num_processes, mixed_precision, start_method, timeout, cpu, config, single_node=False
-    )
-    payload = make_payload(function, args, kwargs or {})
-    view = _make_view(plan, nodes, show_progress, all_ranks_metrics)
-    outcome = _run(plan, nodes, payload, prefix_output, view)
+        plan = plan_with_defaults(
+            num_processes, mixed_precision, start_method, timeout, cpu, config, single_node=False
+        )
+        payload = make_payload(function, args, kwargs or {})
+        view = _make_view(plan, nodes, show_progress, all_ranks_metrics)
+        outcome = _run(plan, nodes, payload, prefix_output, view)
+    except USER_ERRORS as error:  # ours to explain: shown from here, without our frames
+        raise for_the_user(error)  # noqa: B904 - the error itself, its own cause kept
     if isinstance(outcome, BaseException):
-        raise outcome  # the worker's exception; its worker-side traceback is its __cause__
+        raise for_the_user(outcome)  # a worker's exception; its worker traceback is the cause
     return outcome
 
 
@@ -204,4 +213,5 @@ def debug_launcher(
     function: Callable[..., Any], args: Sequence[Any] = (), num_processes: int = 2
 ) -> list[Any]:
     """Run ``function`` on ``num_processes`` CPU processes (gloo): for tests and debugging."""
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
     return notebook_launcher(function, args, num_processes, cpu=True)

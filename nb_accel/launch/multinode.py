@@ -26,7 +26,7 @@ from .._openmp import release_openmp_threads
 from ..errors import LaunchError, WorkerFailure
 from ..runtime.node_worker import NodeWorkerArgs, global_rank, node_worker_main
 from .elastic_agent import launch_config, run_agent
-from .failures import build_exception, died_failure, failure_from_event
+from .failures import died_failure
 from .node_events import NodeEvents, NodeView
 from .nodes import NodePlan
 from .output import OutputPrinter
@@ -124,21 +124,17 @@ def _outcome(
     """This node's ranks' results, or the exception to raise."""
     world = plan.num_processes * nodes.num_nodes
     ranks = [global_rank(nodes.node_rank, i, plan.num_processes) for i in range(plan.num_processes)]
-    if not failures and all(rank in events.results for rank in ranks):
+    log = events.failures
+    if not failures and not log and all(rank in events.results for rank in ranks):
         return [pickle.loads(events.results[rank]) for rank in ranks]
-    records: list[WorkerFailure] = []
-    timeouts: set[int] = set()
-    for event in events.failures:
-        record, is_timeout = failure_from_event(event)
-        records.append(record)
-        if is_timeout:
-            timeouts.add(record.rank)
-    if not records and failures:
-        records = _failed_workers(failures, plan, nodes)
-    if not records:
+    if not log and failures:
+        for record in _failed_workers(failures, plan, nodes):
+            log.add(record)
+    if not log:
         return LaunchError("the workers ended without reporting a result")
+    log.settle()
     status = {rank: "had already returned" for rank in ranks if rank in events.results}
-    return build_exception(records, timeouts, world, status, plan.timeout_s)
+    return log.exception(world, status, plan.timeout_s)
 
 
 def run_nodes(

@@ -19,6 +19,8 @@ from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener, wait
 
 from .._messages import Event, Failure, Output, Report, Result, Started, decode
+from ..errors import WorkerFailure
+from .failure_log import FailureLog
 from .output import OutputPrinter
 from .view import LaunchView
 
@@ -99,7 +101,8 @@ class NodeEvents:
         self._attempt_of: dict[Connection, int] = {}
         self._attempt = 0
         self.results: dict[int, bytes] = {}
-        self.failures: list[Failure] = []
+        #: This attempt's failures (the view shows the root cause as failed, the rest stopped).
+        self.failures = FailureLog(view)
         #: Whether any worker has started (so the rendezvous was reached).
         self.started = False
         self._closing = threading.Event()
@@ -179,7 +182,7 @@ class NodeEvents:
             if event.attempt > self._attempt:
                 self._attempt = event.attempt
                 self.results.clear()
-                self.failures.clear()
+                self.failures = FailureLog(self._view)
             self._view.started(event.rank, event.pid)
             return
         if self._attempt_of.get(conn, -1) != self._attempt:
@@ -189,16 +192,11 @@ class NodeEvents:
         elif isinstance(event, Result):
             self.results[event.rank] = event.data
         elif isinstance(event, Failure):
-            if not any(self._same(event, seen) for seen in self.failures):
-                self.failures.append(event)
-                self._view.failed(
-                    event.rank,
-                    f"{event.type_name.rsplit('.', 1)[-1]}: "
-                    f"{(event.message.strip().splitlines() or [''])[0]}",
-                )
+            if not any(self._same(event, seen) for seen in self.failures.records):
+                self.failures.add_event(event)
 
     @staticmethod
-    def _same(a: Failure, b: Failure) -> bool:
+    def _same(a: Failure, b: WorkerFailure) -> bool:
         return (a.rank, a.type_name, a.message) == (b.rank, b.type_name, b.message)
 
     def close(self) -> None:

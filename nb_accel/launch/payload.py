@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+import inspect
 import pickle
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
 
-__all__ = ["make_payload"]
+__all__ = ["check_arguments", "make_payload"]
 
 
 def _name_of(function: Callable[..., Any]) -> str:
@@ -34,6 +35,32 @@ def _culprit(function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[
     return "the payload"
 
 
+def check_arguments(
+    function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
+) -> None:
+    """Raise ``TypeError`` in the kernel when ``function`` cannot take ``args`` and ``kwargs``
+    (a missing argument, one too many, an unknown keyword), before any worker starts.
+    Functions whose signature cannot be read are let through."""
+    try:
+        signature = inspect.signature(function)
+    except (TypeError, ValueError):
+        return
+    try:
+        signature.bind(*args, **kwargs)
+    except TypeError as exc:
+        given = f"{len(args)} positional argument{'s' if len(args) != 1 else ''}"
+        if kwargs:
+            given += " and keywords " + ", ".join(map(repr, kwargs))
+        plain = signature.replace(
+            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+            return_annotation=signature.empty,
+        )
+        raise TypeError(
+            f"{_name_of(function)}{plain} cannot be called with {given}: {exc}. "
+            "Pass its arguments as `args=(...)` and `kwargs={...}`; nothing was started."
+        ) from None
+
+
 def make_payload(
     function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
 ) -> bytes:
@@ -42,9 +69,9 @@ def make_payload(
         return cloudpickle.dumps(
             (function, tuple(args), dict(kwargs)), protocol=pickle.HIGHEST_PROTOCOL
         )
-    except Exception as exc:
+    except Exception as exc:  # noqa: BLE001 - any pickling error means "cannot travel"
         raise TypeError(
             f"notebook_launcher cannot send {_culprit(function, args, kwargs)} to the workers: "
             f"{type(exc).__name__}: {exc}. Objects such as open files, locks, sockets, threads "
             "and generators cannot be pickled; create them inside the launched function instead."
-        ) from exc
+        ) from None

@@ -99,11 +99,11 @@ class _PoolGroup(WorkerGroup):
 
     def dead_ranks(self) -> list[int]:
         """Ranks whose worker has exited (or reported a failure outside a command)."""
-        return sorted({f.rank for f in self._failures} | self._exited)
+        return sorted(self._failures.ranks | self._exited)
 
     def watch(self, view: LaunchView | None, timeout: float | None) -> None:
         """Wait for events (or ``timeout``) and handle them."""
-        self._view = view
+        self._view = self._failures.view = view
         self._watch_once(timeout)
 
 
@@ -284,7 +284,7 @@ class WorkerPool:
         return True
 
     def _died(self, group: _PoolGroup) -> None:
-        error = build_exception(group._failures, set(), self.world_size, {}, self.plan.timeout_s)
+        error = group._failures.exception(self.world_size, {}, self.plan.timeout_s)
         self.stop(graceful=False)
         if isinstance(error, WorkerDiedError) and hasattr(error, "add_note"):
             error.add_note("The pool is stopped: %distributed restart starts it again.")
@@ -325,10 +325,12 @@ class WorkerPool:
         code: str,
         ranks: Sequence[int] | None = None,
         want_value: bool = False,
+        name: str = "",
         **options: Any,
     ) -> dict[int, CellDone]:
-        """Run ``code`` on ``ranks`` (default: every rank); see :meth:`run` for ``options``."""
-        return self.run(lambda cell: Execute(cell, code, want_value), ranks, **options)
+        """Run ``code`` on ``ranks`` (default: every rank); ``name`` names it in tracebacks
+        (``In[7]``); see :meth:`run` for ``options``."""
+        return self.run(lambda cell: Execute(cell, code, want_value, name), ranks, **options)
 
     def push(self, values: dict[str, Any], ranks: Sequence[int] | None = None) -> None:
         """Set ``values`` as variables on ``ranks`` (cloudpickled, so functions and classes

@@ -15,8 +15,9 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from .._messages import Event, Failure, Output, Report, Result, Started, decode
-from ..errors import LaunchError, WorkerFailure
-from .failures import build_exception, died_failure, failure_from_event
+from ..errors import LaunchError
+from .failure_log import FailureLog
+from .failures import died_failure
 from .processes import WorkerProcess
 from .view import LaunchView
 
@@ -60,8 +61,7 @@ class WorkerGroup:
         self._next_tick = time.monotonic() + TICK_S
         self._timeout_s = timeout_s
         self._results: dict[int, bytes] = {}
-        self._failures: list[WorkerFailure] = []
-        self._timeout_ranks: set[int] = set()
+        self._failures = FailureLog(view)
         self._exited: set[int] = set()
         self._open = {w.rank: w for w in workers}
         self._stopped = False
@@ -70,9 +70,6 @@ class WorkerGroup:
     def world_size(self) -> int:
         """Number of ranks."""
         return len(self.workers)
-
-    def _failed_ranks(self) -> set[int]:
-        return {f.rank for f in self._failures}
 
     def _handle(self, event: Event) -> None:
         if isinstance(event, Output):
@@ -83,17 +80,9 @@ class WorkerGroup:
         elif isinstance(event, Result):
             self._results[event.rank] = event.data
         elif isinstance(event, Failure):
-            record, is_timeout = failure_from_event(event)
-            self._add_failure(record)
-            if is_timeout:
-                self._timeout_ranks.add(event.rank)
+            self._failures.add_event(event)
         elif isinstance(event, Started) and self._view is not None:
             self._view.started(event.rank, event.pid)
-
-    def _add_failure(self, record: WorkerFailure) -> None:
-        self._failures.append(record)
-        if self._view is not None:
-            self._view.failed(record.rank, record.first_line)
 
     def _drain(self, worker: WorkerProcess) -> None:
         """Read every event waiting on ``worker``'s connection; close it at end of stream."""
@@ -107,11 +96,11 @@ class WorkerGroup:
         self._drain(worker)
         self._open.pop(worker.rank, None)
         self._exited.add(worker.rank)
-        if worker.rank not in self._results and worker.rank not in self._failed_ranks():
-            self._add_failure(died_failure(worker.rank, worker.pid, worker.poll()))
+        if worker.rank not in self._results and worker.rank not in self._failures.ranks:
+            self._failures.add(died_failure(worker.rank, worker.pid, worker.poll()))
 
     def _settled(self, rank: int) -> bool:
-        return rank in self._results or rank in self._failed_ranks() or rank in self._exited
+        return rank in self._results or rank in self._failures.ranks or rank in self._exited
 
     def _watch_once(self, timeout: float | None) -> None:
         by_fd: dict[Any, WorkerProcess] = {}
@@ -159,6 +148,7 @@ class WorkerGroup:
                 break
             self._watch_once(remaining)
         if self._failures:
+            self._failures.settle()
             self.stop()
             return self._exception()
         return [self._load_result(rank) for rank in range(self.world_size)]
@@ -177,11 +167,9 @@ class WorkerGroup:
         for rank in range(self.world_size):
             if rank in self._results:
                 status[rank] = "had already returned"
-        for failure in self._failures:
+        for failure in self._failures.records:
             status.setdefault(failure.rank, f"failed with {failure.first_line}")
-        return build_exception(
-            self._failures, self._timeout_ranks, self.world_size, status, self._timeout_s
-        )
+        return self._failures.exception(self.world_size, status, self._timeout_s)
 
     def _wait_exits(self, grace: float) -> None:
         deadline = time.monotonic() + grace

@@ -24,8 +24,8 @@ from typing import Any
 
 from .._messages import Event, Failure, Output, Report, Result, Started, decode
 from ..config import load_config
-from ..errors import LaunchError, WorkerDiedError, WorkerFailure
-from .failures import build_exception, failure_from_event
+from ..errors import LaunchError, WorkerDiedError
+from .failure_log import FailureLog
 from .output import OutputPrinter
 from .payload import make_payload
 from .text_view import TextView
@@ -154,8 +154,7 @@ class _Watch:
         self.printer = printer
         self.view = view
         self.results: dict[int, bytes] = {}
-        self.failures: list[WorkerFailure] = []
-        self.timeout_ranks: set[int] = set()
+        self.failures = FailureLog(view)
 
     def handle(self, event: Event) -> None:
         """Act on one event from a worker."""
@@ -168,11 +167,7 @@ class _Watch:
         elif isinstance(event, Result):
             self.results[event.rank] = event.data
         elif isinstance(event, Failure):
-            record, is_timeout = failure_from_event(event)
-            self.failures.append(record)
-            self.view.failed(record.rank, record.first_line)
-            if is_timeout:
-                self.timeout_ranks.add(event.rank)
+            self.failures.add_event(event)
 
 
 class _Spawner(threading.Thread):
@@ -247,9 +242,10 @@ def _watch(reader: Any, spawner: _Spawner, watch: _Watch) -> None:
 def _outcome(watch: _Watch, spawner: _Spawner, expected: int) -> list[Any] | BaseException:
     """The results in rank order, or the exception the kernel raises."""
     if watch.failures:
-        world = max(expected, *(f.rank + 1 for f in watch.failures), len(watch.results))
+        world = max(expected, *(rank + 1 for rank in watch.failures.ranks), len(watch.results))
         status = {rank: "had already returned" for rank in watch.results}
-        return build_exception(watch.failures, watch.timeout_ranks, world, status, 0.0)
+        watch.failures.settle()
+        return watch.failures.exception(world, status, 0.0)
     if spawner.error is not None and not isinstance(spawner.error, BrokenProcessPool):
         return spawner.error  # torch_xla itself failed (its own exception, as it raised it)
     ranks = sorted(watch.results)

@@ -19,6 +19,7 @@ The line magic manages the pool and moves values: ``%distributed start -n 2``, `
 from __future__ import annotations
 
 import atexit
+import re
 from typing import Any
 
 import cloudpickle
@@ -27,7 +28,9 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .._messages import CellDone, Report
+from ..errors import WorkerError
 from ..launch.pool import WorkerPool, load_value
+from ..launch.user_errors import USER_ERRORS, for_the_user
 from ..launch.view import LaunchView
 from .launch_view import notebook_view
 
@@ -85,6 +88,10 @@ class _CellView:
         """Passed on when a view is shown."""
         if self._view is not None:
             self._view.finished(ok)
+
+
+#: The message of a NameError for an undefined name.
+_UNDEFINED = re.compile(r"name '(\w+)' is not defined")
 
 
 def _silenced(cell: str) -> bool:
@@ -218,12 +225,23 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         pool = self._running_pool(args)
         ranks = _ranks(args.ranks)
         view = _CellView(pool.plan.describe(), pool.world_size, bool(args.all_ranks))
+        name = f"In[{self.shell.execution_count}]" if self.shell is not None else ""
         ok = False
         try:
             done = pool.execute(
-                cell, ranks, want_value=True, all_output=bool(args.all_ranks), view=view
+                cell,
+                ranks,
+                want_value=True,
+                name=name,
+                all_output=bool(args.all_ranks),
+                view=view,
             )
             ok = True
+        except BaseException as error:
+            from_workers = getattr(error, "nb_accel_failures", None) is not None
+            if not (from_workers or isinstance(error, (*USER_ERRORS, WorkerError))):
+                raise  # a defect of ours: its whole traceback
+            raise for_the_user(self._explained(error), kernel_frames=False)  # noqa: B904
         finally:
             view.finished(ok)
         unpicklable = [rank for rank, d in done.items() if d.value is None and d.value_repr]
@@ -239,6 +257,18 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         if _silenced(cell):
             return None
         return values[min(values)]  # displayed by IPython as the cell's result (Out, _)
+
+    def _explained(self, error: BaseException) -> BaseException:
+        """``error``, with a hint when a cell used a name that only the kernel defines."""
+        found = _UNDEFINED.search(str(error)) if isinstance(error, NameError) else None
+        if found and found.group(1) in self._namespace() and hasattr(error, "add_note"):
+            name = found.group(1)
+            error.add_note(
+                f"`{name}` is defined in the kernel, but each worker has a namespace of its own: "
+                f"`%distributed push {name}` sends it to the workers (or define it in a "
+                "%%distributed cell)."
+            )
+        return error
 
     def _line(self, line: str) -> Any:
         args = parse_argstring(_line_usage, line)

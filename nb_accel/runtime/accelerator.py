@@ -88,6 +88,12 @@ class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods):
         kwargs: other Accelerate options are accepted and ignored with a warning.
     """
 
+    #: Returned from a launched function it is refused (see ``runtime/returns.py``).
+    _nb_accel_worker_only = (
+        "return what you computed with it instead: numbers, tensors, "
+        "`accelerator.unwrap_model(model)` or its `state_dict()`"
+    )
+
     def __init__(
         self,
         device_placement: bool = True,

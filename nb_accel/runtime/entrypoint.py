@@ -26,6 +26,7 @@ from .._messages import Failure, Result, Started
 from .channel import EventChannel, set_current_channel
 from .relay import RelayStream
 from .reporting import flush_reporter
+from .returns import check_returnable
 from .spec import WorkerArgs
 from .state import reset_all_states
 from .tree import recursively_apply
@@ -183,6 +184,10 @@ def _run_function(args: WorkerArgs) -> Any:
 
 
 def _result(rank: int, value: Any) -> Result | Failure:
+    try:
+        check_returnable(value)
+    except TypeError as refused:
+        return failure_event(rank, refused)
     try:
         return Result(rank, dumps_value(to_cpu(value)))
     except Exception as exc:  # noqa: BLE001 - reported to the kernel

@@ -47,6 +47,12 @@ class DataLoaderStateMixin:
             differ in size or some have none (``even_batches=False``); ``None`` otherwise.
     """
 
+    #: Returned from a launched function it is refused (see ``runtime/returns.py``).
+    _nb_accel_worker_only = (
+        "return the data or what you computed from it; a loader prepared in the kernel's "
+        "next launch shards the data again"
+    )
+
     end_of_dataloader: bool = False
     remainder: int = -1
     uneven_ranks: tuple[int, ...] | None = None

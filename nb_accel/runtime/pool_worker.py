@@ -55,7 +55,7 @@ def _perform(
     channel: EventChannel, command: Execute | Push | Pull, space: dict[str, Any]
 ) -> CellDone:
     if isinstance(command, Execute):
-        value = run_code(command.code, space, f"<cell {command.cell}>")
+        value = run_code(command.code, space, command.name or f"<cell {command.cell}>")
         return _reply(channel, command.cell, value, command.want_value)
     if isinstance(command, Push):
         space.update(cloudpickle.loads(command.data))

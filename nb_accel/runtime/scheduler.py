@@ -31,6 +31,9 @@ class AcceleratedScheduler:
         split_batches: whether prepared loaders split batches across processes.
     """
 
+    #: Returned from a launched function it is refused (see ``runtime/returns.py``).
+    _nb_accel_worker_only = "return `scheduler.state_dict()` instead"
+
     def __init__(
         self,
         scheduler: Any,

@@ -54,6 +54,9 @@ def _use_cuda(cpu: bool) -> bool:
 class _SharedState:
     """Base of the state classes: every instance of a subclass shares one ``__dict__``."""
 
+    #: Returned from a launched function it is refused (see ``runtime/returns.py``).
+    _nb_accel_worker_only = "return the values you need, such as `state.process_index`"
+
     _shared_state: ClassVar[dict[str, Any]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

@@ -30,6 +30,7 @@ from .entrypoint import (
 )
 from .relay import RelayStream
 from .reporting import flush_reporter
+from .returns import check_returnable
 from .state import reset_all_states
 from .xla import devices_in_process, mark_step, world_size
 
@@ -99,6 +100,10 @@ def _outcome(rank: int, payload: bytes) -> Result | Failure:
         value = to_cpu(value)
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the kernel
         return failure_event(rank, exc, (__file__,))
+    try:
+        check_returnable(value)
+    except TypeError as refused:
+        return failure_event(rank, refused)
     try:
         return Result(rank, dumps_value(value))
     except Exception as exc:  # noqa: BLE001 - reported to the kernel

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from nb_accel.errors import WorkerFailure
-from nb_accel.launch.failures import build_exception
+from nb_accel.errors import CollectiveTimeoutError, WorkerDiedError, WorkerFailure
+from nb_accel.launch.failure_log import FailureLog
+from nb_accel.launch.failures import build_exception, died_failure
+from nb_accel.launch.view import NullView
 from nb_accel.runtime.link_local import _GONE
 
 
@@ -28,3 +30,84 @@ def test_the_first_of_two_causes_wins() -> None:
     first, second = KeyError("a"), ValueError("b")
     raised = build_exception([_failure(1, first), _failure(0, second)], set(), 2, {}, 60.0)
     assert raised is first
+
+
+GLOO_LOST = RuntimeError(
+    "[pair.cc:553] Connection closed by peer [127.0.0.1]:34724. This is typically caused by a "
+    "remote worker crashing. GLHF!"
+)
+
+
+class Shown(NullView):
+    """Every call a launch view received, in order."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, str]] = []
+
+    def failed(self, rank: int, summary: str) -> None:
+        """Keep it."""
+        self.calls.append(("failed", rank, summary))
+
+    def stopped(self, rank: int, reason: str) -> None:
+        """Keep it."""
+        self.calls.append(("stopped", rank, reason))
+
+
+def test_a_lost_connection_that_arrives_first_is_not_shown_until_explained() -> None:
+    shown = Shown()
+    log = FailureLog(shown)
+    log.add(_failure(0, GLOO_LOST))
+    assert shown.calls == []  # not shown as a failure while its cause may still arrive
+    log.add(_failure(1, NameError("name 'x' is not defined")))
+    log.settle()
+    assert shown.calls == [
+        ("stopped", 0, "rank 1 failed"),
+        ("failed", 1, "NameError: name 'x' is not defined"),
+    ]
+    error = log.exception(2, {}, 60.0)
+    notes = "\n".join(error.__notes__)
+    assert isinstance(error, NameError) and "Rank 0 was stopped by this failure." in notes
+    assert "GLHF" not in notes and "Other failures" not in notes
+
+
+def test_a_lost_connection_with_no_other_failure_is_the_cause() -> None:
+    shown = Shown()
+    log = FailureLog(shown)
+    log.add(_failure(0, GLOO_LOST))
+    log.settle()
+    assert shown.calls == [("failed", 0, f"RuntimeError: {GLOO_LOST}")]
+    assert log.exception(2, {}, 60.0) is GLOO_LOST
+
+
+def test_a_timeout_that_a_failed_rank_caused_is_a_consequence() -> None:
+    shown = Shown()
+    log = FailureLog(shown)
+    log.timeout_ranks.add(0)
+    log.add(_failure(0, RuntimeError("Timed out waiting 2000ms for recv operation")))
+    log.add(_failure(1, ValueError("bad shard")))
+    log.settle()
+    assert ("stopped", 0, "rank 1 failed") in shown.calls
+    assert not any(call[0] == "failed" and call[1] == 0 for call in shown.calls)
+    error = log.exception(2, {}, 2.0)
+    assert isinstance(error, ValueError) and not isinstance(error, CollectiveTimeoutError)
+
+
+def test_a_timeout_alone_stays_a_collective_timeout() -> None:
+    log = FailureLog()
+    log.timeout_ranks.add(0)
+    log.add(_failure(0, RuntimeError("Timed out waiting 2000ms for recv operation")))
+    error = log.exception(2, {1: "was still running"}, 2.0)
+    assert isinstance(error, CollectiveTimeoutError)
+    assert "Rank 1 did not arrive (was still running)" in str(error)
+
+
+def test_a_killed_worker_is_the_cause_of_the_others_lost_connections() -> None:
+    shown = Shown()
+    log = FailureLog(shown)
+    log.add(_failure(0, GLOO_LOST))
+    log.add(died_failure(1, 4242, -9))
+    log.settle()
+    assert ("stopped", 0, "rank 1 failed") in shown.calls
+    error = log.exception(2, {}, 60.0)
+    assert isinstance(error, WorkerDiedError) and "killed by SIGKILL" in str(error)
+    assert "Rank 0 was stopped by this failure." in str(error) and "GLHF" not in str(error)

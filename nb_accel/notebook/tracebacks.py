@@ -1,0 +1,64 @@
+"""How an exception raised by nb_accel is shown in a notebook: the user's frames only.
+
+IPython asks an exception for ``_render_traceback_()`` before formatting it; nb_accel's entry
+points attach :func:`render` there (through
+:func:`~nb_accel.launch.user_errors.register_traceback_renderer`). It formats the exception with
+the shell's own traceback formatter (same colours and ``%xmode``), leaving out the frames of
+the package and of the kernel's plumbing it called into (IPython, ipykernel, ipywidgets,
+traitlets, comm, zmq, tornado, asyncio): what remains are the user's own frames, the message,
+and the chained cause (a worker's traceback).
+"""
+
+from __future__ import annotations
+
+from types import FrameType, TracebackType
+
+__all__ = ["render", "user_traceback"]
+
+#: Modules whose frames are plumbing, not the user's code.
+HIDDEN_MODULES = (
+    "nb_accel",
+    "IPython",
+    "ipykernel",
+    "ipywidgets",
+    "traitlets",
+    "comm",
+    "zmq",
+    "tornado",
+    "asyncio",
+)
+
+
+def _hidden(frame: FrameType) -> bool:
+    name = str(frame.f_globals.get("__name__", ""))
+    return name.split(".", 1)[0] in HIDDEN_MODULES
+
+
+def user_traceback(tb: TracebackType | None) -> TracebackType | None:
+    """A copy of the traceback chain ``tb`` without the hidden modules' frames."""
+    kept: list[TracebackType] = []
+    while tb is not None:
+        if not _hidden(tb.tb_frame):
+            kept.append(tb)
+        tb = tb.tb_next
+    chain: TracebackType | None = None
+    for entry in reversed(kept):
+        chain = TracebackType(chain, entry.tb_frame, entry.tb_lasti, entry.tb_lineno)
+    return chain
+
+
+def render(error: BaseException, kernel_frames: bool = True) -> list[str]:
+    """``error`` formatted by the running IPython shell without hidden frames (and without any
+    kernel frame when ``kernel_frames`` is False)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    tb = user_traceback(error.__traceback__) if kernel_frames else None
+    if shell is None:
+        import traceback
+
+        return traceback.format_exception(type(error), error, tb)
+    lines: list[str] = shell.InteractiveTB.structured_traceback(
+        type(error), error, tb, tb_offset=0
+    )
+    return lines

@@ -1,0 +1,65 @@
+"""A rank that fails only because another went away is shown as stopped, never as the cause."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from nb_accel import notebook_launcher
+from nb_accel.launch.view import NullView, register_view_factory, view_factory
+
+
+class FinalState(NullView):
+    """A launch view that keeps what each rank was last shown as."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, tuple[str, str]] = {}
+
+    def failed(self, rank: int, summary: str) -> None:
+        """Keep it."""
+        self.rows[rank] = ("failed", summary)
+
+    def stopped(self, rank: int, reason: str) -> None:
+        """Keep it."""
+        self.rows[rank] = ("stopped", reason)
+
+
+@pytest.fixture
+def view() -> Iterator[FinalState]:
+    recorder = FinalState()
+    previous = view_factory()
+    register_view_factory(lambda *args, **kwargs: recorder)
+    try:
+        yield recorder
+    finally:
+        register_view_factory(previous)
+
+
+def rank_one_has_a_typo() -> int:
+    if dist.get_rank() == 1:
+        time.sleep(0.3)  # the others are inside the all-reduce when it fails
+        undefined_name  # type: ignore[name-defined]  # noqa: B018, F821
+    dist.all_reduce(torch.ones(1))
+    return dist.get_rank()
+
+
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_the_cause_is_raised_and_the_others_are_shown_stopped(
+    view: FinalState, world_size: int
+) -> None:
+    with pytest.raises(NameError, match="undefined_name") as info:
+        notebook_launcher(rank_one_has_a_typo, num_processes=world_size, cpu=True)
+    notes = "\n".join(info.value.__notes__)
+    others = [r for r in range(world_size) if r != 1]
+    assert f"Raised on rank 1 of {world_size}" in notes
+    stopped = "Rank 0 was" if world_size == 2 else "Ranks 0, 2 were"
+    assert f"{stopped} stopped by this failure." in notes
+    assert "Other failures" not in notes
+    assert "Connection" not in notes and "GLHF" not in notes  # gloo's text is not shown
+    assert view.rows[1] == ("failed", "NameError: name 'undefined_name' is not defined")
+    for rank in others:
+        assert view.rows[rank] == ("stopped", "rank 1 failed")
