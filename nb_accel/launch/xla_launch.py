@@ -31,7 +31,7 @@ from .payload import make_payload
 from .text_view import TextView
 from .view import LaunchView, NullView, view_factory
 
-__all__ = ["TPU_VARIABLES", "xla_requested", "launch_xla"]
+__all__ = ["TPU_VARIABLES", "check_xla_matches_torch", "xla_requested", "launch_xla"]
 
 #: Environment variables that name a TPU: set by Colab (``COLAB_TPU_ADDR``, older runtimes),
 #: by Kaggle and Cloud TPU VMs (``TPU_NAME``, ``TPU_ACCELERATOR_TYPE``) and by the older XRT
@@ -69,7 +69,7 @@ def _import_xla() -> Any:
     """``torch_xla``'s ``xla_multiprocessing`` module, or a :class:`LaunchError` saying how
     to install it."""
     try:
-        import torch_xla  # noqa: F401 - registers the XLA device with torch
+        import torch_xla  # registers the XLA device with torch
         import torch_xla.distributed.xla_multiprocessing as xmp
     except ImportError as error:
         import torch
@@ -87,7 +87,28 @@ def _import_xla() -> Any:
             "then restart the kernel; or pass cpu=True to launch on the CPU instead "
             f"({type(error).__name__}: {error})"
         ) from error
+    import torch
+
+    check_xla_matches_torch(torch.__version__, getattr(torch_xla, "__version__", ""))
     return xmp
+
+
+def _release(version: str) -> tuple[str, ...]:
+    return tuple(version.split("+")[0].split(".")[:2])
+
+
+def check_xla_matches_torch(torch_version: str, xla_version: str) -> None:
+    """Refuse a torch_xla built for another torch release (``2.9`` against ``2.13``): its
+    extension would fail to load or crash in the workers. An unknown version passes."""
+    if not xla_version or _release(xla_version) == _release(torch_version):
+        return
+    wanted = ".".join(_release(torch_version))
+    raise LaunchError(
+        f"torch_xla {xla_version} is built for torch {'.'.join(_release(xla_version))}, but "
+        f"this kernel has torch {torch_version}: install the matching pair, e.g. "
+        f'pip install "torch_xla=={wanted}.*" (or torch of torch_xla\'s release), then '
+        "restart the kernel"
+    )
 
 
 def _check_kernel_is_clean() -> None:

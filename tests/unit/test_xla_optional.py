@@ -149,3 +149,24 @@ def test_cpu_true_on_a_tpu_runtime_launches_on_the_cpu(
     )
     assert results == [[]]
     assert blocker.attempts == []
+
+
+def test_a_torch_xla_of_another_release_is_refused_before_anything_starts(
+    blocker: NoTorchXla, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    fake = ModuleType("torch_xla")
+    fake.__version__ = "2.9.0+git1a2b3c"  # type: ignore[attr-defined]
+    spawner = ModuleType("torch_xla.distributed.xla_multiprocessing")
+    for name, module in {
+        "torch_xla": fake,
+        "torch_xla.distributed": ModuleType("torch_xla.distributed"),
+        "torch_xla.distributed.xla_multiprocessing": spawner,
+    }.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.setenv("PJRT_DEVICE", "TPU")
+    with pytest.raises(LaunchError) as info:
+        notebook_launcher(lambda: 1, num_processes=1)
+    message = str(info.value)
+    assert "torch_xla 2.9.0+git1a2b3c is built for torch 2.9" in message
+    assert f'torch_xla=={".".join(torch.__version__.split(".")[:2])}.*' in message
+    assert psutil.Process().children(recursive=True) == []
