@@ -136,8 +136,8 @@ def notebook_launcher(
             default 1800).
         kwargs: keyword arguments for ``function``.
         cpu: run on the CPU (gloo) even when GPUs are present (built-in default False).
-        prefix_output: prefix each line a worker prints with its rank (once more than one rank
-            has printed).
+        prefix_output: prefix each line a worker prints with its rank (when there is more than
+            one rank).
         use_port: with ``master_addr``, Accelerate's way of naming the rendezvous of a
             multi-node launch (``rdzv_endpoint`` is ``master_addr:use_port`` when not given);
             a single-node launch needs no port and ignores it.

@@ -323,7 +323,7 @@ def launch_xla(
             devices.
         mixed_precision: ``"no"`` or ``"bf16"``.
         start_method: ``None`` or ``"fork"`` (the workers are always forked).
-        prefix_output: prefix worker output with the rank once more than one rank printed.
+        prefix_output: prefix worker output with the rank when there is more than one.
         show_progress: show the launch view (a widget in a notebook, text elsewhere).
         all_ranks_metrics: chart every rank's logged metrics, not only rank 0's.
 
