@@ -191,6 +191,7 @@ class NodeEvents:
             self._view.report(event)
         elif isinstance(event, Result):
             self.results[event.rank] = event.data
+            self._view.returned(event.rank)
         elif isinstance(event, Failure):
             if not any(self._same(event, seen) for seen in self.failures.records):
                 self.failures.add_event(event)

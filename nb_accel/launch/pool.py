@@ -79,6 +79,8 @@ class _PoolGroup(WorkerGroup):
         if isinstance(event, CellDone):
             if event.cell == self.cell:
                 self.done[event.rank] = event
+                if self._view is not None and event.failure is None:
+                    self._view.returned(event.rank)
         else:
             super()._handle(event)
 

@@ -79,6 +79,8 @@ class WorkerGroup:
                 self._view.report(event)
         elif isinstance(event, Result):
             self._results[event.rank] = event.data
+            if self._view is not None:
+                self._view.returned(event.rank)
         elif isinstance(event, Failure):
             self._failures.add_event(event)
         elif isinstance(event, Started) and self._view is not None:

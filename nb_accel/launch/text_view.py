@@ -2,8 +2,9 @@
 
 On a terminal the bar redraws in place (at most ten times a second); in a log (not a terminal)
 it is written as a line of its own at most every few seconds, when a bar finishes, and at the
-end, so a CI log stays readable. Failures and stalled ranks get a line each. The latest
-metrics rank 0 logged are shown after the bar.
+end, so a CI log stays readable. Failures, ranks stopped by another's failure, and stalled
+ranks (see :mod:`~nb_accel.launch.stall`) get a line each. The latest metrics rank 0 logged are
+shown after the bar.
 """
 
 from __future__ import annotations
@@ -16,11 +17,11 @@ from typing import TextIO
 from tqdm.std import tqdm as std_tqdm
 
 from .._messages import BarState, Report
+from .stall import ProgressClock
+from .stall import stall_after_s as default_stall_after
 
 __all__ = ["TextView"]
 
-#: A rank with no report for this long is reported as stalled once (seconds).
-STALL_AFTER_S = 60.0
 #: Width of the bar line on a terminal (characters).
 BAR_WIDTH = 100
 
@@ -39,6 +40,8 @@ class TextView:
         stream: where to write.
         log_interval: in a log (not a terminal), the shortest time between two bar lines.
         clock: time source (seconds).
+        stall_after_s: a rank whose bars have not moved for this long is reported as stalled,
+            once (default: :func:`~nb_accel.launch.stall.stall_after_s`).
     """
 
     def __init__(
@@ -48,6 +51,7 @@ class TextView:
         log_interval: float = 5.0,
         clock: Callable[[], float] = time.monotonic,
         first_rank: int = 0,
+        stall_after_s: float | None = None,
     ) -> None:
         self.world_size = world_size
         self.first_rank = first_rank
@@ -62,12 +66,13 @@ class TextView:
         self._drawn = ""  # the bar line as last written (terminal) or logged
         self._line_open = False
         self._held = False  # printed output left its line unfinished: no bar until it ends
-        self._last_report: dict[int, float] = {}
+        self._progress = ProgressClock(world_size, clock())
+        self._stall_after = stall_after_s if stall_after_s is not None else default_stall_after()
         self._stall_noted: set[int] = set()
-        self._done: set[int] = set()
 
     def started(self, rank: int, pid: int) -> None:
-        """Nothing to show."""
+        """Nothing to show; the rank's stall clock starts."""
+        self._progress.started(rank, self._clock())
 
     def _main_bar(self) -> BarState | None:
         open_bars = [b for b in self._bars.values() if not b.closed]
@@ -143,8 +148,8 @@ class TextView:
 
     def report(self, event: Report) -> None:
         """Keep rank 0's bars and metrics; redraw when due."""
-        self._last_report[event.rank] = self._clock()
-        if event.rank in self._stall_noted:
+        moved = self._progress.moved(event, self._clock())
+        if moved and event.rank in self._stall_noted:
             self._stall_noted.discard(event.rank)
             self._end_line()
             self._write(f"rank {self.first_rank + event.rank} is making progress again\n")
@@ -163,34 +168,34 @@ class TextView:
 
     def failed(self, rank: int, summary: str) -> None:
         """A line for the failure, at once."""
-        self._done.add(rank)
+        self._progress.ended(rank)
         self._end_line()
         self._write(f"rank {self.first_rank + rank} failed: {summary}\n")
 
     def returned(self, rank: int) -> None:
         """A finished rank is never reported as stalled."""
-        self._done.add(rank)
+        self._progress.ended(rank)
 
     def stopped(self, rank: int, reason: str) -> None:
         """A line saying the rank stopped because of another's failure."""
-        self._done.add(rank)
+        self._progress.ended(rank)
         self._end_line()
         self._write(f"rank {self.first_rank + rank} stopped ({reason})\n")
 
     def tick(self) -> None:
-        """Note, once, a rank that has been silent for a minute after reporting progress."""
+        """Note, once, a rank whose bars have not moved for too long (until they move again)."""
         now = self._clock()
-        for rank, last in self._last_report.items():
-            if rank in self._done or rank in self._stall_noted or now - last < STALL_AFTER_S:
+        for rank in range(self.world_size):
+            silent = self._progress.stalled_for(rank, now, self._stall_after)
+            if silent is None or rank in self._stall_noted:
                 continue
             self._stall_noted.add(rank)
             self._end_line()
-            self._write(
-                f"rank {self.first_rank + rank} has made no progress for {now - last:.0f} s\n"
-            )
+            self._write(f"rank {self.first_rank + rank} has made no progress for {silent:.0f} s\n")
 
     def finished(self, ok: bool) -> None:
         """The final bar line."""
-        self._done.update(range(self.world_size))
+        for rank in range(self.world_size):
+            self._progress.ended(rank)
         self._draw(force=True)
         self._end_line()

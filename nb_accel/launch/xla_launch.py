@@ -187,6 +187,7 @@ class _Watch:
             self.view.started(event.rank, event.pid)
         elif isinstance(event, Result):
             self.results[event.rank] = event.data
+            self.view.returned(event.rank)
         elif isinstance(event, Failure):
             self.failures.add_event(event)
 

@@ -1,68 +1,67 @@
-"""The live view of a launch in a notebook: a header, one progress row per rank, metric charts.
+"""The live view of a launch in a notebook: a header, a progress row per rank, metric charts.
 
 :class:`ProgressWidget` implements :class:`~nb_accel.launch.view.LaunchView`. It is a pure view:
 it does not display itself (the caller displays :attr:`ProgressWidget.widget`), starts no thread,
 and sets a widget trait only when its value changes, since each set is a message to the browser.
+
+Up to :data:`DETAILED_UP_TO` ranks, each rank's row shows its inner bars below it; up to
+:data:`MAX_ROWS` ranks, each rank has a compact one-line row. With more ranks, only
+:data:`COLLAPSED_ROWS` rows are kept, showing the ranks that need a look (failed, stalled,
+stopped, then the least advanced), and one more line sums up the rest (see
+:mod:`~nb_accel.notebook.rank_summary`). A report then updates its rank's row if it has one,
+and the summary line at most every :data:`REST_INTERVAL_S`; which ranks get rows is decided
+again at each tick and whenever a rank's state changes.
 """
 
 from __future__ import annotations
 
 import html
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from typing import Any
 
 import ipywidgets
 
-from .._messages import BarState, Report
-from .meter_text import duration_text, format_interval, format_meter, known_total
+from .._messages import Report
+from ..launch.stall import ProgressClock
+from ..launch.stall import stall_after_s as default_stall_after_s
+from .meter_text import duration_text, format_interval, format_meter
 from .metrics_chart import MetricsChart
+from .rank_row import (
+    COLORS,
+    DONE,
+    FAILED,
+    MAX_KEPT_CLOSED,
+    RUNNING,
+    STARTING,
+    STOPPED,
+    BarLine,
+    RankRow,
+    RankState,
+    set_changed,
+)
+from .rank_summary import choose_shown, rank_list, summarize_rest
 
-__all__ = ["ProgressWidget", "RankRow", "BarLine", "format_interval", "format_meter"]
+__all__ = [
+    "COLLAPSED_ROWS",
+    "DETAILED_UP_TO",
+    "MAX_KEPT_CLOSED",
+    "MAX_ROWS",
+    "ProgressWidget",
+    "RankRow",
+    "BarLine",
+    "format_interval",
+    "format_meter",
+]
 
-STARTING, RUNNING, DONE, FAILED, STOPPED = "starting", "running", "done", "failed", "stopped"
-#: Finished inner bars (``leave=True``) kept on screen per rank; older ones are removed.
-MAX_KEPT_CLOSED = 10
-COLORS = {"warning": "#ef6c00", "danger": "#d32f2f", "success": "#2e7d32", "muted": "#808080"}
-LABEL_WIDTH_EM = 5.0
-INDENT_EM = 1.25
-
-
-def _set(widget: Any, **values: Any) -> None:
-    """Set those of ``widget``'s traits whose value differs, in the order given."""
-    for name, value in values.items():
-        if getattr(widget, name) != value:
-            setattr(widget, name, value)
-
-
-class BarLine:
-    """The widgets that show one bar: description, percentage, the bar, and tqdm's text."""
-
-    def __init__(self, lead: Iterable[Any] = (), trail: Iterable[Any] = (), indent_em: float = 0):
-        """A line with ``lead`` widgets before the description and ``trail`` ones at the end."""
-        layout = ipywidgets.Layout
-        self.desc = ipywidgets.Label(layout=layout(max_width="14em", flex="0 0 auto"))
-        self.pct = ipywidgets.Label(layout=layout(width="3em", flex="0 0 auto"))
-        bar_layout = layout(width="auto", min_width="6em", flex="1 1 30%")
-        self.bar = ipywidgets.FloatProgress(value=0.0, min=0.0, max=1.0, layout=bar_layout)
-        self.text = ipywidgets.Label(layout=layout(min_width="0", flex="0 1 auto"))
-        self.box = ipywidgets.HBox(
-            [*lead, self.desc, self.pct, self.bar, self.text, *trail],
-            layout=layout(width="100%", align_items="center", padding=f"0 0 0 {indent_em}em"),
-        )
-
-    def show(self, desc: str, pct: str, value: float, total: float, style: str, text: str) -> None:
-        """Show these values, sending only those that changed."""
-        _set(self.desc, value=desc)
-        _set(self.pct, value=pct)
-        _set(self.bar, max=total, value=min(max(value, 0.0), total), bar_style=style)
-        _set(self.text, value=text)
-
-    def close(self) -> None:
-        """Close the line's widgets (their models in the browser go too)."""
-        for widget in (*self.box.children, self.box):
-            widget.layout.close()
-            widget.close()
+#: Up to this many ranks, each row shows the rank's inner bars below it.
+DETAILED_UP_TO = 4
+#: Up to this many ranks, every rank has a row.
+MAX_ROWS = 8
+#: With more ranks than :data:`MAX_ROWS`: the number of rows, beside the line for the rest.
+COLLAPSED_ROWS = 6
+#: The line for the ranks without a row is redrawn on a report at most this often (seconds).
+REST_INTERVAL_S = 0.5
 
 
 class LaunchBox(ipywidgets.VBox):  # type: ignore[misc]
@@ -77,139 +76,39 @@ class LaunchBox(ipywidgets.VBox):  # type: ignore[misc]
         return self._title_text
 
 
-class RankRow:
-    """One rank: its label, its outermost open bar, a status note, and inner bars below it.
+class RestLine:
+    """The line that sums up the ranks without a row: "58 more", their median bar, their
+    spread and a note naming the failed, stalled and stopped ones."""
 
-    ``bar``, ``text``, ``desc`` and ``pct`` are the widgets of the shown bar; ``note`` says
-    "starting…", "stalled for 42 s", "failed: …" or "stopped"; ``subrows`` maps a bar id to the
-    :class:`BarLine` of an inner (or earlier, finished) bar.
-    """
-
-    def __init__(self, rank: int) -> None:
-        """A row for ``rank`` in the "starting" state."""
-        self.rank = rank
-        self.status = STARTING
-        self.pid: int | None = None
-        self.summary = ""
-        self.last_seen: float | None = None
-        self.stalled_for: float | None = None
-        self.bars: dict[int, BarState] = {}
+    def __init__(self) -> None:
+        """An empty line."""
         layout = ipywidgets.Layout
         self.label = ipywidgets.Label(
-            f"rank {rank}",
-            layout=layout(width=f"{LABEL_WIDTH_EM}em", flex="0 0 auto"),
-            style={"font_weight": "bold"},
+            layout=layout(width="5em", flex="0 0 auto"), style={"font_weight": "bold"}
         )
         self.note = ipywidgets.Label(layout=layout(min_width="0", flex="0 1 auto", margin="0 6px"))
         self.line = BarLine([self.label], [self.note])
-        self.desc, self.pct, self.bar, self.text = (
-            self.line.desc,
-            self.line.pct,
-            self.line.bar,
-            self.line.text,
-        )
-        self.subrows: dict[int, BarLine] = {}
-        self.sub = ipywidgets.VBox([], layout=layout(width="100%"))
-        self.box = ipywidgets.VBox([self.line.box, self.sub], layout=layout(width="100%"))
+        self.box = self.line.box
 
-    def update(self, states: Iterable[BarState]) -> None:
-        """Take the bars' latest states (a closed bar with ``leave=False`` goes away)."""
-        for state in states:
-            if state.closed and not state.leave:
-                self.bars.pop(state.bar, None)
-            else:
-                self.bars[state.bar] = state
-        main = self.main_bar()
-        closed = [s.bar for s in self.bars.values() if s.closed and s is not main]
-        for bar_id in closed[: max(len(closed) - MAX_KEPT_CLOSED, 0)]:
-            del self.bars[bar_id]
-
-    def main_bar(self) -> BarState | None:
-        """The bar shown in the row: the outermost open one, else the outermost finished one."""
-        open_bars = [s for s in self.bars.values() if not s.closed]
-        if open_bars:
-            return min(open_bars, key=lambda s: s.level)
-        finished = list(reversed(self.bars.values()))
-        return min(finished, key=lambda s: s.level) if finished else None
-
-    def _style(self, state: BarState | None, is_main: bool) -> str:
-        if self.status == FAILED and (is_main or (state is not None and not state.closed)):
-            return "danger"
-        if self.status == DONE:
-            return "success"
-        if state is None:
-            return "warning" if self.stalled_for is not None else ""
-        if state.closed:
-            complete = not known_total(state) or state.n >= (state.total or 0)
-            return "success" if complete else ""
-        if self.stalled_for is not None:
-            return "warning"
-        return "" if known_total(state) else "info"
-
-    def _show(self, line: BarLine, state: BarState | None, is_main: bool) -> None:
-        style = self._style(state, is_main)
-        if state is None:
-            full = self.status in (DONE, FAILED) or self.stalled_for is not None
-            line.show("", "", 1.0 if full else 0.0, 1.0, style, "")
-        elif state.total is not None and known_total(state):
-            total = float(state.total)
-            pct = f"{int(100 * min(max(state.n, 0.0), total) / total)}%"
-            line.show(state.desc, pct, float(state.n), total, style, format_meter(state))
-        else:  # unknown total: a full bar in the "info" style
-            line.show(state.desc, "", 1.0, 1.0, style, format_meter(state))
-
-    def _note(self) -> tuple[str, str]:
-        if self.status == FAILED:
-            return f"failed: {self.summary}", "danger"
-        if self.status == STOPPED:
-            return (f"stopped ({self.summary})" if self.summary else "stopped"), "muted"
-        if self.status == STARTING and self.stalled_for is None:
-            return "starting…", "muted"
-        if self.stalled_for is not None:
-            return f"stalled for {duration_text(self.stalled_for)}", "warning"
-        if not self.bars:
-            if self.status == DONE:
-                return "done", "success"
-            return (f"running (pid {self.pid})" if self.pid else "running"), "muted"
-        return "", "muted"
-
-    def heard_from(self, now: float, launch_running: bool) -> None:
-        """The rank just reported or started: its stall clock restarts, and it runs."""
-        self.last_seen = now
-        self.stalled_for = None
-        if self.status == STARTING and launch_running:
-            self.status = RUNNING
-
-    def render(self) -> None:
-        """Bring the widgets up to date with the row's state."""
-        main = self.main_bar()
-        self._show(self.line, main, is_main=True)
-        note, color = self._note()
-        _set(self.note, value=note, tooltip=note if self.status == FAILED else None)
-        _set(self.note.style, text_color=COLORS[color])
-        inner = [s for s in self.bars.values() if s is not main]
-        wanted = {s.bar for s in inner}
-        for bar_id in [b for b in self.subrows if b not in wanted]:
-            self.subrows.pop(bar_id).close()
-        for state in inner:
-            line = self.subrows.get(state.bar)
-            if line is None:
-                indent = LABEL_WIDTH_EM + INDENT_EM * max(state.level - 1, 0)
-                line = self.subrows[state.bar] = BarLine(indent_em=indent)
-            self._show(line, state, is_main=False)
-        children = tuple(self.subrows[s.bar].box for s in inner)
-        if self.sub.children != children:
-            self.sub.children = children
+    def render(self, states: list[RankState]) -> None:
+        """Show ``states``' summary."""
+        rest = summarize_rest(states)
+        set_changed(self.label, value=rest.label)
+        self.line.show(rest.desc, "", rest.value, rest.total, rest.style, rest.text)
+        set_changed(self.note, value=rest.note, tooltip=rest.note or None)
+        set_changed(self.note.style, text_color=COLORS[rest.note_color])
 
 
 class ProgressWidget:
     """The notebook view of a launch (a :class:`~nb_accel.launch.view.LaunchView`).
 
     Display :attr:`widget`; the launcher then calls :meth:`started`, :meth:`report`,
-    :meth:`failed`, :meth:`tick` (about once a second) and :meth:`finished`. A rank with no report
-    for ``stall_after_s`` seconds of ``clock`` is marked stalled once any rank has reported (a
-    launch whose function shows no progress is not). Metrics are charted for rank 0, or for every
-    rank with ``all_ranks_metrics``.
+    :meth:`returned`, :meth:`failed`, :meth:`stopped`, :meth:`tick` (about once a second) and
+    :meth:`finished`. A rank whose bars have not moved for ``stall_after_s`` seconds of
+    ``clock`` (default: :func:`~nb_accel.launch.stall.stall_after_s`) is marked stalled, once
+    any rank has made progress (a launch whose function shows no progress is not) and unless
+    it has returned, failed or stopped. Metrics are charted for rank 0, or for every rank with
+    ``all_ranks_metrics``.
     """
 
     def __init__(
@@ -217,32 +116,41 @@ class ProgressWidget:
         title: str,
         world_size: int,
         all_ranks_metrics: bool = False,
-        stall_after_s: float = 30.0,
+        stall_after_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         first_rank: int = 0,
     ) -> None:
-        """Build the widgets: the header, and one row per rank in the "starting" state
-        (``first_rank``: the number of the first row's rank, on a later node of a multi-node
-        launch; rows are still addressed from 0)."""
+        """Build the widgets: the header, and the rows in the "starting" state
+        (``first_rank``: the number of the first rank, on a later node of a multi-node
+        launch; ranks are still addressed from 0)."""
         self.title = title
         self.world_size = world_size
-        self.stall_after_s = stall_after_s
+        self.stall_after_s = stall_after_s if stall_after_s is not None else default_stall_after_s()
         self._clock = clock
         self._started_at = clock()
         self._ended_at: float | None = None
         self._state = RUNNING
-        self._any_report = False
+        self._progress = ProgressClock(world_size, self._started_at)
+        #: What is known of each rank, by rank (counted from 0 on this node).
+        self.ranks = [RankState(first_rank + index) for index in range(world_size)]
+        self.collapsed = world_size > MAX_ROWS
+        detailed = world_size <= DETAILED_UP_TO
+        shown = COLLAPSED_ROWS if self.collapsed else world_size
+        #: The rows on screen, in order; with few ranks, one per rank, by rank.
+        self.rows = [RankRow(self.ranks[index], detailed) for index in range(shown)]
+        self._row_of = {index: row for index, row in enumerate(self.rows)}
+        #: The line for the ranks without a row (only with more than :data:`MAX_ROWS` ranks).
+        self.rest = RestLine() if self.collapsed else None
+        self._rest_next = -float("inf")
         self.header = ipywidgets.HTML(layout=ipywidgets.Layout(width="100%"))
-        #: One :class:`RankRow` per rank, by rank.
-        self.rows = [RankRow(first_rank + index) for index in range(world_size)]
         self.chart = MetricsChart(all_ranks_metrics, clock)
-        self._rows_box = ipywidgets.VBox([row.box for row in self.rows])
+        boxes = [row.box for row in self.rows] + ([self.rest.box] if self.rest else [])
+        self._rows_box = ipywidgets.VBox(boxes)
         #: The root widget to display.
         self.widget = LaunchBox(
             title, children=[self.header, self._rows_box], layout=ipywidgets.Layout(width="100%")
         )
-        for row in self.rows:
-            row.render()
+        self._arrange()
         self._render_header()
 
     @property
@@ -255,93 +163,128 @@ class ProgressWidget:
         """The launch's state: "running", "done", "failed" or "stopped"."""
         return self._state
 
-    def _row(self, rank: int) -> RankRow | None:
-        return self.rows[rank] if 0 <= rank < len(self.rows) else None
+    def row_for(self, rank: int) -> RankRow | None:
+        """The row showing ``rank`` (counted from 0), or ``None`` when it has none now."""
+        return self._row_of.get(rank)
+
+    def _rank(self, rank: int) -> RankState | None:
+        return self.ranks[rank] if 0 <= rank < len(self.ranks) else None
 
     def started(self, rank: int, pid: int) -> None:
         """Worker ``rank`` is up (its stall clock starts now)."""
-        row = self._row(rank)
-        if row is None:
+        state = self._rank(rank)
+        if state is None:
             return
-        row.pid = pid
-        row.heard_from(self._clock(), self._state == RUNNING)
-        row.render()
-        self._render_header()
+        state.pid = pid
+        self._progress.started(rank, self._clock())
+        changed = state.status == STARTING and self._state == RUNNING
+        if changed:
+            state.status = RUNNING
+        self._refresh(rank, changed)
 
     def report(self, event: Report) -> None:
-        """Show a rank's bars, clear its stalled mark, and chart its metrics."""
-        row = self._row(event.rank)
-        if row is None:
+        """Show a rank's bars (its stalled mark goes when they moved) and chart its metrics."""
+        state = self._rank(event.rank)
+        if state is None:
             return
-        self._any_report = True
-        row.heard_from(self._clock(), self._state == RUNNING)
-        row.update(event.bars)
-        row.render()
-        self._render_header()
+        moved = self._progress.moved(event, self._clock())
+        changed = state.status == STARTING and self._state == RUNNING
+        if changed:
+            state.status = RUNNING
+        if moved and state.stalled_for is not None:
+            state.stalled_for, changed = None, True
+        state.update(event.bars)
+        self._refresh(event.rank, changed)
         if event.metrics and self.chart.add(event.rank, event.metrics):
             self._draw_chart(force=False)
 
-    def failed(self, rank: int, summary: str) -> None:
-        """Mark ``rank`` failed, in red, with the first line of ``summary``."""
-        row = self._row(rank)
-        if row is None:
+    def _end_rank(self, rank: int, status: str, summary: str | None = None) -> None:
+        state = self._rank(rank)
+        if state is None:
             return
-        lines = summary.strip().splitlines()
-        row.summary = lines[0] if lines else "error"
-        row.status = FAILED
-        row.stalled_for = None
-        row.render()
-        self._render_header()
+        self._progress.ended(rank)
+        state.status, state.stalled_for = status, None
+        if summary is not None:
+            state.summary = summary
+        self._refresh(rank, True)
 
     def returned(self, rank: int) -> None:
         """``rank``'s function returned: it is finished and never marked stalled."""
-        row = self._row(rank)
-        if row is None or row.status == FAILED:
-            return
-        row.status = DONE
-        row.stalled_for = None
-        row.render()
-        self._render_header()
+        state = self._rank(rank)
+        if state is not None and state.status not in (FAILED, STOPPED):
+            self._end_rank(rank, DONE)
+
+    def failed(self, rank: int, summary: str) -> None:
+        """Mark ``rank`` failed, in red, with the first line of ``summary``."""
+        lines = summary.strip().splitlines()
+        self._end_rank(rank, FAILED, lines[0] if lines else "error")
 
     def stopped(self, rank: int, reason: str) -> None:
-        """Mark ``rank`` as stopped because of another rank's failure (``reason``)."""
-        row = self._row(rank)
-        if row is None:
+        """Mark ``rank`` as stopped because of another rank's failure (``reason``); this
+        replaces a failure shown for it before."""
+        self._end_rank(rank, STOPPED, reason)
+
+    def _refresh(self, rank: int, changed: bool) -> None:
+        """Redraw what shows ``rank``: its row, else (not more often than due) the summary
+        line; when its state ``changed``, the choice of rows and the header too."""
+        row = self._row_of.get(rank)
+        if row is not None:
+            row.render()
+        if changed:
+            self._arrange()
+            self._render_header()
+        elif row is None and self.rest is not None:
+            now = self._clock()
+            if now >= self._rest_next:
+                self._render_rest(now)
+
+    def _arrange(self) -> None:
+        """With many ranks: choose the ranks that get rows, and redraw the summary line."""
+        if self.rest is None:
             return
-        row.status = STOPPED
-        row.summary = reason
-        row.stalled_for = None
-        row.render()
-        self._render_header()
+        chosen = choose_shown(self.ranks, len(self.rows))
+        self._row_of = {}
+        for row, index in zip(self.rows, chosen, strict=False):
+            row.show(self.ranks[index])
+            self._row_of[index] = row
+        self._render_rest(self._clock())
+
+    def _render_rest(self, now: float) -> None:
+        if self.rest is not None:
+            self._rest_next = now + REST_INTERVAL_S
+            self.rest.render([s for i, s in enumerate(self.ranks) if i not in self._row_of])
 
     def tick(self) -> None:
-        """Mark ranks that have been silent too long as stalled; draw pending metric points."""
+        """Mark ranks whose bars have not moved for too long as stalled; draw pending metric
+        points; with many ranks, choose again which ranks get rows."""
         if self._state != RUNNING:
             return
         now = self._clock()
-        for row in self.rows:
-            row.stalled_for = self._stalled_for(row, now)
-            row.render()
+        for index, state in enumerate(self.ranks):
+            stalled = self._progress.stalled_for(index, now, self.stall_after_s)
+            if stalled != state.stalled_for:
+                state.stalled_for = stalled
+                row = self._row_of.get(index)
+                if row is not None:
+                    row.render()
+        self._arrange()
         self._render_header()
         self._draw_chart(force=False)
 
-    def _stalled_for(self, row: RankRow, now: float) -> float | None:
-        if not self._any_report or row.status not in (STARTING, RUNNING):
-            return None
-        silent = now - (row.last_seen if row.last_seen is not None else self._started_at)
-        return silent if silent >= self.stall_after_s else None
-
     def finished(self, ok: bool) -> None:
-        """End the view: all bars green if ``ok``, else ranks not failed are shown stopped."""
+        """End the view: all bars green if ``ok``, else ranks that neither returned nor failed
+        are shown stopped."""
         if self._state != RUNNING:
             return
         self._ended_at = self._clock()
-        any_failed = any(row.status == FAILED for row in self.rows)
+        any_failed = any(state.status == FAILED for state in self.ranks)
         self._state = DONE if ok else (FAILED if any_failed else STOPPED)
+        for state in self.ranks:
+            state.stalled_for = None
+            if ok or state.status in (STARTING, RUNNING):
+                state.status = DONE if ok else STOPPED
+        self._arrange()
         for row in self.rows:
-            row.stalled_for = None
-            if row.status != FAILED:
-                row.status = DONE if ok else STOPPED
             row.render()
         self._render_header()
         self._draw_chart(force=True)
@@ -350,37 +293,32 @@ class ProgressWidget:
         if self.chart.draw(force=force) and self.chart.widget not in self.widget.children:
             self.widget.children = (*self.widget.children, self.chart.widget)
 
-    def _render_header(self) -> None:
+    def _status_text(self) -> tuple[str, str]:
         end = self._ended_at if self._ended_at is not None else self._clock()
         elapsed = end - self._started_at
-        failed = [row.rank for row in self.rows if row.status == FAILED]
-        which = (
-            f"rank{'s' if len(failed) > 1 else ''} {', '.join(map(str, failed))} failed"
-            if failed
-            else ""
-        )
+        failed = [state.rank for state in self.ranks if state.status == FAILED]
+        which = f"{rank_list(failed)} failed" if failed else ""
         if self._state == RUNNING:
-            stalled = sum(row.stalled_for is not None for row in self.rows)
+            stalled = sum(state.stalled_for is not None for state in self.ranks)
             parts = [f"running · {duration_text(elapsed)}"]
             if stalled:
                 parts.append(f"{stalled} stalled")
             if which:
                 parts.append(which)
-            status, color = " · ".join(parts), COLORS["warning" if stalled or failed else "muted"]
-        elif self._state == DONE:
-            status, color = f"done in {duration_text(elapsed, precise=True)}", COLORS["success"]
-        elif self._state == FAILED:
+            return " · ".join(parts), COLORS["warning" if stalled or failed else "muted"]
+        if self._state == DONE:
+            return f"done in {duration_text(elapsed, precise=True)}", COLORS["success"]
+        if self._state == FAILED:
             status = f"failed after {duration_text(elapsed, precise=True)} · {which}"
-            color = COLORS["danger"]
-        else:
-            status, color = (
-                f"stopped after {duration_text(elapsed, precise=True)}",
-                COLORS["warning"],
-            )
+            return status, COLORS["danger"]
+        return f"stopped after {duration_text(elapsed, precise=True)}", COLORS["warning"]
+
+    def _render_header(self) -> None:
+        status, color = self._status_text()
         value = (
             '<div style="display:flex;flex-wrap:wrap;gap:0 0.75em;align-items:baseline">'
             f"<b>{html.escape(self.title)}</b>"
             f'<span class="nb-accel-status" style="color:{color}">{html.escape(status)}</span>'
             "</div>"
         )
-        _set(self.header, value=value)
+        set_changed(self.header, value=value)
