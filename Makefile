@@ -54,6 +54,7 @@ bench: setup
 	$(BIN)/python benchmarks/loader.py
 	$(BIN)/python benchmarks/step.py
 	$(BIN)/python benchmarks/progress.py
+	$(BIN)/python benchmarks/widget.py
 	$(BIN)/python benchmarks/magic.py
 	$(BIN)/python benchmarks/multinode.py
 

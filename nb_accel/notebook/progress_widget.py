@@ -8,9 +8,9 @@ Up to :data:`DETAILED_UP_TO` ranks, each rank's row shows its inner bars below i
 :data:`MAX_ROWS` ranks, each rank has a compact one-line row. With more ranks, only
 :data:`COLLAPSED_ROWS` rows are kept, showing the ranks that need a look (failed, stalled,
 stopped, then the least advanced), and one more line sums up the rest (see
-:mod:`~nb_accel.notebook.rank_summary`). A report then updates its rank's row if it has one,
-and the summary line at most every :data:`REST_INTERVAL_S`; which ranks get rows is decided
-again at each tick and whenever a rank's state changes.
+:mod:`~nb_accel.notebook.rank_summary`). A report then updates its rank's row if it has one;
+which ranks get rows, and the summary line, are brought up to date at most every
+:data:`REST_INTERVAL_S` as reports arrive, at each tick, and whenever a rank's state changes.
 """
 
 from __future__ import annotations
@@ -60,7 +60,8 @@ DETAILED_UP_TO = 4
 MAX_ROWS = 8
 #: With more ranks than :data:`MAX_ROWS`: the number of rows, beside the line for the rest.
 COLLAPSED_ROWS = 6
-#: The line for the ranks without a row is redrawn on a report at most this often (seconds).
+#: With many ranks, reports choose the ranks with rows and redraw the line for the rest at most
+#: this often (seconds).
 REST_INTERVAL_S = 0.5
 
 
@@ -233,10 +234,8 @@ class ProgressWidget:
         if changed:
             self._arrange()
             self._render_header()
-        elif row is None and self.rest is not None:
-            now = self._clock()
-            if now >= self._rest_next:
-                self._render_rest(now)
+        elif self.rest is not None and self._clock() >= self._rest_next:
+            self._arrange()
 
     def _arrange(self) -> None:
         """With many ranks: choose the ranks that get rows, and redraw the summary line."""
@@ -247,12 +246,8 @@ class ProgressWidget:
         for row, index in zip(self.rows, chosen, strict=False):
             row.show(self.ranks[index])
             self._row_of[index] = row
-        self._render_rest(self._clock())
-
-    def _render_rest(self, now: float) -> None:
-        if self.rest is not None:
-            self._rest_next = now + REST_INTERVAL_S
-            self.rest.render([s for i, s in enumerate(self.ranks) if i not in self._row_of])
+        self.rest.render([s for i, s in enumerate(self.ranks) if i not in self._row_of])
+        self._rest_next = self._clock() + REST_INTERVAL_S
 
     def tick(self) -> None:
         """Mark ranks whose bars have not moved for too long as stalled; draw pending metric

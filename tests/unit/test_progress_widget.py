@@ -27,11 +27,14 @@ from nb_accel.notebook.metrics_chart import (
     parse_series,
 )
 from nb_accel.notebook.progress_widget import (
+    COLLAPSED_ROWS,
     MAX_KEPT_CLOSED,
+    REST_INTERVAL_S,
     ProgressWidget,
     format_interval,
     format_meter,
 )
+from nb_accel.notebook.rank_summary import rank_list
 
 
 class Clock:
@@ -490,3 +493,122 @@ def test_a_progress_step_sets_only_what_changed(trait_sets: list[tuple[object, s
     changed = {(id(widget), name) for widget, name in trait_sets}
     assert changed == {(id(row.bar), "value"), (id(row.pct), "value"), (id(row.text), "value")}
     assert len(trait_sets) == 3
+
+
+def many(world_size: int, **kwargs: Any) -> tuple[ProgressWidget, Clock]:
+    """A launch of ``world_size`` ranks; rank r is at 40 + r % 6 of 100, with an inner bar."""
+    view, clock = make(world_size, **kwargs)
+    for rank in range(world_size):
+        epoch = bar(0, n=40 + rank % 6, total=100)
+        view.report(report(rank, epoch, bar(1, n=rank, total=500, level=1, desc="batch")))
+    clock.now += 1
+    view.tick()
+    return view, clock
+
+
+def shown(view: ProgressWidget) -> list[int]:
+    return [int(row.label.value.split()[1]) for row in view.rows]
+
+
+def visible_widgets(view: ProgressWidget) -> int:
+    return sum(1 for _ in _widgets(view.widget))
+
+
+def test_up_to_eight_ranks_each_has_a_compact_row_naming_its_inner_bars() -> None:
+    view, _ = many(8)
+    assert shown(view) == list(range(8)) and view.rest is None
+    row = view.rows[3]
+    assert row.sub not in row.box.children and row.subrows == {}  # one line per rank
+    assert row.text.value == "43/100 [00:03<00:05, 11.23it/s, loss=0.512] · batch 3/500"
+    few, _ = many(4)
+    assert list(few.rows[3].subrows) == [1]  # up to four ranks: inner bars below the row
+
+
+@pytest.mark.parametrize("world_size", [16, 64])
+def test_many_ranks_show_a_bounded_number_of_rows_and_one_line_for_the_rest(
+    world_size: int,
+) -> None:
+    view, _ = many(world_size)
+    assert len(view.rows) == COLLAPSED_ROWS
+    assert len(view._rows_box.children) == COLLAPSED_ROWS + 1
+    assert visible_widgets(view) == visible_widgets(many(16)[0])  # the same with 64 ranks
+    slowest = sorted(range(world_size), key=lambda r: (r % 6, r))[:COLLAPSED_ROWS]
+    assert shown(view) == sorted(slowest)  # the least advanced, the lower ranks first
+    rest = view.rest
+    assert rest is not None
+    hidden = world_size - COLLAPSED_ROWS
+    assert rest.label.value == f"{hidden} more"
+    low = min(40 + r % 6 for r in range(world_size) if r not in slowest)
+    assert rest.line.text.value.startswith(f"{low}-45/100, median ")
+    assert rest.line.desc.value == "epoch" and rest.line.bar.max == 100
+    assert rest.note.value == ""
+
+
+def test_the_slowest_ranks_get_the_rows_and_change_as_they_move() -> None:
+    view, clock = many(64)
+    for rank in (17, 42, 63):
+        view.report(report(rank, bar(0, n=3, total=100)))
+    clock.now += 1
+    view.tick()
+    assert {17, 42, 63} <= set(shown(view))
+    assert view.row_for(42) is not None and view.row_for(42).pct.value == "3%"  # type: ignore[union-attr]
+    assert shown(view) == sorted(shown(view))  # in rank order
+    view.report(report(42, bar(0, n=99, total=100)))
+    clock.now += 1
+    view.tick()
+    assert 42 not in shown(view) and view.row_for(42) is None
+    assert "-99/100" in view.rest.line.text.value  # type: ignore[union-attr]
+
+
+def test_failed_stalled_and_stopped_ranks_are_always_in_sight() -> None:
+    view, clock = many(64, stall_after_s=30.0)
+    clock.now += 20
+    for rank in range(64):
+        if rank not in (5, 33):
+            view.report(report(rank, bar(0, n=60, total=100)))
+    view.failed(50, "ValueError: bad batch")
+    view.stopped(51, "rank 50 failed")
+    clock.now += 15
+    view.tick()  # ranks 5 and 33 have not moved for 36 s
+    rows = {int(row.label.value.split()[1]): row for row in view.rows}
+    assert {5, 33, 50, 51} <= set(rows)
+    assert rows[50].note.value == "failed: ValueError: bad batch"
+    assert rows[5].note.value == rows[33].note.value == "stalled for 36 s"
+    assert rows[51].note.value == "stopped (rank 50 failed)"
+    assert "2 stalled" in view.header.value and "rank 50 failed" in view.header.value
+    for rank in range(52, 64):  # more ranks to look at than rows: the rest line names them
+        view.stopped(rank, "rank 50 failed")
+    rest = view.rest
+    assert rest is not None
+    assert {5, 33, 50} <= set(shown(view))
+    hidden = [r for r in range(51, 64) if r not in shown(view)]
+    assert len(hidden) == 13 - (COLLAPSED_ROWS - 3)
+    assert rest.note.value == f"stopped: {rank_list(hidden)} (rank 50 failed)"
+    assert rest.line.bar.bar_style == ""
+
+
+def test_a_report_of_a_rank_without_a_row_sends_nothing_until_the_summary_is_due(
+    trait_sets: list[tuple[object, str]],
+) -> None:
+    view, clock = many(64)
+    hidden = [r for r in range(64) if view.row_for(r) is None]
+    trait_sets.clear()
+    for step in range(10):
+        for rank in hidden:
+            view.report(report(rank, bar(0, n=46 + step, total=100)))
+    assert trait_sets == []  # the summary line waits for its turn
+    clock.now += REST_INTERVAL_S
+    view.report(report(hidden[0], bar(0, n=57, total=100)))
+    rest = view.rest
+    assert rest is not None and rest.line.text.value == "55-57/100, median 55"
+    assert {name for _, name in trait_sets} <= {"value", "max", "bar_style", "tooltip"}
+    trait_sets.clear()
+    row = view.rows[0]
+    view.report(report(row.state.rank, bar(0, n=41, total=100)))
+    assert {id(widget) for widget, _ in trait_sets} <= {id(row.bar), id(row.pct), id(row.text)}
+
+
+def test_rank_lists_join_runs() -> None:
+    assert rank_list([3]) == "rank 3"
+    assert rank_list([9, 0, 2, 3, 4, 5]) == "ranks 0, 2-5, 9"
+    assert rank_list([1, 2]) == "ranks 1, 2"
