@@ -3,7 +3,10 @@
 :class:`ConfigWidget` shows one control per :class:`~nb_accel.config.Config` field, offers only
 the choices this machine can use (GPUs are counted through NVML, so CUDA stays uninitialised),
 shows each problem next to its field while the values are edited, and saves the file only when
-every value is valid. Display it as a cell's last expression, or display its ``widget``.
+every value is valid. It is an ``ipywidgets.VBox``: display it as a cell's last expression,
+with ``display(form)``, or put it into another layout; its controls are among its children.
+Each control is labelled in words ("Processes", "Timeout (s)"); its tooltip names the field
+and says what it does.
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from ..config import (
     save_config,
 )
 
-__all__ = ["ConfigWidget", "MULTI_NODE_FIELDS", "field_help"]
+__all__ = ["ConfigWidget", "LABELS", "MULTI_NODE_FIELDS", "field_help"]
 
 #: Fields that matter only when ``num_nodes > 1``; their rows are hidden otherwise.
 MULTI_NODE_FIELDS = ("node_rank", "rdzv_endpoint", "rdzv_backend", "rdzv_timeout", "max_restarts")
@@ -39,9 +42,25 @@ MULTI_NODE_FIELDS = ("node_rank", "rdzv_endpoint", "rdzv_backend", "rdzv_timeout
 AUTO = "auto"
 #: Upper bound of the whole-number fields (the browser's integer inputs need one).
 MAX_INT = 2**31 - 1
+#: The label of each field's control.
+LABELS = {
+    "num_processes": "Processes",
+    "mixed_precision": "Mixed precision",
+    "start_method": "Start method",
+    "gradient_accumulation_steps": "Gradient accumulation steps",
+    "timeout": "Timeout (s)",
+    "cpu": "CPU only",
+    "num_nodes": "Nodes",
+    "node_rank": "Node rank",
+    "rdzv_endpoint": "Rendezvous endpoint",
+    "rdzv_backend": "Rendezvous backend",
+    "rdzv_timeout": "Rendezvous timeout (s)",
+    "max_restarts": "Restarts at most",
+}
 DESCRIPTION_WIDTH = "16em"
 ERROR_COLOR = "#d32f2f"
 OK_COLOR = "#2e7d32"
+PENDING_COLOR = "#ef6c00"
 
 Options = list[tuple[str, Any]]
 
@@ -92,8 +111,9 @@ def _set_color(widget: ipywidgets.HTML, color: str) -> None:
         widget.style.text_color = color
 
 
-class ConfigWidget:
-    """A form that edits, validates, saves and reloads the default configuration.
+class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
+    """A form (an ``ipywidgets.VBox``) that edits, validates, saves and reloads the default
+    configuration.
 
     Args:
         path: the configuration file; ``None``: where :func:`~nb_accel.config.config_path`
@@ -102,10 +122,13 @@ class ConfigWidget:
     The form starts from the saved file (the built-in defaults when it is missing, or when it
     is malformed, in which case :attr:`message` says what is wrong with it). Dropdowns hold
     ``"auto"`` for a field's ``None``. On a machine without GPUs ``cpu`` is fixed to true and
-    ``fp16`` is not offered.
+    ``fp16`` is not offered. Its children are :attr:`header`, one row per field (:attr:`rows`:
+    the control and its problem), the Save/Load/Reset buttons and :attr:`message`.
     """
 
-    def __init__(self, path: str | os.PathLike[str] | None = None) -> None:
+    def __init__(self, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
+        """Build the form from the file at ``path`` (``kwargs`` go to ``ipywidgets.VBox``)."""
+        super().__init__(**kwargs)
         self.path: Path = config_path(path)
         self.gpu_count: int = _env.cuda_device_count()
         self.cpu_count: int = os.cpu_count() or 1
@@ -118,8 +141,8 @@ class ConfigWidget:
         #: One row per field: the control and its problem.
         self.rows: dict[str, ipywidgets.HBox] = {}
         for name, control in self.controls.items():
-            control.description = name
-            control.tooltip = help_texts.get(name, "")
+            control.description = LABELS[name]
+            control.tooltip = f"{name}: {help_texts[name]}" if name in help_texts else name
             control.style = {"description_width": DESCRIPTION_WIDTH}
             self.field_messages[name] = ipywidgets.HTML(value="")
             self.rows[name] = ipywidgets.HBox([control, self.field_messages[name]])
@@ -138,7 +161,8 @@ class ConfigWidget:
         self.load_button.on_click(lambda _button: self.load())
         self.reset_button.on_click(lambda _button: self.reset())
         buttons = ipywidgets.HBox([self.save_button, self.load_button, self.reset_button])
-        self.widget = ipywidgets.VBox([self.header, *self.rows.values(), buttons, self.message])
+        self.children = (self.header, *self.rows.values(), buttons, self.message)
+        self._unsaved_note = True  # whether an edit replaces the message with "not saved yet"
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
         self._fill(Config())
@@ -190,7 +214,7 @@ class ConfigWidget:
             parts.append("TPU runtime available (torch_xla)")
         lines = [f"<b>This machine:</b> {html.escape(', '.join(parts))}"]
         if self.gpu_count == 0:
-            lines.append("<i>No GPU: cpu is fixed to true and fp16 is not offered.</i>")
+            lines.append("<i>No GPU: CPU only is fixed on and fp16 is not offered.</i>")
         lines.append(f"<b>Settings file:</b> <code>{html.escape(str(self.path))}</code>")
         return "<br>".join(lines)
 
@@ -242,6 +266,8 @@ class ConfigWidget:
     def _on_change(self, _change: dict[str, Any]) -> None:
         if not self._filling:
             self._refresh()
+            if self._unsaved_note:
+                self._say("Changed; not saved yet", color=PENDING_COLOR)
 
     def _refresh(self) -> None:
         """Show each field's problem next to it, enable Save only when there is none, and show
@@ -260,13 +286,19 @@ class ConfigWidget:
                 if part.layout.display != display:
                     part.layout.display = display
 
-    def _say(self, text: str, error: bool = False) -> None:
+    def _say(self, text: str, error: bool = False, color: str | None = None) -> None:
         # The colour is the widget's style, not markup in the value, so that the message reads
         # as plain text when a cell prints it (``print(form.message.value)``).
-        _set_color(self.message, ERROR_COLOR if error else OK_COLOR)
+        _set_color(self.message, color or (ERROR_COLOR if error else OK_COLOR))
         self.message.value = html.escape(text, quote=False)
+        self._unsaved_note = True
 
     # -- public ---------------------------------------------------------------------------------
+
+    @property
+    def widget(self) -> ipywidgets.VBox:
+        """The form itself (it is the widget to display)."""
+        return self
 
     @property
     def config(self) -> Config:
@@ -307,6 +339,7 @@ class ConfigWidget:
             config = load_config(self.path)
         except ConfigError as error:
             self._say(f"Cannot use the saved settings: {error}", error=True)
+            self._unsaved_note = False  # an edit does not make the file readable
             return
         self._fill(config)
         if not self.path.exists():
@@ -315,14 +348,10 @@ class ConfigWidget:
             self._say(f"Loaded from {self.path}")
         else:
             self.message.value = ""
+            self._unsaved_note = True
 
     def _on_save(self, _button: ipywidgets.Button) -> None:
         try:
             self.save()
         except (ConfigError, OSError):
             pass  # already shown in the message
-
-    def _ipython_display_(self) -> None:
-        from IPython.display import display
-
-        display(self.widget)

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 from lab_browser import OpenNotebook, dismiss_dialogs, save_screenshot
 
+from nb_accel.notebook.config_widget import LABELS
+
 try:
     from playwright.sync_api import Locator, Page, expect
 except ImportError:  # the tests are skipped (see conftest.py)
@@ -153,8 +155,9 @@ def test_quickstart_shows_the_live_view_as_widgets(
 
 
 def _control(form: Locator, name: str) -> Locator:
-    """The widget of ``form`` whose description is exactly ``name``."""
-    label = form.page.locator("label.widget-label", has_text=re.compile(f"^{re.escape(name)}$"))
+    """The control of the field ``name`` in ``form``, found by its label."""
+    text = LABELS[name]
+    label = form.page.locator("label.widget-label", has_text=re.compile(f"^{re.escape(text)}$"))
     found = form.locator(".widget-inline-hbox").filter(has=label)
     expect(found).to_have_count(1)
     return found

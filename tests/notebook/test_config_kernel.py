@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
@@ -53,3 +54,55 @@ def test_saved_form_values_become_the_launch_defaults(tmp_path: Path) -> None:
     )
     assert "Launching 2 processes on CPU (gloo; fork, bf16 mixed precision)" in launched
     assert "workers saw [(2, 'bf16', 3), (2, 'bf16', 3)]" in launched
+
+
+EMBEDDED = """
+import os
+import ipywidgets
+os.environ["NB_ACCEL_CONFIG_FILE"] = {path!r}
+from nb_accel import ConfigWidget
+form = ConfigWidget()
+ipywidgets.VBox([ipywidgets.HTML("<b>Launch settings</b>"), form])
+"""
+SAVE_THEN_EDIT = """
+form.save_button.click()
+print(form.message.value)
+form.controls["timeout"].value = 600.0
+print(form.message.value)
+"""
+
+
+def _descendants(models: dict[str, Any], model_id: str) -> list[dict[str, Any]]:
+    found, pending = [], [model_id]
+    while pending:
+        model = models[pending.pop()]
+        found.append(model)
+        pending += [c.removeprefix("IPY_MODEL_") for c in model["state"].get("children", [])]
+    return found
+
+
+def test_the_form_is_a_widget_in_a_layout_with_labels_in_words(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    notebook = new_notebook(
+        cells=[new_code_cell(EMBEDDED.format(path=str(path))), new_code_cell(SAVE_THEN_EDIT)]
+    )
+    NotebookClient(notebook, timeout=120, kernel_name="python3", store_widget_state=True).execute()
+    models = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    (shown,) = [
+        o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
+        for o in notebook.cells[0].outputs
+        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    ]
+    outer = models[shown]["state"]["children"]
+    assert len(outer) == 2
+    form = _descendants(models, outer[1].removeprefix("IPY_MODEL_"))
+    assert form[0]["model_name"] == "VBoxModel"  # the form itself, holding its controls
+    labels = {m["state"].get("description"): m["state"].get("tooltip") or "" for m in form}
+    assert labels["Processes"].startswith("num_processes: ")
+    assert labels["Mixed precision"].startswith("mixed_precision: ")
+    assert labels["Timeout (s)"].startswith("timeout: ")
+    assert not any(name and "_" in name for name in labels), labels
+    printed = "".join(o.get("text", "") for o in notebook.cells[1].outputs).splitlines()
+    assert printed == [f"Saved to {path}", "Changed; not saved yet"]
+    messages = [m["state"].get("value") for m in form if m["model_name"] == "HTMLModel"]
+    assert "Changed; not saved yet" in messages and f"Saved to {path}" not in messages

@@ -5,12 +5,13 @@ from __future__ import annotations
 from dataclasses import fields
 from pathlib import Path
 
+import ipywidgets
 import pytest
 import yaml
 
 from nb_accel import _env
 from nb_accel.config import Config, ConfigError, load_config, save_config
-from nb_accel.notebook.config_widget import MULTI_NODE_FIELDS, ConfigWidget
+from nb_accel.notebook.config_widget import LABELS, MULTI_NODE_FIELDS, ConfigWidget
 
 FIELD_NAMES = [f.name for f in fields(Config)]
 
@@ -30,7 +31,7 @@ def _offered(form: ConfigWidget, name: str) -> list[object]:
 
 
 def _hidden(form: ConfigWidget, name: str) -> bool:
-    return form.rows[name].layout.display == "none" and form.rows[name] in form.widget.children
+    return form.rows[name].layout.display == "none" and form.rows[name] in form.children
 
 
 def test_missing_file_gives_the_defaults(tmp_path: Path, four_gpus: None) -> None:
@@ -54,13 +55,73 @@ def test_the_path_defaults_to_the_environment_variable(
     assert form.config.gradient_accumulation_steps == 3
 
 
-def test_every_field_has_a_control_named_after_it(tmp_path: Path) -> None:
+def test_every_field_has_a_control_labelled_in_words_with_its_name_in_the_tooltip(
+    tmp_path: Path,
+) -> None:
     form = ConfigWidget(tmp_path / "c.yaml")
     assert list(form.controls) == FIELD_NAMES
+    labels = {name: control.description for name, control in form.controls.items()}
+    assert labels["num_processes"] == "Processes"
+    assert labels["mixed_precision"] == "Mixed precision"
+    assert labels["timeout"] == "Timeout (s)"
+    assert labels["num_nodes"] == "Nodes" and labels["cpu"] == "CPU only"
+    assert len(set(labels.values())) == len(labels) and labels == LABELS
     for name, control in form.controls.items():
-        assert control.description == name
-        assert control.tooltip, f"{name} has no help"
+        assert "_" not in control.description, name
+        assert control.tooltip.startswith(f"{name}: ") and len(control.tooltip) > len(name) + 9
     assert "one per GPU" in form.controls["num_processes"].tooltip
+
+
+def test_the_form_is_a_widget_holding_its_controls(tmp_path: Path, no_gpu: None) -> None:
+    form = ConfigWidget(tmp_path / "c.yaml", layout=ipywidgets.Layout(width="40em"))
+    assert isinstance(form, ipywidgets.VBox) and form.layout.width == "40em"
+    outer = ipywidgets.VBox([ipywidgets.HTML("Settings"), form])  # embeddable
+    assert outer.children[1] is form and form.widget is form
+
+    def descendants(widget: ipywidgets.Widget) -> list[ipywidgets.Widget]:
+        found = [widget]
+        for child in getattr(widget, "children", ()):
+            found += descendants(child)
+        return found
+
+    inside = descendants(form)
+    for widget in (*form.controls.values(), form.save_button, form.message, form.header):
+        assert any(widget is found for found in inside)
+    bundle = form._repr_mimebundle_()
+    assert bundle["application/vnd.jupyter.widget-view+json"]["model_id"] == form.model_id
+
+
+def test_an_edit_after_save_replaces_the_saved_message(tmp_path: Path, four_gpus: None) -> None:
+    file = tmp_path / "c.yaml"
+    form = ConfigWidget(file)
+    form.save_button.click()
+    assert form.message.value == f"Saved to {file}"
+    form.controls["timeout"].value = 12.0
+    assert "Saved" not in form.message.value
+    assert form.message.value == "Changed; not saved yet"
+    assert form.message.style.text_color == "#ef6c00"
+    form.save()
+    assert form.message.value == f"Saved to {file}" and form.message.style.text_color == "#2e7d32"
+    form.load()
+    form.controls["mixed_precision"].value = "bf16"
+    assert form.message.value == "Changed; not saved yet"
+    form.reset()
+    assert form.message.value == "Built-in defaults (not saved yet)"
+    form.controls["num_nodes"].value = 2  # a problem: Save disabled, still not saved
+    assert form.message.value == "Changed; not saved yet" and form.save_button.disabled
+
+
+def test_an_edit_keeps_the_error_about_a_malformed_file(tmp_path: Path, four_gpus: None) -> None:
+    file = tmp_path / "c.yaml"
+    file.write_text("timeout: [oops\n")
+    form = ConfigWidget(file)
+    error = form.message.value
+    assert str(file) in error
+    form.controls["timeout"].value = 3.0
+    assert form.message.value == error  # still true until Save overwrites the file
+    form.save()
+    form.controls["timeout"].value = 4.0
+    assert form.message.value == "Changed; not saved yet"
 
 
 def test_values_set_on_the_controls_are_saved_and_read_back(
@@ -267,15 +328,3 @@ def test_tpu_runtime_is_mentioned_when_torch_xla_is_found(
         lambda name, *args: object() if name == "torch_xla" else real(name, *args),
     )
     assert "TPU" in ConfigWidget(tmp_path / "c.yaml").header.value
-
-
-def test_a_bare_form_displays_its_widget(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, no_gpu: None
-) -> None:
-    import IPython.display
-
-    shown: list[object] = []
-    monkeypatch.setattr(IPython.display, "display", lambda *objs, **_: shown.extend(objs))
-    form = ConfigWidget(tmp_path / "c.yaml")
-    form._ipython_display_()
-    assert shown == [form.widget]
