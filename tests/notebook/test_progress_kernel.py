@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any
 
+from kernel_driver import CELL_TIMEOUT_S, running_kernel, start_cell
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
 
@@ -83,3 +85,95 @@ def test_the_widget_holds_every_rank_s_progress_and_the_logged_series() -> None:
     assert "failed: ValueError: bad batch 20 on rank 1" in _texts(failed)
     error = next(o for o in notebook.cells[1].outputs if o.output_type == "error")
     assert error.ename == "ValueError"
+
+
+STUCK = """
+import os, time
+from pathlib import Path
+import psutil
+os.environ["NB_ACCEL_STALL_AFTER_S"] = "1"
+from nb_accel import Accelerator, notebook_launcher, tqdm
+
+def running(pid):
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+def stuck(folder):
+    accelerator = Accelerator()
+    where, deadline = Path(folder), time.monotonic() + 60
+    bar = tqdm(total=100, desc="train")
+    if accelerator.process_index == 0:
+        (where / "rank0").write_text(str(os.getpid()))
+        bar.update(100)
+        bar.close()
+        return 0
+    while not (where / "rank0").exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    rank0 = int((where / "rank0").read_text())
+    while running(rank0):
+        time.sleep(0.02)  # rank 0 has returned and exited
+    bar.update(2)
+    bar.refresh()
+    while not (where / "seen").exists() and time.monotonic() < deadline:
+        bar.refresh()  # redrawn with the same count, as tqdm's monitor thread does
+        time.sleep(0.05)
+    bar.update(98)
+    bar.close()
+    return 1
+
+print("results", notebook_launcher(stuck, ({folder!r},), num_processes=2))
+"""
+
+
+class WidgetStates:
+    """The widget models of a kernel, kept up to date from its iopub messages."""
+
+    def __init__(self) -> None:
+        self.models: dict[str, dict[str, Any]] = {}
+
+    def take(self, message: dict[str, Any]) -> None:
+        """Apply a comm_open or an update."""
+        content = message["content"]
+        if message["msg_type"] == "comm_open":
+            self.models[content["comm_id"]] = dict(content["data"].get("state", {}))
+        elif message["msg_type"] == "comm_msg" and content["data"].get("method") == "update":
+            self.models.setdefault(content["comm_id"], {}).update(content["data"]["state"])
+
+    def rank_row(self, rank: int) -> list[dict[str, Any]] | None:
+        """The models of the line that shows ``rank``: label, desc, pct, bar, text, note."""
+        for state in self.models.values():
+            ids = [c.removeprefix("IPY_MODEL_") for c in state.get("children", [])]
+            if len(ids) == 6 and self.models.get(ids[0], {}).get("value") == f"rank {rank}":
+                return [self.models.get(i, {}) for i in ids]
+        return None
+
+
+def test_the_stuck_rank_is_flagged_and_the_finished_one_stays_green(tmp_path: Path) -> None:
+    states = WidgetStates()
+    notes: dict[int, set[str]] = {0: set(), 1: set()}
+    with running_kernel() as (_, client):
+        msg_id = start_cell(client, STUCK.format(folder=str(tmp_path)))
+        stdout = ""
+        while True:
+            message = client.get_iopub_msg(timeout=CELL_TIMEOUT_S)
+            if message["parent_header"].get("msg_id") != msg_id:
+                continue
+            states.take(message)
+            content = message["content"]
+            if message["msg_type"] == "stream":
+                stdout += content["text"]
+            if message["msg_type"] == "status" and content["execution_state"] == "idle":
+                break
+            for rank in (0, 1):
+                row = states.rank_row(rank)
+                if row is not None:
+                    notes[rank].add(str(row[5].get("value", "")))
+            if any(note.startswith("stalled for") for note in notes[1]):
+                (tmp_path / "seen").touch()
+    assert "results [0, 1]" in stdout
+    assert (tmp_path / "seen").exists(), notes
+    assert not any("stalled" in note for note in notes[0]), notes[0]
+    final = [states.rank_row(rank) for rank in (0, 1)]
+    assert all(row is not None and row[3].get("bar_style") == "success" for row in final)
