@@ -12,7 +12,27 @@ __all__ = [
     "WorkerDiedError",
     "CollectiveTimeoutError",
     "RemoteTraceback",
+    "is_peer_loss",
 ]
+
+#: Words of errors that follow another rank's failure rather than cause it: a peer that went
+#: away (gloo, the c10d store, NCCL, our own data-loader links).
+_PEER_LOSS_MARKERS = (
+    "connection closed by peer",
+    "connection reset",
+    "connection was likely closed",
+    "broken pipe",
+    "went away",
+    "remote process exited",
+)
+
+
+def is_peer_loss(message: str) -> bool:
+    """True when an error's ``message`` says that a peer went away (a lost connection, a
+    closed pipe): such an error usually follows another rank's failure rather than causes it.
+    The one place this is decided, in the workers and in the kernel."""
+    text = message.lower()
+    return any(marker in text for marker in _PEER_LOSS_MARKERS)
 
 
 class NbAccelError(Exception):

@@ -5,10 +5,14 @@ timed-out collective) as stopped by it. Failures arrive in any order (a rank's l
 can reach the kernel before the exception of the rank that went away), so an error that looks
 like a consequence is shown only once something else explains it, or when the launch is over
 (:meth:`FailureLog.settle`): the view never flashes a backend's internal text for a rank that
-only stopped because another failed.
+only stopped because another failed. Ranks that ended without an error of their own (stopped
+by the launcher once the cause was known, or relaying another node's failure) are shown
+stopped by the root cause too.
 """
 
 from __future__ import annotations
+
+from collections.abc import Iterable
 
 from .._messages import Failure
 from ..errors import WorkerFailure
@@ -32,6 +36,8 @@ class FailureLog:
         self.timeout_ranks: set[int] = set()
         #: The launch view kept in step (may be replaced between commands of a pool).
         self.view = view
+        #: Ranks that ended because of another rank's failure, without an error of their own.
+        self.stopped_ranks: set[int] = set()
         self._shown: dict[int, tuple[str, str]] = {}
 
     def __bool__(self) -> bool:
@@ -41,6 +47,18 @@ class FailureLog:
     def ranks(self) -> set[int]:
         """The ranks that failed, whatever the reason."""
         return {record.rank for record in self.records}
+
+    @property
+    def has_cause(self) -> bool:
+        """Whether a failure that can be the root cause has arrived (an exception that is no
+        lost connection or collective timeout, or a worker's death): until then the cause may
+        still be on its way."""
+        return any(
+            record.signal_name
+            or record.type_name == "exit"
+            or not looks_like_consequence(record, record.rank in self.timeout_ranks)
+            for record in self.records
+        )
 
     def add_event(self, event: Failure) -> WorkerFailure:
         """Record a worker's :class:`Failure` event; returns its record."""
@@ -55,17 +73,30 @@ class FailureLog:
         self.records.append(record)
         self._show(final=False)
 
-    def settle(self) -> None:
-        """The launch is over: show every failure as the final verdict has it."""
+    def add_stopped(self, rank: int) -> None:
+        """Record that ``rank`` ended because of another rank's failure (it reported that
+        failure, not an error of its own)."""
+        self.stopped_ranks.add(rank)
+        self._show(final=False)
+
+    def settle(self, unfinished: Iterable[int] = ()) -> None:
+        """The launch is over: show every failure as the final verdict has it, and the
+        ``unfinished`` ranks (neither returned nor failed: the launcher stopped them) as
+        stopped by the root cause."""
         if self.records:
+            failed = self.ranks
+            self.stopped_ranks.update(rank for rank in unfinished if rank not in failed)
             self._show(final=True)
 
     def _show(self, final: bool) -> None:
         view = self.view
-        if view is None:
+        if view is None or not self.records:
             return
         verdict = judge(self.records, self.timeout_ranks)
         wanted: dict[int, tuple[str, str]] = {}
+        failed = self.ranks
+        for rank in sorted(self.stopped_ranks - failed):
+            wanted[rank] = ("stopped", verdict.stop_reason())
         for record in verdict.consequences:
             wanted[record.rank] = ("stopped", verdict.stop_reason())
         for record in [*verdict.root, *(f for group in verdict.others for f in group)]:
@@ -75,12 +106,12 @@ class FailureLog:
         for rank, shown in wanted.items():
             if self._shown.get(rank) != shown:
                 self._shown[rank] = shown
-                (view.stopped if shown[0] == "stopped" else view.failed)(
-                    rank, shown[1]
-                )
+                (view.stopped if shown[0] == "stopped" else view.failed)(rank, shown[1])
 
     def exception(self, world_size: int, status: dict[int, str], timeout_s: float) -> BaseException:
         """The exception the kernel raises for these failures (see
         :func:`~nb_accel.launch.failures.build_exception`)."""
-        return build_exception(self.records, self.timeout_ranks, world_size, status, timeout_s)
-
+        stopped = self.stopped_ranks - self.ranks
+        return build_exception(
+            self.records, self.timeout_ranks, world_size, status, timeout_s, stopped
+        )

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pickle
 import signal
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
 from .._messages import Failure
@@ -14,6 +14,7 @@ from ..errors import (
     WorkerDiedError,
     WorkerError,
     WorkerFailure,
+    is_peer_loss,
 )
 
 __all__ = [
@@ -25,8 +26,6 @@ __all__ = [
     "rank_list",
     "build_exception",
 ]
-
-_CONSEQUENCE_MARKERS = ("connection closed by peer", "connection reset", "broken pipe", "went away")
 
 
 def failure_from_event(event: Failure) -> tuple[WorkerFailure, bool]:
@@ -73,8 +72,7 @@ def died_failure(rank: int, pid: int, exitcode: int | None) -> WorkerFailure:
 def looks_like_consequence(failure: WorkerFailure, is_timeout: bool) -> bool:
     """True for errors that usually follow another rank's failure rather than cause it: a
     collective that timed out, or a connection a peer closed by going away."""
-    text = failure.message.lower()
-    return is_timeout or any(m in text for m in _CONSEQUENCE_MARKERS)
+    return is_timeout or is_peer_loss(failure.message)
 
 
 @dataclass(frozen=True)
@@ -180,6 +178,7 @@ def build_exception(
     world_size: int,
     status: dict[int, str],
     timeout_s: float,
+    stopped: Iterable[int] = (),
 ) -> BaseException:
     """Choose the root cause among ``ordered`` (arrival order) and build the exception to raise.
 
@@ -189,6 +188,8 @@ def build_exception(
         world_size: number of ranks in the launch.
         status: for ranks that did not fail, what they did ("had already returned", ...).
         timeout_s: the launch's collective timeout.
+        stopped: ranks that ended because of the failure without an error of their own
+            (named with the ranks whose errors were consequences).
     """
     verdict = judge(ordered, timeout_ranks)
     root, first = verdict.root, verdict.root[0]
@@ -196,7 +197,7 @@ def build_exception(
     summary = _others_summary(verdict.others)
     if verdict.timed_out:
         return _timeout_error(root, world_size, status, timeout_s)
-    knock_on = _knock_on(verdict)
+    knock_on = _knock_on(verdict, stopped)
     if first.signal_name or first.type_name == "exit":
         text = first.message + (f" (same on {rank_list(ranks)})" if len(ranks) > 1 else "")
         text += "".join("\n" + part for part in (knock_on, summary) if part)
@@ -219,10 +220,15 @@ def build_exception(
     return _decorate(error, root, note, ordered)
 
 
-def _knock_on(verdict: Verdict) -> str:
+def _knock_on(verdict: Verdict, stopped: Iterable[int] = ()) -> str:
     """A line naming the ranks that stopped because of the root cause (their errors, a lost
     connection or a timeout, are not shown)."""
-    ranks = sorted({f.rank for f in verdict.consequences} - set(verdict.root_ranks))
+    failed_on_their_own = {f.rank for group in verdict.others for f in group}
+    ranks = sorted(
+        ({f.rank for f in verdict.consequences} | set(stopped))
+        - set(verdict.root_ranks)
+        - failed_on_their_own
+    )
     if not ranks:
         return ""
     verb = "was" if len(ranks) == 1 else "were"

@@ -18,7 +18,7 @@ from .processes import WorkerProcess, multiprocessing_helpers
 from .scratch import make_scratch_dir
 from .supervisor import WorkerGroup
 from .text_view import TextView
-from .user_errors import USER_ERRORS, for_the_user
+from .user_errors import for_the_user, meant_for_the_user
 from .view import LaunchView, NullView, view_factory
 from .workers import start_workers
 from .xla_launch import launch_xla, xla_requested
@@ -178,7 +178,7 @@ def notebook_launcher(
     try:
         _check_call(function, args, kwargs)
         if cpu is not True and xla_requested():  # a TPU runtime: torch_xla's xmp.spawn
-            outcome = launch_xla(
+            return launch_xla(
                 function,
                 args,
                 kwargs,
@@ -189,7 +189,6 @@ def notebook_launcher(
                 show_progress=show_progress,
                 all_ranks_metrics=all_ranks_metrics,
             )
-            return outcome
         config = load_config()
         if rdzv_endpoint is None and master_addr is not None and use_port is not None:
             rdzv_endpoint = f"{master_addr}:{use_port}"
@@ -202,10 +201,13 @@ def notebook_launcher(
         payload = make_payload(function, args, kwargs or {})
         view = _make_view(plan, nodes, show_progress, all_ranks_metrics)
         outcome = _run(plan, nodes, payload, prefix_output, view)
-    except USER_ERRORS as error:  # ours to explain: shown from here, without our frames
-        raise for_the_user(error)  # noqa: B904 - the error itself, its own cause kept
-    if isinstance(outcome, BaseException):
-        raise for_the_user(outcome)  # a worker's exception; its worker traceback is the cause
+        if isinstance(outcome, BaseException):
+            raise outcome
+    except BaseException as error:
+        if not meant_for_the_user(error):
+            raise  # a defect of ours: its whole traceback
+        failure = for_the_user(error)  # raised from here, none of our frames below
+        raise failure from failure.__cause__
     return outcome
 
 
@@ -214,4 +216,10 @@ def debug_launcher(
 ) -> list[Any]:
     """Run ``function`` on ``num_processes`` CPU processes (gloo): for tests and debugging."""
     __tracebackhide__ = True  # IPython and pytest leave this frame out
-    return notebook_launcher(function, args, num_processes, cpu=True)
+    try:
+        return notebook_launcher(function, args, num_processes, cpu=True)
+    except BaseException as error:
+        if not meant_for_the_user(error):
+            raise
+        failure = for_the_user(error)  # raised from here, not from notebook_launcher
+        raise failure from failure.__cause__

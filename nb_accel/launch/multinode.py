@@ -132,7 +132,7 @@ def _outcome(
             log.add(record)
     if not log:
         return LaunchError("the workers ended without reporting a result")
-    log.settle()
+    log.settle(rank for rank in ranks if rank not in events.results)
     status = {rank: "had already returned" for rank in ranks if rank in events.results}
     return log.exception(world, status, plan.timeout_s)
 

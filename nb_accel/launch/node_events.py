@@ -99,6 +99,7 @@ class NodeEvents:
         self._lock = threading.Lock()
         self._new: list[Connection] = []
         self._attempt_of: dict[Connection, int] = {}
+        self._rank_of: dict[Connection, int] = {}
         self._attempt = 0
         self.results: dict[int, bytes] = {}
         #: This attempt's failures (the view shows the root cause as failed, the rest stopped).
@@ -179,6 +180,7 @@ class NodeEvents:
         if isinstance(event, Started):
             self.started = True
             self._attempt_of[conn] = event.attempt
+            self._rank_of[conn] = event.rank
             if event.attempt > self._attempt:
                 self._attempt = event.attempt
                 self.results.clear()
@@ -195,6 +197,9 @@ class NodeEvents:
         elif isinstance(event, Failure):
             if not any(self._same(event, seen) for seen in self.failures.records):
                 self.failures.add_event(event)
+            sender = self._rank_of.get(conn, event.rank)
+            if sender != event.rank:  # it lost its peers and reports the failure that did it
+                self.failures.add_stopped(sender)
 
     @staticmethod
     def _same(a: Failure, b: WorkerFailure) -> bool:

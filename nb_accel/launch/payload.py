@@ -47,18 +47,20 @@ def check_arguments(
         return
     try:
         signature.bind(*args, **kwargs)
+        return
     except TypeError as exc:
-        given = f"{len(args)} positional argument{'s' if len(args) != 1 else ''}"
-        if kwargs:
-            given += " and keywords " + ", ".join(map(repr, kwargs))
-        plain = signature.replace(
-            parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
-            return_annotation=signature.empty,
-        )
-        raise TypeError(
-            f"{_name_of(function)}{plain} cannot be called with {given}: {exc}. "
-            "Pass its arguments as `args=(...)` and `kwargs={...}`; nothing was started."
-        ) from None
+        problem = str(exc)
+    given = f"{len(args)} positional argument{'s' if len(args) != 1 else ''}"
+    if kwargs:
+        given += " and keywords " + ", ".join(map(repr, kwargs))
+    plain = signature.replace(
+        parameters=[p.replace(annotation=p.empty) for p in signature.parameters.values()],
+        return_annotation=signature.empty,
+    )
+    raise TypeError(  # raised outside the except: no "during handling" context to show
+        f"{_name_of(function)}{plain} cannot be called with {given}: {problem}. "
+        "Pass its arguments as `args=(...)` and `kwargs={...}`; nothing was started."
+    )
 
 
 def make_payload(

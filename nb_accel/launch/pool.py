@@ -29,7 +29,7 @@ from .._messages import CellDone, Command, Event, Execute, Output, Pull, Push, S
 from ..errors import WorkerDiedError
 from ..runtime.pool_worker import serve
 from .defaults import plan_with_defaults
-from .failures import build_exception, failure_from_event
+from .failure_log import FailureLog
 from .output import OutputPrinter
 from .payload import make_payload
 from .plan import LaunchPlan
@@ -270,7 +270,7 @@ class WorkerPool:
             raise
         finally:
             printer.flush()
-        return self._outcome(group, targets)
+        return self._outcome(group, targets, printer.view)
 
     def _wait(
         self, group: _PoolGroup, targets: list[int], view: LaunchView | None, until: float | None
@@ -313,13 +313,18 @@ class WorkerPool:
                 "%distributed restart starts it again"
             )
 
-    def _outcome(self, group: _PoolGroup, targets: list[int]) -> dict[int, CellDone]:
+    def _outcome(
+        self, group: _PoolGroup, targets: list[int], view: LaunchView | None = None
+    ) -> dict[int, CellDone]:
         done = {rank: group.done[rank] for rank in targets}
-        failures = [failure_from_event(d.failure)[0] for d in done.values() if d.failure]
-        if failures:
+        log = FailureLog(view)  # the root cause shown failed, its knock-on failures stopped
+        for reply in group.done.values():  # in the order they arrived
+            if reply.failure is not None:
+                log.add_event(reply.failure)
+        if log:
+            log.settle()
             status = {r: "finished the cell" for r, d in done.items() if d.failure is None}
-            error = build_exception(failures, set(), self.world_size, status, self.plan.timeout_s)
-            raise error
+            raise log.exception(self.world_size, status, self.plan.timeout_s)
         return done
 
     def execute(

@@ -25,6 +25,9 @@ __all__ = ["WorkerGroup"]
 
 #: After the first failure, how long to keep listening for the other ranks' reports (seconds).
 COLLECT_WINDOW_S = 0.05
+#: The same while every failure so far looks like a consequence (a lost connection, a timed-out
+#: collective): the failure that caused it may still be on its way (seconds).
+EXPLAIN_WINDOW_S = 1.0
 #: Grace between SIGTERM and SIGKILL when stopping workers (seconds).
 STOP_GRACE_S = 1.0
 #: How long a worker that reported its result may take to exit on its own (seconds).
@@ -137,20 +140,24 @@ class WorkerGroup:
         Returns the ranks' values in rank order, or the exception that the caller should raise
         (the group is stopped already then).
         """
-        deadline: float | None = None
+        first_failure: float | None = None
         while True:
             if all(self._settled(r) for r in range(self.world_size)) and (
                 self._failures or len(self._results) == self.world_size
             ):
                 break
-            if self._failures and deadline is None:
-                deadline = time.monotonic() + COLLECT_WINDOW_S
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                break
+            remaining: float | None = None
+            if self._failures:
+                if first_failure is None:
+                    first_failure = time.monotonic()
+                window = COLLECT_WINDOW_S if self._failures.has_cause else EXPLAIN_WINDOW_S
+                remaining = first_failure + window - time.monotonic()
+                if remaining <= 0:
+                    break
             self._watch_once(remaining)
         if self._failures:
-            self._failures.settle()
+            unfinished = [r for r in range(self.world_size) if r not in self._results]
+            self._failures.settle(unfinished)
             self.stop()
             return self._exception()
         return [self._load_result(rank) for rank in range(self.world_size)]

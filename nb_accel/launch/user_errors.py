@@ -12,18 +12,25 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from ..errors import LaunchError
+from ..errors import NbAccelError
 
-__all__ = ["USER_ERRORS", "TracebackRenderer", "for_the_user", "register_traceback_renderer"]
+__all__ = [
+    "USER_ERRORS",
+    "TracebackRenderer",
+    "for_the_user",
+    "meant_for_the_user",
+    "register_traceback_renderer",
+]
 
 #: What an entry point re-raises as the user's error: bad input found before anything started
-#: (TypeError, ValueError, a missing optional package), a launch that could not proceed, and an
-#: interrupt. Any other exception is a defect of ours and keeps its full traceback.
+#: (TypeError, ValueError, a missing optional package), a launch that could not proceed or
+#: whose workers failed (every :class:`~nb_accel.errors.NbAccelError`), and an interrupt. Any
+#: other exception is a defect of ours and keeps its full traceback.
 USER_ERRORS: tuple[type[BaseException], ...] = (
     TypeError,
     ValueError,
     ImportError,
-    LaunchError,
+    NbAccelError,
     KeyboardInterrupt,
 )
 
@@ -37,6 +44,12 @@ def register_traceback_renderer(renderer: TracebackRenderer | None) -> None:
     """Render exceptions passed to :func:`for_the_user` with ``renderer`` (one per process)."""
     global _renderer  # noqa: PLW0603 - one front end per process
     _renderer = renderer
+
+
+def meant_for_the_user(error: BaseException) -> bool:
+    """Whether ``error`` is the user's to read (bad input, a launch that could not proceed,
+    an interrupt, or a worker's failure re-raised in the kernel), not a defect of ours."""
+    return isinstance(error, USER_ERRORS) or getattr(error, "nb_accel_failures", None) is not None
 
 
 def for_the_user(error: BaseException, kernel_frames: bool = True) -> BaseException:

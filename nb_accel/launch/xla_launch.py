@@ -266,7 +266,7 @@ def _outcome(watch: _Watch, spawner: _Spawner, expected: int) -> list[Any] | Bas
     if watch.failures:
         world = max(expected, *(rank + 1 for rank in watch.failures.ranks), len(watch.results))
         status = {rank: "had already returned" for rank in watch.results}
-        watch.failures.settle()
+        watch.failures.settle(rank for rank in range(world) if rank not in watch.results)
         return watch.failures.exception(world, status, 0.0)
     if spawner.error is not None and not isinstance(spawner.error, BrokenProcessPool):
         return spawner.error  # torch_xla itself failed (its own exception, as it raised it)

@@ -28,9 +28,8 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .._messages import CellDone, Report
-from ..errors import WorkerError
 from ..launch.pool import WorkerPool, load_value
-from ..launch.user_errors import USER_ERRORS, for_the_user
+from ..launch.user_errors import for_the_user, meant_for_the_user
 from ..launch.view import LaunchView
 from .launch_view import notebook_view
 
@@ -238,10 +237,10 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             )
             ok = True
         except BaseException as error:
-            from_workers = getattr(error, "nb_accel_failures", None) is not None
-            if not (from_workers or isinstance(error, (*USER_ERRORS, WorkerError))):
+            if not meant_for_the_user(error):
                 raise  # a defect of ours: its whole traceback
-            raise for_the_user(self._explained(error), kernel_frames=False)  # noqa: B904
+            failure = for_the_user(self._explained(error), kernel_frames=False)
+            raise failure from failure.__cause__
         finally:
             view.finished(ok)
         unpicklable = [rank for rank, d in done.items() if d.value is None and d.value_repr]

@@ -6,7 +6,8 @@ points attach :func:`render` there (through
 the shell's own traceback formatter (same colours and ``%xmode``), leaving out the frames of
 the package and of the kernel's plumbing it called into (IPython, ipykernel, ipywidgets,
 traitlets, comm, zmq, tornado, asyncio): what remains are the user's own frames, the message,
-and the chained cause (a worker's traceback).
+and the chained cause (a worker's traceback). ``%xmode --show`` (show hidden frames) shows
+every frame the exception still has.
 """
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def render(error: BaseException, kernel_frames: bool = True) -> list[str]:
         import traceback
 
         return traceback.format_exception(type(error), error, tb)
-    lines: list[str] = shell.InteractiveTB.structured_traceback(
-        type(error), error, tb, tb_offset=0
-    )
+    if not getattr(shell.InteractiveTB, "skip_hidden", True):  # %xmode --show: every frame
+        tb = error.__traceback__
+    lines: list[str] = shell.InteractiveTB.structured_traceback(type(error), error, tb, tb_offset=0)
     return lines

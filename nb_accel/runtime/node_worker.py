@@ -10,8 +10,9 @@ Global ranks follow ``node_rank``: node ``k`` holds ranks ``k * n`` to ``k * n +
 rank 0 is always on the node launched with ``node_rank=0``. Before joining the group every
 worker claims its rank in the store, which turns two nodes launched with the same
 ``node_rank`` into a clear error instead of a hang. A failing rank also writes its failure
-into the store, so the ranks on other nodes that fail because it went away report the
-original error (its type, rank and host) rather than a lost connection.
+into the store (unless it is itself a lost connection or a timeout, which only follow another
+failure), so the ranks on other nodes that fail because it went away report the original
+error (its type, rank and host) rather than a lost connection.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from .._messages import Failure, Result, Started
-from ..errors import LaunchError
+from ..errors import LaunchError, is_peer_loss
 from .channel import EventChannel, set_current_channel
 from .entrypoint import (
     _die_with_parent,
@@ -208,19 +209,17 @@ class _Node:
             return None
 
 
-def _is_connection_loss(exc: BaseException) -> bool:
-    text = str(exc).lower()
-    markers = ("connection", "closed", "reset", "broken pipe", "peer", "timed out", "timeout")
-    return isinstance(exc, (RuntimeError, OSError, dist.DistError)) and any(
-        marker in text for marker in markers
-    )
+def _is_knock_on(failure: Failure) -> bool:
+    """True for a failure that usually follows another rank's (a lost peer, a timed-out
+    collective): the same judgement as the kernel's."""
+    return failure.is_timeout or is_peer_loss(failure.message)
 
 
 def _failure(node: _Node, exc: BaseException) -> Failure:
     """What to report for ``exc``: another rank's original failure when this one only
     followed from it (a lost connection), else this rank's own, marked with its host."""
     own = _with_host(failure_event(node.rank, exc, (__file__,)), node.host)
-    first = node.peer_failure(PEER_FAILURE_WAIT_S if _is_connection_loss(exc) else 0.0)
+    first = node.peer_failure(PEER_FAILURE_WAIT_S if _is_knock_on(own) else 0.0)
     if first is not None and first.type_name == "builtins.KeyboardInterrupt":
         stopped = LaunchError(
             f"rank {first.rank} (host {first.host}) was interrupted: its node's launch was "
@@ -266,7 +265,8 @@ def node_worker_main(args: NodeWorkerArgs) -> None:
         outcome = _failure(node, exc)
     if isinstance(outcome, Failure) and outcome.rank == node.rank:
         outcome = _with_host(outcome, node.host)
-        node.publish_failure(outcome)
+        if not _is_knock_on(outcome):  # only a possible root cause is relayed to the others
+            node.publish_failure(outcome)
     sys.stdout.flush()
     sys.stderr.flush()
     flush_reporter()

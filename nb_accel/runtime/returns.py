@@ -31,7 +31,7 @@ def _advice(value: Any) -> str | None:
     if isinstance(advice, str):
         return advice
     if isinstance(value, dist.ProcessGroup):
-        return "return plain data instead"
+        return "return plain data (numbers, tensors, lists, dicts): the kernel has no group"
     return None
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import psutil
 import pytest
 import torch
+import torch.distributed as dist
 
 from nb_accel import Accelerator, notebook_launcher
 
@@ -36,6 +37,10 @@ def test_arguments_that_fit_still_launch() -> None:
     assert notebook_launcher(train, (0.5,), 2, kwargs={"epochs": 2}, cpu=True) == [1.0, 1.0]
 
 
+def test_a_function_without_a_readable_signature_is_passed_through() -> None:
+    assert notebook_launcher(max, (3, 5), 2, cpu=True) == [5, 5]  # max has no signature
+
+
 def returns(kind: str) -> object:
     accelerator = Accelerator()
     model = accelerator.prepare(torch.nn.Linear(2, 1))
@@ -47,6 +52,7 @@ def returns(kind: str) -> object:
         "optimizer": lambda: accelerator.prepare(torch.optim.SGD(model.parameters(), lr=0.1)),
         "state": lambda: {"metrics": [1.0], "state": accelerator.state},
         "model": lambda: model,
+        "group": lambda: (1.0, [dist.new_group([0, 1])]),
     }
     return values[kind]()
 
@@ -58,6 +64,7 @@ def returns(kind: str) -> object:
         ("loader", "a DataLoaderShard", "Return the data"),
         ("optimizer", "an AcceleratedOptimizer", "`optimizer.state_dict()`"),
         ("state", "an AcceleratorState (at result['state'])", "`state.process_index`"),
+        ("group", "a ProcessGroup (at result[1][0])", "Return plain data"),
     ],
 )
 def test_objects_that_only_work_in_their_worker_are_refused_at_return(

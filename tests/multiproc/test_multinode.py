@@ -113,6 +113,16 @@ def test_a_failure_on_node_1_is_raised_on_node_0_with_its_type_and_rank(tmp_path
         assert node.get("error") == "ValueError", node
         assert node["message"] == "rank 3 cannot go on"
         assert any("rank 3 of 4" in note and "host" in note for note in node["notes"]), node
+        failed_lines = [line for line in node["output"].splitlines() if " failed: " in line]
+        assert failed_lines in ([], ["rank 3 failed: ValueError: rank 3 cannot go on"]), node
+        assert "Connection" not in node["notes"][0] and "GLHF" not in node["notes"][0]
+    # the ranks that lost their peers are shown as stopped by it, on each node
+    assert "Ranks 0, 1 were stopped by this failure." in node0["notes"][0]
+    assert "rank 0 stopped (rank 3 failed)" in node0["output"]
+    assert "rank 1 stopped (rank 3 failed)" in node0["output"]
+    assert "Rank 2 was stopped by this failure." in node1["notes"][0]
+    assert "rank 2 stopped (rank 3 failed)" in node1["output"]
+    assert "rank 3 failed: ValueError: rank 3 cannot go on" in node1["output"]
 
 
 @pytest.mark.timeout(200)

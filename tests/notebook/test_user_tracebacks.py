@@ -7,6 +7,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from kernel_driver import CellRun, collect, run_cell, running_kernel, start_cell
 
 ANSI = re.compile(r"\x1b\[[0-9;]*m")
@@ -102,16 +103,34 @@ def test_a_distributed_cell_error_names_the_cell_and_suggests_push() -> None:
     assert _internal_frames(text) == [] and "magics.py" not in text and "pool.py" not in text
 
 
-def test_a_script_sees_its_own_frame_and_the_entry_point(tmp_path: Path) -> None:
+@pytest.mark.parametrize("entry_point", ["notebook_launcher", "debug_launcher"])
+def test_a_script_sees_its_own_frame_and_the_entry_point(tmp_path: Path, entry_point: str) -> None:
     script = tmp_path / "train.py"
     script.write_text(
-        "from nb_accel import notebook_launcher\n\n"
-        "notebook_launcher(lambda: 1, num_processes=0)\n"
+        f"from nb_accel import {entry_point}\n\n{entry_point}(lambda: 1, num_processes=0)\n"
     )
     done = subprocess.run(
         [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
     )
     frames = [line for line in done.stderr.splitlines() if line.startswith("  File ")]
-    assert len(frames) == 2, done.stderr  # the script's line, then notebook_launcher's raise
-    assert str(script) in frames[0] and "in notebook_launcher" in frames[1]
+    assert len(frames) == 2, done.stderr  # the script's line, then the entry point's raise
+    assert str(script) in frames[0] and f"in {entry_point}" in frames[1]
     assert done.stderr.rstrip().endswith("num_processes must be a positive int (1 or more), got 0")
+
+
+def test_a_script_sees_the_worker_side_cause_and_its_own_frame(tmp_path: Path) -> None:
+    script = tmp_path / "train.py"
+    script.write_text(
+        "from nb_accel import debug_launcher\n\n"
+        "def train():\n"
+        "    raise ValueError('label 7 is out of range')\n\n"
+        "debug_launcher(train)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=60, check=False
+    )
+    cause, _, raised = done.stderr.partition("direct cause of the following exception")
+    assert f'File "{script}", line 4, in train' in cause  # the worker side: the user's frame
+    frames = [line for line in raised.splitlines() if line.startswith("  File ")]
+    assert len(frames) == 2 and "in debug_launcher" in frames[1], done.stderr
+    assert "ValueError: label 7 is out of range" in raised and "Raised on ranks 0, 1" in raised

@@ -111,3 +111,41 @@ def test_a_killed_worker_is_the_cause_of_the_others_lost_connections() -> None:
     error = log.exception(2, {}, 60.0)
     assert isinstance(error, WorkerDiedError) and "killed by SIGKILL" in str(error)
     assert "Rank 0 was stopped by this failure." in str(error) and "GLHF" not in str(error)
+
+
+def test_ranks_stopped_without_an_error_of_their_own_are_shown_and_named() -> None:
+    shown = Shown()
+    log = FailureLog(shown)
+    log.add(_failure(1, NameError("name 'x' is not defined")))
+    log.settle(unfinished=[0, 2])  # the launcher stopped them once the cause was known
+    assert shown.calls == [
+        ("failed", 1, "NameError: name 'x' is not defined"),
+        ("stopped", 0, "rank 1 failed"),
+        ("stopped", 2, "rank 1 failed"),
+    ]
+    notes = "\n".join(log.exception(3, {}, 60.0).__notes__)
+    assert "Ranks 0, 2 were stopped by this failure." in notes
+
+
+def test_a_rank_relaying_another_node_s_failure_is_shown_stopped() -> None:
+    shown = Shown()
+    log = FailureLog(shown)
+    log.add(_failure(3, ValueError("rank 3 cannot go on")))  # what rank 0 reported
+    log.add_stopped(0)
+    log.settle()
+    assert shown.calls == [
+        ("failed", 3, "ValueError: rank 3 cannot go on"),
+        ("stopped", 0, "rank 3 failed"),
+    ]
+    assert "Rank 0 was stopped by this failure." in "\n".join(log.exception(4, {}, 60.0).__notes__)
+
+
+def test_the_cause_is_known_once_an_error_that_explains_the_others_arrived() -> None:
+    log = FailureLog()
+    log.add(_failure(0, GLOO_LOST))
+    assert not log.has_cause  # the launcher keeps listening for it
+    log.add(_failure(1, NameError("name 'x' is not defined")))
+    assert log.has_cause
+    killed = FailureLog()
+    killed.add(died_failure(1, 4242, -9))
+    assert killed.has_cause

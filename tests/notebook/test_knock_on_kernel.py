@@ -1,0 +1,59 @@
+"""A rank brought down by another's failure, as the notebook's saved widget shows it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from nbclient import NotebookClient
+from nbformat.v4 import new_code_cell, new_notebook
+
+TYPO_ON_RANK_1 = """
+import time
+import torch
+import torch.distributed as dist
+from nb_accel import notebook_launcher
+
+def train():
+    if dist.get_rank() == 1:
+        time.sleep(0.3)  # the others are waiting in the all-reduce when it fails
+        undefined_name
+    dist.all_reduce(torch.ones(1))
+
+notebook_launcher(train, num_processes=3, cpu=True)
+"""
+
+
+def _widget_texts(notebook: Any, cell: Any) -> str:
+    """Every label and HTML value of the widgets shown in ``cell`` (children included)."""
+    models = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    pending = [
+        output["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
+        for output in cell.outputs
+        if "application/vnd.jupyter.widget-view+json" in output.get("data", {})
+    ]
+    texts = []
+    while pending:
+        state = models[pending.pop()]["state"]
+        texts.append(str(state.get("value", "")))
+        texts += [str(title) for title in state.get("titles", ())]
+        pending += [child.removeprefix("IPY_MODEL_") for child in state.get("children", [])]
+    return "\n".join(texts)
+
+
+def test_the_widget_shows_the_cause_failed_and_the_others_stopped_by_it() -> None:
+    notebook = new_notebook(cells=[new_code_cell(TYPO_ON_RANK_1)])
+    NotebookClient(
+        notebook, timeout=120, kernel_name="python3", allow_errors=True, store_widget_state=True
+    ).execute()
+    cell = notebook.cells[0]
+    texts = _widget_texts(notebook, cell)
+    assert "failed: NameError: name 'undefined_name' is not defined" in texts
+    assert texts.count("stopped (rank 1 failed)") == 2  # ranks 0 and 2
+    assert "· rank 1 failed" in texts  # the header names the cause's rank only
+    assert "ranks 0, 1" not in texts and "ranks 1, 2" not in texts
+    assert "Connection" not in texts and "GLHF" not in texts
+    error = next(output for output in cell.outputs if output.output_type == "error")
+    assert error.ename == "NameError"
+    shown = "\n".join(error.traceback)
+    assert "Ranks 0, 2 were stopped by this failure." in shown
+    assert "Connection" not in shown and "GLHF" not in shown
