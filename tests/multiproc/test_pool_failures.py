@@ -1,0 +1,54 @@
+"""A failing ``%%distributed`` cell: the failing rank is the cause, ranks left waiting for it are
+shown stopped by it."""
+
+from __future__ import annotations
+
+import pytest
+
+from nb_accel.launch.pool import WorkerPool
+from nb_accel.launch.view import NullView
+
+CELL = """
+import torch
+import torch.distributed as dist
+if rank == 1:
+    undefined_name
+dist.all_reduce(torch.ones(1))  # the other ranks wait here for rank 1 until the timeout
+"""
+
+
+class Shown(NullView):
+    """What each rank was last shown as."""
+
+    def __init__(self) -> None:
+        self.rows: dict[int, tuple[str, str]] = {}
+
+    def failed(self, rank: int, summary: str) -> None:
+        """Keep it."""
+        self.rows[rank] = ("failed", summary)
+
+    def stopped(self, rank: int, reason: str) -> None:
+        """Keep it."""
+        self.rows[rank] = ("stopped", reason)
+
+
+@pytest.mark.timeout(120)
+def test_a_rank_that_timed_out_waiting_for_a_failed_rank_is_shown_stopped() -> None:
+    pool = WorkerPool(3, cpu=True, timeout=3)
+    pool.start()
+    shown = Shown()
+    try:
+        with pytest.raises(NameError, match="undefined_name") as info:
+            pool.execute(CELL, view=shown)
+        assert pool.running  # the workers live on
+    finally:
+        pool.stop()
+    notes = "\n".join(info.value.__notes__)
+    assert "Raised on rank 1 of 3" in notes
+    assert "Ranks 0, 2 were stopped by this failure." in notes
+    assert "Other failures" not in notes and "imed out" not in notes
+    assert shown.rows == {
+        1: ("failed", "NameError: name 'undefined_name' is not defined"),
+        0: ("stopped", "rank 1 failed"),
+        2: ("stopped", "rank 1 failed"),
+    }
