@@ -6,15 +6,20 @@ points attach :func:`render` there (through
 the shell's own traceback formatter (same colours and ``%xmode``), leaving out the frames of
 the package and of the kernel's plumbing it called into (IPython, ipykernel, ipywidgets,
 traitlets, comm, zmq, tornado, asyncio): what remains are the user's own frames, the message,
-and the chained cause (a worker's traceback). ``%xmode --show`` (show hidden frames) shows
-every frame the exception still has.
+and the chained cause (a worker's traceback, its frames in notebook cells named as IPython
+names them: ``Cell In[7], line 3``). ``%xmode --show`` (show hidden frames) shows every frame
+the exception still has.
 """
 
 from __future__ import annotations
 
+import re
 from types import FrameType, TracebackType
+from typing import Any
 
-__all__ = ["render", "user_traceback"]
+from ..errors import RemoteTraceback
+
+__all__ = ["name_cells", "render", "user_traceback"]
 
 #: Modules whose frames are plumbing, not the user's code.
 HIDDEN_MODULES = (
@@ -48,6 +53,21 @@ def user_traceback(tb: TracebackType | None) -> TracebackType | None:
     return chain
 
 
+#: A frame line of a formatted traceback: its file and line.
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def name_cells(text: str, shell: Any) -> str:
+    """``text`` (a formatted traceback) with the files of the shell's cells named as IPython
+    names them (``Cell In[7], line 3``)."""
+
+    def named(match: re.Match[str]) -> str:
+        label = shell.compile.format_code_name(match.group(1))
+        return f"{label[0]} {label[1]}, line {match.group(2)}" if label else match.group(0)
+
+    return _FRAME.sub(named, text)
+
+
 def render(error: BaseException, kernel_frames: bool = True) -> list[str]:
     """``error`` formatted by the running IPython shell without hidden frames (and without any
     kernel frame when ``kernel_frames`` is False)."""
@@ -61,5 +81,8 @@ def render(error: BaseException, kernel_frames: bool = True) -> list[str]:
         return traceback.format_exception(type(error), error, tb)
     if not getattr(shell.InteractiveTB, "skip_hidden", True):  # %xmode --show: every frame
         tb = error.__traceback__
+    cause = error.__cause__
+    if isinstance(cause, RemoteTraceback):  # a function defined in a cell, run in a worker
+        cause.text = name_cells(cause.text, shell)
     lines: list[str] = shell.InteractiveTB.structured_traceback(type(error), error, tb, tb_offset=0)
     return lines

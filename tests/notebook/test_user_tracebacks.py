@@ -68,6 +68,7 @@ def test_a_worker_exception_shows_the_users_frames_and_its_worker_traceback() ->
     text = _shown(run)
     assert run.ename == "ValueError"
     assert 'raise ValueError("label 7 is out of range")' in text  # the worker-side cause
+    assert re.search(r"Cell In\[\d+\], line 3, in train", text), text  # named as IPython does
     assert "notebook_launcher(train, num_processes=2)" in text  # the user's cell
     assert "Raised on rank 1 of 2" in text
     assert _internal_frames(text) == [] and "supervisor" not in text
