@@ -19,7 +19,9 @@ The line magic manages the pool and moves values: ``%distributed start -n 2``, `
 from __future__ import annotations
 
 import atexit
+import functools
 import re
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -91,6 +93,27 @@ class _CellView:
 
 #: The message of a NameError for an undefined name.
 _UNDEFINED = re.compile(r"name '(\w+)' is not defined")
+
+_Magic = Callable[..., Any]
+
+
+def _errors_for_the_user(magic: _Magic) -> _Magic:
+    """``magic`` raising the user's errors (bad options, a worker's exception, an interrupt)
+    with their message and a worker's traceback only, none of the magic's or the pool's
+    frames; a defect of ours keeps its whole traceback."""
+
+    @functools.wraps(magic)
+    def shown(self: DistributedMagics, line: str, cell: str | None = None) -> Any:
+        __tracebackhide__ = True  # IPython and pytest leave this frame out
+        try:
+            return magic(self, line, cell)
+        except BaseException as error:
+            if isinstance(error, UsageError) or not meant_for_the_user(error):
+                raise  # IPython shows a UsageError as its message already
+            failure = for_the_user(self._explained(error), kernel_frames=False)
+            raise failure from failure.__cause__
+
+    return shown
 
 
 def _silenced(cell: str) -> bool:
@@ -216,6 +239,7 @@ class DistributedMagics(Magics):  # type: ignore[misc]
     @argument("--mixed-precision", help="no, bf16 or fp16 (first use)")
     @argument("--cpu", action="store_true", help="use the CPU even when GPUs are present")
     @line_cell_magic
+    @_errors_for_the_user
     def distributed(self, line: str, cell: str | None = None) -> Any:
         """Run the cell on every rank of the persistent pool, or manage the pool (line)."""
         if cell is None:
@@ -236,11 +260,6 @@ class DistributedMagics(Magics):  # type: ignore[misc]
                 view=view,
             )
             ok = True
-        except BaseException as error:
-            if not meant_for_the_user(error):
-                raise  # a defect of ours: its whole traceback
-            failure = for_the_user(self._explained(error), kernel_frames=False)
-            raise failure from failure.__cause__
         finally:
             view.finished(ok)
         unpicklable = [rank for rank, d in done.items() if d.value is None and d.value_repr]

@@ -104,6 +104,16 @@ def test_a_distributed_cell_error_names_the_cell_and_suggests_push() -> None:
     assert _internal_frames(text) == [] and "magics.py" not in text and "pool.py" not in text
 
 
+def test_a_bad_option_of_the_cell_magic_is_its_message_only() -> None:
+    with running_kernel() as (_manager, client):
+        run_cell(client, "%load_ext nb_accel")
+        run = run_cell(client, "%%distributed -n 0\nx = 1")
+    text = _shown(run)
+    assert run.ename == "ValueError" and "num_processes must be a positive int" in text
+    assert _internal_frames(text) == [] and "magics.py" not in text and "plan.py" not in text
+    assert len(text.splitlines()) <= 4, text
+
+
 @pytest.mark.parametrize("entry_point", ["notebook_launcher", "debug_launcher"])
 def test_a_script_sees_its_own_frame_and_the_entry_point(tmp_path: Path, entry_point: str) -> None:
     script = tmp_path / "train.py"
