@@ -63,3 +63,21 @@ def test_the_cause_is_raised_and_the_others_are_shown_stopped(
     assert view.rows[1] == ("failed", "NameError: name 'undefined_name' is not defined")
     for rank in others:
         assert view.rows[rank] == ("stopped", "rank 1 failed")
+
+
+def lost_connection_reaches_the_kernel_first() -> None:
+    if dist.get_rank() == 0:  # what gloo raises on a rank whose peer went away
+        raise RuntimeError("[pair.cc:553] Connection closed by peer [127.0.0.1]:34724. GLHF!")
+    time.sleep(0.2)  # the cause reaches the kernel after the consequence
+    raise ValueError("sample 13 is corrupt")
+
+
+def test_the_cause_wins_when_a_lost_connection_arrives_before_it(view: FinalState) -> None:
+    with pytest.raises(ValueError, match="sample 13 is corrupt") as info:
+        notebook_launcher(lost_connection_reaches_the_kernel_first, num_processes=2, cpu=True)
+    notes = "\n".join(info.value.__notes__)
+    assert "Rank 0 was stopped by this failure." in notes and "GLHF" not in notes
+    assert view.rows == {
+        1: ("failed", "ValueError: sample 13 is corrupt"),
+        0: ("stopped", "rank 1 failed"),
+    }
