@@ -56,6 +56,7 @@ bench: setup
 	$(BIN)/python benchmarks/progress.py
 	$(BIN)/python benchmarks/widget.py
 	$(BIN)/python benchmarks/magic.py
+	$(BIN)/python benchmarks/output.py
 	$(BIN)/python benchmarks/multinode.py
 
 clean:

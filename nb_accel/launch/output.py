@@ -53,7 +53,8 @@ class OutputPrinter:
         view: the launch's view: :attr:`view` hands it every change of a rank's state after the
             output held so far, and a view drawing a bar on the terminal (:class:`BarLine`)
             has it cleared before output is written and redrawn after.
-        interval: shortest time between two writes (seconds).
+        interval: shortest time between two writes (seconds; default
+            :data:`FLUSH_INTERVAL_S`, read when the printer is made).
         clock: time source (seconds).
     """
 
@@ -63,12 +64,12 @@ class OutputPrinter:
         prefix: bool = True,
         *,
         view: LaunchView | None = None,
-        interval: float = FLUSH_INTERVAL_S,
+        interval: float | None = None,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._prefix = prefix and world_size > 1
         self._bar = view if isinstance(view, BarLine) else None
-        self._interval = interval
+        self._interval = FLUSH_INTERVAL_S if interval is None else interval
         self._clock = clock
         self._lock = threading.Lock()
         self._at_line_start: dict[tuple[int, str], bool] = {}
