@@ -19,7 +19,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from typing import Protocol, runtime_checkable
+from typing import Protocol, cast
 
 from .._messages import Output, Report
 from .view import LaunchView, NullView
@@ -32,7 +32,6 @@ FLUSH_INTERVAL_S = 0.2
 MAX_SEGMENTS = 8
 
 
-@runtime_checkable
 class BarLine(Protocol):
     """A view that draws a bar on the terminal line where printed output would go."""
 
@@ -68,7 +67,7 @@ class OutputPrinter:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._prefix = prefix and world_size > 1
-        self._bar = view if isinstance(view, BarLine) else None
+        self._bar = _bar_line(view)
         self._interval = FLUSH_INTERVAL_S if interval is None else interval
         self._clock = clock
         self._lock = threading.Lock()
@@ -148,6 +147,14 @@ class OutputPrinter:
             stream.flush()
         if self._bar is not None and all(rank is None for rank in self._open_line.values()):
             self._bar.redraw_bar()
+
+
+def _bar_line(view: LaunchView | None) -> BarLine | None:
+    """``view`` when it draws a bar on the terminal (checked by its methods: an ``isinstance``
+    check against the protocol costs more than the rest of a ``%%distributed`` cell)."""
+    if callable(getattr(view, "clear_bar", None)) and callable(getattr(view, "redraw_bar", None)):
+        return cast(BarLine, view)
+    return None
 
 
 class _OutputFirst:

@@ -8,6 +8,7 @@ KeyboardInterrupt), :meth:`WorkerGroup.stop` leaves no process behind.
 from __future__ import annotations
 
 import pickle
+import select
 import signal
 import time
 from collections.abc import Callable
@@ -67,6 +68,7 @@ class WorkerGroup:
         self._failures = FailureLog(view)
         self._exited: set[int] = set()
         self._open = {w.rank: w for w in workers}
+        self._pollers: dict[int, select.poll] = {}
         self._stopped = False
 
     @property
@@ -92,7 +94,11 @@ class WorkerGroup:
     def _drain(self, worker: WorkerProcess) -> None:
         """Read every event waiting on ``worker``'s connection; close it at end of stream."""
         try:
-            while worker.conn.poll():
+            waiting = self._pollers.get(worker.rank)
+            if waiting is None:  # one poll object per connection, not a selector per event
+                waiting = self._pollers[worker.rank] = select.poll()
+                waiting.register(worker.conn.fileno(), select.POLLIN)
+            while waiting.poll(0):
                 self._handle(decode(worker.conn.recv_bytes()))
         except (EOFError, OSError):
             self._open.pop(worker.rank, None)
