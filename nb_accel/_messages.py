@@ -130,13 +130,15 @@ Event = Started | Output | Result | Failure | Report | CellDone
 @dataclass(frozen=True)
 class Execute:
     """Kernel to persistent worker: run ``code`` in the worker's namespace; with
-    ``want_value`` send back the value of its last expression. ``name`` is the cell's name in
-    tracebacks (the notebook's ``In[7]``)."""
+    ``want_value`` send back the value of its last expression (only from ``value_ranks`` when
+    given: the others' values are not used). ``name`` is the cell's name in tracebacks (the
+    notebook's ``In[7]``)."""
 
     cell: int
     code: str
     want_value: bool = False
     name: str = ""
+    value_ranks: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)

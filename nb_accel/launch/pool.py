@@ -333,11 +333,16 @@ class WorkerPool:
         ranks: Sequence[int] | None = None,
         want_value: bool = False,
         name: str = "",
+        value_ranks: Sequence[int] | None = None,
         **options: Any,
     ) -> dict[int, CellDone]:
         """Run ``code`` on ``ranks`` (default: every rank); ``name`` names it in tracebacks
-        (``In[7]``); see :meth:`run` for ``options``."""
-        return self.run(lambda cell: Execute(cell, code, want_value, name), ranks, **options)
+        (``In[7]``); with ``want_value`` the ranks in ``value_ranks`` (default: all) send back
+        the value of the last expression; see :meth:`run` for ``options``."""
+        chosen = tuple(value_ranks or ())
+        return self.run(
+            lambda cell: Execute(cell, code, want_value, name, chosen), ranks, **options
+        )
 
     def push(self, values: dict[str, Any], ranks: Sequence[int] | None = None) -> None:
         """Set ``values`` as variables on ``ranks`` (cloudpickled, so functions and classes

@@ -247,6 +247,7 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         args = parse_argstring(self.distributed, line)
         pool = self._running_pool(args)
         ranks = _ranks(args.ranks)
+        shown = min(ranks) if ranks else 0  # the rank whose value is the cell's result
         view = _CellView(pool.plan.describe(), pool.world_size, bool(args.all_ranks))
         name = f"In[{self.shell.execution_count}]" if self.shell is not None else ""
         ok = False
@@ -254,8 +255,9 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             done = pool.execute(
                 cell,
                 ranks,
-                want_value=True,
+                want_value=bool(args.output) or not _silenced(cell),
                 name=name,
+                value_ranks=None if args.output else [shown],
                 all_output=bool(args.all_ranks),
                 view=view,
             )

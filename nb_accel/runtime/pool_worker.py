@@ -56,7 +56,8 @@ def _perform(
 ) -> CellDone:
     if isinstance(command, Execute):
         value = run_code(command.code, space, command.name or f"<cell {command.cell}>")
-        return _reply(channel, command.cell, value, command.want_value)
+        wanted = not command.value_ranks or channel.rank in command.value_ranks
+        return _reply(channel, command.cell, value, command.want_value and wanted)
     if isinstance(command, Push):
         space.update(cloudpickle.loads(command.data))
         return CellDone(channel.rank, command.cell)
