@@ -9,13 +9,20 @@ A Jupyter kernel is started with jupyter_client; ``%load_ext nb_accel`` and a fi
 the baseline) and an empty ``%%distributed`` cell (``pass`` on both ranks) are executed and
 timed from the execute request to the kernel's reply. The overhead is the difference of the
 medians (and of the 95th percentiles). Targets: ≤ 2 ms median, ≤ 10 ms p95.
+
+Then the same again under load: one busy-looping process per CPU core runs while the cells
+are timed (``--no-load`` skips this second table).
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import multiprocessing
+import os
 import statistics
 import time
+from collections.abc import Iterator
 
 from jupyter_client import KernelManager
 from jupyter_client.blocking import BlockingKernelClient
@@ -46,42 +53,52 @@ def _percentile(values: list[float], fraction: float) -> float:
     return ordered[min(len(ordered) - 1, round(fraction * (len(ordered) - 1)))]
 
 
+def _spin() -> None:
+    while True:
+        pass
+
+
+@contextlib.contextmanager
+def busy_cores(count: int) -> Iterator[None]:
+    """``count`` processes that keep a CPU core busy each, while the block runs."""
+    context = multiprocessing.get_context("spawn")
+    spinners = [context.Process(target=_spin, daemon=True) for _ in range(count)]
+    for spinner in spinners:
+        spinner.start()
+    try:
+        yield
+    finally:
+        for spinner in spinners:
+            spinner.terminate()
+        for spinner in spinners:
+            spinner.join()
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     """Command-line options."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=200, help="timed cells of each kind")
     parser.add_argument("--warmup", type=int, default=20, help="untimed rounds first")
+    parser.add_argument("--no-load", action="store_true", help="skip the table under load")
     return parser.parse_args(argv)
 
 
-def main(argv: list[str] | None = None) -> None:
-    """Run the benchmark and print the table."""
-    args = parse_args(argv)
-    print(run_header(nb_accel=nb_accel.__version__))
-    manager = KernelManager(kernel_name="python3")
-    manager.start_kernel()
-    client = manager.client()
-    client.start_channels()
-    try:
-        client.wait_for_ready(timeout=60)
-        _timed(client, "%load_ext nb_accel")
-        _timed(client, "%%distributed -n 2\npass")
-        cells = {"plain cell": "pass", "%%distributed cell": "%%distributed\npass"}
-        times: dict[str, list[float]] = {name: [] for name in cells}
-        for index in range(args.warmup + args.rounds):
-            order = list(cells) if index % 2 == 0 else list(cells)[::-1]
-            for name in order:
-                seconds = _timed(client, cells[name])
-                if index >= args.warmup:
-                    times[name].append(seconds)
-        _timed(client, "%distributed stop")
-    finally:
-        client.stop_channels()
-        manager.shutdown_kernel(now=True)
-    print(
-        f"\nEmpty cell round trip through a kernel, 2 workers; {args.rounds} rounds after "
-        f"{args.warmup} warm-up rounds, alternating"
-    )
+def measure(client: BlockingKernelClient, args: argparse.Namespace) -> dict[str, list[float]]:
+    """Alternating plain and ``%%distributed`` cells: their round trips, warm-up left out."""
+    cells = {"plain cell": "pass", "%%distributed cell": "%%distributed\npass"}
+    times: dict[str, list[float]] = {name: [] for name in cells}
+    for index in range(args.warmup + args.rounds):
+        order = list(cells) if index % 2 == 0 else list(cells)[::-1]
+        for name in order:
+            seconds = _timed(client, cells[name])
+            if index >= args.warmup:
+                times[name].append(seconds)
+    return times
+
+
+def print_table(title: str, times: dict[str, list[float]]) -> None:
+    """The medians and 95th percentiles, the overhead and the targets."""
+    print(f"\n{title}")
     print(f"  {'cell':<22} {'median ms':>10} {'p95 ms':>8}")
     stats = {}
     for name, values in times.items():
@@ -94,6 +111,34 @@ def main(argv: list[str] | None = None) -> None:
         f"  overhead: {median:.2f} ms median, {p95:.2f} ms p95 (targets <= {MEDIAN_TARGET_MS} "
         f"ms, <= {P95_TARGET_MS} ms): {'PASS' if ok else 'MISS'}"
     )
+
+
+def main(argv: list[str] | None = None) -> None:
+    """Run the benchmark and print the tables."""
+    args = parse_args(argv)
+    print(run_header(nb_accel=nb_accel.__version__))
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel()
+    client = manager.client()
+    client.start_channels()
+    cores = os.cpu_count() or 1
+    try:
+        client.wait_for_ready(timeout=60)
+        _timed(client, "%load_ext nb_accel")
+        _timed(client, "%%distributed -n 2\npass")
+        quiet = measure(client, args)
+        loaded = None
+        if not args.no_load:
+            with busy_cores(cores):
+                loaded = measure(client, args)
+        _timed(client, "%distributed stop")
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
+    rounds = f"{args.rounds} rounds after {args.warmup} warm-up rounds, alternating"
+    print_table(f"Empty cell round trip through a kernel, 2 workers; {rounds}", quiet)
+    if loaded is not None:
+        print_table(f"The same with a busy-looping process on each of the {cores} cores", loaded)
 
 
 if __name__ == "__main__":
