@@ -19,27 +19,35 @@ from nb_accel.runtime.state import reset_all_states
 #: by tests) look for it in a file that does not exist unless a test writes it. The folder lives
 #: from the start of the test run to its end, and the variable stays set all that time.
 CONFIG_VARIABLE = "NB_ACCEL_CONFIG_FILE"
-#: The run's configuration folder and the variable's value before the run.
-_CONFIG_RUN = pytest.StashKey[tuple[str, str | None]]()
+#: Outside tests/gpu every launch, kernel and Accelerator runs on the CPU (gloo), also on a
+#: machine with GPUs; tests/gpu/conftest.py lifts this for the GPU tests.
+CPU_VARIABLE = "NB_ACCEL_USE_CPU"
+#: The run's configuration folder and both variables' values before the run.
+_CONFIG_RUN = pytest.StashKey[tuple[str, dict[str, str | None]]]()
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Point the saved configuration at a fresh, empty folder for the whole run."""
+    """Point the saved configuration at a fresh, empty folder and force the CPU, for the run."""
     folder = tempfile.mkdtemp(prefix="nb_accel-test-config-")
-    config.stash[_CONFIG_RUN] = (folder, os.environ.get(CONFIG_VARIABLE))
+    config.stash[_CONFIG_RUN] = (
+        folder,
+        {name: os.environ.get(name) for name in (CONFIG_VARIABLE, CPU_VARIABLE)},
+    )
     os.environ[CONFIG_VARIABLE] = os.path.join(folder, "default_config.yaml")
+    os.environ[CPU_VARIABLE] = "1"
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
-    """Remove the run's configuration folder and restore the variable."""
+    """Remove the run's configuration folder and restore the variables."""
     if _CONFIG_RUN not in config.stash:
         return
     folder, before = config.stash[_CONFIG_RUN]
     shutil.rmtree(folder, ignore_errors=True)
-    if before is None:
-        os.environ.pop(CONFIG_VARIABLE, None)
-    else:
-        os.environ[CONFIG_VARIABLE] = before
+    for name, value in before.items():
+        if value is None:
+            os.environ.pop(name, None)
+        else:
+            os.environ[name] = value
 
 
 #: How long a test's leftovers get to finish on their own before they count as leaks.

@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import os
+
 from ..config import Config, config_path, load_config
 from ..errors import LaunchError
 from .nodes import NODE_FIELDS, NodePlan, make_node_plan
 from .plan import LaunchPlan, make_plan
 
-__all__ = ["plan_with_defaults", "node_plan_with_defaults"]
+__all__ = ["CPU_VARIABLE", "plan_with_defaults", "node_plan_with_defaults"]
+
+#: Set to ``1`` in the environment, the launch runs on the CPU unless ``cpu`` is given
+#: (the workers see it too, and an ``Accelerator`` made outside a launch stays on the CPU).
+CPU_VARIABLE = "NB_ACCEL_USE_CPU"
 
 
 def plan_with_defaults(
@@ -22,11 +28,14 @@ def plan_with_defaults(
     """The launch plan; every option left as ``None`` takes the saved configuration's value
     (:func:`~nb_accel.config.load_config`, or ``config`` when given). A malformed
     configuration file is an error naming the file, raised before any process starts.
+    ``NB_ACCEL_USE_CPU=1`` in the environment stands for ``cpu=True`` when ``cpu`` is not given.
 
     With ``single_node`` (persistent workers), a saved ``num_nodes > 1`` is refused with a
     message saying so.
     """
     config = load_config() if config is None else config
+    if cpu is None and os.environ.get(CPU_VARIABLE) == "1":
+        cpu = True
     if single_node and config.num_nodes > 1:
         raise LaunchError(
             f"the saved configuration ({config_path()}) asks for num_nodes={config.num_nodes}, "

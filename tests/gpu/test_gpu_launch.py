@@ -1,11 +1,16 @@
-"""GPU launches (skipped without CUDA): nccl on one GPU, and CUDA initialised before fork."""
+"""GPU launches (skipped without CUDA): nccl on every GPU, each start method, and a kernel
+that initialised CUDA before a fork launch."""
 
 from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 import torch
 
-from nb_accel import LaunchError, PartialState, _env, notebook_launcher
+from nb_accel import PartialState, _env, notebook_launcher
 
 pytestmark = [
     pytest.mark.gpu,
@@ -38,11 +43,51 @@ def test_all_gpus_nccl_launch() -> None:
     assert [r[1] for r in results] == [f"cuda:{i}" for i in range(count)]
 
 
-def test_cuda_initialised_before_fork_is_refused_with_a_fix() -> None:
-    torch.zeros(1, device="cuda")  # initialises CUDA in this (kernel) process
-    with pytest.raises(LaunchError, match=r"Restart the kernel.*start_method='spawn'"):
-        notebook_launcher(nccl_all_reduce, num_processes=1, start_method="fork")
-    [(backend, _device, value)] = notebook_launcher(
-        nccl_all_reduce, num_processes=1, start_method="spawn"
+#: A kernel that used CUDA before launching: run as its own process, so that this pytest
+#: process never initialises CUDA (every later fork launch of the suite would be refused).
+CUDA_FIRST = """
+import torch
+from nb_accel import LaunchError, notebook_launcher
+
+
+def all_reduce():
+    import torch.distributed as dist
+    value = torch.ones(1, device="cuda")
+    dist.all_reduce(value)
+    return dist.get_backend(), value.item()
+
+
+if __name__ == "__main__":
+    torch.zeros(1, device="cuda")
+    try:
+        notebook_launcher(all_reduce, num_processes=1, start_method="fork")
+    except LaunchError as error:
+        print("refused:", error)
+    print("spawned:", notebook_launcher(all_reduce, num_processes=1, start_method="spawn"))
+"""
+
+
+@pytest.mark.timeout(300)
+def test_cuda_initialised_before_fork_is_refused_with_a_fix(tmp_path: Path) -> None:
+    script = tmp_path / "cuda_first.py"
+    script.write_text(CUDA_FIRST)
+    done = subprocess.run(
+        [sys.executable, str(script)], capture_output=True, text=True, timeout=280, check=False
     )
-    assert backend == "nccl" and value.item() == 1.0
+    assert done.returncode == 0, done.stderr
+    assert "refused:" in done.stdout  # an explicit fork keeps the clear error
+    assert "spawned: [('nccl', 1.0)]" in done.stdout
+
+
+def spawned_rank() -> tuple[str, str, float]:
+    return nccl_all_reduce()
+
+
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+@pytest.mark.timeout(300)
+def test_spawn_and_forkserver_launches_on_gpus(start_method: str) -> None:
+    count = _env.cuda_device_count()
+    results = notebook_launcher(spawned_rank, num_processes=count, start_method=start_method)
+    assert [r[0] for r in results] == ["nccl"] * count
+    assert [r[2].item() for r in results] == [count * (count + 1) / 2] * count
+    assert not torch.cuda.is_initialized()

@@ -8,6 +8,7 @@ import psutil
 import pytest
 
 from nb_accel import LaunchError, _env, notebook_launcher
+from nb_accel.launch.defaults import plan_with_defaults
 from nb_accel.launch.plan import make_plan
 
 
@@ -116,3 +117,14 @@ def test_default_is_one_cpu_process_without_gpus() -> None:
     if _env.cuda_device_count():
         pytest.skip("GPUs present")
     assert make_plan(None, "no", None, 60, cpu=False).num_processes == 1
+
+
+def test_nb_accel_use_cpu_puts_a_launch_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_env, "cuda_device_count", lambda: 2)
+    monkeypatch.setenv("NB_ACCEL_USE_CPU", "1")
+    plan = plan_with_defaults(None, None, None, None, None)
+    assert (plan.device_type, plan.backend, plan.num_processes) == ("cpu", "gloo", 1)
+    explicit = plan_with_defaults(None, None, None, None, cpu=False)
+    assert (explicit.device_type, explicit.num_processes) == ("cuda", 2)  # cpu=False wins
+    monkeypatch.delenv("NB_ACCEL_USE_CPU")
+    assert plan_with_defaults(None, None, None, None, None).device_type == "cuda"

@@ -1,5 +1,5 @@
-"""A test run leaves nothing behind in the temporary folder, and keeps the suite's private
-configuration file set for its whole length."""
+"""A test run leaves nothing behind in the temporary folder, keeps the suite's private
+configuration file set for its whole length, and runs on the CPU outside tests/gpu."""
 
 from __future__ import annotations
 
@@ -25,7 +25,10 @@ def test_probe():
         [sys.executable, "-c", "import os; print(os.environ['NB_ACCEL_CONFIG_FILE'])"],
         capture_output=True, text=True, check=True,
     ).stdout.strip()
-    Path(os.environ["PROBE_OUT"]).write_text(f"{file}\\n{Path(file).parent.is_dir()}\\n{child}")
+    cpu = os.environ.get("NB_ACCEL_USE_CPU")
+    Path(os.environ["PROBE_OUT"]).write_text(
+        f"{file}\\n{Path(file).parent.is_dir()}\\n{child}\\n{cpu}"
+    )
 """
 
 
@@ -61,7 +64,8 @@ def test_a_test_run_leaves_nothing_in_the_temporary_folder(tmp_path: Path) -> No
         check=False,
     )
     assert done.returncode == 0, done.stdout + done.stderr
-    file, existed, seen_by_child = out.read_text().splitlines()
+    file, existed, seen_by_child, cpu = out.read_text().splitlines()
     assert Path(file).parent.parent == temp and existed == "True"  # a private, existing folder
     assert seen_by_child == file  # processes started by tests see it too
     assert list(temp.iterdir()) == []  # and it is gone after the run
+    assert cpu == "1"  # outside tests/gpu, launches run on the CPU even where GPUs are

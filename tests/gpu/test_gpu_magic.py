@@ -1,0 +1,86 @@
+"""%%distributed on NCCL through a real kernel (skipped without CUDA): an interrupted cell that
+was busy in collectives leaves the next cell's collectives right."""
+
+from __future__ import annotations
+
+import queue
+import time
+
+import pytest
+from jupyter_client import KernelManager
+from jupyter_client.blocking import BlockingKernelClient
+
+from nb_accel import _env
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(_env.cuda_device_count() == 0, reason="needs a CUDA GPU"),
+]
+
+LOOP = """%%distributed
+import torch, torch.distributed as dist
+print('looping', flush=True)
+while True:
+    dist.all_reduce(torch.ones(1 << 20, device=accelerator.device))
+"""
+
+CHECK = """%%distributed -o sums
+import torch, torch.distributed as dist
+value = torch.ones(4, device=accelerator.device) * (rank + 1)
+dist.all_reduce(value)
+value.tolist()
+"""
+
+
+def _run(client: BlockingKernelClient, code: str, until: str | None = None) -> dict[str, str]:
+    """Execute ``code``; its status and the text streamed, until idle or ``until``."""
+    return _collect(client, client.execute(code, store_history=False), until)
+
+
+def _collect(client: BlockingKernelClient, msg_id: str, until: str | None = None) -> dict[str, str]:
+    """The status and text of cell ``msg_id``, until the kernel is idle or ``until`` shows."""
+    text, deadline = "", time.monotonic() + 240
+    status: dict[str, str] = {}
+    while time.monotonic() < deadline:
+        try:
+            message = client.get_iopub_msg(timeout=1)
+        except queue.Empty:
+            continue
+        if message["parent_header"].get("msg_id") != msg_id:
+            continue
+        content = message["content"]
+        if message["msg_type"] == "stream":
+            text += content["text"]
+            if until is not None and until in text:
+                return {"status": "running", "text": text, "msg_id": msg_id}
+        if message["msg_type"] == "error":
+            status = {"status": "error", "ename": content["ename"]}
+        if message["msg_type"] == "status" and content["execution_state"] == "idle":
+            return {"status": "ok", **status, "text": text}
+    raise AssertionError(f"cell {msg_id} did not finish")
+
+
+@pytest.mark.timeout(400)
+def test_an_interrupted_cell_in_collectives_leaves_the_next_cell_right() -> None:
+    count = _env.cuda_device_count()
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel()
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        assert _run(client, "%load_ext nb_accel")["status"] == "ok"
+        assert _run(client, f"%%distributed -n {count}\nrank")["status"] == "ok"
+        looping = _run(client, LOOP, until="looping")
+        assert looping["status"] == "running"
+        time.sleep(1)
+        manager.interrupt_kernel()
+        assert _collect(client, looping["msg_id"])["ename"] == "KeyboardInterrupt"
+        for _ in range(3):
+            assert _run(client, CHECK)["status"] == "ok"
+            shown = _run(client, "print(sums)")
+            expected = [float(count * (count + 1) / 2)] * 4
+            assert shown["text"].strip() == str([expected] * count)
+    finally:
+        client.stop_channels()
+        manager.shutdown_kernel(now=True)
