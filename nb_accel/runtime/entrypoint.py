@@ -31,7 +31,7 @@ from .spec import WorkerArgs
 from .state import reset_all_states
 from .tree import recursively_apply
 
-__all__ = ["run_worker", "spawn_main", "dumps_value", "is_timeout_error"]
+__all__ = ["run_worker", "spawn_main", "dumps_value", "is_timeout_error", "nccl_device"]
 
 _TIMEOUT_MARKERS = ("timed out", "timeout", "time out")
 
@@ -154,18 +154,33 @@ def failure_event(rank: int, exc: BaseException, own_files: tuple[str, ...] = ()
     )
 
 
+def nccl_device(backend: str, local_rank: int) -> torch.device | None:
+    """The GPU an NCCL process group is bound to (``None`` for other backends).
+
+    Bound, the group builds its communicator while the process group is made, when every rank
+    arrives together, rather than at the first collective, where a rank that is late (rank 0
+    downloading a model in ``main_process_first()``) could outlast the wait for it.
+    """
+    return torch.device("cuda", local_rank) if "nccl" in backend else None
+
+
 def _init_process_group(args: WorkerArgs) -> None:
     if args.device_type == "cuda":
         torch.cuda.set_device(args.local_rank)
     elif "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.local_world_size))
+    timeout = timedelta(seconds=args.timeout_s)
     store = dist.FileStore(args.store_path, args.world_size)
+    # The store keeps torch's own default (300 s) unless told: every wait on it (NCCL's
+    # exchange of its communicator's id, the barrier below) must allow the launch's timeout.
+    store.set_timeout(timeout)
     dist.init_process_group(
         args.backend,
         store=store,
         rank=args.rank,
         world_size=args.world_size,
-        timeout=timedelta(seconds=args.timeout_s),
+        timeout=timeout,
+        device_id=nccl_device(args.backend, args.local_rank),
     )
     # A rank may leave init before its peers finished connecting to it; without this barrier
     # a rank that returns at once could close its sockets under a peer still connecting.

@@ -43,6 +43,7 @@ from .entrypoint import (
     _reset_signal_handlers,
     _result,
     failure_event,
+    nccl_device,
 )
 from .relay import RelayStream
 from .reporting import flush_reporter
@@ -126,7 +127,8 @@ class _Node:
         return variables
 
     def connect_store(self) -> None:
-        """The elastic agent's store for this attempt, under a prefix of our own."""
+        """The elastic agent's store for this attempt, under a prefix of our own; its waits
+        (NCCL's exchange of its communicator's id among them) allow the launch's timeout."""
         timeout = timedelta(seconds=self.args.timeout_s)
         tcp = dist.TCPStore(
             os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, False, timeout
@@ -179,6 +181,7 @@ class _Node:
             rank=self.rank,
             world_size=self.world_size,
             timeout=timedelta(seconds=self.args.timeout_s),
+            device_id=nccl_device(self.args.backend, self.local_rank),
         )
         if self.args.backend == "gloo":
             dist.barrier()
