@@ -4,6 +4,12 @@
 Accelerate's documented training-loop API (``prepare``, ``backward``, ``gather_for_metrics``, ...).
 """
 
+import os
+
+# torch.cuda.is_available() then asks NVML instead of initialising CUDA in this process, so
+# that forked workers can still use the GPUs (set before anything can ask torch).
+os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
+
 from .config import Config, load_config, save_config
 from .errors import (
     CollectiveTimeoutError,

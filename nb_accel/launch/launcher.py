@@ -13,7 +13,7 @@ from .multinode import run_nodes
 from .nodes import NodePlan
 from .output import OutputPrinter
 from .payload import check_arguments, make_payload
-from .plan import LaunchPlan
+from .plan import LaunchPlan, show_notes
 from .processes import WorkerProcess, multiprocessing_helpers
 from .scratch import make_scratch_dir
 from .supervisor import WorkerGroup
@@ -199,6 +199,7 @@ def notebook_launcher(
             num_processes, mixed_precision, start_method, timeout, cpu, config, single_node=False
         )
         payload = make_payload(function, args, kwargs or {})
+        show_notes(plan)
         view = _make_view(plan, nodes, show_progress, all_ranks_metrics)
         outcome = _run(plan, nodes, payload, prefix_output, view)
         if isinstance(outcome, BaseException):

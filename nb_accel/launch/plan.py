@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import multiprocessing
 import numbers
+import sys
 from dataclasses import dataclass
 
 from .. import _env
@@ -12,10 +13,18 @@ from ..errors import LaunchError
 from ..runtime.state import MIXED_PRECISION_CHOICES
 from .processes import START_METHODS
 
-__all__ = ["LaunchPlan", "make_plan", "DEFAULT_TIMEOUT_S"]
+__all__ = ["LaunchPlan", "make_plan", "show_notes", "DEFAULT_TIMEOUT_S", "FORK_FALLBACK_NOTE"]
 
 #: Default bound on one collective, in seconds (as torch.distributed's default).
 DEFAULT_TIMEOUT_S = 1800.0
+
+#: Said when workers cannot be forked because CUDA was initialised in the kernel (``{method}``:
+#: the start method used instead).
+FORK_FALLBACK_NOTE = (
+    "CUDA was initialised in this kernel (torch.cuda.is_available() ran before nb_accel was "
+    "imported?); starting workers with {method} instead of fork: about 2 s more per launch "
+    "(each launch starts a fresh interpreter that imports torch)"
+)
 
 
 @dataclass(frozen=True)
@@ -29,6 +38,10 @@ class LaunchPlan:
     mixed_precision: str
     timeout_s: float
     gradient_accumulation_steps: int = 1
+    #: One-line notes shown when the launch starts (a changed start method, a slow setting).
+    notes: tuple[str, ...] = ()
+    #: Environment variables the workers get on top of the kernel's.
+    worker_env: tuple[tuple[str, str], ...] = ()
 
     def describe(self) -> str:
         """One truthful line, e.g. ``"Launching 2 processes on CPU (gloo)"``."""
@@ -123,12 +136,31 @@ def make_plan(
             f"num_processes={count} but only {gpus} GPU{'s are' if gpus > 1 else ' is'} visible; "
             f"use num_processes<={gpus}, or cpu=True to run {count} processes on the CPU"
         )
-    if method == "fork" and _env.cuda_initialized():
-        raise LaunchError(
-            "CUDA is already initialised in this kernel, so forked workers cannot use the GPU. "
-            "Restart the kernel and keep every CUDA call (.cuda(), .to('cuda'), torch.cuda.*) "
-            "inside the launched function, or pass start_method='spawn'."
-        )
+    method, notes = _start_method_for_cuda(method, explicit=start_method is not None)
     return LaunchPlan(
-        count, "cuda", "nccl", method, precision, timeout_s, gradient_accumulation_steps
+        count, "cuda", "nccl", method, precision, timeout_s, gradient_accumulation_steps, notes
     )
+
+
+def _start_method_for_cuda(method: str, explicit: bool) -> tuple[str, tuple[str, ...]]:
+    """``method``, or where forked workers could not use CUDA, the method used instead and a
+    note saying so (an explicit ``fork`` is refused instead, saying how to fix it)."""
+    if method != "fork" or _env.cuda_works_after_fork():
+        return method, ()
+    if explicit:
+        raise LaunchError(
+            "CUDA is already initialised in this kernel (torch.cuda.is_available() counts), so "
+            "forked workers cannot use the GPU. Restart the kernel and keep every CUDA call "
+            "(.cuda(), .to('cuda'), torch.cuda.*) inside the launched function, or pass "
+            "start_method='spawn' or 'forkserver' (or leave it unset: nb_accel then starts "
+            "workers with forkserver)."
+        )
+    available = multiprocessing.get_all_start_methods()
+    instead = "forkserver" if "forkserver" in available else "spawn"
+    return instead, (FORK_FALLBACK_NOTE.format(method=instead),)
+
+
+def show_notes(plan: LaunchPlan) -> None:
+    """Print each of the plan's notes on its own line (stderr)."""
+    for note in plan.notes:
+        print(note, file=sys.stderr, flush=True)

@@ -32,7 +32,7 @@ from .defaults import plan_with_defaults
 from .failure_log import FailureLog
 from .output import OutputPrinter
 from .payload import make_payload
-from .plan import LaunchPlan
+from .plan import LaunchPlan, show_notes
 from .processes import WorkerProcess, multiprocessing_helpers
 from .scratch import make_scratch_dir
 from .supervisor import WorkerGroup
@@ -161,6 +161,7 @@ class WorkerPool:
         """Start the workers and wait until each has its process group and namespace."""
         if self._group is not None:
             raise RuntimeError("the pool is already started; stop or restart it")
+        show_notes(self.plan)
         self._helpers.enter_context(multiprocessing_helpers(self.plan.start_method))
         self._store_dir = make_scratch_dir("pool")
         workers: list[WorkerProcess] = []

@@ -1,0 +1,111 @@
+"""What a kernel's own CUDA state does to launches, on real GPUs (skipped without CUDA).
+
+Every kernel here is a subprocess running a small script: this pytest process never initialises
+CUDA (and ``PYTORCH_NVML_BASED_CUDA_CHECK``, which importing nb_accel sets here, is removed from
+the scripts' environment so that they see what a fresh kernel sees).
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from nb_accel import _env
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(_env.cuda_device_count() == 0, reason="needs a CUDA GPU"),
+]
+
+#: Shared by the scripts: a function every launch runs, and a launch that prints its outcome.
+PRELUDE = """
+import os, sys
+import torch
+
+
+def all_reduce():
+    import torch.distributed as dist
+    value = torch.ones(1, device="cuda")
+    dist.all_reduce(value)
+    return value
+
+
+def launch(**options):
+    from nb_accel import notebook_launcher
+    try:
+        [value] = notebook_launcher(all_reduce, num_processes=1, show_progress=False, **options)
+    except Exception as error:
+        print("failed:", type(error).__name__, str(error).splitlines()[0], flush=True)
+        return
+    print("result:", value.device.type, value.item(), flush=True)
+"""
+
+
+def _kernel(tmp_path: Path, body: str) -> subprocess.CompletedProcess[str]:
+    """Run ``PRELUDE + body`` as a fresh process, as a notebook kernel would run the cells."""
+    script = tmp_path / "kernel.py"
+    script.write_text(PRELUDE + body)
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
+    done = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+        env=env,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    return done
+
+
+IS_AVAILABLE_FIRST = """
+if __name__ == "__main__":
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # before nb_accel: poisons fork
+    import nb_accel
+    from nb_accel import _env
+    print("initialized:", torch.cuda.is_initialized(), flush=True)  # torch cannot tell
+    print("works after fork:", _env.cuda_works_after_fork(), flush=True)
+    launch()                      # falls back to forkserver, saying so
+    launch(start_method="fork")   # an explicit fork keeps the clear error
+"""
+
+
+@pytest.mark.timeout(300)
+def test_is_available_before_import_falls_back_to_forkserver(tmp_path: Path) -> None:
+    done = _kernel(tmp_path, IS_AVAILABLE_FIRST)
+    assert "initialized: False" in done.stdout
+    assert "works after fork: False" in done.stdout
+    assert "result: cpu 1.0" in done.stdout
+    assert done.stderr.count("starting workers with forkserver instead of fork") == 1
+    assert "failed: LaunchError CUDA is already initialised in this kernel" in done.stdout
+
+
+IMPORT_FIRST = """
+if __name__ == "__main__":
+    import nb_accel
+    from nb_accel import _env, _cuda_fork
+    device = "cuda" if torch.cuda.is_available() else "cpu"  # after nb_accel: asks NVML
+    assert device == "cuda"
+    count = _env.cuda_device_count()
+    torch.cuda._device_count_nvml = lambda: -1   # as with MIG ids: NVML cannot count
+    print("count without NVML:", _env.cuda_device_count() == count, flush=True)
+    print("child:", _cuda_fork.ask_forked_child(), flush=True)
+    print("works after fork:", _env.cuda_works_after_fork(), flush=True)
+    launch(start_method="fork")
+    print("initialized:", torch.cuda.is_initialized(), flush=True)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_nb_accel_never_poisons_fork_itself(tmp_path: Path) -> None:
+    done = _kernel(tmp_path, IMPORT_FIRST)
+    assert "count without NVML: True" in done.stdout
+    assert "child: ForkedCuda(bad_fork=False, device_count=" in done.stdout
+    assert "works after fork: True" in done.stdout
+    assert "result: cpu 1.0" in done.stdout
+    assert "initialized: False" in done.stdout
+    assert "instead of fork" not in done.stderr

@@ -1,0 +1,53 @@
+"""A launch from a kernel whose forked children could not use CUDA starts its workers with
+forkserver instead, says so in one line, and returns the right result."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from typing import Any
+
+import pytest
+import torch
+import torch.distributed as dist
+
+from nb_accel import _cuda_fork, _env, notebook_launcher
+from nb_accel.launch import launcher
+from nb_accel.launch.plan import LaunchPlan
+
+
+def sum_of_ranks(offset: int) -> tuple[int, float]:
+    value = torch.tensor([float(dist.get_rank() + offset)])
+    dist.all_reduce(value)
+    return os.getppid(), value.item()
+
+
+@pytest.mark.timeout(120)
+def test_a_default_launch_falls_back_to_forkserver_with_a_note(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Two GPUs, the CUDA driver loaded, and a child forked from here is a bad fork: what a
+    # kernel that ran torch.cuda.is_available() before importing nb_accel shows.
+    monkeypatch.delenv("NB_ACCEL_USE_CPU", raising=False)
+    monkeypatch.setattr(_env, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(_cuda_fork, "driver_loaded", lambda: True)
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)
+    planned: list[LaunchPlan] = []
+    real_plan = launcher.plan_with_defaults
+
+    def on_the_cpu(*args: Any, **kwargs: Any) -> LaunchPlan:
+        """The real plan, with its workers on the CPU (gloo): this machine has no GPU."""
+        plan = real_plan(*args, **kwargs)
+        planned.append(plan)
+        return dataclasses.replace(plan, device_type="cpu", backend="gloo")
+
+    monkeypatch.setattr(launcher, "plan_with_defaults", on_the_cpu)
+    results = notebook_launcher(sum_of_ranks, args=(10,), num_processes=2)
+    assert planned[0].start_method == "forkserver" and planned[0].device_type == "cuda"
+    assert [value for _, value in results] == [21.0, 21.0]
+    assert all(parent != os.getpid() for parent, _ in results)  # forked by the fork server
+    err = capsys.readouterr().err
+    assert err.count("instead of fork") == 1
+    [line] = [line for line in err.splitlines() if "instead of fork" in line]
+    assert line.startswith("CUDA was initialised in this kernel")
+    assert "starting workers with forkserver instead of fork: about 2 s more per launch" in line

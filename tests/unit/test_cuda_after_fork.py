@@ -1,0 +1,106 @@
+"""CUDA initialised in the kernel behind torch's back: found by asking a forked child, never by
+touching CUDA in the kernel; a default launch then starts its workers another way, an explicit
+``fork`` is refused."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from nb_accel import LaunchError, _cuda_fork, _env
+from nb_accel.launch.plan import make_plan
+
+
+@pytest.fixture
+def two_gpus_and_a_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two GPUs, and the CUDA driver library loaded in this process (so a child is asked)."""
+    monkeypatch.setattr(_env, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(_cuda_fork, "driver_loaded", lambda: True)
+
+
+@pytest.fixture
+def kernel_touched_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
+    """What torch shows a child forked after ``torch.cuda.is_available()`` ran in its parent:
+    the child is a bad fork, while ``torch.cuda.is_initialized()`` stays False here."""
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)
+    assert not torch.cuda.is_initialized()
+
+
+def test_the_forked_child_reports_a_bad_fork(kernel_touched_cuda: None) -> None:
+    assert _cuda_fork.ask_forked_child() == _cuda_fork.ForkedCuda(bad_fork=True, device_count=-1)
+
+
+def test_a_default_launch_falls_back_to_forkserver_and_says_so(
+    two_gpus_and_a_driver: None, kernel_touched_cuda: None
+) -> None:
+    plan = make_plan(2, "no", None, 60, cpu=False)
+    assert (plan.start_method, plan.device_type, plan.num_processes) == ("forkserver", "cuda", 2)
+    [note] = plan.notes
+    assert note.startswith("CUDA was initialised in this kernel (torch.cuda.is_available()")
+    assert "forkserver instead of fork: about 2 s more per launch" in note
+    assert "\n" not in note
+
+
+def test_an_explicit_fork_keeps_the_clear_error(
+    two_gpus_and_a_driver: None, kernel_touched_cuda: None
+) -> None:
+    with pytest.raises(LaunchError) as info:
+        make_plan(2, "no", "fork", 60, cpu=False)
+    assert "Restart the kernel" in str(info.value)
+    assert "start_method='spawn' or 'forkserver'" in str(info.value)
+    assert make_plan(2, "no", "spawn", 60, cpu=False).start_method == "spawn"
+
+
+def test_fork_stays_when_the_forked_child_can_use_cuda(two_gpus_and_a_driver: None) -> None:
+    plan = make_plan(2, "no", None, 60, cpu=False)
+    assert (plan.start_method, plan.notes) == ("fork", ())
+
+
+def test_without_the_driver_loaded_no_child_is_asked(monkeypatch: pytest.MonkeyPatch) -> None:
+    def no_child() -> None:
+        raise AssertionError("a child was forked although CUDA cannot have been initialised")
+
+    monkeypatch.setattr(_env, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(_cuda_fork, "driver_loaded", lambda: False)
+    monkeypatch.setattr(_cuda_fork, "ask_forked_child", no_child)
+    assert make_plan(2, "no", None, 60, cpu=False).start_method == "fork"
+
+
+def test_the_device_count_never_asks_the_cuda_runtime_in_this_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where NVML cannot count, the CUDA runtime counts in a forked child: asking it here
+    (``cudaGetDeviceCount``) would leave every forked worker unable to use CUDA."""
+    asked_in: list[int] = []
+
+    def runtime_count() -> int:
+        asked_in.append(os.getpid())
+        return 3
+
+    monkeypatch.setattr(torch.version, "cuda", "12.4")
+    monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: -1)  # e.g. MIG ids
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", runtime_count, raising=False)
+    assert _env.cuda_device_count() == 3
+    assert asked_in == []  # the count came from the child; this process never asked
+
+
+@pytest.mark.parametrize(("before", "after"), [(None, "1"), ("0", "0")])
+def test_importing_nb_accel_makes_is_available_ask_nvml(before: str | None, after: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "PYTORCH_NVML_BASED_CUDA_CHECK"}
+    if before is not None:
+        env["PYTORCH_NVML_BASED_CUDA_CHECK"] = before
+    code = "import os, nb_accel; print(os.environ.get('PYTORCH_NVML_BASED_CUDA_CHECK'))"
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == after
