@@ -2,8 +2,11 @@
 
 The XLA counterparts of :mod:`nb_accel.runtime.ops`, which calls them when the launch runs on
 XLA (same arguments, same results). Tensors that are not on the XLA device are moved there for
-the collective and the result is moved back. Python objects travel through
-``xm.rendezvous`` (pickled; XLA tensors inside lists, tuples and dicts go as CPU tensors).
+the collective and the result is moved back. Python objects travel pickled (XLA tensors inside
+lists, tuples and dicts go as CPU tensors) in byte rows of a few fixed widths
+(:mod:`.object_rows`), so that gathering objects of ever new sizes reuses a few compiled graphs
+instead of compiling one per size as ``xm.rendezvous`` does. Every collective here builds the
+same graph on every rank, which XLA needs where one process runs several ranks (TPU v2/v3).
 Imported only on the XLA path.
 """
 
@@ -15,6 +18,7 @@ from typing import Any
 import torch
 import torch_xla.core.xla_model as xm
 
+from .object_rows import pack_row, row_width, unpack_rows
 from .tree import recursively_apply
 from .xla import global_ordinal, is_xla_tensor, mark_step, world_size, xla_device
 
@@ -39,18 +43,40 @@ _REDUCE_OPS = {
 
 
 def barrier(tag: str = "nb_accel.wait_for_everyone") -> None:
-    """Block until every rank reaches the barrier with the same ``tag``."""
-    xm.rendezvous(tag)
+    """Block until every rank reaches the barrier (``tag`` names it for the reader; XLA
+    matches collectives by their order)."""
+    mark_step()
+    xm.all_reduce(xm.REDUCE_SUM, torch.zeros(1).to(xla_device())).cpu()
 
 
 def _cpu_tree(obj: Any) -> Any:
     return recursively_apply(lambda t: t.detach().cpu(), obj, test_type=is_xla_tensor)
 
 
+def _gather_rows(row: torch.Tensor) -> torch.Tensor:
+    """Every rank's 1-D CPU ``row`` (all of one length), concatenated, on the CPU.
+
+    The row goes to the device as data (never as a constant) and the layout is left free: the
+    graph is the same on every rank, so ranks that share a process (one thread each) match it.
+    """
+    return xm.all_gather(row.to(xla_device()), dim=0, pin_layout=False).cpu()
+
+
 def exchange_objects(obj: Any, tag: str) -> list[Any]:
-    """Every rank's picklable ``obj``, in rank order (a collective: every rank calls it)."""
-    payloads = xm.rendezvous(tag, pickle.dumps(_cpu_tree(obj), protocol=pickle.HIGHEST_PROTOCOL))
-    return [pickle.loads(payload) for payload in payloads]
+    """Every rank's picklable ``obj``, in rank order (a collective: every rank calls it).
+
+    ``tag`` names the exchange for the reader; XLA matches collectives by their order.
+    """
+    payload = pickle.dumps(_cpu_tree(obj), protocol=pickle.HIGHEST_PROTOCOL)
+    if len(payload) >= 1 << 31:
+        raise ValueError(
+            f"{tag}: the object pickles to {len(payload)} bytes, more than an XLA collective "
+            "carries (2 GiB); send tensors with gather() or broadcast() instead"
+        )
+    mark_step()  # the pending graph runs on its own; the exchange is a graph of its own
+    sizes = _gather_rows(torch.tensor([len(payload)], dtype=torch.int32)).tolist()
+    rows = _gather_rows(pack_row(payload, row_width(max(sizes))))
+    return [pickle.loads(data) for data in unpack_rows(rows, sizes)]
 
 
 def _on_xla(tensor: torch.Tensor) -> torch.Tensor:
