@@ -21,8 +21,9 @@ import cloudpickle
 
 from .._messages import CellDone, Execute, Pull, Push, Stop
 from .channel import EventChannel, current_channel
-from .entrypoint import dumps_value, failure_event, to_cpu
+from .entrypoint import failure_event
 from .reporting import flush_reporter
+from .returns import dumps_result
 
 __all__ = ["run_code", "serve"]
 
@@ -46,7 +47,7 @@ def _reply(channel: EventChannel, cell: int, value: Any, want: bool) -> CellDone
     if not want:
         return CellDone(channel.rank, cell)
     try:
-        return CellDone(channel.rank, cell, value=dumps_value(to_cpu(value)))
+        return CellDone(channel.rank, cell, value=dumps_result(value))
     except Exception:  # noqa: BLE001 - an unpicklable value is shown by its repr
         return CellDone(channel.rank, cell, value_repr=repr(value))
 

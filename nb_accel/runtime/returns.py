@@ -6,18 +6,26 @@ that fail later, far from the cause ("Default process group has not been initial
 worse, seem to work (a prepared loader that yields rank 0's shard only). Their classes carry a
 :data:`WORKER_ONLY` attribute saying what to return instead, and :func:`check_returnable`
 refuses them, naming where in the returned value they sit.
+
+What may travel is pickled by :func:`dumps_result`, which rebuilds every tensor, storage and
+model on the CPU wherever it sits (a dataclass field, a named tuple, an object's attribute or
+slot, any nesting): unpickling a CUDA tensor in the kernel would initialise CUDA there, and the
+next launch could not fork its workers.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import io
+import pickle
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import cloudpickle
 import torch
 import torch.distributed as dist
 
-__all__ = ["WORKER_ONLY", "check_returnable", "find_worker_only"]
+__all__ = ["WORKER_ONLY", "check_returnable", "cpu_reduction", "dumps_result", "find_worker_only"]
 
 #: The class attribute that marks a worker-only type; its value says what to return instead.
 WORKER_ONLY = "_nb_accel_worker_only"
@@ -81,3 +89,83 @@ def check_returnable(value: Any) -> None:
         f"the launched function returned {article} {name}{place}, which only works inside its "
         f"worker process: the kernel would get a broken copy. {advice[0].upper()}{advice[1:]}."
     )
+
+
+#: The pickle protocol of values sent to the kernel.
+PROTOCOL = pickle.HIGHEST_PROTOCOL
+
+
+def _on_cpu(tensor: torch.Tensor) -> torch.Tensor:
+    """A CPU copy of ``tensor``, a ``Parameter`` again if it was one, with its ``requires_grad``
+    and its Python attributes."""
+    moved = tensor.detach().to("cpu")
+    if isinstance(tensor, torch.nn.Parameter):
+        moved = torch.nn.Parameter(moved, requires_grad=tensor.requires_grad)
+    elif tensor.requires_grad:
+        moved.requires_grad_(True)
+    if getattr(tensor, "__dict__", None):
+        moved.__dict__.update(tensor.__dict__)
+    return moved
+
+
+def _unwrapped(module: torch.nn.Module) -> torch.nn.Module:
+    """What a pickled ``DistributedDataParallel`` becomes in the kernel: the model it wraps."""
+    return module
+
+
+def cpu_reduction(obj: Any, protocol: int = PROTOCOL) -> Any:
+    """How to pickle ``obj`` so that it is rebuilt on the CPU (a ``__reduce__`` value) for a
+    tensor or storage on another device and for a ``DistributedDataParallel`` (its model);
+    ``NotImplemented`` for anything else, which pickles as usual. Meta tensors, which hold no
+    data, stay meta."""
+    if isinstance(obj, torch.Tensor):
+        if obj.device.type in ("cpu", "meta"):
+            return NotImplemented
+        return _on_cpu(obj).__reduce_ex__(protocol)
+    if isinstance(obj, (torch.UntypedStorage, torch.TypedStorage)):
+        # A TypedStorage's own ``device`` warns that the class is deprecated; ask its bytes.
+        untyped = obj if isinstance(obj, torch.UntypedStorage) else obj._untyped_storage
+        if untyped.device.type in ("cpu", "meta"):
+            return NotImplemented
+        return obj.cpu().__reduce_ex__(protocol)
+    if isinstance(obj, torch.nn.parallel.DistributedDataParallel):
+        return _unwrapped, (obj.module,)
+    return NotImplemented
+
+
+class _CpuPickler(pickle.Pickler):
+    """``pickle`` (by reference) with :func:`cpu_reduction`."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        """See :func:`cpu_reduction`."""
+        return cpu_reduction(obj)
+
+
+class _CpuCloudPickler(cloudpickle.Pickler):  # type: ignore[misc]
+    """``cloudpickle`` (classes and functions of the notebook by value) with
+    :func:`cpu_reduction`."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        """See :func:`cpu_reduction`; cloudpickle's own handling for anything else."""
+        reduced = cpu_reduction(obj)
+        return super().reducer_override(obj) if reduced is NotImplemented else reduced
+
+
+def _dumps(pickler: type[pickle.Pickler], value: Any) -> bytes:
+    buffer = io.BytesIO()
+    pickler(buffer, protocol=PROTOCOL).dump(value)
+    return buffer.getvalue()
+
+
+def dumps_result(value: Any) -> bytes:
+    """Pickle ``value`` for the kernel, every tensor, storage and model in it on the CPU.
+
+    By reference where that unpickles (class identity is kept), else by value (cloudpickle).
+    Raises what pickling raises for a value that cannot be sent.
+    """
+    try:
+        data = _dumps(_CpuPickler, value)
+        pickle.loads(data)
+        return data
+    except Exception:  # noqa: BLE001 - by value instead
+        return _dumps(_CpuCloudPickler, value)
