@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import multiprocessing
 import numbers
+import os
 import sys
 from dataclasses import dataclass
 
-from .. import _env
+from .. import _env, _nvml
 from ..config import MAX_TIMEOUT_S
 from ..errors import LaunchError
 from ..runtime.state import MIXED_PRECISION_CHOICES
+from .gpu_advice import advise
 from .processes import START_METHODS
 
 __all__ = ["LaunchPlan", "make_plan", "show_notes", "DEFAULT_TIMEOUT_S", "FORK_FALLBACK_NOTE"]
@@ -137,8 +139,17 @@ def make_plan(
             f"use num_processes<={gpus}, or cpu=True to run {count} processes on the CPU"
         )
     method, notes = _start_method_for_cuda(method, explicit=start_method is not None)
+    advice = advise(_nvml.gpu_report(), count, precision, os.environ)
     return LaunchPlan(
-        count, "cuda", "nccl", method, precision, timeout_s, gradient_accumulation_steps, notes
+        count,
+        "cuda",
+        "nccl",
+        method,
+        precision,
+        timeout_s,
+        gradient_accumulation_steps,
+        notes + advice.notes,
+        advice.worker_env,
     )
 
 

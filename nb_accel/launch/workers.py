@@ -27,6 +27,7 @@ def worker_env(plan: LaunchPlan, single_node: bool = True) -> dict[str, str]:
         env["NB_ACCEL_USE_CPU"] = "1"
     if plan.gradient_accumulation_steps != 1:
         env["NB_ACCEL_GRADIENT_ACCUMULATION_STEPS"] = str(plan.gradient_accumulation_steps)
+    env.update(plan.worker_env)
     return env
 
 

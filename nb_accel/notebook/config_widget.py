@@ -23,7 +23,7 @@ from typing import Any
 
 import ipywidgets
 
-from .. import _env
+from .. import _env, _nvml
 from ..config import (
     CHOICES,
     Config,
@@ -33,6 +33,7 @@ from ..config import (
     load_config,
     save_config,
 )
+from ..launch.gpu_advice import bf16_note
 
 __all__ = ["ConfigWidget", "LABELS", "MULTI_NODE_FIELDS", "field_help"]
 
@@ -133,6 +134,9 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
         self.gpu_count: int = _env.cuda_device_count()
         self.cpu_count: int = os.cpu_count() or 1
         self.tpu_available: bool = _tpu_available()
+        report = _nvml.gpu_report() if self.gpu_count else None
+        #: Shown next to mixed precision while bf16 is picked on GPUs that only emulate it.
+        self.bf16_note: str | None = bf16_note(report.gpus) if report else None
         self._filling = False
         help_texts = field_help()
         self.controls: dict[str, ipywidgets.Widget] = self._make_controls()
@@ -276,6 +280,9 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
         for name, label in self.field_messages.items():
             text = problems.get(name)
             value = f'<span style="color:{ERROR_COLOR}">{html.escape(text)}</span>' if text else ""
+            note = self._precision_note() if name == "mixed_precision" and not text else None
+            if note:
+                value = f'<span style="color:{PENDING_COLOR}">{html.escape(note)}</span>'
             if label.value != value:
                 label.value = value
         self.save_button.disabled = bool(problems)
@@ -285,6 +292,11 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
             for part in (self.rows[name], self.controls[name]):
                 if part.layout.display != display:
                     part.layout.display = display
+
+    def _precision_note(self) -> str | None:
+        """The bf16 note while bf16 is picked for GPUs that only emulate it."""
+        picked = self.controls["mixed_precision"].value == "bf16"
+        return self.bf16_note if picked and not self.controls["cpu"].value else None
 
     def _say(self, text: str, error: bool = False, color: str | None = None) -> None:
         # The colour is the widget's style, not markup in the value, so that the message reads

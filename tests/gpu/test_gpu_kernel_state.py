@@ -191,3 +191,23 @@ def test_cuda_tensors_in_a_returned_dataclass_reach_the_kernel_on_the_cpu(tmp_pa
     assert "devices: ['cpu']" in out
     assert "initialized: False" in out and "works after fork: True" in out
     assert "result: cpu 1.0" in out
+
+
+NVML_REPORT = """
+if __name__ == "__main__":
+    from nb_accel import _env, _nvml
+    report = _nvml.gpu_report()
+    print("works after fork:", _env.cuda_works_after_fork(), flush=True)  # NVML left CUDA alone
+    print("count:", len(report.gpus) == _env.cuda_device_count(), flush=True)
+    print("driver:", bool(report.driver), flush=True)
+    capabilities = [gpu.capability for gpu in report.gpus]
+    torch_says = [torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())]
+    print("capabilities:", sorted(capabilities) == sorted(torch_says), flush=True)
+"""
+
+
+@pytest.mark.timeout(300)
+def test_nvml_reports_what_cuda_would_without_initialising_it(tmp_path: Path) -> None:
+    out = _kernel(tmp_path, NVML_REPORT).stdout
+    assert "works after fork: True" in out
+    assert "count: True" in out and "driver: True" in out and "capabilities: True" in out
