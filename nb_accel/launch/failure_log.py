@@ -16,7 +16,13 @@ from collections.abc import Iterable
 
 from .._messages import Failure
 from ..errors import WorkerFailure
-from .failures import build_exception, failure_from_event, judge, looks_like_consequence
+from .failures import (
+    build_exception,
+    failure_from_event,
+    is_watchdog_timeout,
+    judge,
+    looks_like_consequence,
+)
 from .view import LaunchView
 
 __all__ = ["FailureLog"]
@@ -54,8 +60,7 @@ class FailureLog:
         lost connection or collective timeout, or a worker's death): until then the cause may
         still be on its way."""
         return any(
-            record.signal_name
-            or record.type_name == "exit"
+            record.type_name in ("signal", "exit")
             or not looks_like_consequence(record, record.rank in self.timeout_ranks)
             for record in self.records
         )
@@ -69,7 +74,10 @@ class FailureLog:
         return record
 
     def add(self, record: WorkerFailure) -> None:
-        """Record a failure and bring the view up to date."""
+        """Record a failure and bring the view up to date (a worker that NCCL's watchdog
+        aborted because a collective timed out counts as a collective timeout)."""
+        if is_watchdog_timeout(record):
+            self.timeout_ranks.add(record.rank)
         self.records.append(record)
         self._show(final=False)
 

@@ -20,6 +20,8 @@ from ..errors import (
 __all__ = [
     "failure_from_event",
     "died_failure",
+    "watchdog_words",
+    "is_watchdog_timeout",
     "looks_like_consequence",
     "Verdict",
     "judge",
@@ -48,9 +50,58 @@ def failure_from_event(event: Failure) -> tuple[WorkerFailure, bool]:
     ), event.is_timeout
 
 
-def died_failure(rank: int, pid: int, exitcode: int | None) -> WorkerFailure:
-    """The record for a worker that ended without reporting."""
+#: What NCCL's watchdog writes to stderr before it aborts its process: a collective that timed
+#: out; any error that ended the watchdog (the text after the marker says which); the watchdog
+#: itself stuck (its heartbeat monitor). The first found names the reason.
+WATCHDOG_TIMEOUT = "Watchdog caught collective operation timeout"
+_WATCHDOG_ERROR = "watchdog thread terminated with exception:"
+_WATCHDOG_STUCK = "watchdog got stuck for"
+#: The ``type_name`` of a record for a worker that NCCL's watchdog aborted.
+WATCHDOG = "watchdog"
+
+
+def watchdog_words(last_words: str) -> str | None:
+    """NCCL's watchdog's reason for aborting the process, found in the end of its stderr
+    (``None`` when the watchdog said nothing)."""
+    lines = last_words.splitlines()
+    for marker, keep_marker in (
+        (WATCHDOG_TIMEOUT, True),
+        (_WATCHDOG_ERROR, False),
+        (_WATCHDOG_STUCK, True),
+    ):
+        for line in reversed(lines):
+            at = line.lower().find(marker.lower())
+            if at >= 0:
+                words = line[at:] if keep_marker else line[at + len(marker) :]
+                return words.strip() or line.strip()
+    return None
+
+
+def is_watchdog_timeout(record: WorkerFailure) -> bool:
+    """True for a worker that NCCL's watchdog aborted because a collective timed out."""
+    return record.type_name == WATCHDOG and WATCHDOG_TIMEOUT.lower() in record.message.lower()
+
+
+def _watchdog_failure(rank: int, pid: int, exitcode: int, last_words: str) -> WorkerFailure | None:
+    words = watchdog_words(last_words)
+    if words is None:
+        return None
+    message = f"NCCL's watchdog stopped rank {rank} (pid {pid}, SIGABRT): {words}"
+    return WorkerFailure(rank, WATCHDOG, message, "", signal_name="SIGABRT", exitcode=exitcode)
+
+
+def died_failure(rank: int, pid: int, exitcode: int | None, last_words: str = "") -> WorkerFailure:
+    """The record for a worker that ended without reporting.
+
+    ``last_words``: the end of what it wrote to its stderr; a worker that NCCL's watchdog
+    aborted is recorded with the watchdog's reason (:func:`is_watchdog_timeout` tells a
+    collective's timeout).
+    """
     if exitcode is not None and exitcode < 0:
+        if -exitcode == signal.SIGABRT and last_words:
+            record = _watchdog_failure(rank, pid, exitcode, last_words)
+            if record is not None:
+                return record
         try:
             name = signal.Signals(-exitcode).name
         except ValueError:
@@ -98,11 +149,12 @@ class Verdict:
 def judge(ordered: Sequence[WorkerFailure], timeout_ranks: set[int]) -> Verdict:
     """Sort ``ordered`` (arrival order) into root cause, consequences and other failures.
 
-    A worker killed by a signal comes first (every other error can follow from it); then the
+    A worker killed by a signal comes first (every other error can follow from it; an abort by
+    NCCL's watchdog is judged by the watchdog's words instead, like an exception); then the
     first error that does not look like a consequence; when every error looks like one, the
     first to arrive is the root cause (a true collective timeout, a real network problem).
     """
-    deaths = [f for f in ordered if f.signal_name]
+    deaths = [f for f in ordered if f.type_name == "signal"]
     causes = [f for f in ordered if not looks_like_consequence(f, f.rank in timeout_ranks)]
     first = (deaths or causes or list(ordered))[0]
     groups = _group(list(ordered))
@@ -110,7 +162,9 @@ def judge(ordered: Sequence[WorkerFailure], timeout_ranks: set[int]) -> Verdict:
     if not deaths and not causes:  # every error looks like a consequence of another
         timed_out = first.rank in timeout_ranks
         return Verdict(root, [], [g for g in groups if g is not root], timed_out)
-    consequences = [f for f in ordered if f not in root and not f.signal_name and f not in causes]
+    consequences = [
+        f for f in ordered if f not in root and f.type_name != "signal" and f not in causes
+    ]
     others = [[f for f in g if f not in consequences] for g in groups if g is not root]
     return Verdict(root, consequences, [g for g in others if g])
 
@@ -152,6 +206,9 @@ def _timeout_error(
         f"{absent} Make sure every rank calls the same collectives in the same order, or raise "
         f"`timeout=` if the work between two collectives legitimately takes longer."
     )
+    for record in root:
+        if record.type_name == WATCHDOG:  # the backend's own words name the collective
+            message += "\n" + record.message
     return CollectiveTimeoutError(message, root)
 
 
@@ -198,7 +255,7 @@ def build_exception(
     if verdict.timed_out:
         return _timeout_error(root, world_size, status, timeout_s)
     knock_on = _knock_on(verdict, stopped)
-    if first.signal_name or first.type_name == "exit":
+    if first.signal_name or first.type_name == "exit":  # a watchdog's abort too
         text = first.message + (f" (same on {rank_list(ranks)})" if len(ranks) > 1 else "")
         text += "".join("\n" + part for part in (knock_on, summary) if part)
         return WorkerDiedError(text, ordered)

@@ -18,6 +18,7 @@ from typing import Any
 
 from ..runtime.entrypoint import run_worker
 from ..runtime.spec import WorkerArgs
+from .captured import CapturedOutput
 
 __all__ = ["WorkerProcess", "start_worker", "START_METHODS"]
 
@@ -27,12 +28,21 @@ _SPAWN_CODE = "from nb_accel.runtime.entrypoint import spawn_main; spawn_main()"
 
 
 class WorkerProcess:
-    """A started worker: its rank, pid, event connection and an exit sentinel."""
+    """A started worker: its rank, pid, event connection, an exit sentinel and the pipes its
+    file descriptors 1 and 2 write to (``captured``)."""
 
-    def __init__(self, rank: int, pid: int, conn: Connection, handle: Any) -> None:
+    def __init__(
+        self,
+        rank: int,
+        pid: int,
+        conn: Connection,
+        handle: Any,
+        captured: CapturedOutput | None = None,
+    ) -> None:
         self.rank = rank
         self.pid = pid
         self.conn = conn
+        self.captured = captured
         self._handle = handle
         self._pidfd: int | None = None
         if hasattr(os, "pidfd_open"):
@@ -77,8 +87,10 @@ class WorkerProcess:
             self._handle.join()
 
     def close(self) -> None:
-        """Release the connection and the sentinel."""
+        """Release the connection, the sentinel and the output pipes."""
         self.conn.close()
+        if self.captured is not None:
+            self.captured.close()
         if self._pidfd is not None:
             os.close(self._pidfd)
             self._pidfd = None
@@ -92,20 +104,24 @@ def _start_multiprocessing(method: str, args: WorkerArgs) -> WorkerProcess:
     context = multiprocessing.get_context(method)
     parent_conn, child_conn = context.Pipe(duplex=True)
     parent_pid = os.getpid() if method == "fork" else None
+    captured = CapturedOutput(args.rank)
+    output = captured.child_ends()
     process = context.Process(  # type: ignore[attr-defined]
         target=run_worker,
-        args=(child_conn, args, parent_pid),
+        args=(child_conn, args, parent_pid, output),
         name=f"nb_accel-rank{args.rank}",
         daemon=False,
     )
     process.start()
     child_conn.close()
+    for end in output:
+        end.close()
     assert process.pid is not None
     try:
         os.setpgid(process.pid, process.pid)
     except OSError:
         pass  # the worker sets its own group too; whichever runs first wins
-    return WorkerProcess(args.rank, process.pid, parent_conn, process)
+    return WorkerProcess(args.rank, process.pid, parent_conn, process, captured)
 
 
 def _start_spawned(args: WorkerArgs) -> WorkerProcess:
@@ -120,18 +136,22 @@ def _start_spawned(args: WorkerArgs) -> WorkerProcess:
     env["NB_ACCEL_CHANNEL_FD"] = str(child_conn.fileno())
     env["NB_ACCEL_PARENT_PID"] = str(os.getpid())
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
+    captured = CapturedOutput(args.rank)
     popen = subprocess.Popen(
         [sys.executable, "-c", _SPAWN_CODE],
         pass_fds=fds,
         stdin=subprocess.DEVNULL,
+        stdout=captured.write_fds[0],
+        stderr=captured.write_fds[1],
         env=env,
         start_new_session=True,
     )
     child_conn.close()
+    captured.close_write_ends()
     if sentinel_write is not None:
         os.close(sentinel_write)
     popen.sentinel_fd = sentinel_read  # type: ignore[attr-defined]
-    return WorkerProcess(args.rank, popen.pid, parent_conn, popen)
+    return WorkerProcess(args.rank, popen.pid, parent_conn, popen, captured)
 
 
 def start_worker(method: str, args: WorkerArgs) -> WorkerProcess:

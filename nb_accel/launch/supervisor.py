@@ -92,34 +92,56 @@ class WorkerGroup:
             self._view.started(event.rank, event.pid)
 
     def _drain(self, worker: WorkerProcess) -> None:
-        """Read every event waiting on ``worker``'s connection; close it at end of stream."""
+        """Read every event waiting on ``worker``'s connection; close it at end of stream.
+
+        What the worker wrote to its file descriptors before an event that changes its state
+        (a result, a failure) is shown before that event is handled."""
         try:
             waiting = self._pollers.get(worker.rank)
             if waiting is None:  # one poll object per connection, not a selector per event
                 waiting = self._pollers[worker.rank] = select.poll()
                 waiting.register(worker.conn.fileno(), select.POLLIN)
             while waiting.poll(0):
-                self._handle(decode(worker.conn.recv_bytes()))
+                event = decode(worker.conn.recv_bytes())
+                if not isinstance(event, (Output, Report)):
+                    self._read_captured(worker)
+                self._handle(event)
         except (EOFError, OSError):
             self._open.pop(worker.rank, None)
+
+    def _read_captured(self, worker: WorkerProcess, fd: int | None = None) -> None:
+        """Pass on what ``worker`` wrote to its file descriptors 1 and 2 (to ``fd`` only)."""
+        captured = worker.captured
+        if captured is not None:
+            events = captured.read_all() if fd is None else captured.read(fd)
+            for event in events:
+                self._on_output(event)
 
     def _note_exit(self, worker: WorkerProcess) -> None:
         self._drain(worker)
         self._open.pop(worker.rank, None)
         self._exited.add(worker.rank)
+        last_words = ""
+        if worker.captured is not None:  # all the worker wrote is in the pipes by now
+            for event in worker.captured.finish():
+                self._on_output(event)
+            last_words = worker.captured.last_words
         if worker.rank not in self._results and worker.rank not in self._failures.ranks:
-            self._failures.add(died_failure(worker.rank, worker.pid, worker.poll()))
+            self._failures.add(died_failure(worker.rank, worker.pid, worker.poll(), last_words))
 
     def _settled(self, rank: int) -> bool:
         return rank in self._results or rank in self._failures.ranks or rank in self._exited
 
     def _watch_once(self, timeout: float | None) -> None:
         by_fd: dict[Any, WorkerProcess] = {}
+        pipes: dict[int, WorkerProcess] = {}
         for worker in self.workers:
             if worker.rank in self._open:
                 by_fd[worker.conn] = worker
             if worker.rank not in self._exited:
                 by_fd[worker.sentinel] = worker
+                if worker.captured is not None:
+                    pipes.update(dict.fromkeys(worker.captured.fds, worker))
         if not by_fd:
             return
         if self._view is not None:
@@ -131,10 +153,12 @@ class WorkerGroup:
             timeout = until_tick if timeout is None else min(timeout, until_tick)
         if self._flush_output is not None and (due := self._flush_output()) is not None:
             timeout = due if timeout is None else min(timeout, due)
-        ready = wait(list(by_fd), timeout)
-        exits = [by_fd[r] for r in ready if isinstance(r, int)]
+        ready = wait([*by_fd, *pipes], timeout)
+        exits = [by_fd[r] for r in ready if isinstance(r, int) and r not in pipes]
         for item in ready:
-            if not isinstance(item, int):
+            if isinstance(item, int) and item in pipes:
+                self._read_captured(pipes[item], item)
+            elif not isinstance(item, int):
                 self._drain(by_fd[item])
         for worker in exits:
             if worker.poll() is not None:
@@ -214,4 +238,7 @@ class WorkerGroup:
             worker.signal(signal.SIGKILL)
         for worker in self.workers:
             worker.reap()
+            if worker.captured is not None and worker.rank not in self._exited:
+                for event in worker.captured.finish():  # its last words, if it had any
+                    self._on_output(event)
             worker.close()

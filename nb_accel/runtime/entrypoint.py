@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import builtins
 import ctypes
+import faulthandler
 import os
 import pickle
 import signal
@@ -214,12 +215,34 @@ def _result(rank: int, value: Any) -> Result | Failure:
         return failure_event(rank, error)
 
 
-def run_worker(conn: Connection, args: WorkerArgs, parent_pid: int | None) -> None:
+def _write_to(output: tuple[Connection, Connection] | None) -> None:
+    """Make ``output`` (the write ends of the kernel's pipes) this process's file descriptors
+    1 and 2: what libraries, programs started from here and ``os.write`` put there reaches
+    the kernel."""
+    if output is None:
+        return
+    for target, end in zip((1, 2), output, strict=True):
+        os.dup2(end.fileno(), target)
+        end.close()
+    if faulthandler.is_enabled():  # inherited, writing where the kernel told it to
+        faulthandler.enable(file=2, all_threads=True)
+
+
+def run_worker(
+    conn: Connection,
+    args: WorkerArgs,
+    parent_pid: int | None,
+    output: tuple[Connection, Connection] | None = None,
+) -> None:
     """Run one launch's function as rank ``args.rank`` and exit the process.
+
+    ``output``: the pipes to make file descriptors 1 and 2 (a forked worker's; a spawned
+    worker is started with them in place).
 
     Never returns: the process ends with ``os._exit`` (0 on success, 1 on failure) so that no
     inherited exit handler of the kernel runs in the worker.
     """
+    _write_to(output)
     _die_with_parent(parent_pid)
     _reset_signal_handlers()
     _leave_the_kernel_shell()

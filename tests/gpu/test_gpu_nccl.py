@@ -1,6 +1,6 @@
 """NCCL process groups (skipped without CUDA): each is bound to its rank's GPU and made at once,
-its store waits as long as the launch's timeout, and a rank that reaches the first collective
-late is waited for."""
+its store waits as long as the launch's timeout, a rank that reaches the first collective late
+is waited for, and a collective that NCCL's watchdog times out is a ``CollectiveTimeoutError``."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import time
 import pytest
 import torch
 
-from nb_accel import Accelerator, _env, notebook_launcher
+from nb_accel import Accelerator, CollectiveTimeoutError, _env, notebook_launcher
 
 pytestmark = [
     pytest.mark.gpu,
@@ -51,3 +51,26 @@ def rank_zero_downloads_first(seconds: float) -> float:
 @pytest.mark.timeout(300)
 def test_a_rank_late_at_the_first_collective_is_waited_for() -> None:
     assert notebook_launcher(rank_zero_downloads_first, args=(5.0,), num_processes=2) == [2.0, 2.0]
+
+
+def rank_one_never_arrives() -> float:
+    import torch.distributed as dist
+
+    accelerator = Accelerator()
+    value = torch.ones(1, device=accelerator.device)
+    dist.all_reduce(value)
+    if accelerator.process_index == 1:
+        time.sleep(600)  # stopped long before: rank 0's watchdog gives up after the timeout
+    dist.all_reduce(value)
+    return value.item()  # waits for the all-reduce that never completes
+
+
+@two_gpus
+@pytest.mark.timeout(300)
+def test_a_collective_the_watchdog_times_out_is_a_collective_timeout_error(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(CollectiveTimeoutError, match=r"timed out after 10 s on rank 0 of 2"):
+        notebook_launcher(rank_one_never_arrives, num_processes=2, timeout=10)
+    err = capsys.readouterr().err
+    assert "[rank 0] " in err and "Watchdog caught collective operation timeout" in err
