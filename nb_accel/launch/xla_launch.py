@@ -1,10 +1,11 @@
 """Launching on XLA devices (TPUs) through ``torch_xla``'s ``xmp.spawn``.
 
 ``notebook_launcher`` hands over to :func:`launch_xla` when :func:`xla_requested` says the
-kernel runs on a TPU runtime. The workers are forked by ``xmp.spawn`` (one process per XLA
-device) and report over one pipe, with the events every launch uses: their output and progress
-reach the cell as they happen, results come back in rank order, and a worker's exception is
-re-raised in the kernel with its type, its traceback as the cause and its rank in a note.
+kernel runs on a TPU runtime. The workers are forked by ``xmp.spawn`` (one process per TPU
+chip, one rank per XLA device: :mod:`.tpu_plan`) and report over one pipe, with the events
+every launch uses: their output and progress reach the cell as they happen, results come back
+in rank order, and a worker's exception is re-raised in the kernel with its type, its traceback
+as the cause and its rank in a note.
 
 ``torch_xla`` is imported only here, inside :func:`launch_xla`, and in the workers.
 """
@@ -29,6 +30,7 @@ from .failure_log import FailureLog
 from .output import OutputPrinter
 from .payload import make_payload
 from .text_view import TextView
+from .tpu_plan import XlaPlan, plan_xla, read_xla_facts
 from .view import LaunchView, NullView, view_factory
 
 __all__ = ["TPU_VARIABLES", "check_xla_matches_torch", "xla_requested", "launch_xla"]
@@ -122,24 +124,8 @@ def _check_kernel_is_clean() -> None:
         )
 
 
-def _local_devices() -> int | None:
-    """How many XLA devices this machine offers, when torch_xla can tell without using them."""
-    import torch_xla.runtime as xr
-
-    kind = xr.device_type() or "CPU"
-    try:
-        if kind == "TPU":
-            from torch_xla._internal import tpu
-
-            return int(tpu.num_available_devices())
-        return int(os.environ.get(f"{'GPU' if kind == 'CUDA' else kind}_NUM_DEVICES", "1"))
-    except Exception:  # noqa: BLE001 - unknown is an answer too
-        return None
-
-
-def _check_options(num_processes: object, mixed_precision: str, start_method: str | None) -> int:
-    """The number of ranks to expect (1, or every local device); ``ValueError`` for options
-    an XLA launch cannot honour."""
+def _check_options(num_processes: object, mixed_precision: str, start_method: str | None) -> None:
+    """``TypeError``/``ValueError`` for options an XLA launch cannot honour."""
     if num_processes is not None and (
         isinstance(num_processes, bool) or not isinstance(num_processes, int)
     ):
@@ -156,15 +142,6 @@ def _check_options(num_processes: object, mixed_precision: str, start_method: st
             f"start_method={start_method!r}: an XLA launch forks its workers (xmp.spawn with "
             "start_method='fork'); leave start_method out"
         )
-    devices = _local_devices()
-    if num_processes == 1:
-        return 1
-    if num_processes is not None and devices is not None and num_processes != devices:
-        raise ValueError(
-            f"num_processes={num_processes}, but an XLA launch runs either 1 process or one "
-            f"per device ({devices} here); leave num_processes out to use them all"
-        )
-    return num_processes or devices or 1
 
 
 class _Watch:
@@ -281,12 +258,9 @@ def _outcome(watch: _Watch, spawner: _Spawner, expected: int) -> list[Any] | Bas
     return [pickle.loads(watch.results[rank]) for rank in ranks]
 
 
-def _describe(count: int, mixed_precision: str) -> str:
-    import torch_xla.runtime as xr
-
-    plural = "es" if count > 1 else ""
+def _describe(plan: XlaPlan, mixed_precision: str) -> str:
     extras = "fork" + (f", {mixed_precision} mixed precision" if mixed_precision != "no" else "")
-    return f"Launching {count} process{plural} on {xr.device_type()} (xla: xmp.spawn; {extras})"
+    return f"Launching {plan.describe()} (xla: xmp.spawn; {extras})"
 
 
 def _make_view(title: str, count: int, show_progress: bool, all_ranks: bool) -> LaunchView:
@@ -313,6 +287,10 @@ def launch_xla(
 ) -> list[Any]:
     """Run ``function(*args, **kwargs)`` on every local XLA device (or one) and wait.
 
+    As ``xmp.spawn`` does, the workers are one process per TPU chip; a chip of TPU v2 or v3
+    holds two devices (TensorCores), whose ranks run as two threads of its process
+    (:mod:`.tpu_plan`).
+
     Options as in :func:`~nb_accel.notebook_launcher`; ``mixed_precision`` and the gradient
     accumulation steps default to the saved configuration.
 
@@ -320,8 +298,9 @@ def launch_xla(
         function: what every rank runs; it travels to the workers by cloudpickle.
         args: positional arguments, the same for every rank.
         kwargs: keyword arguments for ``function``.
-        num_processes: ``None`` (one process per local device), 1, or the number of local
-            devices.
+        num_processes: the number of ranks: ``None`` or the number of local XLA devices (one
+            rank each; on TPU v2/v3 two per chip, run as two threads of the chip's process),
+            or 1 (the first device).
         mixed_precision: ``"no"`` or ``"bf16"``.
         start_method: ``None`` or ``"fork"`` (the workers are always forked).
         prefix_output: prefix worker output with the rank when there is more than one.
@@ -333,25 +312,27 @@ def launch_xla(
 
     Raises:
         LaunchError: ``torch_xla`` is missing, or the kernel already uses the XLA device.
-        TypeError, ValueError: bad arguments, before any process starts.
+        TypeError, ValueError: bad arguments (a ``num_processes`` that the devices cannot run
+            says which work), before any process starts.
         Exception: a worker's own exception, as ``notebook_launcher`` raises it.
         KeyboardInterrupt: the kernel was interrupted; every worker is stopped first.
     """
     xmp = _import_xla()
     config = load_config()
     precision = str(mixed_precision or config.mixed_precision).lower()
-    count = _check_options(num_processes, precision, start_method)
+    _check_options(num_processes, precision, start_method)
+    plan = plan_xla(read_xla_facts(), num_processes)
+    count = plan.ranks
     _check_kernel_is_clean()
     payload = make_payload(function, args, kwargs or {})
     settings = {
         "NB_ACCEL_MIXED_PRECISION": precision,
         "NB_ACCEL_GRADIENT_ACCUMULATION_STEPS": str(config.gradient_accumulation_steps),
     }
-    view = _make_view(_describe(count, precision), count, show_progress, all_ranks_metrics)
+    view = _make_view(_describe(plan, precision), count, show_progress, all_ranks_metrics)
     printer = OutputPrinter(count, prefix_output, view=view)
     watch = _Watch(printer, printer.view)  # held output is written before a change of state
-    nprocs = 1 if num_processes == 1 else None
-    outcome = _run(xmp, (payload, settings, os.getpid()), nprocs, watch, count)
+    outcome = _run(xmp, (payload, settings, os.getpid()), plan.spawn_nprocs, watch, count)
     if isinstance(outcome, BaseException):
         raise outcome  # the worker's exception; its worker-side traceback is its __cause__
     return outcome

@@ -51,8 +51,13 @@ def global_ordinal() -> int:
 
 
 def devices_in_process() -> int:
-    """XLA devices this process drives (more than one on TPU v2/v3: one thread each)."""
-    return int(xr.addressable_device_count())
+    """XLA devices this process runs ranks on, one thread each.
+
+    More than one where ``xmp.spawn`` runs several ranks per process: TPU v2/v3 (one per
+    TensorCore of the process's chip) and the CPU device with ``CPU_NUM_DEVICES`` above 1. A
+    one-rank launch (``nprocs=1``) uses the first device only, however many the process sees.
+    """
+    return 1 if world_size() == 1 else int(xr.addressable_device_count())
 
 
 def state_fields() -> dict[str, Any]:

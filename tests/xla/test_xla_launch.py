@@ -82,7 +82,7 @@ def test_a_launch_after_a_failure_works() -> None:
     [
         ({"mixed_precision": "fp16"}, "not available on XLA"),
         ({"start_method": "spawn"}, "forks its workers"),
-        ({"num_processes": 3}, "one per device"),
+        ({"num_processes": 3}, "offers one XLA device"),
     ],
 )
 def test_options_an_xla_launch_cannot_honour_fail_before_starting(
