@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import builtins
 import ctypes
-import faulthandler
 import os
 import pickle
 import signal
@@ -25,6 +24,7 @@ import torch.distributed as dist
 
 from .._messages import Failure, Result, Started
 from .channel import EventChannel, set_current_channel
+from .fd_forwarder import faulthandler_to_stderr
 from .relay import RelayStream
 from .reporting import flush_reporter
 from .returns import check_returnable
@@ -224,8 +224,7 @@ def _write_to(output: tuple[Connection, Connection] | None) -> None:
     for target, end in zip((1, 2), output, strict=True):
         os.dup2(end.fileno(), target)
         end.close()
-    if faulthandler.is_enabled():  # inherited, writing where the kernel told it to
-        faulthandler.enable(file=2, all_threads=True)
+    faulthandler_to_stderr()
 
 
 def run_worker(

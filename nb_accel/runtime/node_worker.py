@@ -45,6 +45,7 @@ from .entrypoint import (
     failure_event,
     nccl_device,
 )
+from .fd_forwarder import forward_file_descriptors
 from .relay import RelayStream
 from .reporting import flush_reporter
 from .state import reset_all_states
@@ -251,6 +252,9 @@ def node_worker_main(args: NodeWorkerArgs) -> None:
     os.environ.update(node.environment())
     reset_all_states()
     _forget_inherited_process_group()
+    forwarder = Client(args.address, family="AF_UNIX", authkey=args.authkey)
+    forward_file_descriptors(forwarder, node.rank)  # C++ and CUDA output, os.write, programs
+    forwarder.close()  # the forwarder's own now
     channel = EventChannel(Client(args.address, family="AF_UNIX", authkey=args.authkey), node.rank)
     set_current_channel(channel)
     sys.stdout = RelayStream(channel, "stdout", 1)
