@@ -1,7 +1,9 @@
 """Watching a worker group: events and process exits together, results or the first failure.
 
-The loop blocks on the workers' connections and their exit sentinels at once, so a result, an
-exception or a death is seen the moment it happens. Whatever ends the wait (success, failure,
+The loop blocks on the workers' connections, their exit sentinels and the pipes of their file
+descriptors 1 and 2 (:mod:`.captured`) at once, so a result, an exception, a death or a line a
+library wrote is seen the moment it happens; a worker's death is judged with the last words it
+wrote there (NCCL's watchdog's, say). Whatever ends the wait (success, failure,
 KeyboardInterrupt), :meth:`WorkerGroup.stop` leaves no process behind.
 """
 
