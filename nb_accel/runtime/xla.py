@@ -61,13 +61,14 @@ def devices_in_process() -> int:
 
 
 def state_fields() -> dict[str, Any]:
-    """What ``PartialState`` holds in an XLA worker: ranks from the XLA runtime, the device."""
+    """What ``PartialState`` holds in an XLA worker: ranks from the XLA runtime (per thread
+    where a process runs several ranks), the device."""
     return {
         "backend": "xla",
         "num_processes": world_size(),
         "process_index": global_ordinal(),
         "local_process_index": int(xr.local_ordinal()),
-        "num_local_processes": int(xr.local_process_count()),
+        "num_local_processes": int(xr.local_process_count()) * devices_in_process(),
         "device": xla_device(),
     }
 

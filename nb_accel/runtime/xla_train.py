@@ -15,9 +15,15 @@ from typing import Any
 import torch
 import torch_xla.core.xla_model as xm
 
-from .xla import mark_step
+from .xla import mark_step, world_size
 
-__all__ = ["reduce_gradients", "optimizer_step", "parameters_by_model", "follow_moved_parameters"]
+__all__ = [
+    "reduce_gradients",
+    "optimizer_step",
+    "parameters_by_model",
+    "follow_moved_parameters",
+    "share_rank0_parameters",
+]
 
 
 def reduce_gradients(optimizer: torch.optim.Optimizer) -> None:
@@ -93,3 +99,24 @@ def _beside(value: Any, param: torch.Tensor) -> Any:
     if isinstance(value, torch.Tensor) and value.dim() > 0 and value.device != param.device:
         return value.to(param.device)
     return value
+
+
+def share_rank0_parameters(objects: Iterable[Any]) -> None:
+    """Give every rank rank 0's parameters and buffers of each model among ``objects``, as
+    ``DistributedDataParallel`` does when it wraps a model.
+
+    Ranks that are processes start alike when they seed alike; ranks that are threads of one
+    process (TPU v2/v3) draw their initial values from one shared generator, in turns, and
+    would start (and stay) different.
+    """
+    if world_size() == 1:
+        return
+    tensors = [
+        tensor
+        for obj in objects
+        if isinstance(obj, torch.nn.Module)
+        for tensor in (*obj.parameters(), *obj.buffers())
+    ]
+    if tensors:
+        xm.collective_broadcast(tensors, root_ordinal=0)
+        mark_step()
