@@ -39,8 +39,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
 
     #: Returned from a launched function it is refused (see ``runtime/returns.py``).
     _nb_accel_worker_only = (
-        "return `optimizer.state_dict()` and load it into a new optimizer with "
-        "`load_state_dict`"
+        "return `optimizer.state_dict()` and load it into a new optimizer with `load_state_dict`"
     )
 
     def __init__(
@@ -107,10 +106,17 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
             self.optimizer.zero_grad(set_to_none=set_to_none)
 
     def unscale_gradients(self) -> None:
-        """Divide the gradients by the fp16 loss scale (once per step; no-op without scaler)."""
+        """Divide the gradients by the fp16 loss scale, once per step, on the synchronising
+        batch only: while gradients accumulate they keep the scale (the scaler can unscale an
+        optimizer once between updates). A no-op without a scaler."""
         if self.scaler is not None and not self._unscaled and self.gradient_state.sync_gradients:
             self.scaler.unscale_(self.optimizer)
             self._unscaled = True
+
+    @property
+    def gradients_unscaled(self) -> bool:
+        """True once :meth:`unscale_gradients` divided this step's gradients by the loss scale."""
+        return self._unscaled
 
     def step(self, closure: Callable[[], float] | None = None) -> Any:  # type: ignore[override]
         """Update the parameters, on synchronising steps only (through the scaler under fp16)."""

@@ -17,6 +17,8 @@ __all__ = [
     "make_grad_scaler",
     "convert_outputs_to_fp32",
     "autocast_forward",
+    "clip_scaled_grad_norm_",
+    "clip_scaled_grad_value_",
 ]
 
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
@@ -46,6 +48,45 @@ def make_grad_scaler(mixed_precision: str, device: torch.device, **kwargs: Any) 
     if mixed_precision != "fp16":
         return None
     return torch.amp.GradScaler(device.type, **kwargs)
+
+
+def _gradients(parameters: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    return params, [p.grad for p in params if p.grad is not None]
+
+
+def _loss_scale(scaler: Any, device: torch.device) -> torch.Tensor:
+    """The scale the gradients carry, as a tensor on ``device`` (no host synchronisation)."""
+    return scaler.scale(torch.ones((), device=device))  # type: ignore[no-any-return]
+
+
+def clip_scaled_grad_norm_(
+    parameters: Any, max_norm: float, norm_type: float, scaler: Any
+) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` for gradients still multiplied by the fp16 loss scale.
+
+    The norm is measured on the true (unscaled) gradients and the same factor is applied as
+    in full precision, so the gradients stay scaled and the result equals clipping unscaled
+    gradients. Returns the true total norm.
+    """
+    params, grads = _gradients(parameters)
+    if not grads:
+        return torch.tensor(0.0)
+    total_norm = torch.nn.utils.get_total_norm(grads, norm_type)
+    total_norm = total_norm / _loss_scale(scaler, total_norm.device)
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total_norm)
+    return total_norm
+
+
+def clip_scaled_grad_value_(parameters: Any, clip_value: float, scaler: Any) -> None:
+    """``torch.nn.utils.clip_grad_value_`` for gradients still multiplied by the fp16 loss scale:
+    each value is clamped to ``clip_value`` times the scale."""
+    _, grads = _gradients(parameters)
+    bounds: dict[torch.device, torch.Tensor] = {}
+    for grad in grads:
+        if grad.device not in bounds:
+            bounds[grad.device] = _loss_scale(scaler, grad.device) * float(clip_value)
+        grad.clamp_(min=-bounds[grad.device], max=bounds[grad.device])
 
 
 def _to_fp32(tensor: torch.Tensor) -> torch.Tensor:

@@ -12,7 +12,7 @@ import torch
 from .accumulation import GradientAccumulator, no_sync
 from .optimizer import AcceleratedOptimizer
 from .options import AutocastKwargs
-from .precision import autocast_context
+from .precision import autocast_context, clip_scaled_grad_norm_, clip_scaled_grad_value_
 from .reporting import current_reporter, numeric_values
 from .scheduler import AcceleratedScheduler
 from .state import AcceleratorState, GradientState, PartialState
@@ -80,7 +80,11 @@ class TrainingMethods:
             yield
 
     def unscale_gradients(self, optimizer: Any | None = None) -> None:
-        """Divide gradients by the fp16 loss scale (done for you by the clipping methods)."""
+        """Divide gradients by the fp16 loss scale (done for you by the clipping methods).
+
+        Gradients are unscaled on the synchronising batch only; while they accumulate they
+        keep the scale, and the clipping methods account for it.
+        """
         targets = [optimizer] if optimizer is not None else self._optimizers
         for target in targets:
             if isinstance(target, AcceleratedOptimizer):
@@ -89,16 +93,33 @@ class TrainingMethods:
     def clip_grad_norm_(
         self, parameters: Any, max_norm: float, norm_type: float = 2
     ) -> torch.Tensor:
-        """Clip the gradients' norm (after unscaling); returns the total norm before clipping."""
+        """Clip the gradients' norm; returns the total norm before clipping.
+
+        Under fp16 the result is the same as in full precision on every batch: on the
+        synchronising batch the gradients are unscaled first; while accumulating (they still
+        carry the loss scale) the norm is measured and clipped as if they were unscaled.
+        """
         self.unscale_gradients()
         self._reduce_xla_gradients()
+        if self._gradients_carry_loss_scale():
+            return clip_scaled_grad_norm_(parameters, max_norm, norm_type, self.scaler)
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
 
     def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
-        """Clip each gradient value to ``[-clip_value, clip_value]`` (after unscaling)."""
+        """Clip each gradient value to ``[-clip_value, clip_value]`` (of the unscaled gradient
+        under fp16, on every batch, as :meth:`clip_grad_norm_`)."""
         self.unscale_gradients()
         self._reduce_xla_gradients()
-        torch.nn.utils.clip_grad_value_(parameters, clip_value)
+        if self._gradients_carry_loss_scale():
+            clip_scaled_grad_value_(parameters, clip_value, self.scaler)
+        else:
+            torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    def _gradients_carry_loss_scale(self) -> bool:
+        """True under fp16 while no optimizer has unscaled this step's gradients."""
+        if self.scaler is None:
+            return False
+        return not any(optimizer.gradients_unscaled for optimizer in self._optimizers)
 
     def _reduce_xla_gradients(self) -> None:
         """On XLA, gradients are clipped once averaged across ranks (as DDP has them)."""
