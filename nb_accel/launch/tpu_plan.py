@@ -210,6 +210,7 @@ def read_xla_facts() -> XlaFacts | None:
 
         if plugins.using_dynamic_plugins():
             return XlaFacts(kind, int(plugins.default().physical_chip_count()))
+        count = os.environ.get(f"{'GPU' if kind == 'CUDA' else kind}_NUM_DEVICES")
+        return XlaFacts(kind, int(count)) if count else None
     except Exception:  # noqa: BLE001 - unknown is an answer too
-        pass
-    return None
+        return None
