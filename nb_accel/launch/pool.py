@@ -8,7 +8,10 @@ event connection and watches the same events as a launch, plus one
 
 Kernel → Interrupt while a command runs sends SIGINT to the workers, which raises
 ``KeyboardInterrupt`` in their code; a rank that does not stop within :data:`INTERRUPT_GRACE_S`
-(stuck in a collective, say) is named and the pool is stopped, to be restarted.
+(stuck in a collective, say) is named and the pool is stopped, to be restarted. After a failed
+or interrupted command, the next one is preceded by a
+:class:`~nb_accel.runtime.regroup.Settle`: a collective left unmatched would pair with the next
+cell's, so the workers then rebuild their process group.
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ import os
 import pickle
 import shutil
 import signal
+import sys
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -28,6 +32,7 @@ import cloudpickle
 from .._messages import CellDone, Command, Event, Execute, Output, Pull, Push, Stop
 from ..errors import WorkerDiedError
 from ..runtime.pool_worker import serve
+from ..runtime.regroup import Settle
 from .defaults import plan_with_defaults
 from .failure_log import FailureLog
 from .output import OutputPrinter
@@ -43,6 +48,12 @@ __all__ = ["INTERRUPT_GRACE_S", "RankStatus", "WorkerPool"]
 
 #: How long interrupted ranks may take to stop their code before the pool is stopped (seconds).
 INTERRUPT_GRACE_S = 10.0
+#: Said when the workers rebuilt their process group (``{issued}``: collectives per rank).
+REBUILT_NOTE = (
+    "The process group was rebuilt: the failed or interrupted cell left a collective unmatched "
+    "(collectives issued per rank: {issued}), which would have paired with the next one; "
+    "objects prepared before (DDP models) keep the old group: prepare them again"
+)
 
 
 @dataclass(frozen=True)
@@ -146,6 +157,7 @@ class WorkerPool:
         self._store_dir: str | None = None
         self._helpers = contextlib.ExitStack()
         self._cell = 0
+        self._unsettled = False  # a command failed or was interrupted since the last Settle
 
     @property
     def world_size(self) -> int:
@@ -162,6 +174,7 @@ class WorkerPool:
         if self._group is not None:
             raise RuntimeError("the pool is already started; stop or restart it")
         show_notes(self.plan)
+        self._unsettled = False
         self._helpers.enter_context(multiprocessing_helpers(self.plan.start_method))
         self._store_dir = make_scratch_dir("pool")
         workers: list[WorkerProcess] = []
@@ -237,7 +250,7 @@ class WorkerPool:
 
     def run(
         self,
-        make_command: Callable[[int], Command],
+        make_command: Callable[[int], Command | Settle],
         ranks: Sequence[int] | None = None,
         *,
         all_output: bool = False,
@@ -250,6 +263,8 @@ class WorkerPool:
         failure on any rank is raised in the kernel as for a launch (original type, ranks
         named, identical failures grouped) and the workers stay up.
         """
+        if self._unsettled:
+            self._settle()
         group = self._group_or_fail()
         targets = self._targets(ranks)
         self._cell += 1
@@ -267,6 +282,7 @@ class WorkerPool:
         try:
             self._wait(group, targets, printer.view, None)
         except KeyboardInterrupt:
+            self._unsettled = True
             self._interrupt(group, targets, printer.view)
             raise
         finally:
@@ -286,6 +302,19 @@ class WorkerPool:
             group.watch(view, remaining)
         return True
 
+    def _settle(self) -> None:
+        """Have the workers rebuild their process group if a collective was left unmatched."""
+        self._unsettled = False
+        try:
+            done = self.run(lambda cell: Settle(cell, self.plan.timeout_s))
+        except Exception as error:
+            if hasattr(error, "add_note"):
+                error.add_note("(while checking the process group after the previous cell failed)")
+            raise
+        issued = load_value(done[0])
+        if issued is not None:
+            print(REBUILT_NOTE.format(issued=", ".join(map(str, issued))), file=sys.stderr)
+
     def _died(self, group: _PoolGroup) -> None:
         error = group._failures.exception(self.world_size, {}, self.plan.timeout_s)
         self.stop(graceful=False)
@@ -304,6 +333,8 @@ class WorkerPool:
                 finished = self._wait(group, targets, view, deadline)
                 break
             except KeyboardInterrupt:  # a second interrupt: the grace period still applies
+                if self._group is None:  # unless it is a dead rank's error (the pool stopped)
+                    raise
                 continue
         if not finished:
             stuck = [rank for rank in targets if rank not in group.done]
@@ -323,6 +354,7 @@ class WorkerPool:
             if reply.failure is not None:
                 log.add_event(reply.failure)
         if log:
+            self._unsettled = True
             log.settle()
             status = {r: "finished the cell" for r, d in done.items() if d.failure is None}
             raise log.exception(self.world_size, status, self.plan.timeout_s)

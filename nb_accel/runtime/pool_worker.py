@@ -5,7 +5,8 @@ one namespace (preloaded with ``accelerator``, ``rank`` and ``world_size``) and 
 kernel's commands — a cell's code, setting variables, reading one — until told to stop.
 Each command ends with a :class:`~nb_accel._messages.CellDone` event; an exception in a cell
 is reported in it and the worker carries on. Kernel → Interrupt reaches the worker as SIGINT,
-which raises ``KeyboardInterrupt`` in the running cell.
+which raises ``KeyboardInterrupt`` in the running cell. After such a failure or interrupt the
+kernel sends :class:`~nb_accel.runtime.regroup.Settle` before the next command.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ import cloudpickle
 from .._messages import CellDone, Execute, Pull, Push, Stop
 from .channel import EventChannel, current_channel
 from .entrypoint import failure_event
+from .regroup import Settle, settle_process_group
 from .reporting import flush_reporter
 from .returns import dumps_result
 
@@ -53,7 +55,7 @@ def _reply(channel: EventChannel, cell: int, value: Any, want: bool) -> CellDone
 
 
 def _perform(
-    channel: EventChannel, command: Execute | Push | Pull, space: dict[str, Any]
+    channel: EventChannel, command: Execute | Push | Pull | Settle, space: dict[str, Any]
 ) -> CellDone:
     if isinstance(command, Execute):
         value = run_code(command.code, space, command.name or f"<cell {command.cell}>")
@@ -62,9 +64,28 @@ def _perform(
     if isinstance(command, Push):
         space.update(cloudpickle.loads(command.data))
         return CellDone(channel.rank, command.cell)
+    if isinstance(command, Settle):  # rank 0 tells the kernel what was rebuilt
+        issued = settle_process_group(command)
+        return _reply(channel, command.cell, issued, channel.rank == 0)
     if command.name not in space:
         raise NameError(f"name {command.name!r} is not defined on rank {channel.rank}")
     return _reply(channel, command.cell, space[command.name], True)
+
+
+def _outcome(
+    channel: EventChannel, command: Execute | Push | Pull | Settle, space: dict[str, Any]
+) -> CellDone:
+    """Perform ``command``; the reply says what it returned or raised."""
+    try:
+        return _perform(channel, command, space)
+    except BaseException as error:  # noqa: BLE001 - reported; the worker lives on
+        failed = error
+    while True:  # an interrupt held back while native code ran can land here: the command
+        try:  # has failed already, so the reply is built again
+            failure = failure_event(channel.rank, failed, (__file__,))
+            return CellDone(channel.rank, command.cell, failure=failure)
+        except KeyboardInterrupt:
+            continue
 
 
 def serve() -> None:
@@ -91,11 +112,7 @@ def serve() -> None:
             return
         if isinstance(command, Stop):
             return
-        try:
-            done = _perform(channel, command, space)
-        except BaseException as error:  # noqa: BLE001 - reported; the worker lives on
-            failure = failure_event(channel.rank, error, (__file__,))
-            done = CellDone(channel.rank, command.cell, failure=failure)
+        done = _outcome(channel, command, space)
         try:
             sys.stdout.flush()
             sys.stderr.flush()

@@ -211,3 +211,62 @@ def test_nvml_reports_what_cuda_would_without_initialising_it(tmp_path: Path) ->
     out = _kernel(tmp_path, NVML_REPORT).stdout
     assert "works after fork: True" in out
     assert "count: True" in out and "driver: True" in out and "capabilities: True" in out
+
+
+STALE_NCCL_COLLECTIVE = """
+import signal, threading, time
+from pathlib import Path
+
+CELL = '''
+import time, torch, torch.distributed as dist
+if rank == 0:
+    dist.all_reduce(torch.full((1,), 100.0, device="cuda"))  # queued; rank 1 never joins
+    open(marker, "w").close()
+time.sleep(60)
+'''
+SUM = '''
+value = torch.full((1,), float(rank + 1), device="cuda")
+dist.all_reduce(value)
+value.item()
+'''
+
+
+def interrupt_when(marker):
+    while not marker.exists():
+        time.sleep(0.02)
+    time.sleep(0.3)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+if __name__ == "__main__":
+    from nb_accel.launch.pool import WorkerPool, load_value
+    marker = Path(sys.argv[1])
+    pool = WorkerPool(2, timeout=60)
+    pool.start()
+    pool.push({"marker": str(marker)})
+    threading.Thread(target=interrupt_when, args=(marker,), daemon=True).start()
+    try:
+        pool.execute(CELL)
+    except KeyboardInterrupt:
+        print("interrupted", flush=True)
+    done = pool.execute(SUM, want_value=True)
+    print("sums:", [load_value(done[r]) for r in sorted(done)], flush=True)
+    pool.stop()
+"""
+
+
+@pytest.mark.skipif(_env.cuda_device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.timeout(300)
+def test_a_queued_nccl_collective_does_not_pair_with_the_next_cell(tmp_path: Path) -> None:
+    script = tmp_path / "kernel.py"
+    script.write_text(PRELUDE + STALE_NCCL_COLLECTIVE)
+    done = subprocess.run(
+        [sys.executable, str(script), str(tmp_path / "inside")],
+        capture_output=True,
+        text=True,
+        timeout=280,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "interrupted" in done.stdout and "sums: [3.0, 3.0]" in done.stdout
+    assert "The process group was rebuilt" in done.stderr

@@ -1,0 +1,107 @@
+"""%%distributed after a cell interrupted inside a collective: the collective left queued on one
+rank would pair with the next cell's, so the pool's workers rebuild their process group first
+(and only then: a failure that leaves every rank's collectives matched keeps the group)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from nb_accel.launch.pool import WorkerPool, load_value
+
+#: Rank 0 enters all_reduces that rank 1 never joins; the kernel is interrupted meanwhile.
+INSIDE_A_COLLECTIVE = """
+import time
+import torch
+import torch.distributed as dist
+if rank == 0:
+    dist.all_reduce(torch.full((1,), 100.0), async_op=True)
+    open(marker, "w").close()
+    dist.all_reduce(torch.full((1,), 100.0))  # waits here when the interrupt comes
+else:
+    time.sleep(60)
+"""
+
+#: Rank 0 waits on a collective's handle, which an interrupt cannot stop before the timeout.
+WAITING_ON_A_HANDLE = """
+import time
+import torch
+import torch.distributed as dist
+if rank == 0:
+    work = dist.all_reduce(torch.full((1,), 100.0), async_op=True)
+    open(marker, "w").close()
+    work.wait()
+else:
+    time.sleep(60)
+"""
+
+SUM_OF_RANKS = """
+value = torch.full((1,), float(rank + 1))
+dist.all_reduce(value)
+value.item()
+"""
+
+
+def _interrupt_when(marker: Path, deadline: float) -> None:
+    """Interrupt this process (as Kernel → Interrupt does) soon after ``marker`` exists."""
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.02)
+    time.sleep(0.3)
+    os.kill(os.getpid(), signal.SIGINT)
+
+
+def _sum_of_ranks(pool: WorkerPool) -> list[float]:
+    done = pool.execute(SUM_OF_RANKS, want_value=True)
+    return [load_value(done[rank]) for rank in sorted(done)]
+
+
+@pytest.mark.parametrize("cell", [INSIDE_A_COLLECTIVE, WAITING_ON_A_HANDLE])
+@pytest.mark.timeout(120)
+def test_the_next_cell_after_an_interrupted_collective_computes_the_right_sum(
+    cell: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    pool = WorkerPool(2, cpu=True, timeout=3)
+    pool.start()
+    marker = tmp_path / "inside"
+    interrupter = threading.Thread(target=_interrupt_when, args=(marker, time.monotonic() + 30))
+    try:
+        pool.push({"marker": str(marker)})
+        interrupter.start()
+        with pytest.raises(KeyboardInterrupt) as info:
+            pool.execute(cell)
+        interrupter.join()
+        assert pool.running, (info.value.__cause__, getattr(info.value, "__notes__", None))
+        capsys.readouterr()
+        assert _sum_of_ranks(pool) == [3.0, 3.0]
+        err = capsys.readouterr().err
+        assert err.count("The process group was rebuilt") == 1
+        assert "collectives issued per rank: " in err
+        assert _sum_of_ranks(pool) == [3.0, 3.0]  # and it stays right
+        assert "rebuilt" not in capsys.readouterr().err
+    finally:
+        if interrupter.is_alive():
+            interrupter.join()
+        pool.stop()
+
+
+@pytest.mark.timeout(120)
+def test_a_failure_with_matched_collectives_keeps_the_process_group(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    pool = WorkerPool(2, cpu=True, timeout=3)
+    pool.start()
+    try:
+        pool.execute("import torch, torch.distributed as dist\ngroup = dist.group.WORLD")
+        with pytest.raises(KeyError):
+            pool.execute("if rank == 1:\n    raise KeyError('missing column')")
+        assert _sum_of_ranks(pool) == [3.0, 3.0]
+        [same] = load_value(pool.execute("[dist.group.WORLD is group]", [0], True)[0])
+        assert same is True
+        assert "rebuilt" not in capsys.readouterr().err
+    finally:
+        pool.stop()
