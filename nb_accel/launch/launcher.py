@@ -77,6 +77,7 @@ def _run_group(
         if group is None:
             group = WorkerGroup(workers, printer, plan.timeout_s)
         group.stop(graceful=succeeded)
+        printer.flush()  # what the workers wrote to their descriptors on their way out
         shutil.rmtree(store_dir, ignore_errors=True)
 
 
@@ -132,6 +133,9 @@ def notebook_launcher(
         mixed_precision: ``"no"`` (built-in default), ``"bf16"`` or ``"fp16"``; what
             ``Accelerator()`` uses inside.
         start_method: ``"fork"`` (the default on Linux), ``"spawn"`` or ``"forkserver"``.
+            Left unset on GPUs that forked workers could not use (CUDA already initialised in
+            the kernel, e.g. by ``torch.cuda.is_available()`` before ``import nb_accel``), the
+            workers start with ``"forkserver"`` and a line says so.
         timeout: seconds a collective may wait for the other ranks before failing (built-in
             default 1800).
         kwargs: keyword arguments for ``function``.
@@ -167,7 +171,8 @@ def notebook_launcher(
 
     Raises:
         TypeError, ValueError: bad arguments, before any process starts.
-        LaunchError: the kernel's state forbids the launch (e.g. CUDA initialised before fork).
+        LaunchError: the kernel's state forbids the launch (e.g. CUDA initialised in the kernel
+            and ``start_method="fork"`` given).
         Exception: the worker's own exception, re-raised with its original type, the worker's
             traceback as its cause and the failing rank(s) in a note; ``WorkerError`` when it
             could not be moved to the kernel; ``WorkerDiedError`` when a worker was killed;
