@@ -27,7 +27,7 @@ from .channel import EventChannel, set_current_channel
 from .fd_forwarder import faulthandler_to_stderr
 from .relay import RelayStream
 from .reporting import flush_reporter
-from .returns import check_returnable
+from .returns import check_returnable, dumps_result
 from .spec import WorkerArgs
 from .state import reset_all_states
 from .tree import recursively_apply
@@ -142,7 +142,7 @@ def failure_event(rank: int, exc: BaseException, own_files: tuple[str, ...] = ()
     except Exception:  # noqa: BLE001 - any failure here is reported, never raised
         message = f"<str() of {type(exc).__name__} failed>"
     try:
-        data: bytes | None = dumps_value(exc)
+        data: bytes | None = dumps_result(exc)
     except Exception:  # noqa: BLE001 - any failure here is reported, never raised
         data = None
     return Failure(
@@ -205,7 +205,7 @@ def _result(rank: int, value: Any) -> Result | Failure:
     except TypeError as refused:
         return failure_event(rank, refused)
     try:
-        return Result(rank, dumps_value(to_cpu(value)))
+        return Result(rank, dumps_result(value))
     except Exception as exc:  # noqa: BLE001 - reported to the kernel
         error = TypeError(
             f"rank {rank} returned a {type(value).__name__} that cannot be sent back to the "

@@ -92,3 +92,26 @@ def test_an_nccl_watchdog_abort_is_a_collective_timeout_on_its_rank(
     assert "NCCL's watchdog stopped rank 1" in message
     assert "WorkNCCL(SeqNum=7, OpType=ALLREDUCE, NumelIn=4" in message
     assert "[rank 1] [rank1]:[E1124" in capsys.readouterr().err  # NCCL's own lines are shown
+
+
+def leave_words_for_later() -> str:
+    """Return; rank 0 then writes to its fd 1 while its process group is torn down, after its
+    result has been sent (as a library's clean-up at exit does)."""
+    if dist.get_rank() == 0:
+        destroy = dist.destroy_process_group
+
+        def destroy_with_last_words(*args: object, **kwargs: object) -> None:
+            time.sleep(0.5)
+            os.write(1, b"late words\n")
+            destroy(*args, **kwargs)  # type: ignore[arg-type]
+
+        dist.destroy_process_group = destroy_with_last_words
+    return "done"
+
+
+@pytest.mark.timeout(120)
+def test_what_a_worker_writes_after_its_result_is_still_shown(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert notebook_launcher(leave_words_for_later, num_processes=2) == ["done", "done"]
+    assert "[rank 0] late words\n" in capsys.readouterr().out

@@ -107,9 +107,6 @@ def build_after_a_collective() -> dict[str, Any]:
     return build(dist.get_rank())
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the launch's worker entry point still pickles results its old way"
-)
 @pytest.mark.timeout(120)
 def test_notebook_launcher_returns_every_tensor_on_the_cpu() -> None:
     results = notebook_launcher(build_after_a_collective, num_processes=2)
