@@ -205,7 +205,11 @@ class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods):
         result = list(args)
         moved = None
         if self.distributed_type == DistributedType.XLA:
-            from .xla_train import follow_moved_parameters, parameters_by_model
+            from .xla_train import (
+                follow_moved_parameters,
+                parameters_by_model,
+                share_rank0_parameters,
+            )
 
             moved = parameters_by_model(args)
         for second_pass in (False, True):
@@ -215,6 +219,7 @@ class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods):
                     result[index] = self._prepare_one(obj, place)
         if moved is not None:  # moving to an XLA device gave the models new parameters
             follow_moved_parameters(moved, result)
+            share_rank0_parameters(result)  # every rank starts from rank 0's values
         return result[0] if len(result) == 1 else tuple(result)
 
     def _prepare_one(self, obj: Any, device_placement: bool | None) -> Any:

@@ -6,6 +6,7 @@ import threading
 from multiprocessing.connection import Connection
 
 from .._messages import Event, encode
+from .rank_local import RankLocal
 
 __all__ = ["EventChannel", "current_channel", "set_current_channel"]
 
@@ -41,15 +42,15 @@ class EventChannel:
             self.closed = True
 
 
-_current: EventChannel | None = None
+_current: RankLocal[EventChannel | None] = RankLocal(lambda: None)
 
 
 def current_channel() -> EventChannel | None:
-    """The channel of this worker process, or ``None`` outside a launch."""
-    return _current
+    """The channel of this worker's rank, or ``None`` outside a launch."""
+    return _current.get()
 
 
 def set_current_channel(channel: EventChannel | None) -> None:
-    """Install the worker's channel (done once by the worker entrypoint)."""
-    global _current  # noqa: PLW0603 - one channel per worker process
-    _current = channel
+    """Install the rank's channel (done once by the worker entrypoint; per thread where a
+    process runs several ranks)."""
+    _current.set(channel)

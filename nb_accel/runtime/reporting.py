@@ -17,6 +17,7 @@ from typing import Any
 
 from .._messages import BarState, MetricPoint, Report
 from .channel import EventChannel, current_channel
+from .rank_local import RankLocal
 
 __all__ = ["REPORT_INTERVAL_S", "Reporter", "current_reporter", "flush_reporter"]
 
@@ -85,27 +86,30 @@ class Reporter:
             self.reports_sent += 1
 
 
-_reporter: Reporter | None = None
+_reporter: RankLocal[Reporter | None] = RankLocal(lambda: None)
 _reporter_lock = threading.Lock()
 
 
 def current_reporter() -> Reporter | None:
-    """This worker's reporter (created on first use), or ``None`` outside a launch."""
-    global _reporter  # noqa: PLW0603 - one reporter per worker process
+    """This rank's reporter (created on first use), or ``None`` outside a launch."""
     channel = current_channel()
     if channel is None:
         return None
-    if _reporter is None or _reporter._channel is not channel:
+    reporter = _reporter.get()
+    if reporter is None or reporter._channel is not channel:
         with _reporter_lock:
-            if _reporter is None or _reporter._channel is not channel:
-                _reporter = Reporter(channel)
-    return _reporter
+            reporter = _reporter.get()
+            if reporter is None or reporter._channel is not channel:
+                reporter = Reporter(channel)
+                _reporter.set(reporter)
+    return reporter
 
 
 def flush_reporter() -> None:
-    """Send this worker's pending progress and metrics (a no-op when there are none)."""
-    if _reporter is not None:
-        _reporter.flush()
+    """Send this rank's pending progress and metrics (a no-op when there are none)."""
+    reporter = _reporter.get()
+    if reporter is not None:
+        reporter.flush()
 
 
 def numeric_values(values: dict[str, Any]) -> dict[str, float]:

@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _env
+from .rank_local import RankLocalDict
 
 __all__ = [
     "DistributedType",
@@ -57,11 +58,11 @@ class _SharedState:
     #: Returned from a launched function it is refused (see ``runtime/returns.py``).
     _nb_accel_worker_only = "return the values you need, such as `state.process_index`"
 
-    _shared_state: ClassVar[dict[str, Any]]
+    _shared_state: ClassVar[RankLocalDict]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
-        cls._shared_state = {}
+        cls._shared_state = RankLocalDict()  # one per rank where ranks are threads (TPU v2/v3)
 
     @classmethod
     def _reset_state(cls) -> None:

@@ -28,6 +28,7 @@ from .entrypoint import (
     failure_event,
     to_cpu,
 )
+from .rank_local import become_rank_thread, install_stream
 from .relay import RelayStream
 from .reporting import flush_reporter
 from .returns import check_returnable
@@ -64,14 +65,18 @@ def set_launch_pipe(writer: SharedWriter | None) -> None:
     _pipe = writer
 
 
-def _become_rank(rank: int, settings: dict[str, str]) -> None:
+def _become_rank(rank: int, settings: dict[str, str], threads: int) -> None:
+    """Describe the rank in the environment (``threads``: ranks this process runs; with more
+    than one, the process-wide ``RANK`` and ``LOCAL_RANK`` could name only one of them and are
+    left out: ``PartialState`` names each rank) and start its states afresh."""
     world = world_size()
+    processes = int(os.environ.get("PJRT_LOCAL_PROCESS_COUNT", "1"))
+    names = {"RANK": str(rank), "LOCAL_RANK": os.environ.get("PJRT_LOCAL_PROCESS_RANK", "0")}
     os.environ.update(
         {
-            "RANK": str(rank),
+            **(names if threads == 1 else {}),
             "WORLD_SIZE": str(world),
-            "LOCAL_RANK": os.environ.get("PJRT_LOCAL_PROCESS_RANK", "0"),
-            "LOCAL_WORLD_SIZE": os.environ.get("PJRT_LOCAL_PROCESS_COUNT", str(world)),
+            "LOCAL_WORLD_SIZE": str(min(world, processes * threads)),
             "NB_ACCEL_LAUNCHED": "1",
             "NB_ACCEL_BACKEND": "xla",
             **settings,
@@ -81,19 +86,8 @@ def _become_rank(rank: int, settings: dict[str, str]) -> None:
     _forget_inherited_process_group()
 
 
-def _check_one_device_per_process() -> None:
-    count = devices_in_process()
-    if count > 1:
-        raise NotImplementedError(
-            f"this XLA runtime drives {count} devices from one process (one thread each, as "
-            "on TPU v2 and v3, or with CPU_NUM_DEVICES > 1), and nb_accel runs one device per "
-            "process: use a TPU v4 or later (Colab's and Kaggle's v5e, v6e), or one device"
-        )
-
-
 def _outcome(rank: int, payload: bytes) -> Result | Failure:
     try:
-        _check_one_device_per_process()
         function, fargs, fkwargs = cloudpickle.loads(payload)
         value = function(*fargs, **fkwargs)
         mark_step()
@@ -125,17 +119,20 @@ def run_xla_worker(rank: int, payload: bytes, settings: dict[str, str], kernel_p
     """
     if os.getpid() == kernel_pid or _pipe is None:
         raise RuntimeError("an nb_accel XLA worker must run in a process forked by its launch")
+    threads = devices_in_process()
+    if threads > 1:  # TPU v2/v3: this process runs one rank per TensorCore, a thread each
+        become_rank_thread()
     _die_with_parent(kernel_pid)
     _leave_the_kernel_shell()
     try:
         os.setpgid(0, 0)  # stopping the launch reaches what this worker starts, too
     except OSError:
         pass
-    _become_rank(rank, settings)
+    _become_rank(rank, settings, threads)
     channel = EventChannel(cast(Connection, _pipe), rank)
     set_current_channel(channel)
-    sys.stdout = RelayStream(channel, "stdout", 1)
-    sys.stderr = RelayStream(channel, "stderr", 2)
+    install_stream("stdout", RelayStream(channel, "stdout", 1))
+    install_stream("stderr", RelayStream(channel, "stderr", 2))
     channel.send(Started(rank, os.getpid()))
     outcome = _outcome(rank, payload)
     sys.stdout.flush()
@@ -143,4 +140,5 @@ def run_xla_worker(rank: int, payload: bytes, settings: dict[str, str], kernel_p
     flush_reporter()  # the bars' and metrics' final state arrives before the outcome
     channel.send(outcome)
     if isinstance(outcome, Failure):
-        os._exit(1)  # torch_xla's pool then stops the ranks that may wait for this one
+        os._exit(1)  # torch_xla's pool then stops the ranks that may wait for this one (and
+        # this process's other rank threads)
