@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import os
 import socket
 import sys
 
@@ -38,7 +39,7 @@ def cuda_device_count() -> int:
 def _count_without_nvml() -> int:
     import torch
 
-    if cuda_initialized():
+    if cuda_initialized() or not hasattr(os, "fork"):  # nothing left to keep safe for a fork
         return int(torch.cuda.device_count())
     answer = _cuda_fork.ask_forked_child()
     if answer is None:
