@@ -2,11 +2,13 @@
 
 Every function is the identity (``reduce``: a copy) when the launch has a single process, so the
 same code runs with one process or many. Trees are nested lists, tuples and dicts of tensors.
+Tensors may be on any device: one the backend cannot run on (a CPU tensor under NCCL) goes to
+the rank's device for the collective, and results come back on the caller's tensor's device.
+Shapes are checked across processes in debug mode only (see :mod:`.collective_debug`).
 """
 
 from __future__ import annotations
 
-import hashlib
 import warnings
 from collections.abc import Sequence
 from typing import Any
@@ -14,6 +16,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from .collective_debug import DistributedOperationException, check_same_shapes, debug_mode
+from .collective_device import all_gather_rows, move_target
 from .state import DistributedType, GradientState, PartialState
 from .tree import concatenate, find_device, has_only_tensors, recursively_apply, send_to_device
 
@@ -32,10 +36,6 @@ __all__ = [
 
 #: Reductions accepted by :func:`reduce` ("none" sums without averaging, as in Accelerate).
 REDUCTIONS = ("mean", "sum", "max", "min", "none")
-
-
-class DistributedOperationException(ValueError):
-    """A collective cannot run as asked: the processes passed incompatible tensors."""
 
 
 def _state() -> PartialState:
@@ -64,65 +64,50 @@ def _leaves(tree: Any, operation: str) -> list[torch.Tensor]:
     return found
 
 
-def _digest(leaves: Sequence[torch.Tensor]) -> int:
-    signature = repr([(tuple(t.shape), str(t.dtype)) for t in leaves]).encode()
-    return int.from_bytes(hashlib.blake2b(signature, digest_size=7).digest(), "little")
-
-
-def _check_same_shapes(leaves: Sequence[torch.Tensor], operation: str) -> None:
-    """Raise the same error on every process when the processes' tensors differ in shape."""
-    first = int(leaves[0].shape[0]) if leaves and leaves[0].dim() > 0 else -1
-    summary = torch.tensor([_digest(leaves), first, len(leaves)], dtype=torch.int64)
-    rows = _all_gather_rows(summary)
-    if len({int(row[0]) for row in rows}) == 1:
-        return
-    firsts = {rank: int(row[1]) for rank, row in enumerate(rows)}
-    if len(set(firsts.values())) > 1:
-        raise DistributedOperationException(
-            f"{operation} needs tensors of the same size on every process, but their first "
-            f"dimensions differ (process: size) {firsts}; call pad_across_processes(...) "
-            "first, or use gather_for_metrics or gather_object"
-        )
-    raise DistributedOperationException(
-        f"{operation} needs the same structure, shapes and dtypes on every process, but they "
-        "differ; call pad_across_processes(...) first, or use gather_object"
-    )
-
-
-def _comm_device() -> torch.device:
-    state = _state()
-    return state.device if state.backend == "nccl" else torch.device("cpu")
+def _check_in_debug_mode(tree: Any, operation: str) -> None:
+    """In debug mode, raise on every process when the processes' tensors differ in shape."""
+    if debug_mode():
+        state = _state()
+        leaves = _leaves(tree, operation)
+        check_same_shapes(leaves, operation, state.backend, state.device, state.num_processes)
 
 
 def _all_gather_rows(tensor: torch.Tensor) -> list[torch.Tensor]:
-    tensor = tensor.to(_comm_device())
-    rows = [torch.empty_like(tensor) for _ in range(_state().num_processes)]
-    dist.all_gather(rows, tensor)
-    return [row.cpu() for row in rows]
+    state = _state()
+    return all_gather_rows(tensor, state.backend, state.device, state.num_processes)
 
 
-def _gather_one(tensor: torch.Tensor) -> torch.Tensor:
-    if tensor.dim() == 0:
-        tensor = tensor.clone()[None]
-    tensor = tensor.contiguous()
+def _to_collective_device(tensor: torch.Tensor) -> torch.Tensor:
+    """``tensor`` where this launch's backend can run a collective on it (often itself)."""
+    state = _state()
+    target = move_target(tensor.device, state.backend, state.device)
+    return tensor if target is None else tensor.to(target)
+
+
+def _gather_one(one: torch.Tensor) -> torch.Tensor:
+    tensor = _to_collective_device(one[None] if one.dim() == 0 else one).contiguous()
     world = _state().num_processes
     if _state().backend == "nccl":
         output = torch.empty(
             (world * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device
         )
         dist.all_gather_into_tensor(output, tensor)
-        return output
-    parts = [torch.empty_like(tensor) for _ in range(world)]
-    dist.all_gather(parts, tensor)
-    return torch.cat(parts, dim=0)
+    else:
+        parts = [torch.empty_like(tensor) for _ in range(world)]
+        dist.all_gather(parts, tensor)
+        output = torch.cat(parts, dim=0)
+    return output.to(one.device)
 
 
 def gather(tensor: Any) -> Any:
     """Gather a tree of tensors from every process, concatenated along the first dimension.
 
-    A 0-d tensor becomes one row per process. Every process must pass tensors of the same
-    shapes; otherwise every process raises :class:`DistributedOperationException` (use
-    :func:`pad_across_processes` first). Identity on a single process.
+    A 0-d tensor becomes one row per process; results are on the device of the tensors passed.
+    Every process must pass tensors of the same shapes (use :func:`pad_across_processes`
+    first). In debug mode (``ACCELERATE_DEBUG_MODE=1``) this is checked, at the cost of one
+    more collective, and every process raises :class:`DistributedOperationException` when they
+    differ; otherwise mismatched shapes fail in the backend (see :mod:`.collective_debug`).
+    Identity on a single process.
     """
     if _xla():
         from . import xla_ops
@@ -130,7 +115,7 @@ def gather(tensor: Any) -> Any:
         return xla_ops.gather(tensor)
     if not _distributed():
         return tensor
-    _check_same_shapes(_leaves(tensor, "gather"), "gather")
+    _check_in_debug_mode(tensor, "gather")
     return recursively_apply(_gather_one, tensor, error_on_other_type=True)
 
 
@@ -217,11 +202,13 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     op = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(reduction, dist.ReduceOp.SUM)
     distributed = _distributed()
     world = _state().num_processes
+    if distributed:
+        _check_in_debug_mode(tensor, "reduce")
 
     def _reduce(one: torch.Tensor) -> torch.Tensor:
         result = one.clone()
         if distributed:
-            moved = result.to(_comm_device())
+            moved = _to_collective_device(result)
             dist.all_reduce(moved, op=op)
             result = moved.to(one.device)
         if reduction == "mean":
@@ -232,10 +219,11 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
 
 
 def broadcast(tensor: Any, from_process: int = 0) -> Any:
-    """Send process ``from_process``'s tensors to every process (in place where possible).
+    """Send process ``from_process``'s tensors to every process, in place.
 
     Every process passes tensors of the same shapes and dtypes (their contents are
-    overwritten). Returns the tree. Identity on a single process.
+    overwritten; checked in debug mode, as in :func:`gather`). Returns the tree. Identity on a
+    single process.
     """
     if _xla():
         from . import xla_ops
@@ -243,11 +231,14 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
         return xla_ops.broadcast(tensor, from_process=from_process)
     if not _distributed():
         return tensor
+    _check_in_debug_mode(tensor, "broadcast")
 
     def _broadcast(one: torch.Tensor) -> torch.Tensor:
-        target = one if one.is_contiguous() else one.contiguous()
+        target = _to_collective_device(one).contiguous()
         dist.broadcast(target, src=from_process)
-        return target
+        if target is not one:
+            one.copy_(target)
+        return one
 
     return recursively_apply(_broadcast, tensor, error_on_other_type=True)
 

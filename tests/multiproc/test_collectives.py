@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -40,7 +43,6 @@ def collectives_on_two_ranks() -> dict[str, Any]:
         nested["b"][0].tolist(),
         nested["b"][1][0].tolist(),
     )
-    out["gather_mismatch"] = _error_of(lambda: gather(torch.zeros(rank + 1)))
     out["gather_object_lists"] = gather_object([f"r{rank}a", f"r{rank}b"])
     out["gather_object_dicts"] = gather_object({"rank": rank})
     value = torch.tensor([1.0 + rank, 5.0 - rank])
@@ -70,8 +72,6 @@ def test_collectives_on_two_ranks() -> None:
     for rank, out in enumerate(results):
         assert out["gather"] == [0.0, 1.0, 2.0, 10.0, 11.0, 12.0]
         assert out["gather_nested"] == ([0, 1, 2, 10, 11, 12], [0.0, 1.0], [0.0, 10.0])
-        assert "pad_across_processes" in out["gather_mismatch"]
-        assert "{0: 1, 1: 2}" in out["gather_mismatch"]
         assert out["gather_object_lists"] == ["r0a", "r0b", "r1a", "r1b"]
         assert out["gather_object_dicts"] == [{"rank": 0}, {"rank": 1}]
         assert out["sum"] == [3.0, 9.0]
@@ -88,6 +88,72 @@ def test_collectives_on_two_ranks() -> None:
         assert out["pad_first"] == [[0.0, 0.0]] * (1 - rank) + mine
         assert out["pad_dim1"] == 3
         assert out["pad_then_gather"] == 4
+
+
+#: The torch.distributed collectives the functions of ops.py call.
+COLLECTIVES = (
+    "all_gather",
+    "all_gather_into_tensor",
+    "all_reduce",
+    "broadcast",
+    "all_gather_object",
+    "broadcast_object_list",
+)
+
+
+def _counting(calls: Counter[str], name: str, real: Callable[..., Any]) -> Callable[..., Any]:
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        calls[name] += 1
+        return real(*args, **kwargs)
+
+    return counted
+
+
+def collectives_without_and_with_debug_mode() -> dict[str, Any]:
+    """The collectives gather, broadcast and reduce run, outside and in debug mode, and the
+    errors debug mode gives for mismatched shapes."""
+    rank = dist.get_rank()
+    calls: Counter[str] = Counter()
+    real = {name: getattr(dist, name) for name in COLLECTIVES}
+    for name in COLLECTIVES:
+        setattr(dist, name, _counting(calls, name, real[name]))
+    tree = {"a": torch.ones(2) * rank, "b": [torch.zeros(3, 2)]}
+    out: dict[str, Any] = {}
+    try:
+        for mode in ("0", "1"):
+            os.environ["ACCELERATE_DEBUG_MODE"] = mode
+            for operation in (gather, broadcast, reduce):
+                calls.clear()
+                operation(tree)
+                out[f"{operation.__name__}_{mode}"] = dict(calls)
+        os.environ["ACCELERATE_DEBUG_MODE"] = "0"
+        out["gathered"] = gather(torch.ones(2) * rank).tolist()
+        os.environ["ACCELERATE_DEBUG_MODE"] = "1"
+        ragged = torch.zeros(rank + 1)
+        out["errors"] = [_error_of(lambda op=op: op(ragged)) for op in (gather, broadcast, reduce)]
+    finally:
+        for name in COLLECTIVES:
+            setattr(dist, name, real[name])
+        del os.environ["ACCELERATE_DEBUG_MODE"]
+    return out
+
+
+def test_gather_checks_shapes_only_in_debug_mode() -> None:
+    for out in notebook_launcher(collectives_without_and_with_debug_mode, num_processes=2):
+        # One all_gather per tensor; debug mode adds one for the shapes, as it does for the
+        # broadcast and the all_reduce of broadcast and reduce.
+        assert out["gather_0"] == {"all_gather": 2}
+        assert out["gather_1"] == {"all_gather": 3}
+        assert out["broadcast_0"] == {"broadcast": 2}
+        assert out["broadcast_1"] == {"broadcast": 2, "all_gather": 1}
+        assert out["reduce_0"] == {"all_reduce": 2}
+        assert out["reduce_1"] == {"all_reduce": 2, "all_gather": 1}
+        assert out["gathered"] == [0.0, 0.0, 1.0, 1.0]
+        gather_error, broadcast_error, reduce_error = out["errors"]
+        assert "gather needs tensors of the same size" in gather_error
+        assert "{0: 1, 1: 2}" in gather_error and "pad_across_processes" in gather_error
+        assert "broadcast needs tensors of the same size" in broadcast_error
+        assert "reduce needs tensors of the same size" in reduce_error
 
 
 def gather_among_two_of_three() -> list[Any] | None:
