@@ -182,9 +182,6 @@ def test_cuda_tensors_in_a_distributed_cell_value_reach_the_kernel_on_the_cpu(
     assert "result: cpu 1.0" in out
 
 
-@pytest.mark.xfail(
-    strict=True, reason="the launch's worker entry point still pickles results its old way"
-)
 @pytest.mark.timeout(300)
 def test_cuda_tensors_in_a_returned_dataclass_reach_the_kernel_on_the_cpu(tmp_path: Path) -> None:
     out = _returns_cuda(tmp_path, "launch")
