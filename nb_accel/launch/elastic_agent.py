@@ -9,7 +9,11 @@ differences a notebook needs:
   when another node's rank fails after the last collective;
 - the result is returned as the agent's ``RunResult`` (failures included) rather than raised,
   and nothing of the agent outlives the call: a later launch on the same port gets a fresh
-  rendezvous store.
+  rendezvous store;
+- right after each rendezvous, before any worker starts, the nodes show each other their
+  :class:`~nb_accel.launch.node_addresses.NodeCard` through the rendezvous store: a node that
+  could not meet the others (a loopback address for another machine) says why, every node
+  stops with that message, and otherwise the workers get the interface for their sockets.
 """
 
 from __future__ import annotations
@@ -17,6 +21,9 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 from typing import Any
+
+from ..errors import LaunchError
+from .node_addresses import NodeCard, NodeNetwork
 
 __all__ = ["EXIT_BARRIER_S", "MONITOR_INTERVAL_S", "launch_config", "run_agent"]
 
@@ -36,9 +43,11 @@ def launch_config(
     rdzv_timeout: float,
     start_method: str,
     log_dir: str,
+    local_addr: str | None = None,
 ) -> Any:
     """The ``LaunchConfig`` of one node: every node alike but for ``node_rank``; node 0 hosts
-    the rendezvous store, the others only connect to it."""
+    the rendezvous store, the others only connect to it. ``local_addr`` is the address this
+    node advertises (``None``: torch's choice, its host name)."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
 
@@ -55,23 +64,98 @@ def launch_config(
         max_restarts=max_restarts,
         monitor_interval=MONITOR_INTERVAL_S,
         start_method=start_method,
+        local_addr=local_addr,
     )
 
 
+#: Keys of the rendezvous store (under the round's prefix) for the nodes' cards and verdicts.
+_CARD_KEY = "nb_accel/node_card/{}"
+_VERDICT_KEY = "nb_accel/node_verdict/{}"
+
+
+def _exchange(store: Any, key: str, me: int, count: int, value: str) -> list[bytes]:
+    """Put ``value`` under this node's ``key`` and return every node's, in rendezvous order
+    (waiting for them up to the store's timeout, ``rdzv_timeout``)."""
+    from torch.distributed.elastic.rendezvous.api import (
+        RendezvousConnectionError,
+        RendezvousTimeoutError,
+    )
+
+    try:
+        store.set(key.format(me), value)
+        return [store.get(key.format(rank)) for rank in range(count)]
+    except Exception as error:  # the store raises different kinds in different torch versions
+        text = f"the nodes could not compare their addresses ({error})"
+        if "timeout" in str(error).lower():
+            raise RendezvousTimeoutError(text) from error
+        raise RendezvousConnectionError(text) from error
+
+
+def _meet(
+    worker_group: Any, network: NodeNetwork, make_args: Callable[[dict[str, str]], tuple[Any, ...]]
+) -> None:
+    """After a rendezvous: check with the other nodes that everyone can meet, then give this
+    node's workers the interface for their sockets. Raises :class:`LaunchError` on every node
+    when one of them found a problem."""
+    store, me = worker_group.store, worker_group.group_rank
+    count = worker_group.group_world_size
+    found = _exchange(store, _CARD_KEY, me, count, network.card.encode())
+    cards = [NodeCard.decode(text) for text in found]
+    master_addr = getattr(worker_group, "master_addr", None)
+    problem = network.problem(cards, me, master_addr) if master_addr else None
+    verdicts = _exchange(store, _VERDICT_KEY, me, count, problem or "")
+    problems = [text.decode() for text in verdicts if text]
+    if problems:
+        raise LaunchError(problems[0])
+    peers = [card for rank, card in enumerate(cards) if rank != me]
+    worker_group.spec.args = make_args(network.worker_env(peers))
+
+
+def _agent_class() -> type:
+    """torch's ``LocalElasticAgent``, meeting the other nodes after each rendezvous."""
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    class NodeAgent(LocalElasticAgent):  # type: ignore[misc]
+        """A ``LocalElasticAgent`` that runs :func:`_meet` after each rendezvous."""
+
+        def __init__(
+            self,
+            network: NodeNetwork,
+            make_args: Callable[[dict[str, str]], tuple[Any, ...]],
+            **options: Any,
+        ) -> None:
+            super().__init__(**options)
+            self._network = network
+            self._make_args = make_args
+
+        def _rendezvous(self, worker_group: Any) -> None:
+            super()._rendezvous(worker_group)
+            _meet(worker_group, self._network, self._make_args)
+
+    return NodeAgent
+
+
 def run_agent(
-    config: Any, entrypoint: Callable[..., Any], args: tuple[Any, ...], hosts_store: bool
+    config: Any,
+    entrypoint: Callable[..., Any],
+    make_args: Callable[[dict[str, str]], tuple[Any, ...]],
+    hosts_store: bool,
+    network: NodeNetwork,
 ) -> Any:
     """Run this node's agent until its workers are done; the agent's ``RunResult``.
+
+    ``make_args(env)`` gives the entrypoint's arguments with ``env`` (variables for the
+    workers, chosen after the rendezvous) added to them.
 
     After a failure the rendezvous is closed, so the other nodes' agents stop waiting for a
     restart; after a success only the node that hosts the store closes it (the others would
     find it gone already, and torch would print its connection errors).
 
-    Raises what the rendezvous raises (``RendezvousError`` and its kinds) and the agent's
+    Raises what the rendezvous raises (``RendezvousError`` and its kinds), a
+    :class:`LaunchError` when the nodes cannot meet (see :func:`_meet`), and the agent's
     ``SignalException`` when the process is told to stop.
     """
     from torch.distributed.elastic.agent.server.api import WorkerSpec
-    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.rendezvous import RendezvousParameters, registry
 
@@ -89,13 +173,15 @@ def run_agent(
         role=config.role,
         local_world_size=config.nproc_per_node,
         entrypoint=entrypoint,
-        args=args,
+        args=make_args({}),
         rdzv_handler=handler,
         max_restarts=config.max_restarts,
         monitor_interval=config.monitor_interval,
         local_addr=config.local_addr,
     )
-    agent = LocalElasticAgent(
+    agent = _agent_class()(
+        network,
+        make_args,
         spec=spec,
         logs_specs=config.logs_specs,
         start_method=config.start_method,

@@ -4,7 +4,10 @@ Each node's kernel runs :func:`run_nodes` with the same ``num_nodes`` and ``rdzv
 its own ``node_rank``. The elastic agent (``torch.distributed.launcher``'s ``elastic_launch``,
 the engine behind ``torchrun``) meets the other nodes at the rendezvous, starts this node's
 workers, watches them and restarts the whole group after a failure while ``max_restarts``
-allows. Node 0 hosts the rendezvous store on the endpoint's port.
+allows. Node 0 hosts the rendezvous store on the endpoint's port. Which address each node gives
+the others, and which interface its workers' sockets use, is decided by
+:class:`~nb_accel.launch.node_addresses.NodeNetwork`; nodes that could not meet stop before any
+worker starts, all with the same message.
 
 The workers talk back to their own kernel as on one machine (output, progress, the result or
 the original exception), through :class:`~nb_accel.launch.node_events.NodeEvents`.
@@ -13,6 +16,8 @@ the original exception), through :class:`~nb_accel.launch.node_events.NodeEvents
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import functools
 import logging
 import os
 import pickle
@@ -27,6 +32,7 @@ from ..errors import LaunchError, WorkerFailure
 from ..runtime.node_worker import NodeWorkerArgs, global_rank, node_worker_main
 from .elastic_agent import launch_config, run_agent
 from .failures import died_failure
+from .node_addresses import NodeNetwork
 from .node_events import NodeEvents, NodeView
 from .nodes import NodePlan
 from .output import OutputPrinter
@@ -137,6 +143,27 @@ def _outcome(
     return log.exception(world, status, plan.timeout_s)
 
 
+def _launch_config(plan: LaunchPlan, nodes: NodePlan, log_dir: str, network: NodeNetwork) -> Any:
+    """This node's ``LaunchConfig``, advertising the address ``network`` chose."""
+    return launch_config(
+        nodes.num_nodes,
+        nodes.node_rank,
+        plan.num_processes,
+        nodes.rdzv_endpoint or "",
+        nodes.rdzv_backend,
+        nodes.max_restarts,
+        nodes.rdzv_timeout,
+        plan.start_method,
+        log_dir,
+        network.address,
+    )
+
+
+def _with_env(args: NodeWorkerArgs, extra: dict[str, str]) -> tuple[NodeWorkerArgs]:
+    """The entrypoint's arguments: ``args`` with the variables ``extra`` added for the workers."""
+    return (dataclasses.replace(args, env={**args.env, **extra}),)
+
+
 def run_nodes(
     plan: LaunchPlan, nodes: NodePlan, payload: bytes, prefix_output: bool, view: LaunchView
 ) -> list[Any] | BaseException:
@@ -168,23 +195,17 @@ def run_nodes(
     failures: dict[int, Any] | None = None
     outcome: list[Any] | BaseException | None = None
     interrupted = False
-    config = launch_config(
-        nodes.num_nodes,
-        nodes.node_rank,
-        plan.num_processes,
-        nodes.rdzv_endpoint or "",
-        nodes.rdzv_backend,
-        nodes.max_restarts,
-        nodes.rdzv_timeout,
-        plan.start_method,
-        log_dir,
-    )
+    network = NodeNetwork(nodes.rdzv_endpoint or "", nodes.node_rank, plan.backend)
+    config = _launch_config(plan, nodes, log_dir, network)
     try:
         if plan.start_method == "fork":
             release_openmp_threads()  # see nb_accel._openmp
         try:
             with _kernel_untouched():
-                result = run_agent(config, node_worker_main, (args,), nodes.node_rank == 0)
+                make_args = functools.partial(_with_env, args)
+                result = run_agent(
+                    config, node_worker_main, make_args, nodes.node_rank == 0, network
+                )
             failures = dict(result.failures) if result.is_failed() else None
             del result
         except SignalException as stopped:
@@ -193,6 +214,8 @@ def run_nodes(
             interrupted = True
         except KeyboardInterrupt:  # while waiting for the rendezvous
             interrupted = True
+        except LaunchError as problem:  # the nodes cannot meet: raised on every node at once
+            outcome = problem
         except RendezvousError as problem:
             lost = _rendezvous_error(problem, nodes, events.started)
             failed = _outcome(events, None, plan, nodes) if events.failures else None
