@@ -7,6 +7,9 @@ and wakes a background thread. That thread sends everything new as one
 never waits on the kernel and the kernel gets at most about ten messages a second per rank.
 :func:`flush_reporter` sends what is left; the worker calls it before it reports its result,
 so the final state always arrives first.
+
+A logged tensor is not read on the training thread (reading a GPU tensor waits for the GPU):
+it is kept as a detached copy and turned into a number when its report is sent.
 """
 
 from __future__ import annotations
@@ -15,15 +18,54 @@ import threading
 import time
 from typing import Any
 
+import torch
+
 from .._messages import BarState, MetricPoint, Report
 from .channel import EventChannel, current_channel
 from .rank_local import RankLocal
 
-__all__ = ["REPORT_INTERVAL_S", "Reporter", "current_reporter", "flush_reporter"]
+__all__ = [
+    "REPORT_INTERVAL_S",
+    "DeferredValue",
+    "LoggedValue",
+    "Reporter",
+    "current_reporter",
+    "flush_reporter",
+    "numeric_values",
+]
 
 #: Shortest time between two reports of one rank (seconds): at most eight a second, so with
 #: the first and the last report of a bar a rank stays under ten a second.
 REPORT_INTERVAL_S = 0.125
+
+
+class DeferredValue:
+    """A logged one-element tensor, copied (without waiting for the GPU) and read later.
+
+    The copy is made on the logging thread's current stream; when that is not the device's
+    default stream, an event recorded after the copy is waited for before reading, so the
+    read (on another thread's stream) sees the copied value.
+    """
+
+    __slots__ = ("_ready", "tensor")
+
+    def __init__(self, tensor: torch.Tensor) -> None:
+        self.tensor = tensor.detach().clone()
+        self._ready: Any = None
+        if self.tensor.is_cuda:
+            stream = torch.cuda.current_stream(self.tensor.device)
+            if stream != torch.cuda.default_stream(self.tensor.device):
+                self._ready = stream.record_event()
+
+    def read(self) -> float:
+        """The value (waits for the device to have computed it)."""
+        if self._ready is not None:
+            self._ready.synchronize()
+        return float(self.tensor.item())
+
+
+#: A logged value as recorded: a number, or a tensor read when its report is sent.
+LoggedValue = float | DeferredValue
 
 
 class Reporter:
@@ -36,7 +78,7 @@ class Reporter:
         self._send_lock = threading.Lock()
         self._wake = threading.Event()
         self._bars: dict[int, BarState] = {}
-        self._metrics: list[MetricPoint] = []
+        self._metrics: list[tuple[int | None, dict[str, LoggedValue]]] = []
         self._thread: threading.Thread | None = None
         self._last_send = 0.0
         self.reports_sent = 0
@@ -47,8 +89,8 @@ class Reporter:
             self._bars[state.bar] = state
         self._poke()
 
-    def log(self, values: dict[str, float], step: int | None) -> None:
-        """Record one logged point."""
+    def log(self, values: dict[str, LoggedValue], step: int | None) -> None:
+        """Record one logged point (tensors are read when the report is sent)."""
         with self._lock:
             self._metrics.append((step, values))
         self._poke()
@@ -80,7 +122,8 @@ class Reporter:
                 metrics, self._metrics = self._metrics, []
             if not bars and not metrics:
                 return
-            report = Report(self._channel.rank, tuple(bars.values()), tuple(metrics), time.time())
+            points = tuple(_read_point(step, values) for step, values in metrics)
+            report = Report(self._channel.rank, tuple(bars.values()), points, time.time())
             self._channel.send(report)
             self._last_send = time.monotonic()
             self.reports_sent += 1
@@ -112,10 +155,39 @@ def flush_reporter() -> None:
         reporter.flush()
 
 
-def numeric_values(values: dict[str, Any]) -> dict[str, float]:
-    """The entries of a ``log`` call that can be drawn: numbers and one-element tensors."""
-    found: dict[str, float] = {}
+def _read_point(step: int | None, values: dict[str, LoggedValue]) -> MetricPoint:
+    """A recorded point with its tensors read (on the reporter's thread, off the training loop);
+    a tensor that cannot be read (a failed GPU) is left out."""
+    numbers: dict[str, float] = {}
+    for name, value in values.items():
+        if isinstance(value, DeferredValue):
+            try:
+                numbers[name] = value.read()
+            except RuntimeError:
+                continue
+        else:
+            numbers[name] = value
+    return step, numbers
+
+
+def _is_real(dtype: torch.dtype) -> bool:
+    return dtype != torch.bool and not dtype.is_complex
+
+
+def numeric_values(values: dict[str, Any]) -> dict[str, LoggedValue]:
+    """The entries of a ``log`` call that can be drawn: numbers and one-element tensors.
+
+    A real-valued one-element tensor is kept as a detached copy, not read: reading it here
+    would make the training loop wait for the GPU. The copy keeps the value it had when
+    logged, even if the tensor changes afterwards. On XLA it is read at once (its value needs
+    the training thread's graph).
+    """
+    found: dict[str, LoggedValue] = {}
     for name, raw in values.items():
+        if isinstance(raw, torch.Tensor) and raw.device.type != "xla":
+            if raw.numel() == 1 and _is_real(raw.dtype):
+                found[str(name)] = DeferredValue(raw)
+            continue
         value = (
             raw.item() if hasattr(raw, "item") and getattr(raw, "numel", lambda: 1)() == 1 else raw
         )

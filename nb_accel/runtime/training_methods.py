@@ -162,7 +162,9 @@ class TrainingMethods:
         kernel, where the launch view draws them as live line charts, one line per name.
 
         Every process may log; the view draws rank 0's by default. Outside a launch this does
-        nothing. ``step`` is the x value (default: the count of calls so far).
+        nothing. ``step`` is the x value (default: the count of calls so far). A tensor (a loss
+        on the GPU, say) is not read here, so logging never makes the loop wait for the GPU:
+        a copy is read when the point is sent, with the value it had when logged.
         """
         del log_kwargs
         reporter = current_reporter()
