@@ -19,6 +19,7 @@ differences a notebook needs:
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -73,37 +74,52 @@ _CARD_KEY = "nb_accel/node_card/{}"
 _VERDICT_KEY = "nb_accel/node_verdict/{}"
 
 
-def _exchange(store: Any, key: str, me: int, count: int, value: str) -> list[bytes]:
-    """Put ``value`` under this node's ``key`` and return every node's, in rendezvous order
-    (waiting for them up to the store's timeout, ``rdzv_timeout``)."""
+#: How often a node looks for the other nodes' cards and verdicts (seconds).
+_POLL_S = 0.01
+
+
+def _exchange(store: Any, key: str, me: int, count: int, value: str, wait_s: float) -> list[bytes]:
+    """Put ``value`` under this node's ``key`` and return every node's, in rendezvous order,
+    waiting for them up to ``wait_s`` (in short steps, so an interrupt is heard at once)."""
     from torch.distributed.elastic.rendezvous.api import (
         RendezvousConnectionError,
         RendezvousTimeoutError,
     )
 
+    keys = [key.format(rank) for rank in range(count)]
+    deadline = time.monotonic() + wait_s
     try:
-        store.set(key.format(me), value)
-        return [store.get(key.format(rank)) for rank in range(count)]
+        store.set(keys[me], value)
+        while not store.check(keys):
+            if time.monotonic() > deadline:
+                raise RendezvousTimeoutError(
+                    f"the other nodes did not show their addresses within {wait_s:g} s"
+                )
+            time.sleep(_POLL_S)
+        return [store.get(name) for name in keys]
+    except RendezvousTimeoutError:
+        raise
     except Exception as error:  # the store raises different kinds in different torch versions
         text = f"the nodes could not compare their addresses ({error})"
-        if "timeout" in str(error).lower():
-            raise RendezvousTimeoutError(text) from error
         raise RendezvousConnectionError(text) from error
 
 
 def _meet(
-    worker_group: Any, network: NodeNetwork, make_args: Callable[[dict[str, str]], tuple[Any, ...]]
+    worker_group: Any,
+    network: NodeNetwork,
+    make_args: Callable[[dict[str, str]], tuple[Any, ...]],
+    wait_s: float,
 ) -> None:
     """After a rendezvous: check with the other nodes that everyone can meet, then give this
     node's workers the interface for their sockets. Raises :class:`LaunchError` on every node
     when one of them found a problem."""
     store, me = worker_group.store, worker_group.group_rank
     count = worker_group.group_world_size
-    found = _exchange(store, _CARD_KEY, me, count, network.card.encode())
+    found = _exchange(store, _CARD_KEY, me, count, network.card.encode(), wait_s)
     cards = [NodeCard.decode(text) for text in found]
     master_addr = getattr(worker_group, "master_addr", None)
     problem = network.problem(cards, me, master_addr) if master_addr else None
-    verdicts = _exchange(store, _VERDICT_KEY, me, count, problem or "")
+    verdicts = _exchange(store, _VERDICT_KEY, me, count, problem or "", wait_s)
     problems = [text.decode() for text in verdicts if text]
     if problems:
         raise LaunchError(problems[0])
@@ -122,15 +138,17 @@ def _agent_class() -> type:
             self,
             network: NodeNetwork,
             make_args: Callable[[dict[str, str]], tuple[Any, ...]],
+            wait_s: float,
             **options: Any,
         ) -> None:
             super().__init__(**options)
             self._network = network
             self._make_args = make_args
+            self._wait_s = wait_s
 
         def _rendezvous(self, worker_group: Any) -> None:
             super()._rendezvous(worker_group)
-            _meet(worker_group, self._network, self._make_args)
+            _meet(worker_group, self._network, self._make_args, self._wait_s)
 
     return NodeAgent
 
@@ -182,6 +200,7 @@ def run_agent(
     agent = _agent_class()(
         network,
         make_args,
+        float(config.rdzv_configs["read_timeout"]),
         spec=spec,
         logs_specs=config.logs_specs,
         start_method=config.start_method,
