@@ -16,6 +16,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _env
+from .collective_debug import debug_mode
 from .rank_local import RankLocalDict
 
 __all__ = [
@@ -129,6 +130,12 @@ class PartialState(_SharedState):
     def use_distributed(self) -> bool:
         """True when more than one process takes part."""
         return self.num_processes > 1
+
+    @property
+    def debug(self) -> bool:
+        """True when ``ACCELERATE_DEBUG_MODE`` is set: collectives then check that every process
+        passes the same shapes, at the cost of one more collective each."""
+        return debug_mode()
 
     @property
     def is_main_process(self) -> bool:

@@ -47,3 +47,12 @@ def test_debug_mode_follows_accelerate_s_variable(monkeypatch: pytest.MonkeyPatc
     monkeypatch.setenv(DEBUG_VARIABLE, "maybe")
     with pytest.raises(ValueError, match=f"{DEBUG_VARIABLE}='maybe'"):
         debug_mode()
+
+
+def test_partial_state_debug_follows_accelerate_debug_mode(monkeypatch: pytest.MonkeyPatch) -> None:
+    from nb_accel import PartialState
+
+    monkeypatch.setenv("ACCELERATE_DEBUG_MODE", "1")
+    assert PartialState(cpu=True).debug is True
+    monkeypatch.setenv("ACCELERATE_DEBUG_MODE", "0")
+    assert PartialState(cpu=True).debug is False
