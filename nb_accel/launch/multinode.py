@@ -114,13 +114,14 @@ def _rendezvous_error(error: Exception, nodes: NodePlan, started: bool) -> Launc
 
 
 def _failed_workers(
-    failures: dict[int, Any], plan: LaunchPlan, nodes: NodePlan
+    failures: dict[int, Any], plan: LaunchPlan, nodes: NodePlan, last_words: dict[int, str]
 ) -> list[WorkerFailure]:
-    """Records for workers that died without reporting (the agent's process failures)."""
+    """Records for workers that died without reporting (the agent's process failures),
+    judged with the end of what each wrote to stderr."""
     records = []
     for failure in failures.values():
         rank = global_rank(nodes.node_rank, failure.local_rank, plan.num_processes)
-        records.append(died_failure(rank, failure.pid, failure.exitcode))
+        records.append(died_failure(rank, failure.pid, failure.exitcode, last_words.get(rank, "")))
     return records
 
 
@@ -134,7 +135,7 @@ def _outcome(
     if not failures and not log and all(rank in events.results for rank in ranks):
         return [pickle.loads(events.results[rank]) for rank in ranks]
     if not log and failures:
-        for record in _failed_workers(failures, plan, nodes):
+        for record in _failed_workers(failures, plan, nodes, events.stderr_tail):
             log.add(record)
     if not log:
         return LaunchError("the workers ended without reporting a result")

@@ -28,6 +28,8 @@ __all__ = ["NodeEvents", "NodeView"]
 
 #: How often the launch view is ticked (seconds).
 TICK_S = 1.0
+#: How much of each rank's stderr is kept to judge a rank that died without reporting.
+STDERR_TAIL_CHARS = 16 * 1024
 
 
 class NodeView:
@@ -102,6 +104,9 @@ class NodeEvents:
         self._rank_of: dict[Connection, int] = {}
         self._attempt = 0
         self.results: dict[int, bytes] = {}
+        #: The end of what each rank wrote to stderr (its file descriptor 2 included): a rank
+        #: that died without reporting is judged by its last words (NCCL's watchdog, say).
+        self.stderr_tail: dict[int, str] = {}
         #: This attempt's failures (the view shows the root cause as failed, the rest stopped).
         self.failures = FailureLog(view)
         #: Whether any worker has started (so the rendezvous was reached).
@@ -175,6 +180,9 @@ class NodeEvents:
 
     def _handle(self, conn: Connection, event: Event) -> None:
         if isinstance(event, Output):
+            if event.stream == "stderr":
+                tail = self.stderr_tail.get(event.rank, "") + event.text
+                self.stderr_tail[event.rank] = tail[-STDERR_TAIL_CHARS:]
             self._on_output(event)
             return
         if isinstance(event, Started):
