@@ -35,6 +35,9 @@ from .tree import recursively_apply
 __all__ = ["run_worker", "spawn_main", "dumps_value", "is_timeout_error", "nccl_device"]
 
 _TIMEOUT_MARKERS = ("timed out", "timeout", "time out")
+#: Texts of a backend that failed to connect to its peers (gloo's "timed out connecting:
+#: Connection refused"): a network problem, not a collective that waited too long.
+_CONNECT_MARKERS = ("timed out connecting", "connection refused", "connectfullmesh")
 
 #: Process-group objects this worker never destroys: those inherited from the kernel by fork
 #: (their destructors would join threads that do not exist in the child), and its own group
@@ -119,8 +122,11 @@ def dumps_value(value: Any) -> bytes:
 
 
 def is_timeout_error(exc: BaseException) -> bool:
-    """True for errors raised by a collective that exceeded the launch's timeout."""
+    """True for errors raised by a collective that exceeded the launch's timeout (a backend
+    that could not even connect to its peers, "timed out connecting", is not one)."""
     text = str(exc).lower()
+    if any(marker in text for marker in _CONNECT_MARKERS):
+        return False
     return any(marker in text for marker in _TIMEOUT_MARKERS) and (
         isinstance(exc, (RuntimeError, dist.DistError)) or "Dist" in type(exc).__name__
     )
