@@ -5,7 +5,9 @@ kernel runs on a TPU runtime. The workers are forked by ``xmp.spawn`` (one proce
 chip, one rank per XLA device: :mod:`.tpu_plan`) and report over one pipe, with the events
 every launch uses: their output and progress reach the cell as they happen, results come back
 in rank order, and a worker's exception is re-raised in the kernel with its type, its traceback
-as the cause and its rank in a note.
+as the cause and its rank in a note. What a worker process writes to its file descriptors 1 and 2
+(the TPU runtime's C++ logs, ``os.write``) reaches the cell too, and explains its death
+(:mod:`.xla_output`).
 
 ``torch_xla`` is imported only here, inside :func:`launch_xla`, and in the workers.
 """
@@ -21,6 +23,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
+from multiprocessing.connection import wait
 from typing import Any
 
 from .._messages import Event, Failure, Output, Report, Result, Started, decode
@@ -32,6 +35,7 @@ from .payload import make_payload
 from .text_view import TextView
 from .tpu_plan import XlaPlan, plan_xla, read_xla_facts
 from .view import LaunchView, NullView, view_factory
+from .xla_output import ProcessOutputs
 
 __all__ = ["TPU_VARIABLES", "check_xla_matches_torch", "xla_requested", "launch_xla"]
 
@@ -146,21 +150,31 @@ def _check_options(num_processes: object, mixed_precision: str, start_method: st
 
 class _Watch:
     """What the workers reported: output and progress passed on as they come, results and
-    failures kept."""
+    failures kept; what the worker processes wrote to their file descriptors 1 and 2 is
+    shown before a change of a rank's state."""
 
-    def __init__(self, printer: OutputPrinter, view: LaunchView) -> None:
+    def __init__(self, printer: OutputPrinter, view: LaunchView, outputs: ProcessOutputs) -> None:
         self.printer = printer
         self.view = view
+        self.outputs = outputs
         self.results: dict[int, bytes] = {}
         self.failures = FailureLog(view)
 
+    def show(self, events: list[Output]) -> None:
+        """Pass on what the worker processes wrote to their file descriptors."""
+        for event in events:
+            self.printer(event)
+
     def handle(self, event: Event) -> None:
         """Act on one event from a worker."""
+        if not isinstance(event, (Output, Report)):
+            self.show(self.outputs.read_all())
         if isinstance(event, Output):
             self.printer(event)
         elif isinstance(event, Report):
             self.view.report(event)
         elif isinstance(event, Started):
+            self.outputs.started(event.rank, event.pid)
             self.view.started(event.rank, event.pid)
         elif isinstance(event, Result):
             self.results[event.rank] = event.data
@@ -227,11 +241,18 @@ def _stop(children: Sequence[multiprocessing.process.BaseProcess]) -> None:
 
 
 def _watch(reader: Any, spawner: _Spawner, watch: _Watch) -> None:
-    """Pass the workers' events on until ``xmp.spawn`` has returned and the pipe is empty."""
+    """Pass the workers' events and what they write to their file descriptors on until
+    ``xmp.spawn`` has returned and the event pipe is empty."""
     next_tick = time.monotonic() + TICK_S
+    outputs = watch.outputs
     while spawner.is_alive() or reader.poll(0):
-        if reader.poll(0.05):
+        ready = wait([reader, *outputs.fds], 0.05)
+        for item in ready:
+            if isinstance(item, int):
+                watch.show(outputs.read(item))
+        if reader in ready:
             watch.handle(decode(reader.recv_bytes()))
+        outputs.track()
         watch.printer.flush_due()
         if time.monotonic() >= next_tick:
             watch.view.tick()
@@ -239,7 +260,10 @@ def _watch(reader: Any, spawner: _Spawner, watch: _Watch) -> None:
 
 
 def _outcome(watch: _Watch, spawner: _Spawner, expected: int) -> list[Any] | BaseException:
-    """The results in rank order, or the exception the kernel raises."""
+    """The results in rank order, or the exception the kernel raises (call once every worker
+    has ended and its output is read)."""
+    for record in watch.outputs.deaths(watch.results, watch.failures.ranks):
+        watch.failures.add(record)
     if watch.failures:
         world = max(expected, *(rank + 1 for rank in watch.failures.ranks), len(watch.results))
         status = {rank: "had already returned" for rank in watch.results}
@@ -250,6 +274,7 @@ def _outcome(watch: _Watch, spawner: _Spawner, expected: int) -> list[Any] | Bas
     ranks = sorted(watch.results)
     if spawner.error is not None or spawner.exitcode or ranks != list(range(len(ranks))):
         how = f"exit code {spawner.exitcode}" if spawner.exitcode else f"{spawner.error!r}"
+        how = watch.outputs.unstarted() or how
         return WorkerDiedError(
             f"an XLA worker process ended without reporting ({how}); ranks that returned: "
             f"{ranks or 'none'}",
@@ -331,7 +356,8 @@ def launch_xla(
     }
     view = _make_view(_describe(plan, precision), count, show_progress, all_ranks_metrics)
     printer = OutputPrinter(count, prefix_output, view=view)
-    watch = _Watch(printer, printer.view)  # held output is written before a change of state
+    outputs = ProcessOutputs(plan.processes, plan.threads_per_process, count)
+    watch = _Watch(printer, printer.view, outputs)  # held output first at a change of state
     outcome = _run(xmp, (payload, settings, os.getpid()), plan.spawn_nprocs, watch, count)
     if isinstance(outcome, BaseException):
         raise outcome  # the worker's exception; its worker-side traceback is its __cause__
@@ -341,6 +367,7 @@ def launch_xla(
 def _run(
     xmp: Any, spawn_args: tuple[Any, ...], nprocs: int | None, watch: _Watch, expected: int
 ) -> Any:
+    from ..runtime.process_fds import set_process_pipes
     from ..runtime.xla_worker import SharedWriter, run_xla_worker, set_launch_pipe
 
     context = multiprocessing.get_context("fork")
@@ -350,8 +377,10 @@ def _run(
     succeeded = False
     try:
         set_launch_pipe(SharedWriter(writer, context.Lock()))
+        set_process_pipes(watch.outputs.pipes())
         spawner.start()
         _watch(reader, spawner, watch)
+        watch.show(watch.outputs.finish())  # every worker has ended: this is all they wrote
         outcome = _outcome(watch, spawner, expected)
         succeeded = not isinstance(outcome, BaseException)
         return outcome
@@ -362,5 +391,8 @@ def _run(
         if spawner.ident is not None:
             spawner.join(REAP_S)
         set_launch_pipe(None)
+        set_process_pipes(None)
+        watch.show(watch.outputs.finish())  # an interrupted launch's last words
+        watch.printer.flush()
         reader.close()
         writer.close()

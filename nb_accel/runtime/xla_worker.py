@@ -1,12 +1,15 @@
 """Worker main of an XLA launch: what ``xmp.spawn`` runs on every XLA device.
 
 The kernel (``nb_accel.launch.xla_launch``) installs the launch's event pipe here with
-:func:`set_launch_pipe` and then starts the workers with ``xmp.spawn(..., start_method="fork")``,
-so every worker inherits the pipe. A worker becomes its rank (the environment a launched worker
-has, ranks from the XLA runtime), reports to the kernel like any other worker (``Started``,
-output, progress, then ``Result`` or ``Failure``) and, when its function raised, ends its
-process at once so that torch_xla's process pool stops the other ranks instead of leaving them
-waiting in a collective. Imported only on the XLA path.
+:func:`set_launch_pipe`, and the pipes of its worker processes' file descriptors 1 and 2 in
+:mod:`.process_fds`, and then starts the workers with ``xmp.spawn(..., start_method="fork")``,
+so every worker inherits them. A worker process first makes its own pair its file descriptors
+1 and 2 (once per process, by whichever of its rank threads comes first), so that what the TPU
+runtime and other native code write there reaches the kernel. A worker becomes its rank (the
+environment a launched worker has, ranks from the XLA runtime), reports to the kernel like any
+other worker (``Started``, output, progress, then ``Result`` or ``Failure``) and, when its
+function raised, ends its process at once so that torch_xla's process pool stops the other
+ranks instead of leaving them waiting in a collective. Imported only on the XLA path.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ from .entrypoint import (
     failure_event,
     to_cpu,
 )
+from .process_fds import write_to_process_pipes
 from .rank_local import become_rank_thread, install_stream
 from .relay import RelayStream
 from .reporting import flush_reporter
@@ -119,6 +123,7 @@ def run_xla_worker(rank: int, payload: bytes, settings: dict[str, str], kernel_p
     """
     if os.getpid() == kernel_pid or _pipe is None:
         raise RuntimeError("an nb_accel XLA worker must run in a process forked by its launch")
+    write_to_process_pipes(int(os.environ.get("PJRT_LOCAL_PROCESS_RANK") or 0))
     threads = devices_in_process()
     if threads > 1:  # TPU v2/v3: this process runs one rank per TensorCore, a thread each
         become_rank_thread()
