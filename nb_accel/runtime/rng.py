@@ -54,9 +54,9 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
         np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # also seeds every CUDA device (lazily when CUDA is not up yet)
     if "torch_xla" in sys.modules and PartialState().distributed_type == DistributedType.XLA:
-        import torch_xla.core.xla_model as xm
+        from .xla import seed_device
 
-        xm.set_rng_state(seed)
+        seed_device(seed)
     if deterministic:
         torch.use_deterministic_algorithms(True)
 

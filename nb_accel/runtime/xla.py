@@ -17,6 +17,7 @@ import torch_xla.runtime as xr
 __all__ = [
     "xla_device",
     "mark_step",
+    "seed_device",
     "world_size",
     "global_ordinal",
     "devices_in_process",
@@ -38,6 +39,11 @@ def mark_step() -> None:
         sync()
     else:
         xm.mark_step()
+
+
+def seed_device(seed: int) -> None:
+    """Seed the XLA device's random number generator."""
+    xm.set_rng_state(seed)
 
 
 def world_size() -> int:
