@@ -18,6 +18,7 @@ differences a notebook needs:
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections.abc import Callable
@@ -72,6 +73,9 @@ def launch_config(
 #: Keys of the rendezvous store (under the round's prefix) for the nodes' cards and verdicts.
 _CARD_KEY = "nb_accel/node_card/{}"
 _VERDICT_KEY = "nb_accel/node_verdict/{}"
+_READ_KEY = "nb_accel/node_read/{}"
+#: How long a node that found a problem waits for the others to have read it.
+_READ_WAIT_S = 10.0
 
 
 #: How often a node looks for the other nodes' cards and verdicts (seconds).
@@ -119,9 +123,18 @@ def _meet(
     cards = [NodeCard.decode(text) for text in found]
     master_addr = getattr(worker_group, "master_addr", None)
     problem = network.problem(cards, me, master_addr) if master_addr else None
-    verdicts = _exchange(store, _VERDICT_KEY, me, count, problem or "", wait_s)
+    try:
+        verdicts = _exchange(store, _VERDICT_KEY, me, count, problem or "", wait_s)
+    except Exception:
+        if problem:  # the others may have stopped already: this node's own finding stands
+            raise LaunchError(problem) from None
+        raise
     problems = [text.decode() for text in verdicts if text]
     if problems:
+        # Every node has read the verdicts before any leaves: the node hosting the store
+        # closes it as it stops, and a node still reading would only see a lost connection.
+        with contextlib.suppress(Exception):
+            _exchange(store, _READ_KEY, me, count, "read", _READ_WAIT_S)
         raise LaunchError(problems[0])
     peers = [card for rank, card in enumerate(cards) if rank != me]
     worker_group.spec.args = make_args(network.worker_env(peers))
