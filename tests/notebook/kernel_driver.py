@@ -78,8 +78,15 @@ def collect(client: BlockingKernelClient, msg_id: str, until: tuple[str, ...] = 
             break
     else:
         raise TimeoutError(f"cell did not finish within {CELL_TIMEOUT_S} s")
-    reply = client.get_shell_msg(timeout=CELL_TIMEOUT_S)
+    while True:  # the reply to this cell (a reply to an earlier cell may still be queued)
+        reply = client.get_shell_msg(timeout=CELL_TIMEOUT_S)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            break
     run.status = reply["content"]["status"]
+    if run.status == "error" and not run.ename:  # the reply says what the output did not
+        run.ename = reply["content"].get("ename", "")
+        run.evalue = reply["content"].get("evalue", "")
+        run.traceback = reply["content"].get("traceback", [])
     return run
 
 
