@@ -34,7 +34,7 @@ from machine import run_header
 from torch.utils.data import DataLoader, TensorDataset
 
 import nb_accel
-from nb_accel.runtime.loaders import prepare_data_loader
+from nb_accel.runtime.data.loaders import prepare_data_loader
 
 WORLD_SIZE = 2
 DISPATCH_TARGET = 2.0  # dispatcher / shard

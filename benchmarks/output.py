@@ -47,7 +47,7 @@ CELL_TIMEOUT_S = 120.0
 MESSAGE_TARGET = 100
 
 SETUP = """
-import nb_accel.launch.output as _output
+import nb_accel.launch.views.output as _output
 from nb_accel import notebook_launcher
 
 def _talk(lines):

@@ -30,7 +30,7 @@ from machine import run_header
 
 import nb_accel
 from nb_accel._messages import Report
-from nb_accel.launch.view import NullView, register_view_factory, view_factory
+from nb_accel.launch.views.view import NullView, register_view_factory, view_factory
 
 WORLD_SIZE = 2
 COST_TARGET_US = 1.0

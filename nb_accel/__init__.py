@@ -20,29 +20,29 @@ from .errors import (
     WorkerFailure,
 )
 from .launch import debug_launcher, notebook_launcher
-from .launch.user_errors import register_traceback_renderer
-from .launch.view import register_view_factory
+from .launch.failures.user_errors import register_traceback_renderer
+from .launch.views.view import register_view_factory
 from .notebook.launch_view import notebook_view
 from .notebook.tracebacks import render as render_traceback
 from .runtime.accelerator import Accelerator
-from .runtime.loaders import (
+from .runtime.checkpoint.model_io import load_checkpoint_in_model
+from .runtime.data.loaders import (
     DataLoaderDispatcher,
     DataLoaderShard,
     prepare_data_loader,
     skip_first_batches,
 )
-from .runtime.model_io import load_checkpoint_in_model
-from .runtime.optimizer import AcceleratedOptimizer
+from .runtime.data.rng import set_seed
+from .runtime.data.sampling import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler
 from .runtime.options import (
     DataLoaderConfiguration,
     GradientAccumulationPlugin,
     ProjectConfiguration,
 )
-from .runtime.progress import tqdm, trange
-from .runtime.rng import set_seed
-from .runtime.sampling import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler
-from .runtime.scheduler import AcceleratedScheduler
+from .runtime.reporting.progress import tqdm, trange
 from .runtime.state import AcceleratorState, DistributedType, GradientState, PartialState
+from .runtime.training.optimizer import AcceleratedOptimizer
+from .runtime.training.scheduler import AcceleratedScheduler
 
 __version__ = "0.1.0"
 

@@ -3,7 +3,8 @@
 Replacing ``accelerate`` by ``nb_accel`` in a user's imports is the whole migration.
 """
 
-from .runtime.model_io import load_checkpoint_in_model
+from .runtime.checkpoint.model_io import load_checkpoint_in_model
+from .runtime.data.rng import RNGType, set_seed, synchronize_rng_state, synchronize_rng_states
 from .runtime.ops import (
     DistributedOperationException,
     broadcast,
@@ -21,7 +22,6 @@ from .runtime.options import (
     GradScalerKwargs,
     ProjectConfiguration,
 )
-from .runtime.rng import RNGType, set_seed, synchronize_rng_state, synchronize_rng_states
 from .runtime.state import DistributedType
 from .runtime.tree import (
     concatenate,

@@ -9,7 +9,7 @@ until the kernel reads them. Complete lines become :class:`~nb_accel._messages.O
 in order within each stream; the end of a stream (or of the worker) sends the rest.
 
 The last bytes of each worker's stderr are kept to explain its death (see
-:func:`~nb_accel.launch.failures.died_failure`).
+:func:`~nb_accel.launch.failures.verdict.died_failure`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ import os
 
 from ..config import Config, config_path, load_config
 from ..errors import LaunchError
-from .nodes import NODE_FIELDS, NodePlan, make_node_plan
+from .multinode.nodes import NODE_FIELDS, NodePlan, make_node_plan
 from .plan import LaunchPlan, make_plan
 
 __all__ = ["CPU_VARIABLE", "plan_with_defaults", "node_plan_with_defaults"]

@@ -9,19 +9,19 @@ from typing import Any
 
 from ..config import load_config
 from .defaults import node_plan_with_defaults, plan_with_defaults
-from .multinode import run_nodes
-from .nodes import NodePlan
-from .output import OutputPrinter
+from .failures.user_errors import for_the_user, meant_for_the_user
+from .multinode.launcher import run_nodes
+from .multinode.nodes import NodePlan
 from .payload import check_arguments, make_payload
 from .plan import LaunchPlan, show_notes
 from .processes import WorkerProcess, multiprocessing_helpers
 from .scratch import make_scratch_dir
 from .supervisor import WorkerGroup
-from .text_view import TextView
-from .user_errors import for_the_user, meant_for_the_user
-from .view import LaunchView, NullView, view_factory
+from .views.output import OutputPrinter
+from .views.text_view import TextView
+from .views.view import LaunchView, NullView, view_factory
 from .workers import start_workers
-from .xla_launch import launch_xla, xla_requested
+from .xla.launcher import launch_xla, xla_requested
 
 __all__ = ["notebook_launcher", "debug_launcher"]
 

@@ -2,7 +2,7 @@
 
 The pool is an ordinary launch (same start methods, environment and process group as
 ``notebook_launcher``) whose function is the worker's command loop
-(:func:`~nb_accel.runtime.pool_worker.serve`). The kernel sends commands down each worker's
+(:func:`~nb_accel.runtime.workers.pool_worker.serve`). The kernel sends commands down each worker's
 event connection and watches the same events as a launch, plus one
 :class:`~nb_accel._messages.CellDone` per rank and command.
 
@@ -10,8 +10,8 @@ Kernel → Interrupt while a command runs sends SIGINT to the workers, which rai
 ``KeyboardInterrupt`` in their code; a rank that does not stop within :data:`INTERRUPT_GRACE_S`
 (stuck in a collective, say) is named and the pool is stopped, to be restarted. After a failed
 or interrupted command, the next one is preceded by a
-:class:`~nb_accel.runtime.regroup.Settle`: a collective left unmatched would pair with the next
-cell's, so the workers then rebuild their process group.
+:class:`~nb_accel.runtime.workers.regroup.Settle`: a collective left unmatched would pair with the
+next cell's, so the workers then rebuild their process group.
 """
 
 from __future__ import annotations
@@ -31,17 +31,17 @@ import cloudpickle
 
 from .._messages import CellDone, Command, Event, Execute, Output, Pull, Push, Stop
 from ..errors import WorkerDiedError
-from ..runtime.pool_worker import serve
-from ..runtime.regroup import Settle
+from ..runtime.workers.pool_worker import serve
+from ..runtime.workers.regroup import Settle
 from .defaults import plan_with_defaults
-from .failure_log import FailureLog
-from .output import OutputPrinter
+from .failures.failure_log import FailureLog
 from .payload import make_payload
 from .plan import LaunchPlan, show_notes
 from .processes import WorkerProcess, multiprocessing_helpers
 from .scratch import make_scratch_dir
 from .supervisor import WorkerGroup
-from .view import LaunchView
+from .views.output import OutputPrinter
+from .views.view import LaunchView
 from .workers import start_workers
 
 __all__ = ["INTERRUPT_GRACE_S", "RankStatus", "WorkerPool"]

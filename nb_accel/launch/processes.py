@@ -16,15 +16,15 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..runtime.entrypoint import run_worker
-from ..runtime.spec import WorkerArgs
+from ..runtime.workers.entrypoint import run_worker
+from ..runtime.workers.spec import WorkerArgs
 from .captured import CapturedOutput
 
 __all__ = ["WorkerProcess", "start_worker", "START_METHODS"]
 
 START_METHODS = ("fork", "spawn", "forkserver")
 
-_SPAWN_CODE = "from nb_accel.runtime.entrypoint import spawn_main; spawn_main()"
+_SPAWN_CODE = "from nb_accel.runtime.workers.entrypoint import spawn_main; spawn_main()"
 
 
 class WorkerProcess:
@@ -188,7 +188,7 @@ def multiprocessing_helpers(method: str) -> Iterator[None]:
     tracker_was_running = getattr(tracker, "_pid", None) is not None
     previous_preload = list(getattr(server, "_preload_modules", ["__main__"]))
     if not server_was_running:
-        server.set_forkserver_preload(["nb_accel.runtime.entrypoint"])
+        server.set_forkserver_preload(["nb_accel.runtime.workers.entrypoint"])
     try:
         yield
     finally:

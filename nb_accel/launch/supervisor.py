@@ -19,10 +19,10 @@ from typing import Any
 
 from .._messages import Event, Failure, Output, Report, Result, Started, decode
 from ..errors import LaunchError
-from .failure_log import FailureLog
-from .failures import died_failure
+from .failures.failure_log import FailureLog
+from .failures.verdict import died_failure
 from .processes import WorkerProcess
-from .view import LaunchView
+from .views.view import LaunchView
 
 __all__ = ["WorkerGroup"]
 

@@ -6,7 +6,7 @@ import os
 
 from .. import _env
 from .._openmp import release_openmp_threads
-from ..runtime.spec import WorkerArgs
+from ..runtime.workers.spec import WorkerArgs
 from .plan import LaunchPlan
 from .processes import WorkerProcess, send_start_data, start_worker
 

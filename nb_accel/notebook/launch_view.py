@@ -9,7 +9,7 @@ widget is actually made.
 from __future__ import annotations
 
 from .. import _env
-from ..launch.view import LaunchView
+from ..launch.views.view import LaunchView
 
 __all__ = ["notebook_view"]
 

@@ -30,9 +30,9 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
 
 from .._messages import CellDone, Report
+from ..launch.failures.user_errors import for_the_user, meant_for_the_user
 from ..launch.pool import WorkerPool, load_value
-from ..launch.user_errors import for_the_user, meant_for_the_user
-from ..launch.view import LaunchView
+from ..launch.views.view import LaunchView
 from .launch_view import notebook_view
 
 __all__ = [

@@ -1,8 +1,9 @@
 """The live view of a launch in a notebook: a header, a progress row per rank, metric charts.
 
-:class:`ProgressWidget` implements :class:`~nb_accel.launch.view.LaunchView`. It is a pure view:
-it does not display itself (the caller displays :attr:`ProgressWidget.widget`), starts no thread,
-and sets a widget trait only when its value changes, since each set is a message to the browser.
+:class:`ProgressWidget` implements :class:`~nb_accel.launch.views.view.LaunchView`. It is a pure
+view: it does not display itself (the caller displays :attr:`ProgressWidget.widget`), starts no
+thread, and sets a widget trait only when its value changes, since each set is a message to the
+browser.
 
 Up to :data:`DETAILED_UP_TO` ranks, each rank's row shows its inner bars below it; up to
 :data:`MAX_ROWS` ranks, each rank has a compact one-line row. With more ranks, only
@@ -23,8 +24,8 @@ from typing import Any
 import ipywidgets
 
 from .._messages import Report
-from ..launch.stall import ProgressClock
-from ..launch.stall import stall_after_s as default_stall_after_s
+from ..launch.views.stall import ProgressClock
+from ..launch.views.stall import stall_after_s as default_stall_after_s
 from .meter_text import duration_text, format_interval, format_meter
 from .metrics_chart import MetricsChart
 from .rank_row import (
@@ -101,12 +102,12 @@ class RestLine:
 
 
 class ProgressWidget:
-    """The notebook view of a launch (a :class:`~nb_accel.launch.view.LaunchView`).
+    """The notebook view of a launch (a :class:`~nb_accel.launch.views.view.LaunchView`).
 
     Display :attr:`widget`; the launcher then calls :meth:`started`, :meth:`report`,
     :meth:`returned`, :meth:`failed`, :meth:`stopped`, :meth:`tick` (about once a second) and
     :meth:`finished`. A rank whose bars have not moved for ``stall_after_s`` seconds of
-    ``clock`` (default: :func:`~nb_accel.launch.stall.stall_after_s`) is marked stalled, once
+    ``clock`` (default: :func:`~nb_accel.launch.views.stall.stall_after_s`) is marked stalled, once
     any rank has made progress (a launch whose function shows no progress is not) and unless
     it has returned, failed or stopped. Metrics are charted for rank 0, or for every rank with
     ``all_ranks_metrics``.

@@ -2,9 +2,9 @@
 
 IPython asks an exception for ``_render_traceback_()`` before formatting it; nb_accel's entry
 points attach :func:`render` there (through
-:func:`~nb_accel.launch.user_errors.register_traceback_renderer`). It formats the exception with
-the shell's own traceback formatter (same colours and ``%xmode``), leaving out the frames of
-the package and of the kernel's plumbing it called into (IPython, ipykernel, ipywidgets,
+:func:`~nb_accel.launch.failures.user_errors.register_traceback_renderer`). It formats the
+exception with the shell's own traceback formatter (same colours and ``%xmode``), leaving out the
+frames of the package and of the kernel's plumbing it called into (IPython, ipykernel, ipywidgets,
 traitlets, comm, zmq, tornado, asyncio): what remains are the user's own frames, the message,
 and the chained cause (a worker's traceback, its frames in notebook cells named as IPython
 names them: ``Cell In[7], line 3``). ``%xmode --show`` (show hidden frames) shows every frame

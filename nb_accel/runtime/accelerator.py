@@ -14,11 +14,8 @@ from typing import Any
 
 import torch
 
-from . import loaders
-from .accumulation import GradientAccumulator
-from .checkpoint_methods import CheckpointMethods
-from .model import prepare_model, unwrap_model
-from .optimizer import AcceleratedOptimizer
+from .checkpoint.methods import CheckpointMethods
+from .data import loaders
 from .options import (
     DataLoaderConfiguration,
     DistributedDataParallelKwargs,
@@ -26,11 +23,14 @@ from .options import (
     GradScalerKwargs,
     ProjectConfiguration,
 )
-from .precision import check_precision_for_device, make_grad_scaler
 from .process_methods import ProcessMethods
-from .scheduler import AcceleratedScheduler
 from .state import AcceleratorState, DistributedType, GradientState, PartialState
-from .training_methods import TrainingMethods
+from .training.accumulation import GradientAccumulator
+from .training.model import prepare_model, unwrap_model
+from .training.optimizer import AcceleratedOptimizer
+from .training.precision import check_precision_for_device, make_grad_scaler
+from .training.scheduler import AcceleratedScheduler
+from .training.training_methods import TrainingMethods
 
 __all__ = ["Accelerator"]
 
@@ -88,7 +88,7 @@ class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods):
         kwargs: other Accelerate options are accepted and ignored with a warning.
     """
 
-    #: Returned from a launched function it is refused (see ``runtime/returns.py``).
+    #: Returned from a launched function it is refused (see ``runtime/workers/returns.py``).
     _nb_accel_worker_only = (
         "return what you computed with it instead: numbers, tensors, "
         "`accelerator.unwrap_model(model)` or its `state_dict()`"
@@ -205,7 +205,7 @@ class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods):
         result = list(args)
         moved = None
         if self.distributed_type == DistributedType.XLA:
-            from .xla_train import (
+            from .xla.train import (
                 follow_moved_parameters,
                 parameters_by_model,
                 share_rank0_parameters,

@@ -110,7 +110,7 @@ def gather(tensor: Any) -> Any:
     Identity on a single process.
     """
     if _xla():
-        from . import xla_ops
+        from .xla import ops as xla_ops
 
         return xla_ops.gather(tensor)
     if not _distributed():
@@ -127,7 +127,7 @@ def gather_object(object: Any) -> Any:
     Identity on a single process.
     """
     if _xla():
-        from . import xla_ops
+        from .xla import ops as xla_ops
 
         return xla_ops.gather_object(object)
     if not _distributed():
@@ -153,7 +153,7 @@ def gather_object_among(obj: Any, ranks: Sequence[int]) -> list[Any]:
     if (not _distributed() and not _xla()) or members == [me]:
         return [obj]
     if _xla():
-        from . import xla_ops
+        from .xla import ops as xla_ops
 
         if len(members) < _state().num_processes:
             raise NotImplementedError(
@@ -196,7 +196,7 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction={reduction!r} is not one of {REDUCTIONS}")
     if _xla():
-        from . import xla_ops
+        from .xla import ops as xla_ops
 
         return xla_ops.reduce(tensor, reduction=reduction, scale=scale)
     op = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(reduction, dist.ReduceOp.SUM)
@@ -226,7 +226,7 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
     single process.
     """
     if _xla():
-        from . import xla_ops
+        from .xla import ops as xla_ops
 
         return xla_ops.broadcast(tensor, from_process=from_process)
     if not _distributed():
@@ -249,7 +249,7 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list
     Every process passes a list of the same length. Returns the same list.
     """
     if _xla():
-        from . import xla_ops
+        from .xla import ops as xla_ops
 
         return xla_ops.broadcast_object_list(object_list, from_process=from_process)
     if _distributed():
@@ -294,7 +294,7 @@ def pad_across_processes(
 
     sizes = torch.tensor([_size(one) for one in leaves], dtype=torch.int64)
     if _xla():
-        from . import xla_ops
+        from .xla import ops as xla_ops
 
         largest = xla_ops.largest_sizes(sizes.tolist())
     else:

@@ -56,7 +56,7 @@ def _use_cuda(cpu: bool) -> bool:
 class _SharedState:
     """Base of the state classes: every instance of a subclass shares one ``__dict__``."""
 
-    #: Returned from a launched function it is refused (see ``runtime/returns.py``).
+    #: Returned from a launched function it is refused (see ``runtime/workers/returns.py``).
     _nb_accel_worker_only = "return the values you need, such as `state.process_index`"
 
     _shared_state: ClassVar[RankLocalDict]
@@ -94,7 +94,7 @@ class PartialState(_SharedState):
             return
         backend = os.environ.get("NB_ACCEL_BACKEND")
         if backend == "xla":  # a worker of an XLA launch: ranks and device from torch_xla
-            from .xla import state_fields
+            from .xla.device import state_fields
 
             self.__dict__.update(state_fields())
             self.distributed_type = DistributedType.XLA
@@ -155,7 +155,7 @@ class PartialState(_SharedState):
     def wait_for_everyone(self) -> None:
         """Block until every process reaches this point (a barrier); no-op on one process."""
         if self.distributed_type == DistributedType.XLA:
-            from .xla_ops import barrier
+            from .xla.ops import barrier
 
             barrier()
         elif self.use_distributed and dist.is_initialized():

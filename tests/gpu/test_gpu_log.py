@@ -12,7 +12,7 @@ import torch
 import nb_accel
 from nb_accel import _env
 from nb_accel._messages import Report
-from nb_accel.launch.view import NullView, register_view_factory, view_factory
+from nb_accel.launch.views.view import NullView, register_view_factory, view_factory
 
 pytestmark = [
     pytest.mark.gpu,

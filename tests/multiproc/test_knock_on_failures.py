@@ -10,7 +10,7 @@ import torch
 import torch.distributed as dist
 
 from nb_accel import notebook_launcher
-from nb_accel.launch.view import NullView, register_view_factory, view_factory
+from nb_accel.launch.views.view import NullView, register_view_factory, view_factory
 
 
 class FinalState(NullView):

@@ -20,9 +20,9 @@ from torch.utils.data import (
 )
 
 from nb_accel import notebook_launcher
-from nb_accel.runtime.loader_dispatch import DataLoaderDispatcher
-from nb_accel.runtime.loader_shard import DataLoaderShard
-from nb_accel.runtime.loaders import prepare_data_loader, skip_first_batches
+from nb_accel.runtime.data.loader_dispatch import DataLoaderDispatcher
+from nb_accel.runtime.data.loader_shard import DataLoaderShard
+from nb_accel.runtime.data.loaders import prepare_data_loader, skip_first_batches
 from nb_accel.runtime.ops import gather_for_metrics
 from nb_accel.runtime.state import GradientState, PartialState
 
@@ -296,7 +296,7 @@ def _no_features(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 def dispatcher_iterations(portable: bool) -> dict[str, Any]:
     if portable:  # force the point-to-point link used across nodes or with NCCL
-        from nb_accel.runtime import loader_dispatch
+        from nb_accel.runtime.data import loader_dispatch
 
         loader_dispatch.local_link_available = lambda state: False  # type: ignore[assignment]
     loader = prepare_data_loader(DataLoader(Rows(40), batch_size=4), dispatch_batches=True)
@@ -376,7 +376,7 @@ class Broken(Rows):
 
 def dispatch_broken(portable: bool) -> int:
     if portable:
-        from nb_accel.runtime import loader_dispatch
+        from nb_accel.runtime.data import loader_dispatch
 
         loader_dispatch.local_link_available = lambda state: False  # type: ignore[assignment]
     loader = prepare_data_loader(DataLoader(Broken(40), batch_size=2), dispatch_batches=True)

@@ -10,7 +10,7 @@ import torch
 
 import nb_accel
 from nb_accel._messages import Report
-from nb_accel.launch.view import NullView, register_view_factory, view_factory
+from nb_accel.launch.views.view import NullView, register_view_factory, view_factory
 
 
 class Recorder(NullView):

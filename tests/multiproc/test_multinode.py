@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from nb_accel.launch.elastic_agent import EXIT_BARRIER_S
+from nb_accel.launch.multinode.elastic_agent import EXIT_BARRIER_S
 
 NODE_SCRIPT = Path(__file__).with_name("multinode_node.py")
 NODE_TIMEOUT_S = 90

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from nb_accel.launch.pool import WorkerPool
-from nb_accel.launch.view import NullView
+from nb_accel.launch.views.view import NullView
 
 CELL = """
 import torch

@@ -12,7 +12,7 @@ import tqdm as tqdm_module
 
 import nb_accel
 from nb_accel._messages import Report
-from nb_accel.launch.view import NullView, register_view_factory, view_factory
+from nb_accel.launch.views.view import NullView, register_view_factory, view_factory
 
 SCRIPT = textwrap.dedent(
     """

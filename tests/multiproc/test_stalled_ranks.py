@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 
 import nb_accel
-from nb_accel.launch.stall import STALL_AFTER_ENV
-from nb_accel.launch.view import register_view_factory, view_factory
+from nb_accel.launch.views.stall import STALL_AFTER_ENV
+from nb_accel.launch.views.view import register_view_factory, view_factory
 from nb_accel.notebook.progress_widget import ProgressWidget
 
 #: The longest a worker waits for the test (a bound against hanging, not a timing).

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from nb_accel.runtime.checkpoint_dirs import (
+from nb_accel.runtime.checkpoint.folders import (
     checkpoint_number,
     commit,
     make_staging,

@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nb_accel.runtime.link_local import accept_peers, peer_credentials
+from nb_accel.runtime.data.link_local import accept_peers, peer_credentials
 
 #: Exit status of the child when it may not change its user (a container without CAP_SETUID).
 _NO_SETUID = 77

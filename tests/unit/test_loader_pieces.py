@@ -12,9 +12,9 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data._utils.collate import default_collate
 
-from nb_accel.runtime.loader_pieces import Stacked, pieces_supported, prepared_steps
+from nb_accel.runtime.data.loader_pieces import Stacked, pieces_supported, prepared_steps
+from nb_accel.runtime.data.wire import Prepared, Preparer, layout, pack_into, unpack
 from nb_accel.runtime.tree import flatten_tree, slice_tensors
-from nb_accel.runtime.wire import Prepared, Preparer, layout, pack_into, unpack
 
 PARTS, PER = 2, 3
 FULL = PARTS * PER

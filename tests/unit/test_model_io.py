@@ -11,8 +11,8 @@ import torch
 from safetensors import safe_open
 from torch import nn
 
-from nb_accel.runtime import model_files
-from nb_accel.runtime.model_io import (
+from nb_accel.runtime.checkpoint import model_files
+from nb_accel.runtime.checkpoint.model_io import (
     load_checkpoint_in_model,
     load_state_dict_file,
     parse_size,
@@ -404,7 +404,7 @@ def test_device_map_single_device_and_prefixes(tmp_path: Path) -> None:
 
 
 def test_prefixes_match_whole_module_names() -> None:
-    from nb_accel.runtime.model_io import _device_for
+    from nb_accel.runtime.checkpoint.model_io import _device_for
 
     devices = {"decoder.1": torch.device("meta"), "": torch.device("cpu")}
     assert _device_for("decoder.1.weight", devices) == torch.device("meta")

@@ -11,14 +11,14 @@ import dataclasses
 import pytest
 
 from nb_accel import _env
-from nb_accel.launch.network import (
+from nb_accel.launch.multinode.network import (
     addresses_of,
     interface_of,
     is_loopback,
     source_toward,
     split_endpoint,
 )
-from nb_accel.launch.node_addresses import NodeCard, NodeNetwork
+from nb_accel.launch.multinode.node_addresses import NodeCard, NodeNetwork
 
 
 @pytest.mark.parametrize(

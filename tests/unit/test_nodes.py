@@ -10,8 +10,8 @@ import nb_accel
 from nb_accel.config import Config
 from nb_accel.errors import LaunchError
 from nb_accel.launch.defaults import node_plan_with_defaults, plan_with_defaults
-from nb_accel.launch.nodes import NodePlan, make_node_plan
-from nb_accel.runtime.node_worker import global_rank
+from nb_accel.launch.multinode.nodes import NodePlan, make_node_plan
+from nb_accel.runtime.workers.node_worker import global_rank
 
 
 def _never_called() -> None:

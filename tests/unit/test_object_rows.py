@@ -7,7 +7,7 @@ import pickle
 import pytest
 import torch
 
-from nb_accel.runtime.object_rows import (
+from nb_accel.runtime.xla.object_rows import (
     QUARTERS_FROM,
     SMALLEST_ROW,
     pack_row,

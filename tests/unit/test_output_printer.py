@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from nb_accel._messages import Output
-from nb_accel.launch.output import FLUSH_INTERVAL_S, MAX_SEGMENTS, OutputPrinter
-from nb_accel.launch.view import NullView
+from nb_accel.launch.views.output import FLUSH_INTERVAL_S, MAX_SEGMENTS, OutputPrinter
+from nb_accel.launch.views.view import NullView
 
 
 class Clock:

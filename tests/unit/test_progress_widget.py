@@ -14,7 +14,7 @@ import pytest
 import traitlets
 
 from nb_accel._messages import BarState, MetricPoint, Report
-from nb_accel.launch.view import LaunchView
+from nb_accel.launch.views.view import LaunchView
 from nb_accel.notebook.metrics_chart import (
     BOTTOM,
     HEIGHT,

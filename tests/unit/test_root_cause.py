@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from nb_accel.errors import CollectiveTimeoutError, WorkerDiedError, WorkerFailure
-from nb_accel.launch.failure_log import FailureLog
-from nb_accel.launch.failures import build_exception, died_failure
-from nb_accel.launch.view import NullView
-from nb_accel.runtime.link_local import _GONE
+from nb_accel.launch.failures.failure_log import FailureLog
+from nb_accel.launch.failures.verdict import build_exception, died_failure
+from nb_accel.launch.views.view import NullView
+from nb_accel.runtime.data.link_local import _GONE
 
 
 def _failure(rank: int, error: BaseException) -> WorkerFailure:

@@ -9,9 +9,9 @@ import pytest
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, TensorDataset
 
-from nb_accel.runtime.loader_shard import DataLoaderShard, SkipDataLoader
-from nb_accel.runtime.loaders import prepare_data_loader, skip_first_batches
-from nb_accel.runtime.sampling import (
+from nb_accel.runtime.data.loader_shard import DataLoaderShard, SkipDataLoader
+from nb_accel.runtime.data.loaders import prepare_data_loader, skip_first_batches
+from nb_accel.runtime.data.sampling import (
     BatchSamplerShard,
     IterableDatasetShard,
     SeedableRandomSampler,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import importlib.util
 import inspect
@@ -30,11 +31,15 @@ def _module_name(path: Path) -> str:
     return ".".join(parts)
 
 
-def _imports(path: Path) -> list[str]:
+def _imports(path: Path, lazy: bool = True) -> list[str]:
+    """The modules ``path`` imports; with ``lazy=False`` only those imported when it is loaded
+    (not inside its functions)."""
     module = _module_name(path)
     package = module if path.name == "__init__.py" else module.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    nodes = ast.walk(tree) if lazy else _load_time_statements(tree.body)
     found: list[str] = []
-    for node in ast.walk(ast.parse(path.read_text())):
+    for node in nodes:
         if isinstance(node, ast.Import):
             found += [alias.name for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -47,6 +52,23 @@ def _imports(path: Path) -> list[str]:
                 found += [f"{name}.{alias.name}" for alias in node.names]
             else:
                 found.append(name)
+    return found
+
+
+def _load_time_statements(body: list[ast.stmt]) -> list[ast.stmt]:
+    """The statements run when a module is loaded: its body, into ``if``/``try`` blocks."""
+    found: list[ast.stmt] = []
+    for statement in body:
+        found.append(statement)
+        if isinstance(statement, ast.If):
+            found += _load_time_statements(statement.body + statement.orelse)
+        elif isinstance(statement, ast.Try):
+            found += _load_time_statements(
+                statement.body
+                + statement.orelse
+                + statement.finalbody
+                + [s for handler in statement.handlers for s in handler.body]
+            )
     return found
 
 
@@ -112,7 +134,7 @@ def _importable_modules() -> list[str]:
     names = []
     for path in MODULES + sorted(FRONT):
         name = _module_name(path)
-        if "xla" in name.rsplit(".", 1)[-1] and importlib.util.find_spec("torch_xla") is None:
+        if "xla" in name.split(".") and importlib.util.find_spec("torch_xla") is None:
             continue
         names.append(name)
     return names
@@ -133,3 +155,103 @@ def test_every_name_a_module_exports_is_documented(module: str) -> None:
                     inspect.isfunction(member) or isinstance(member, property)
                 ):
                     assert inspect.getdoc(member), f"{module}.{name}.{attribute} has no docstring"
+
+
+#: The layers' folders: their subpackages hold one concern each.
+LAYER_FOLDERS = [PACKAGE / name for name in LAYERS]
+ALL_MODULES = sorted(PACKAGE.rglob("*.py"))
+MODULE_NAMES = {_module_name(p) for p in ALL_MODULES}
+PACKAGES = {_module_name(p) for p in ALL_MODULES if p.name == "__init__.py"}
+
+
+def _unit(module: str) -> str:
+    """What the one-way rule is about: a subpackage of a layer as a whole, or a module at the
+    top of a layer (``runtime/state.py``, ``launch/launcher.py``) on its own."""
+    if module in PACKAGES:
+        return module
+    parent = module.rsplit(".", 1)[0]
+    return module if parent.count(".") <= 1 else parent
+
+
+def _target(imported: str) -> str | None:
+    """The package module ``imported`` names (it may name something inside a module)."""
+    if imported in MODULE_NAMES:
+        return imported
+    parent = imported.rsplit(".", 1)[0]
+    return parent if parent in MODULE_NAMES else None
+
+
+def _is_xla(module: str) -> bool:
+    return "xla" in module.split(".")
+
+
+def _unit_graph(lazy: bool) -> dict[str, set[str]]:
+    graph: dict[str, set[str]] = {}
+    for path in ALL_MODULES:
+        source = _unit(_module_name(path))
+        for imported in _imports(path, lazy=lazy):
+            target = _target(imported)
+            if target is None or _unit(target) == source or _unit(target).startswith(source + "."):
+                continue
+            if lazy and _is_xla(target) and not _is_xla(source):
+                continue  # the XLA path, loaded on demand (see the next test)
+            graph.setdefault(source, set()).add(_unit(target))
+    return graph
+
+
+def test_folders_import_one_way() -> None:
+    graph = _unit_graph(lazy=True)
+    state: dict[str, int] = {}
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for target in sorted(graph.get(node, ())):
+            assert state.get(target) != 1, "folders import each other: " + " -> ".join(
+                [*trail, node, target]
+            )
+            if target not in state:
+                visit(target, [*trail, node])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [])
+
+
+@functools.cache
+def _loads_torch_xla() -> frozenset[str]:
+    """The modules whose loading loads ``torch_xla`` (directly or through what they load)."""
+    loads = {_module_name(p): _imports(p, lazy=False) for p in ALL_MODULES}
+    found = {m for m, imported in loads.items() if any(i.startswith("torch_xla") for i in imported)}
+    grown = True
+    while grown:
+        more = {m for m, imported in loads.items() if {_target(i) for i in imported} & found}
+        grown = not more <= found
+        found |= more
+    return frozenset(found)
+
+
+@pytest.mark.parametrize("path", ALL_MODULES, ids=_module_name)
+def test_the_xla_path_is_loaded_only_on_demand(path: Path) -> None:
+    """Only runtime/xla/ and launch/xla/ import torch_xla, and the other modules load what
+    loads it only inside functions that run on the XLA path: nothing else ever loads it."""
+    module = _module_name(path)
+    if _is_xla(module):
+        return
+    for imported in _imports(path, lazy=True):
+        assert imported.split(".")[0] != "torch_xla", f"{module} imports {imported}"
+    assert module not in _loads_torch_xla(), f"loading {module} loads torch_xla"
+
+
+def test_the_runtime_never_imports_the_kernel_side() -> None:
+    for path in (PACKAGE / "runtime").rglob("*.py"):
+        for imported in _imports(path):
+            assert not imported.startswith(("nb_accel.launch", "nb_accel.notebook")), (
+                f"{_module_name(path)} imports {imported}"
+            )
+
+
+@pytest.mark.parametrize("folder", [p.parent for p in ALL_MODULES if p.name == "__init__.py"])
+def test_folders_stay_small(folder: Path) -> None:
+    modules = [p for p in folder.glob("*.py") if p.name != "__init__.py"]
+    assert len(modules) <= 15, f"{folder.name}/ holds {len(modules)} modules"

@@ -8,8 +8,8 @@ import io
 import pytest
 
 from nb_accel._messages import BarState, Report
-from nb_accel.launch.stall import STALL_AFTER_ENV, STALL_AFTER_S, stall_after_s
-from nb_accel.launch.text_view import TextView
+from nb_accel.launch.views.stall import STALL_AFTER_ENV, STALL_AFTER_S, stall_after_s
+from nb_accel.launch.views.text_view import TextView
 
 
 def test_failures_name_the_global_rank_on_a_later_node() -> None:

@@ -7,6 +7,7 @@ from collections import OrderedDict, namedtuple
 import pytest
 import torch
 
+from nb_accel.runtime.data.wire import layout, pack_into, unpack
 from nb_accel.runtime.tree import (
     concatenate,
     find_batch_size,
@@ -17,7 +18,6 @@ from nb_accel.runtime.tree import (
     send_to_device,
     slice_tensors,
 )
-from nb_accel.runtime.wire import layout, pack_into, unpack
 
 Pair = namedtuple("Pair", ["a", "b"])
 

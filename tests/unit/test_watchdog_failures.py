@@ -6,8 +6,8 @@ from __future__ import annotations
 import signal
 
 from nb_accel.errors import CollectiveTimeoutError, WorkerDiedError, WorkerFailure
-from nb_accel.launch.failure_log import FailureLog
-from nb_accel.launch.failures import died_failure
+from nb_accel.launch.failures.failure_log import FailureLog
+from nb_accel.launch.failures.verdict import died_failure
 
 ABORTED = -int(signal.SIGABRT)
 TIMEOUT_WORDS = (

@@ -18,7 +18,7 @@ import torch._dynamo  # an optimizer's first use loads it, which sets an env var
 from torch.utils.data import DataLoader, TensorDataset
 
 from nb_accel import Accelerator, LaunchError, notebook_launcher
-from nb_accel.launch.xla_launch import TPU_VARIABLES, xla_requested
+from nb_accel.launch.xla.launcher import TPU_VARIABLES, xla_requested
 
 
 class NoTorchXla(importlib.abc.MetaPathFinder):
@@ -168,5 +168,5 @@ def test_a_torch_xla_of_another_release_is_refused_before_anything_starts(
         notebook_launcher(lambda: 1, num_processes=1)
     message = str(info.value)
     assert "torch_xla 2.9.0+git1a2b3c is built for torch 2.9" in message
-    assert f'torch_xla=={".".join(torch.__version__.split(".")[:2])}.*' in message
+    assert f"torch_xla=={'.'.join(torch.__version__.split('.')[:2])}.*" in message
     assert psutil.Process().children(recursive=True) == []

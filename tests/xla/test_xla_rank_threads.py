@@ -13,7 +13,7 @@ pytest.importorskip("torch_xla")
 
 from nb_accel import Accelerator, notebook_launcher, tqdm
 from nb_accel._messages import Report
-from nb_accel.launch.view import NullView, register_view_factory, view_factory
+from nb_accel.launch.views.view import NullView, register_view_factory, view_factory
 
 #: Inherited by the forked worker: both rank threads of its process wait here, so each
 #: runs while the other is alive.

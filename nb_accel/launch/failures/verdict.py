@@ -1,0 +1,292 @@
+"""Turning the failure records of a worker group into the one exception the kernel raises."""
+
+from __future__ import annotations
+
+import pickle
+import signal
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+
+from ..._messages import Failure
+from ...errors import (
+    CollectiveTimeoutError,
+    RemoteTraceback,
+    WorkerDiedError,
+    WorkerError,
+    WorkerFailure,
+    is_peer_loss,
+)
+
+__all__ = [
+    "failure_from_event",
+    "died_failure",
+    "watchdog_words",
+    "is_watchdog_timeout",
+    "looks_like_consequence",
+    "Verdict",
+    "judge",
+    "rank_list",
+    "build_exception",
+]
+
+
+def failure_from_event(event: Failure) -> tuple[WorkerFailure, bool]:
+    """A :class:`WorkerFailure` from a worker's event (exception loaded if possible), and
+    whether it was a collective timeout."""
+    exception: BaseException | None = None
+    if event.data is not None:
+        try:
+            loaded = pickle.loads(event.data)
+            exception = loaded if isinstance(loaded, BaseException) else None
+        except Exception:  # noqa: BLE001 - a broken exception object is still reported
+            exception = None
+    return WorkerFailure(
+        rank=event.rank,
+        type_name=event.type_name,
+        message=event.message,
+        traceback=event.traceback,
+        exception=exception,
+        host=event.host or None,
+    ), event.is_timeout
+
+
+#: What NCCL's watchdog writes to stderr before it aborts its process: a collective that timed
+#: out; any error that ended the watchdog (the text after the marker says which); the watchdog
+#: itself stuck (its heartbeat monitor). The first found names the reason.
+WATCHDOG_TIMEOUT = "Watchdog caught collective operation timeout"
+_WATCHDOG_ERROR = "watchdog thread terminated with exception:"
+_WATCHDOG_STUCK = "watchdog got stuck for"
+#: The ``type_name`` of a record for a worker that NCCL's watchdog aborted.
+WATCHDOG = "watchdog"
+
+
+def watchdog_words(last_words: str) -> str | None:
+    """NCCL's watchdog's reason for aborting the process, found in the end of its stderr
+    (``None`` when the watchdog said nothing)."""
+    lines = last_words.splitlines()
+    for marker, keep_marker in (
+        (WATCHDOG_TIMEOUT, True),
+        (_WATCHDOG_ERROR, False),
+        (_WATCHDOG_STUCK, True),
+    ):
+        for line in reversed(lines):
+            at = line.lower().find(marker.lower())
+            if at >= 0:
+                words = line[at:] if keep_marker else line[at + len(marker) :]
+                return words.strip() or line.strip()
+    return None
+
+
+def is_watchdog_timeout(record: WorkerFailure) -> bool:
+    """True for a worker that NCCL's watchdog aborted because a collective timed out."""
+    return record.type_name == WATCHDOG and WATCHDOG_TIMEOUT.lower() in record.message.lower()
+
+
+def _watchdog_failure(rank: int, pid: int, exitcode: int, last_words: str) -> WorkerFailure | None:
+    words = watchdog_words(last_words)
+    if words is None:
+        return None
+    message = f"NCCL's watchdog stopped rank {rank} (pid {pid}, SIGABRT): {words}"
+    return WorkerFailure(rank, WATCHDOG, message, "", signal_name="SIGABRT", exitcode=exitcode)
+
+
+def died_failure(rank: int, pid: int, exitcode: int | None, last_words: str = "") -> WorkerFailure:
+    """The record for a worker that ended without reporting.
+
+    ``last_words``: the end of what it wrote to its stderr; a worker that NCCL's watchdog
+    aborted is recorded with the watchdog's reason (:func:`is_watchdog_timeout` tells a
+    collective's timeout).
+    """
+    if exitcode is not None and exitcode < 0:
+        if -exitcode == signal.SIGABRT and last_words:
+            record = _watchdog_failure(rank, pid, exitcode, last_words)
+            if record is not None:
+                return record
+        try:
+            name = signal.Signals(-exitcode).name
+        except ValueError:
+            name = f"signal {-exitcode}"
+        hint = {
+            "SIGKILL": " (often the out-of-memory killer: check `dmesg`, or use smaller batches)",
+            "SIGSEGV": " (a crash in native code)",
+            "SIGBUS": " (often a full /dev/shm: use fewer DataLoader workers)",
+        }.get(name, "")
+        message = f"worker for rank {rank} (pid {pid}) was killed by {name}{hint}"
+        return WorkerFailure(rank, "signal", message, "", signal_name=name, exitcode=exitcode)
+    message = (
+        f"worker for rank {rank} (pid {pid}) exited with code {exitcode} without reporting "
+        "a result (os._exit() or a crash in native code?)"
+    )
+    return WorkerFailure(rank, "exit", message, "", exitcode=exitcode)
+
+
+def looks_like_consequence(failure: WorkerFailure, is_timeout: bool) -> bool:
+    """True for errors that usually follow another rank's failure rather than cause it: a
+    collective that timed out, or a connection a peer closed by going away."""
+    return is_timeout or is_peer_loss(failure.message)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """The failures of a launch, sorted: the root cause (one error, on one or more ranks),
+    the knock-on failures it caused, and other independent failures (grouped by error)."""
+
+    root: list[WorkerFailure]
+    consequences: list[WorkerFailure]
+    others: list[list[WorkerFailure]]
+    timed_out: bool = False
+
+    @property
+    def root_ranks(self) -> list[int]:
+        """The ranks the root cause was raised on."""
+        return sorted(f.rank for f in self.root)
+
+    def stop_reason(self) -> str:
+        """What a knock-on failure's rank is shown as stopped by (``"rank 1 failed"``)."""
+        return f"{rank_list(self.root_ranks)} failed"
+
+
+def judge(ordered: Sequence[WorkerFailure], timeout_ranks: set[int]) -> Verdict:
+    """Sort ``ordered`` (arrival order) into root cause, consequences and other failures.
+
+    A worker killed by a signal comes first (every other error can follow from it; an abort by
+    NCCL's watchdog is judged by the watchdog's words instead, like an exception); then the
+    first error that does not look like a consequence; when every error looks like one, the
+    first to arrive is the root cause (a true collective timeout, a real network problem).
+    """
+    deaths = [f for f in ordered if f.type_name == "signal"]
+    causes = [f for f in ordered if not looks_like_consequence(f, f.rank in timeout_ranks)]
+    first = (deaths or causes or list(ordered))[0]
+    groups = _group(list(ordered))
+    root = next(g for g in groups if first in g)
+    if not deaths and not causes:  # every error looks like a consequence of another
+        timed_out = first.rank in timeout_ranks
+        return Verdict(root, [], [g for g in groups if g is not root], timed_out)
+    consequences = [
+        f for f in ordered if f not in root and f.type_name != "signal" and f not in causes
+    ]
+    others = [[f for f in g if f not in consequences] for g in groups if g is not root]
+    return Verdict(root, consequences, [g for g in others if g])
+
+
+def rank_list(ranks: Sequence[int]) -> str:
+    """``"rank 1"`` or ``"ranks 0, 2"``."""
+    ranks = sorted(ranks)
+    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+
+
+def _group(failures: list[WorkerFailure]) -> list[list[WorkerFailure]]:
+    groups: list[list[WorkerFailure]] = []
+    for failure in failures:
+        for group in groups:
+            if group[0].same_error_as(failure):
+                group.append(failure)
+                break
+        else:
+            groups.append([failure])
+    return groups
+
+
+def _others_summary(groups: list[list[WorkerFailure]]) -> str:
+    lines = [f"  {rank_list([f.rank for f in g])}: {g[0].first_line}" for g in groups]
+    return ("Other failures:\n" + "\n".join(lines)) if lines else ""
+
+
+def _timeout_error(
+    root: list[WorkerFailure], world_size: int, status: dict[int, str], timeout_s: float
+) -> CollectiveTimeoutError:
+    timed_out = sorted(f.rank for f in root)
+    missing = [r for r in range(world_size) if r not in timed_out]
+    detail = "; ".join(f"rank {r} {status.get(r, 'was still running')}" for r in missing)
+    if len(missing) == 1:
+        detail = status.get(missing[0], "was still running")
+    absent = f" {rank_list(missing).capitalize()} did not arrive ({detail})." if missing else ""
+    message = (
+        f"A collective timed out after {timeout_s:g} s on {rank_list(timed_out)} of {world_size}."
+        f"{absent} Make sure every rank calls the same collectives in the same order, or raise "
+        f"`timeout=` if the work between two collectives legitimately takes longer."
+    )
+    for record in root:
+        if record.type_name == WATCHDOG:  # the backend's own words name the collective
+            message += "\n" + record.message
+    return CollectiveTimeoutError(message, root)
+
+
+def _decorate(
+    error: BaseException, root: list[WorkerFailure], note: str, ordered: list[WorkerFailure]
+) -> BaseException:
+    """Attach the worker traceback (as the cause), the ranks (as a note) and every record."""
+    ranks = [f.rank for f in root]
+    if root[0].traceback:
+        header = f"Traceback from {rank_list(ranks)} (worker side):\n"
+        error.__cause__ = RemoteTraceback(header + root[0].traceback.rstrip())
+    if hasattr(error, "add_note"):
+        error.add_note(note)
+    try:
+        error.nb_accel_failures = ordered  # type: ignore[attr-defined]
+    except (AttributeError, TypeError):
+        pass
+    return error
+
+
+def build_exception(
+    ordered: list[WorkerFailure],
+    timeout_ranks: set[int],
+    world_size: int,
+    status: dict[int, str],
+    timeout_s: float,
+    stopped: Iterable[int] = (),
+) -> BaseException:
+    """Choose the root cause among ``ordered`` (arrival order) and build the exception to raise.
+
+    Args:
+        ordered: every failure record, first received first.
+        timeout_ranks: ranks whose failure was a collective timeout.
+        world_size: number of ranks in the launch.
+        status: for ranks that did not fail, what they did ("had already returned", ...).
+        timeout_s: the launch's collective timeout.
+        stopped: ranks that ended because of the failure without an error of their own
+            (named with the ranks whose errors were consequences).
+    """
+    verdict = judge(ordered, timeout_ranks)
+    root, first = verdict.root, verdict.root[0]
+    ranks = verdict.root_ranks
+    summary = _others_summary(verdict.others)
+    if verdict.timed_out:
+        return _timeout_error(root, world_size, status, timeout_s)
+    knock_on = _knock_on(verdict, stopped)
+    if first.signal_name or first.type_name == "exit":  # a watchdog's abort too
+        text = first.message + (f" (same on {rank_list(ranks)})" if len(ranks) > 1 else "")
+        text += "".join("\n" + part for part in (knock_on, summary) if part)
+        return WorkerDiedError(text, ordered)
+    error: BaseException = first.exception or WorkerError(
+        f"{first.first_line} (on {rank_list(ranks)}; the exception could not be "
+        "moved to the kernel, so it is re-raised as WorkerError)",
+        ordered,
+    )
+    note = f"Raised on {rank_list(ranks)} of {world_size}"
+    note += f" (host {first.host})" if first.host else ""
+    note += " (identical on each)" if len(ranks) > 1 else ""
+    failed = {f.rank for f in ordered}
+    bystanders = [f"rank {r} {status[r]}" for r in sorted(status) if r not in failed]
+    if bystanders and looks_like_consequence(first, first.rank in timeout_ranks):
+        note += "; " + ", ".join(bystanders) + " (every rank must call the same collectives)"
+    for part in (knock_on, summary):
+        if part:
+            note += "\n" + part
+    return _decorate(error, root, note, ordered)
+
+
+def _knock_on(verdict: Verdict, stopped: Iterable[int] = ()) -> str:
+    """A line naming the ranks that stopped because of the root cause (their errors, a lost
+    connection or a timeout, are not shown)."""
+    failed_on_their_own = {f.rank for group in verdict.others for f in group}
+    ranks = sorted(
+        ({f.rank for f in verdict.consequences} | set(stopped))
+        - set(verdict.root_ranks)
+        - failed_on_their_own
+    )
+    if not ranks:
+        return ""
+    verb = "was" if len(ranks) == 1 else "were"
+    return f"{rank_list(ranks).capitalize()} {verb} stopped by this failure."

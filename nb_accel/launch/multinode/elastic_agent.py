@@ -1,0 +1,233 @@
+"""One node's elastic agent: torch's ``LocalElasticAgent`` with a c10d rendezvous.
+
+This does what ``torch.distributed.launcher.elastic_launch`` does with a ``LaunchConfig`` (the
+rendezvous handler, the worker spec, the agent, the rendezvous shut down afterwards), with two
+differences a notebook needs:
+
+- the exit barrier (how long a node whose workers finished waits for the other nodes before
+  leaving) is :data:`EXIT_BARRIER_S` instead of five minutes, so a node is not held for minutes
+  when another node's rank fails after the last collective;
+- the result is returned as the agent's ``RunResult`` (failures included) rather than raised,
+  and nothing of the agent outlives the call: a later launch on the same port gets a fresh
+  rendezvous store;
+- right after each rendezvous, before any worker starts, the nodes show each other their
+  :class:`~nb_accel.launch.multinode.node_addresses.NodeCard` through the rendezvous store: a node
+  that could not meet the others (a loopback address for another machine) says why, every node
+  stops with that message, and otherwise the workers get the interface for their sockets.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+from ...errors import LaunchError
+from .node_addresses import NodeCard, NodeNetwork
+
+__all__ = ["EXIT_BARRIER_S", "MONITOR_INTERVAL_S", "launch_config", "run_agent"]
+
+#: How long a node whose workers have finished waits for the other nodes (seconds).
+EXIT_BARRIER_S = 30.0
+#: How often the agent looks at its workers (seconds).
+MONITOR_INTERVAL_S = 0.05
+
+
+def launch_config(
+    num_nodes: int,
+    node_rank: int,
+    per_node: int,
+    endpoint: str,
+    backend: str,
+    max_restarts: int,
+    rdzv_timeout: float,
+    start_method: str,
+    log_dir: str,
+    local_addr: str | None = None,
+) -> Any:
+    """The ``LaunchConfig`` of one node: every node alike but for ``node_rank``; node 0 hosts
+    the rendezvous store, the others only connect to it. ``local_addr`` is the address this
+    node advertises (``None``: torch's choice, its host name)."""
+    from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
+    from torch.distributed.launcher.api import LaunchConfig
+
+    wait_s = max(1, math.ceil(rdzv_timeout))
+    return LaunchConfig(
+        min_nodes=num_nodes,
+        max_nodes=num_nodes,
+        nproc_per_node=per_node,
+        logs_specs=DefaultLogsSpecs(log_dir=log_dir),
+        run_id="nb_accel",
+        rdzv_endpoint=endpoint,
+        rdzv_backend=backend,
+        rdzv_configs={"join_timeout": wait_s, "read_timeout": wait_s, "is_host": node_rank == 0},
+        max_restarts=max_restarts,
+        monitor_interval=MONITOR_INTERVAL_S,
+        start_method=start_method,
+        local_addr=local_addr,
+    )
+
+
+#: Keys of the rendezvous store (under the round's prefix) for the nodes' cards and verdicts.
+_CARD_KEY = "nb_accel/node_card/{}"
+_VERDICT_KEY = "nb_accel/node_verdict/{}"
+_READ_KEY = "nb_accel/node_read/{}"
+#: How long a node that found a problem waits for the others to have read it.
+_READ_WAIT_S = 10.0
+
+
+#: How often a node looks for the other nodes' cards and verdicts (seconds).
+_POLL_S = 0.01
+
+
+def _exchange(store: Any, key: str, me: int, count: int, value: str, wait_s: float) -> list[bytes]:
+    """Put ``value`` under this node's ``key`` and return every node's, in rendezvous order,
+    waiting for them up to ``wait_s`` (in short steps, so an interrupt is heard at once)."""
+    from torch.distributed.elastic.rendezvous.api import (
+        RendezvousConnectionError,
+        RendezvousTimeoutError,
+    )
+
+    keys = [key.format(rank) for rank in range(count)]
+    deadline = time.monotonic() + wait_s
+    try:
+        store.set(keys[me], value)
+        while not store.check(keys):
+            if time.monotonic() > deadline:
+                raise RendezvousTimeoutError(
+                    f"the other nodes did not show their addresses within {wait_s:g} s"
+                )
+            time.sleep(_POLL_S)
+        return [store.get(name) for name in keys]
+    except RendezvousTimeoutError:
+        raise
+    except Exception as error:  # the store raises different kinds in different torch versions
+        text = f"the nodes could not compare their addresses ({error})"
+        raise RendezvousConnectionError(text) from error
+
+
+def _meet(
+    worker_group: Any,
+    network: NodeNetwork,
+    make_args: Callable[[dict[str, str]], tuple[Any, ...]],
+    wait_s: float,
+) -> None:
+    """After a rendezvous: check with the other nodes that everyone can meet, then give this
+    node's workers the interface for their sockets. Raises :class:`LaunchError` on every node
+    when one of them found a problem."""
+    store, me = worker_group.store, worker_group.group_rank
+    count = worker_group.group_world_size
+    found = _exchange(store, _CARD_KEY, me, count, network.card.encode(), wait_s)
+    cards = [NodeCard.decode(text) for text in found]
+    master_addr = getattr(worker_group, "master_addr", None)
+    problem = network.problem(cards, me, master_addr) if master_addr else None
+    try:
+        verdicts = _exchange(store, _VERDICT_KEY, me, count, problem or "", wait_s)
+    except Exception:
+        if problem:  # the others may have stopped already: this node's own finding stands
+            raise LaunchError(problem) from None
+        raise
+    problems = [text.decode() for text in verdicts if text]
+    if problems:
+        # Every node has read the verdicts before any leaves: the node hosting the store
+        # closes it as it stops, and a node still reading would only see a lost connection.
+        with contextlib.suppress(Exception):
+            _exchange(store, _READ_KEY, me, count, "read", _READ_WAIT_S)
+        raise LaunchError(problems[0])
+    peers = [card for rank, card in enumerate(cards) if rank != me]
+    worker_group.spec.args = make_args(network.worker_env(peers))
+
+
+def _agent_class() -> type:
+    """torch's ``LocalElasticAgent``, meeting the other nodes after each rendezvous."""
+    from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    class NodeAgent(LocalElasticAgent):  # type: ignore[misc]
+        """A ``LocalElasticAgent`` that runs :func:`_meet` after each rendezvous."""
+
+        def __init__(
+            self,
+            network: NodeNetwork,
+            make_args: Callable[[dict[str, str]], tuple[Any, ...]],
+            wait_s: float,
+            **options: Any,
+        ) -> None:
+            super().__init__(**options)
+            self._network = network
+            self._make_args = make_args
+            self._wait_s = wait_s
+
+        def _rendezvous(self, worker_group: Any) -> None:
+            super()._rendezvous(worker_group)
+            _meet(worker_group, self._network, self._make_args, self._wait_s)
+
+    return NodeAgent
+
+
+def run_agent(
+    config: Any,
+    entrypoint: Callable[..., Any],
+    make_args: Callable[[dict[str, str]], tuple[Any, ...]],
+    hosts_store: bool,
+    network: NodeNetwork,
+) -> Any:
+    """Run this node's agent until its workers are done; the agent's ``RunResult``.
+
+    ``make_args(env)`` gives the entrypoint's arguments with ``env`` (variables for the
+    workers, chosen after the rendezvous) added to them.
+
+    After a failure the rendezvous is closed, so the other nodes' agents stop waiting for a
+    restart; after a success only the node that hosts the store closes it (the others would
+    find it gone already, and torch would print its connection errors).
+
+    Raises what the rendezvous raises (``RendezvousError`` and its kinds), a
+    :class:`LaunchError` when the nodes cannot meet (see :func:`_meet`), and the agent's
+    ``SignalException`` when the process is told to stop.
+    """
+    from torch.distributed.elastic.agent.server.api import WorkerSpec
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.rendezvous import RendezvousParameters, registry
+
+    parameters = RendezvousParameters(
+        backend=config.rdzv_backend,
+        endpoint=config.rdzv_endpoint,
+        run_id=config.run_id,
+        min_nodes=config.min_nodes,
+        max_nodes=config.max_nodes,
+        local_addr=config.local_addr,
+        **config.rdzv_configs,
+    )
+    handler = registry.get_rendezvous_handler(parameters)
+    spec = WorkerSpec(
+        role=config.role,
+        local_world_size=config.nproc_per_node,
+        entrypoint=entrypoint,
+        args=make_args({}),
+        rdzv_handler=handler,
+        max_restarts=config.max_restarts,
+        monitor_interval=config.monitor_interval,
+        local_addr=config.local_addr,
+    )
+    agent = _agent_class()(
+        network,
+        make_args,
+        float(config.rdzv_configs["read_timeout"]),
+        spec=spec,
+        logs_specs=config.logs_specs,
+        start_method=config.start_method,
+        exit_barrier_timeout=EXIT_BARRIER_S,
+    )
+    close_rendezvous = True
+    try:
+        result = agent.run()
+        close_rendezvous = hosts_store or result.is_failed()
+        return result
+    except SignalException:
+        close_rendezvous = False  # as torchrun: a stopped node leaves the rendezvous open
+        raise
+    finally:
+        if close_rendezvous:
+            handler.shutdown()
+        del agent, spec, handler

@@ -1,0 +1,238 @@
+"""A launch over several machines: torch's elastic agent and its c10d rendezvous.
+
+Each node's kernel runs :func:`run_nodes` with the same ``num_nodes`` and ``rdzv_endpoint`` and
+its own ``node_rank``. The elastic agent (``torch.distributed.launcher``'s ``elastic_launch``,
+the engine behind ``torchrun``) meets the other nodes at the rendezvous, starts this node's
+workers, watches them and restarts the whole group after a failure while ``max_restarts``
+allows. Node 0 hosts the rendezvous store on the endpoint's port. Which address each node gives
+the others, and which interface its workers' sockets use, is decided by
+:class:`~nb_accel.launch.multinode.node_addresses.NodeNetwork`; nodes that could not meet stop
+before any worker starts, all with the same message.
+
+The workers talk back to their own kernel as on one machine (output, progress, the result or
+the original exception), through :class:`~nb_accel.launch.multinode.node_events.NodeEvents`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import logging
+import os
+import pickle
+import secrets
+import shutil
+import signal
+from collections.abc import Iterator
+from typing import Any
+
+from ..._openmp import release_openmp_threads
+from ...errors import LaunchError, WorkerFailure
+from ...runtime.workers.node_worker import NodeWorkerArgs, global_rank, node_worker_main
+from ..failures.verdict import died_failure
+from ..plan import LaunchPlan
+from ..scratch import make_scratch_dir
+from ..views.output import OutputPrinter
+from ..views.view import LaunchView
+from ..workers import worker_env
+from .elastic_agent import launch_config, run_agent
+from .node_addresses import NodeNetwork
+from .node_events import NodeEvents, NodeView
+from .nodes import NodePlan
+
+__all__ = ["run_nodes"]
+
+_SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+_ELASTIC_LOGGERS = (
+    "torch.distributed.elastic",
+    "torch.distributed.launcher",
+    "torch.multiprocessing",
+)
+
+
+@contextlib.contextmanager
+def _kernel_untouched() -> Iterator[None]:
+    """Give back what the elastic agent changes in the calling process: its signal handlers,
+    an environment variable, and the level of its (chatty) loggers."""
+    handlers = {name: signal.getsignal(getattr(signal, name)) for name in _SIGNALS}
+    variable = os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE")
+    names = [
+        name
+        for name in [*_ELASTIC_LOGGERS, *logging.root.manager.loggerDict]
+        if name.startswith(_ELASTIC_LOGGERS)
+    ]
+    levels = {name: logging.getLogger(name).level for name in names}
+    for name in names:
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    try:
+        yield
+    finally:
+        for name, handler in handlers.items():
+            if handler is not None:
+                signal.signal(getattr(signal, name), handler)
+        if variable is None:
+            os.environ.pop("TORCHELASTIC_SIGNALS_TO_HANDLE", None)
+        else:
+            os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = variable
+        for name, level in levels.items():
+            logging.getLogger(name).setLevel(level)
+
+
+def _rendezvous_error(error: Exception, nodes: NodePlan, started: bool) -> LaunchError:
+    """The error a rendezvous problem is raised as, saying what to do about it (``started``:
+    the workers had started, so the rendezvous was reached before)."""
+    name = type(error).__name__
+    where = f"the rendezvous at {nodes.rdzv_endpoint}"
+    detail = str(error).replace(" See inner exception for details.", "")  # none is attached
+    if started:
+        text = (
+            f"node {nodes.node_rank} lost {where} while its workers ran ({detail}): node 0 "
+            "(which hosts it) stopped or failed; see node 0's output for why"
+        )
+    elif "Timeout" in name:
+        text = (
+            f"not every node joined {where} within {nodes.rdzv_timeout:g} s (rdzv_timeout): run "
+            f"the launch on all {nodes.num_nodes} nodes (node_rank 0 to {nodes.num_nodes - 1}), "
+            "with the same num_nodes, num_processes and rdzv_endpoint"
+        )
+    elif "Closed" in name:
+        text = f"{where} was closed by another node (it stopped or failed): launch on all again"
+    elif nodes.node_rank == 0:
+        text = (
+            f"node 0 could not host {where} ({detail}): rdzv_endpoint must be this machine's "
+            "address and a free port"
+        )
+    else:
+        text = (
+            f"node {nodes.node_rank} could not reach {where} ({detail}): node 0's launch hosts "
+            "it, so start that first (right after a failed launch, give node 0 a moment to "
+            "finish), check the address, and make sure the port is open between the machines; "
+            f"a node waits for it up to rdzv_timeout ({nodes.rdzv_timeout:g} s)"
+        )
+    return LaunchError(text)
+
+
+def _failed_workers(
+    failures: dict[int, Any], plan: LaunchPlan, nodes: NodePlan, last_words: dict[int, str]
+) -> list[WorkerFailure]:
+    """Records for workers that died without reporting (the agent's process failures),
+    judged with the end of what each wrote to stderr."""
+    records = []
+    for failure in failures.values():
+        rank = global_rank(nodes.node_rank, failure.local_rank, plan.num_processes)
+        records.append(died_failure(rank, failure.pid, failure.exitcode, last_words.get(rank, "")))
+    return records
+
+
+def _outcome(
+    events: NodeEvents, failures: dict[int, Any] | None, plan: LaunchPlan, nodes: NodePlan
+) -> list[Any] | BaseException:
+    """This node's ranks' results, or the exception to raise."""
+    world = plan.num_processes * nodes.num_nodes
+    ranks = [global_rank(nodes.node_rank, i, plan.num_processes) for i in range(plan.num_processes)]
+    log = events.failures
+    if not failures and not log and all(rank in events.results for rank in ranks):
+        return [pickle.loads(events.results[rank]) for rank in ranks]
+    if not log and failures:
+        for record in _failed_workers(failures, plan, nodes, events.stderr_tail):
+            log.add(record)
+    if not log:
+        return LaunchError("the workers ended without reporting a result")
+    log.settle(rank for rank in ranks if rank not in events.results)
+    status = {rank: "had already returned" for rank in ranks if rank in events.results}
+    return log.exception(world, status, plan.timeout_s)
+
+
+def _launch_config(plan: LaunchPlan, nodes: NodePlan, log_dir: str, network: NodeNetwork) -> Any:
+    """This node's ``LaunchConfig``, advertising the address ``network`` chose."""
+    return launch_config(
+        nodes.num_nodes,
+        nodes.node_rank,
+        plan.num_processes,
+        nodes.rdzv_endpoint or "",
+        nodes.rdzv_backend,
+        nodes.max_restarts,
+        nodes.rdzv_timeout,
+        plan.start_method,
+        log_dir,
+        network.address,
+    )
+
+
+def _with_env(args: NodeWorkerArgs, extra: dict[str, str]) -> tuple[NodeWorkerArgs]:
+    """The entrypoint's arguments: ``args`` with the variables ``extra`` added for the workers."""
+    return (dataclasses.replace(args, env={**args.env, **extra}),)
+
+
+def run_nodes(
+    plan: LaunchPlan, nodes: NodePlan, payload: bytes, prefix_output: bool, view: LaunchView
+) -> list[Any] | BaseException:
+    """Run this node's share of a multi-node launch; returns its ranks' results in rank order,
+    or the exception to raise (a worker's own, or a :class:`LaunchError` for the rendezvous).
+    """
+    from torch.distributed.elastic.multiprocessing.api import SignalException
+    from torch.distributed.elastic.rendezvous.api import RendezvousError
+
+    authkey = secrets.token_bytes(32)
+    world = plan.num_processes * nodes.num_nodes
+    first = global_rank(nodes.node_rank, 0, plan.num_processes)
+    printer = OutputPrinter(world, prefix_output, view=view)
+    view = printer.view  # the held output is written before each change of a rank's state
+    events = NodeEvents(printer, NodeView(view, first, plan.num_processes), authkey)
+    log_dir = make_scratch_dir("nodes")
+    args = NodeWorkerArgs(
+        address=events.address,
+        authkey=authkey,
+        node_rank=nodes.node_rank,
+        num_nodes=nodes.num_nodes,
+        backend=plan.backend,
+        device_type=plan.device_type,
+        timeout_s=plan.timeout_s,
+        mixed_precision=plan.mixed_precision,
+        payload=payload,
+        env=worker_env(plan, single_node=False),
+    )
+    failures: dict[int, Any] | None = None
+    outcome: list[Any] | BaseException | None = None
+    interrupted = False
+    network = NodeNetwork(nodes.rdzv_endpoint or "", nodes.node_rank, plan.backend)
+    config = _launch_config(plan, nodes, log_dir, network)
+    try:
+        if plan.start_method == "fork":
+            release_openmp_threads()  # see nb_accel._openmp
+        try:
+            with _kernel_untouched():
+                make_args = functools.partial(_with_env, args)
+                result = run_agent(
+                    config, node_worker_main, make_args, nodes.node_rank == 0, network
+                )
+            failures = dict(result.failures) if result.is_failed() else None
+            del result
+        except SignalException as stopped:
+            if stopped.sigval != signal.SIGINT:
+                raise
+            interrupted = True
+        except KeyboardInterrupt:  # while waiting for the rendezvous
+            interrupted = True
+        except LaunchError as problem:  # the nodes cannot meet: raised on every node at once
+            outcome = problem
+        except RendezvousError as problem:
+            lost = _rendezvous_error(problem, nodes, events.started)
+            failed = _outcome(events, None, plan, nodes) if events.failures else None
+            if isinstance(failed, BaseException):  # it went while restarting after a failure
+                if hasattr(failed, "add_note"):  # Python 3.11+
+                    failed.add_note(f"Restarting afterwards failed: {lost}")
+                outcome = failed
+            else:
+                outcome = lost
+        finally:
+            events.close()
+            shutil.rmtree(log_dir, ignore_errors=True)
+        if interrupted:  # raised here, so it keeps none of the agent's frames (and its store)
+            raise KeyboardInterrupt
+        if outcome is None:
+            outcome = _outcome(events, failures, plan, nodes)
+        return outcome
+    finally:
+        view.finished(outcome is not None and not isinstance(outcome, BaseException))

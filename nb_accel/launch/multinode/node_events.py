@@ -1,0 +1,228 @@
+"""Kernel side of a multi-node launch: this node's workers' events, heard in the background.
+
+The elastic agent keeps the kernel's main thread while the workers run, so a background thread
+accepts the workers' connections (a Unix socket in the abstract namespace, with an
+authentication key only this launch's workers know) and handles their events as they come:
+output is printed, progress goes to the launch view, results and failures are kept for the end.
+A restarted worker group opens new connections; events of an earlier attempt are then only
+printed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+import threading
+import time
+from multiprocessing import AuthenticationError
+from multiprocessing.connection import Client, Connection, Listener, wait
+
+from ..._messages import Event, Failure, Output, Report, Result, Started, decode
+from ...errors import WorkerFailure
+from ..failures.failure_log import FailureLog
+from ..views.output import OutputPrinter
+from ..views.view import LaunchView
+
+__all__ = ["NodeEvents", "NodeView"]
+
+#: How often the launch view is ticked (seconds).
+TICK_S = 1.0
+#: How much of each rank's stderr is kept to judge a rank that died without reporting.
+STDERR_TAIL_CHARS = 16 * 1024
+
+
+class NodeView:
+    """A launch view shown ranks ``first .. first + count - 1`` as its rows ``0 .. count - 1``
+    (the node's ranks; the title says which they are). Another node's ranks are not shown."""
+
+    def __init__(self, view: LaunchView, first: int, count: int) -> None:
+        self._view = view
+        self._first = first
+        self._count = count
+
+    def _local(self, rank: int) -> int | None:
+        index = rank - self._first
+        return index if 0 <= index < self._count else None
+
+    def started(self, rank: int, pid: int) -> None:
+        """Pass on to the row of ``rank``."""
+        if (index := self._local(rank)) is not None:
+            self._view.started(index, pid)
+
+    def report(self, event: Report) -> None:
+        """Pass on to the row of the event's rank."""
+        if (index := self._local(event.rank)) is not None:
+            self._view.report(dataclasses.replace(event, rank=index))
+
+    def failed(self, rank: int, summary: str) -> None:
+        """Pass on to the row of ``rank``."""
+        if (index := self._local(rank)) is not None:
+            self._view.failed(index, summary)
+
+    def returned(self, rank: int) -> None:
+        """Pass on to the row of ``rank``."""
+        if (index := self._local(rank)) is not None:
+            self._view.returned(index)
+
+    def stopped(self, rank: int, reason: str) -> None:
+        """Pass on to the row of ``rank``."""
+        if (index := self._local(rank)) is not None:
+            self._view.stopped(index, reason)
+
+    def tick(self) -> None:
+        """Pass on."""
+        self._view.tick()
+
+    def finished(self, ok: bool) -> None:
+        """Pass on."""
+        self._view.finished(ok)
+
+
+class NodeEvents:
+    """Listens for one node's workers and keeps what they report.
+
+    Args:
+        on_output: given each :class:`Output` event (and asked to write held-back output
+            whenever the loop wakes).
+        view: told of starts, progress reports and failures.
+        authkey: the secret the workers authenticate with.
+
+    Attributes:
+        address: where the workers connect.
+    """
+
+    def __init__(self, on_output: OutputPrinter, view: LaunchView, authkey: bytes) -> None:
+        self.address = f"\0nb_accel-node-{os.getpid()}-{secrets.token_hex(8)}"
+        self._authkey = authkey
+        self._on_output = on_output
+        self._view = view
+        self._listener = Listener(self.address, family="AF_UNIX", authkey=authkey)
+        self._lock = threading.Lock()
+        self._new: list[Connection] = []
+        self._attempt_of: dict[Connection, int] = {}
+        self._rank_of: dict[Connection, int] = {}
+        self._attempt = 0
+        self.results: dict[int, bytes] = {}
+        #: The end of what each rank wrote to stderr (its file descriptor 2 included): a rank
+        #: that died without reporting is judged by its last words (NCCL's watchdog, say).
+        self.stderr_tail: dict[int, str] = {}
+        #: This attempt's failures (the view shows the root cause as failed, the rest stopped).
+        self.failures = FailureLog(view)
+        #: Whether any worker has started (so the rendezvous was reached).
+        self.started = False
+        self._closing = threading.Event()
+        self._wake_read, self._wake_write = os.pipe()
+        self._acceptor = threading.Thread(target=self._accept, name="nb_accel-accept", daemon=True)
+        self._pump = threading.Thread(target=self._run, name="nb_accel-events", daemon=True)
+        self._acceptor.start()
+        self._pump.start()
+
+    @property
+    def attempt(self) -> int:
+        """The newest attempt (restart count) a worker has reported from."""
+        return self._attempt
+
+    def _accept(self) -> None:
+        while not self._closing.is_set():
+            try:
+                conn = self._listener.accept()
+            except (AuthenticationError, EOFError, ConnectionError):
+                continue  # not one of this launch's workers
+            except OSError:
+                return
+            if self._closing.is_set():
+                conn.close()
+                return
+            with self._lock:
+                self._new.append(conn)
+            os.write(self._wake_write, b"\0")
+
+    def _run(self) -> None:
+        open_conns: list[Connection] = []
+        next_tick = time.monotonic() + TICK_S
+        while True:
+            with self._lock:
+                open_conns.extend(self._new)
+                self._new.clear()
+            if self._closing.is_set() and not open_conns:
+                return
+            timeout = max(0.0, next_tick - time.monotonic())
+            if self._closing.is_set():
+                timeout = 0.0
+            if (due := self._on_output.flush_due()) is not None:
+                timeout = min(timeout, due)
+            ready = wait([*open_conns, self._wake_read], timeout)
+            for item in ready:
+                if item == self._wake_read:
+                    os.read(self._wake_read, 4096)
+                    continue
+                assert isinstance(item, Connection)
+                if not self._drain(item):
+                    open_conns.remove(item)
+                    item.close()
+            if self._closing.is_set() and not ready:
+                for conn in open_conns:
+                    conn.close()
+                return
+            if time.monotonic() >= next_tick:
+                self._view.tick()
+                next_tick = time.monotonic() + TICK_S
+
+    def _drain(self, conn: Connection) -> bool:
+        """Handle the events waiting on ``conn``; False at its end."""
+        try:
+            while conn.poll():
+                self._handle(conn, decode(conn.recv_bytes()))
+        except (EOFError, OSError):
+            return False
+        return True
+
+    def _handle(self, conn: Connection, event: Event) -> None:
+        if isinstance(event, Output):
+            if event.stream == "stderr":
+                tail = self.stderr_tail.get(event.rank, "") + event.text
+                self.stderr_tail[event.rank] = tail[-STDERR_TAIL_CHARS:]
+            self._on_output(event)
+            return
+        if isinstance(event, Started):
+            self.started = True
+            self._attempt_of[conn] = event.attempt
+            self._rank_of[conn] = event.rank
+            if event.attempt > self._attempt:
+                self._attempt = event.attempt
+                self.results.clear()
+                self.failures = FailureLog(self._view)
+            self._view.started(event.rank, event.pid)
+            return
+        if self._attempt_of.get(conn, -1) != self._attempt:
+            return  # a late word from an attempt the group was restarted after
+        if isinstance(event, Report):
+            self._view.report(event)
+        elif isinstance(event, Result):
+            self.results[event.rank] = event.data
+            self._view.returned(event.rank)
+        elif isinstance(event, Failure):
+            if not any(self._same(event, seen) for seen in self.failures.records):
+                self.failures.add_event(event)
+            sender = self._rank_of.get(conn, event.rank)
+            if sender != event.rank:  # it lost its peers and reports the failure that did it
+                self.failures.add_stopped(sender)
+
+    @staticmethod
+    def _same(a: Failure, b: WorkerFailure) -> bool:
+        return (a.rank, a.type_name, a.message) == (b.rank, b.type_name, b.message)
+
+    def close(self) -> None:
+        """Stop listening, hear out the open connections, and end both threads."""
+        self._closing.set()
+        try:
+            Client(self.address, family="AF_UNIX", authkey=self._authkey).close()
+        except OSError:
+            pass
+        self._acceptor.join(5)
+        self._listener.close()
+        os.write(self._wake_write, b"\0")
+        self._pump.join(5)
+        os.close(self._wake_read)
+        os.close(self._wake_write)

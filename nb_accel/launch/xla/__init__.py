@@ -1,0 +1,1 @@
+"""Launching on XLA devices (TPUs) through ``torch_xla``'s ``xmp.spawn``."""

@@ -1,0 +1,308 @@
+"""The Accelerator's checkpoint methods: save_state, load_state, save_model, save."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from ..ops import broadcast_object_list, gather_object
+from ..options import ProjectConfiguration
+from ..state import DistributedType, GradientState, PartialState
+from ..training.accumulation import GradientAccumulator
+from ..training.model import unwrap_model
+from .contents import (
+    META_NAME,
+    CheckpointContents,
+    load_process_file,
+    load_shared_files,
+    read_meta,
+    write_process_file,
+    write_shared_files,
+)
+from .folders import (
+    CHECKPOINTS,
+    checkpoint_number,
+    commit,
+    make_staging,
+    next_checkpoint_number,
+    numbered_checkpoints,
+    prune,
+)
+from .model_io import save_model_files
+
+__all__ = ["CheckpointMethods"]
+
+
+def _all_succeeded(error: BaseException | None, what: str) -> None:
+    """Collective: raise on every process when ``what`` failed on any of them (the failing
+    process raises its own exception, the others say which process failed and why)."""
+    reports = gather_object([None if error is None else f"{type(error).__name__}: {error}"])
+    if error is not None:
+        raise error
+    for rank, report in enumerate(reports):
+        if report is not None:
+            raise RuntimeError(f"{what} failed on process {rank}: {report}")
+
+
+class CheckpointMethods:
+    """Mixin of :class:`Accelerator`: saving and restoring the whole training state."""
+
+    project_configuration: ProjectConfiguration
+    scaler: Any | None
+    _accumulator: GradientAccumulator
+    _models: list[torch.nn.Module]
+    _optimizers: list[Any]
+    _schedulers: list[Any]
+    _dataloaders: list[Any]
+    _custom_objects: list[Any]
+    _partial: PartialState
+    gradient_state: GradientState
+
+    @property
+    def save_iteration(self) -> int:
+        """The number the next automatically named checkpoint gets: one past the highest
+        ``checkpoint_<n>`` already in the project folder, and at least
+        ``project_configuration.iteration``."""
+        config = self.project_configuration
+        if not config.automatic_checkpoint_naming or config.project_dir is None:
+            return config.iteration
+        return next_checkpoint_number(self._checkpoints_folder(), config.iteration)
+
+    def register_for_checkpointing(self, *objects: Any) -> None:
+        """Have :meth:`save_state` / :meth:`load_state` include ``objects`` (anything with
+        ``state_dict()`` and ``load_state_dict()``), in this order."""
+        invalid = [
+            f"#{index} ({type(obj).__name__})"
+            for index, obj in enumerate(objects)
+            if not (
+                callable(getattr(obj, "state_dict", None))
+                and callable(getattr(obj, "load_state_dict", None))
+            )
+        ]
+        if invalid:
+            raise TypeError(
+                f"objects {', '.join(invalid)} cannot be checkpointed: they need state_dict() and "
+                "load_state_dict() methods"
+            )
+        self._custom_objects.extend(objects)
+
+    def _contents(self) -> CheckpointContents:
+        return CheckpointContents(
+            models=[unwrap_model(model) for model in self._models],
+            optimizers=list(self._optimizers),
+            schedulers=list(self._schedulers),
+            dataloaders=list(self._dataloaders),
+            custom=list(self._custom_objects),
+            scaler=self.scaler,
+            step=self._accumulator.step,
+            accumulating=self._accumulator.step % self.gradient_state.num_steps != 0,
+        )
+
+    def _checkpoints_folder(self) -> Path:
+        project_dir = self.project_configuration.project_dir
+        if project_dir is None:
+            raise ValueError(
+                "automatic_checkpoint_naming needs a project folder: "
+                "ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=True)"
+            )
+        return Path(project_dir).expanduser() / CHECKPOINTS
+
+    def _output_target(self, output_dir: str | os.PathLike[str] | None) -> Path | None:
+        """The folder ``save_state`` writes, or None with automatic naming (whose folder the
+        main process chooses); every process checks the arguments."""
+        if self.project_configuration.automatic_checkpoint_naming:
+            self._checkpoints_folder()  # a project folder is needed
+            return None
+        if output_dir is None:
+            raise ValueError(
+                "save_state needs an output_dir, or a ProjectConfiguration with "
+                "automatic_checkpoint_naming=True"
+            )
+        target = Path(output_dir).expanduser()
+        if target.exists() and not (target / META_NAME).is_file():
+            if not target.is_dir() or any(target.iterdir()):
+                raise ValueError(
+                    f"{target} exists and is not a checkpoint folder: save_state replaces its "
+                    "folder whole, so give it a new (or empty) folder, or an earlier checkpoint's"
+                )
+        return target
+
+    def _stage(self, target: Path | None) -> tuple[Path, Path]:
+        """Collective: the checkpoint's final folder and its staging folder, made by the main
+        process. An automatic name is numbered past every checkpoint already in the folder."""
+        staging: Path | None = None
+        error: BaseException | None = None
+        where = target.parent if target is not None else self._checkpoints_folder()
+        if self._partial.is_main_process:
+            try:
+                if target is None:
+                    number = next_checkpoint_number(where, self.project_configuration.iteration)
+                    target = where / f"checkpoint_{number}"
+                staging = make_staging(target)
+            except OSError as problem:
+                error = problem
+        _all_succeeded(error, f"creating the checkpoint folder in {where}")
+        chosen, made = broadcast_object_list([str(target), str(staging)])
+        return Path(chosen), Path(made)
+
+    def save_state(
+        self,
+        output_dir: str | os.PathLike[str] | None = None,
+        safe_serialization: bool = True,
+        **save_model_func_kwargs: Any,
+    ) -> str:
+        """Save models, optimizers, schedulers, the gradient scaler, registered objects, every
+        process's random generators and each prepared loader's position; returns the folder.
+
+        Call it on every process. The checkpoint appears whole or not at all: it is written
+        into a hidden staging folder and renamed into place once every process has written
+        its part, so a crash in the middle leaves the previous checkpoint as the newest one.
+        Only the main process writes the shared files; each process writes its own
+        ``random_states_<rank>.pkl``; everyone returns once the checkpoint is in place.
+
+        With ``ProjectConfiguration(automatic_checkpoint_naming=True)`` the folder is
+        ``project_dir/checkpoints/checkpoint_<n>`` (``output_dir`` is ignored), ``n`` is one
+        past the highest checkpoint already there (at least ``project_configuration.iteration``),
+        so a rerun in the same folder continues the numbering and the newest checkpoint is
+        always the last one written; beyond ``total_limit`` the oldest checkpoints are removed
+        once the new one is in place, never the new one itself. An existing ``output_dir`` is
+        replaced.
+        """
+        if save_model_func_kwargs:
+            raise TypeError(f"save_state() got unexpected options {sorted(save_model_func_kwargs)}")
+        target, staging = self._stage(self._output_target(output_dir))
+        automatic = self.project_configuration.automatic_checkpoint_naming
+        number = checkpoint_number(target)
+        partial = self._partial
+        error: BaseException | None = None
+        contents = self._contents()
+        xla_random = None
+        if partial.distributed_type == DistributedType.XLA:  # through the CPU, as xm.save
+            from ..xla.checkpoint import XlaRandomState, contents_on_cpu
+
+            contents = contents_on_cpu(contents)
+            xla_random = XlaRandomState()
+        try:
+            write_process_file(staging, contents, partial.process_index)
+            if xla_random is not None:
+                xla_random.write(staging, partial.process_index)
+            if partial.is_main_process:
+                write_shared_files(staging, contents, partial.num_processes, safe_serialization)
+        except Exception as problem:  # noqa: BLE001 - reported on every process below
+            error = problem
+        try:
+            _all_succeeded(error, f"writing checkpoint {target}")
+            if partial.is_main_process:
+                try:
+                    commit(staging, target)
+                    limit = self.project_configuration.total_limit
+                    if automatic and limit and number is not None:
+                        prune(target.parent, limit, newest=number)
+                except OSError as problem:
+                    error = problem
+            _all_succeeded(error, f"moving checkpoint {target} into place")
+        finally:
+            if partial.is_main_process and staging.exists():
+                shutil.rmtree(staging, ignore_errors=True)
+        if automatic and number is not None:
+            self.project_configuration.iteration = number + 1
+        if xla_random is not None:
+            xla_random.resume()
+        return str(target)
+
+    def _load_source(self, input_dir: str | os.PathLike[str] | None) -> Path:
+        if input_dir is not None:
+            folder = Path(input_dir).expanduser()
+            if not folder.is_dir():
+                raise FileNotFoundError(f"checkpoint folder {folder} does not exist")
+            return folder
+        if not self.project_configuration.automatic_checkpoint_naming:
+            raise ValueError(
+                "load_state needs an input_dir, or a ProjectConfiguration with "
+                "automatic_checkpoint_naming=True to load the newest checkpoint"
+            )
+        parent = self._checkpoints_folder()
+        found = numbered_checkpoints(parent)
+        if not found:
+            raise FileNotFoundError(f"no checkpoint in {parent} (save_state has not completed one)")
+        return found[-1]
+
+    def load_state(
+        self,
+        input_dir: str | os.PathLike[str] | None = None,
+        load_kwargs: dict[str, Any] | None = None,
+        **load_model_func_kwargs: Any,
+    ) -> None:
+        """Restore what :meth:`save_state` saved into the prepared and registered objects.
+
+        Without ``input_dir`` (and with automatic checkpoint naming) the newest
+        ``checkpoint_<n>`` is loaded and the next save becomes ``checkpoint_<n+1>``. The
+        checkpoint must come from a launch with the same number of processes and the same
+        prepared and registered objects. A loader whose epoch was under way resumes it with
+        the same shuffling; pass it through ``skip_first_batches`` to skip the batches
+        already trained on. Files other than the weights are loaded with
+        ``weights_only=True``; ``load_kwargs`` go to ``torch.load``.
+        """
+        if load_model_func_kwargs:
+            raise TypeError(f"load_state() got unexpected options {sorted(load_model_func_kwargs)}")
+        folder = self._load_source(input_dir)
+        contents = self._contents()
+        meta = read_meta(folder, contents, self._partial.num_processes)
+        load_shared_files(folder, contents, meta, load_kwargs)
+        self._accumulator.step = load_process_file(
+            folder, contents, self._partial.process_index, load_kwargs
+        )
+        if self._partial.distributed_type == DistributedType.XLA:
+            from ..xla.checkpoint import load_xla_random_state
+
+            load_xla_random_state(folder, self._partial.process_index, load_kwargs)
+        number = checkpoint_number(folder)
+        if self.project_configuration.automatic_checkpoint_naming and number is not None:
+            self.project_configuration.iteration = number + 1
+
+    def save_model(
+        self,
+        model: torch.nn.Module,
+        save_directory: str | os.PathLike[str],
+        max_shard_size: int | str = "10GB",
+        safe_serialization: bool = True,
+    ) -> None:
+        """Save ``model``'s weights (unwrapped) on the main process: ``model.safetensors``, or
+        shards plus ``model.safetensors.index.json`` above ``max_shard_size``
+        (``pytorch_model*.bin`` with ``safe_serialization=False``). Call
+        :meth:`~ProcessMethods.wait_for_everyone` first so that training has finished
+        everywhere; read it back with :func:`load_checkpoint_in_model`."""
+        if not self._partial.is_main_process:
+            return
+        state = unwrap_model(model).state_dict()
+        if self._partial.distributed_type == DistributedType.XLA:
+            from ..xla.checkpoint import on_cpu
+
+            state = on_cpu(state)
+        save_model_files(
+            state,
+            save_directory,
+            max_shard_size=max_shard_size,
+            safe_serialization=safe_serialization,
+        )
+
+    def save(self, obj: Any, f: str | os.PathLike[str], safe_serialization: bool = False) -> None:
+        """Save ``obj`` once, from the main process: ``torch.save``, or a safetensors file when
+        ``safe_serialization`` (``obj`` must then be a dict of tensors)."""
+        if not self._partial.is_main_process:
+            return
+        if self._partial.distributed_type == DistributedType.XLA:
+            from ..xla.checkpoint import on_cpu
+
+            obj = on_cpu(obj)
+        if safe_serialization:
+            from safetensors.torch import save_file
+
+            tensors = {key: value.contiguous() for key, value in obj.items()}
+            save_file(tensors, os.fspath(Path(f).expanduser()))
+        else:
+            torch.save(obj, Path(f).expanduser() if isinstance(f, (str, os.PathLike)) else f)

@@ -1,0 +1,335 @@
+"""Write a model's weights as files other tools read: one file, or shards plus an index.
+
+File names follow the Hugging Face conventions: ``model.safetensors`` (``pytorch_model.bin``
+without safetensors), shards ``model-00001-of-00003.safetensors`` and the index
+``model.safetensors.index.json``. Every file appears atomically (written under a temporary name,
+then renamed), and files of the same base name left by an earlier save are removed afterwards.
+:func:`find_checkpoint_file` picks the file to read in a folder; loading lives in
+:mod:`nb_accel.runtime.checkpoint.model_io`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from fractions import Fraction
+from pathlib import Path
+
+import torch
+from safetensors.torch import save_file
+
+__all__ = [
+    "SAFE_WEIGHTS_NAME",
+    "WEIGHTS_NAME",
+    "ALIASES_KEY",
+    "parse_size",
+    "index_name",
+    "shard_name",
+    "save_model_files",
+    "find_checkpoint_file",
+    "name_list",
+]
+
+#: Base name of a safetensors checkpoint.
+SAFE_WEIGHTS_NAME = "model.safetensors"
+#: Base name of a pickle (``torch.save``) checkpoint.
+WEIGHTS_NAME = "pytorch_model.bin"
+#: Safetensors header key holding ``{dropped_name: kept_name}`` (JSON) for tied tensors.
+ALIASES_KEY = "nb_accel.aliases"
+
+_UNITS = {
+    "": 1,
+    "b": 1,
+    "kb": 10**3,
+    "mb": 10**6,
+    "gb": 10**9,
+    "tb": 10**12,
+    "kib": 2**10,
+    "mib": 2**20,
+    "gib": 2**30,
+    "tib": 2**40,
+}
+_SIZE = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+)\s*([a-z]*)\s*", re.IGNORECASE)
+
+
+def parse_size(size: int | str) -> int:
+    """Return ``size`` in bytes.
+
+    Accepts a positive int, or a string of a number and an optional unit, case-insensitive and
+    with optional spaces: ``"1024"``, ``"200KB"``, ``"500 MB"``, ``"1.5GB"`` (decimal units KB, MB,
+    GB, TB are powers of 1000) or ``"5GiB"`` (binary units KiB, MiB, GiB, TiB are powers of 1024).
+
+    Raises:
+        ValueError: ``size`` is not such a value, or is not above zero.
+    """
+    if isinstance(size, int) and not isinstance(size, bool):
+        count = size
+    elif isinstance(size, str) and (match := _SIZE.fullmatch(size)):
+        number, unit = match.groups()
+        if unit.lower() not in _UNITS:
+            raise ValueError(
+                f"unknown size unit {unit!r} in {size!r}: use B, KB, MB, GB, TB, KiB, MiB, GiB "
+                "or TiB (for example '10GB' or '500MiB')"
+            )
+        count = int(Fraction(number) * _UNITS[unit.lower()])
+    else:
+        raise ValueError(
+            f"cannot read {size!r} as a size: give a number of bytes or a string such as "
+            "'10GB', '500MB' or '5GiB'"
+        )
+    if count <= 0:
+        raise ValueError(f"size {size!r} must be more than 0 bytes")
+    return count
+
+
+def _split_name(weights_name: str) -> tuple[str, str]:
+    stem, ext = os.path.splitext(weights_name)
+    return stem, ext
+
+
+def shard_name(weights_name: str, number: int, count: int) -> str:
+    """Name of shard ``number`` (from 1) of ``count``: ``model-00001-of-00003.safetensors``."""
+    stem, ext = _split_name(weights_name)
+    return f"{stem}-{number:05d}-of-{count:05d}{ext}"
+
+
+def index_name(weights_name: str) -> str:
+    """Name of the index of a sharded save: ``model.safetensors.index.json``."""
+    return f"{weights_name}.index.json"
+
+
+def name_list(names: list[str], shown: int = 10) -> str:
+    """``names`` quoted and comma-separated, the first ``shown`` of them then "and N more"."""
+    text = ", ".join(repr(name) for name in names[:shown])
+    return text + (f" and {len(names) - shown} more" if len(names) > shown else "")
+
+
+def find_checkpoint_file(checkpoint: str | os.PathLike[str]) -> Path:
+    """The weights file or index json to read for ``checkpoint``, a file or a folder.
+
+    A file is returned as it is. In a folder, the first found of these: an index of the standard
+    names (``model.safetensors.index.json``, then ``pytorch_model.bin.index.json``),
+    ``model.safetensors``, ``pytorch_model.bin``, then the only ``*.index.json``, the only
+    ``*.safetensors`` or the only ``*.bin`` file.
+
+    Raises:
+        FileNotFoundError: ``checkpoint`` does not exist, or the folder holds no weights.
+        ValueError: the folder holds several candidates of one kind and none of the standard names.
+    """
+    path = Path(checkpoint).expanduser()
+    if not path.exists():
+        raise FileNotFoundError(
+            f"checkpoint {path} does not exist: give a weights file, an index json or a folder "
+            "holding them"
+        )
+    if not path.is_dir():
+        return path
+    names = sorted(p.name for p in path.iterdir() if p.is_file())
+    for preferred in (index_name(SAFE_WEIGHTS_NAME), index_name(WEIGHTS_NAME)):
+        if preferred in names:
+            return path / preferred
+    for single in (SAFE_WEIGHTS_NAME, WEIGHTS_NAME):
+        if single in names:
+            return path / single
+    for ending in (".index.json", ".safetensors", ".bin"):
+        found = [name for name in names if name.endswith(ending)]
+        if len(found) == 1:
+            return path / found[0]
+        if found:
+            raise ValueError(
+                f"{path} holds several *{ending} files ({name_list(found)}) and no "
+                f"{SAFE_WEIGHTS_NAME} or its index: pass the one to load as the checkpoint"
+            )
+    raise FileNotFoundError(
+        f"no weights found in {path}: expected {index_name(SAFE_WEIGHTS_NAME)}, "
+        f"{SAFE_WEIGHTS_NAME}, {WEIGHTS_NAME} or a single *.safetensors / *.bin file; it holds "
+        f"{name_list(names) if names else 'no files'}"
+    )
+
+
+def _shard_pattern(weights_name: str) -> re.Pattern[str]:
+    stem, ext = _split_name(weights_name)
+    return re.compile(rf"{re.escape(stem)}-\d{{5,}}-of-\d{{5,}}{re.escape(ext)}")
+
+
+@dataclass
+class _Entry:
+    """One tensor to store, under ``names[0]``; later names are the very same view (tied)."""
+
+    names: list[str]
+    tensor: torch.Tensor
+    must_own: bool  # shares memory with another entry, or covers only part of its storage
+    nbytes: int = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.nbytes = self.tensor.numel() * self.tensor.element_size()
+
+    def to_cpu(self) -> torch.Tensor:
+        """The tensor detached, contiguous, on the CPU and owning its memory when it must."""
+        source = self.tensor.detach()
+        out = source.to("cpu").contiguous()
+        if self.must_own and out.untyped_storage().data_ptr() == _storage_ptr(source):
+            out = out.clone()
+        return out
+
+
+def _storage_ptr(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage().data_ptr()
+
+
+def _entries(state_dict: Mapping[str, torch.Tensor]) -> list[_Entry]:
+    """Group the state dict's names by view: the same memory, offset, shape, stride and dtype."""
+    entries: list[_Entry] = []
+    by_view: dict[tuple[object, ...], _Entry] = {}
+    storages: set[tuple[torch.device, int]] = set()
+    for name, tensor in state_dict.items():
+        if not isinstance(name, str) or not isinstance(tensor, torch.Tensor):
+            raise TypeError(f"state_dict entry {name!r} is not a str name with a tensor value")
+        if tensor.device.type == "meta":
+            raise ValueError(
+                f"{name!r} is on the meta device and has no data to save: load or "
+                "materialize the model's weights before saving"
+            )
+        if tensor.numel() == 0:
+            entries.append(_Entry([name], tensor, must_own=False))
+            continue
+        ptr = _storage_ptr(tensor)
+        shape, stride = tuple(tensor.shape), tensor.stride()
+        view = (tensor.device, ptr, tensor.storage_offset(), shape, stride, tensor.dtype)
+        if view in by_view:
+            by_view[view].names.append(name)
+            continue
+        whole = tensor.storage_offset() == 0 and (
+            tensor.untyped_storage().nbytes() == tensor.numel() * tensor.element_size()
+        )
+        entry = _Entry([name], tensor, must_own=not whole or (tensor.device, ptr) in storages)
+        storages.add((tensor.device, ptr))
+        by_view[view] = entry
+        entries.append(entry)
+    return entries
+
+
+def _plan_shards(entries: list[_Entry], limit: int) -> list[list[_Entry]]:
+    """Fill shards in order; a shard takes tensors until the next would pass ``limit``."""
+    shards: list[list[_Entry]] = []
+    size = 0
+    for entry in entries:
+        if not shards or size + entry.nbytes > limit:
+            shards.append([])
+            size = 0
+        shards[-1].append(entry)
+        size += entry.nbytes
+    return shards
+
+
+def _write_atomic(path: Path, write: Callable[[str], object]) -> None:
+    """Write ``path`` under a temporary name beside it, flush it to disk, then rename it."""
+    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
+    try:
+        write(str(temporary))
+        with open(temporary, "rb") as handle:
+            os.fsync(handle.fileno())
+        os.replace(temporary, path)
+    except BaseException:
+        temporary.unlink(missing_ok=True)
+        raise
+
+
+def _write_shard(path: Path, shard: list[_Entry], safe: bool, aliases: dict[str, str]) -> None:
+    if safe:
+        tensors = {entry.names[0]: entry.to_cpu() for entry in shard}
+        metadata = {"format": "pt"}
+        own = {dropped: kept for dropped, kept in aliases.items() if kept in tensors}
+        if own:
+            metadata[ALIASES_KEY] = json.dumps(own, sort_keys=True)
+        _write_atomic(path, lambda name: save_file(tensors, name, metadata=metadata))
+    else:
+        # torch.save keeps tied names sharing one storage, so every name is stored.
+        tied = {
+            name: tensor for entry in shard for tensor in [entry.to_cpu()] for name in entry.names
+        }
+        _write_atomic(path, lambda name: torch.save(tied, name))
+
+
+def _remove_stale(directory: Path, weights_name: str, sharded: bool, keep: set[str]) -> None:
+    """Remove files of this base name that the save just made did not write."""
+    pattern = _shard_pattern(weights_name)
+    stale = [weights_name] if sharded else [index_name(weights_name)]  # the index goes first
+    stale += sorted(p.name for p in directory.iterdir() if pattern.fullmatch(p.name))
+    for name in stale:
+        path = directory / name
+        if name not in keep and path.is_file():
+            path.unlink(missing_ok=True)
+
+
+def save_model_files(
+    state_dict: Mapping[str, torch.Tensor],
+    save_directory: str | os.PathLike[str],
+    *,
+    max_shard_size: int | str = "10GB",
+    safe_serialization: bool = True,
+    weights_name: str | None = None,
+) -> list[str]:
+    """Write ``state_dict`` into ``save_directory`` (created if missing); return the paths written.
+
+    With ``safe_serialization`` the weights go to ``model.safetensors``, else to
+    ``pytorch_model.bin`` (``torch.save``); ``weights_name`` replaces that base name. When the
+    tensors' bytes pass ``max_shard_size`` (see :func:`parse_size`) they are split, in the state
+    dict's order, into shards ``model-00001-of-00003.safetensors`` ... holding tensors until the
+    next one would pass the limit (a tensor larger than the limit gets a shard of its own), plus
+    ``model.safetensors.index.json``: ``{"metadata": {"total_size": bytes}, "weight_map":
+    {name: shard file}}``.
+
+    Tensors are detached, made contiguous and copied to the CPU. Names holding the very same view
+    of one memory (tied weights) are stored once, under the first name: in a safetensors file the
+    others are recorded in the header metadata under ``"nb_accel.aliases"`` as a JSON object
+    ``{dropped_name: kept_name}``, and in an index under ``"metadata"`` → ``"aliases"``;
+    ``torch.save`` files keep every name with the memory shared. Different views of one memory
+    (overlapping slices) are stored as independent copies.
+
+    Each file is written under a temporary name and renamed into place, the index last, so a
+    reader never sees a partial file. Afterwards, files of the same base name left by an earlier
+    save (shards of another count, the single file or the index) are removed; no other file is.
+
+    Raises:
+        ValueError: ``max_shard_size`` or ``weights_name`` is invalid, or a tensor is on the
+            meta device.
+        TypeError: a state-dict entry is not a tensor with a str name.
+    """
+    limit = parse_size(max_shard_size)
+    base = weights_name or (SAFE_WEIGHTS_NAME if safe_serialization else WEIGHTS_NAME)
+    if base in ("", ".", "..") or os.path.basename(base) != base:
+        raise ValueError(f"weights_name {base!r} must be a plain file name, without folders")
+    directory = Path(save_directory).expanduser()
+    directory.mkdir(parents=True, exist_ok=True)
+    entries = _entries(state_dict)
+    aliases = {name: entry.names[0] for entry in entries for name in entry.names[1:]}
+    shards = _plan_shards(entries, limit)
+    if len(shards) <= 1:
+        path = directory / base
+        _write_shard(path, shards[0] if shards else [], safe_serialization, aliases)
+        _remove_stale(directory, base, sharded=False, keep={base})
+        return [str(path)]
+    written: list[str] = []
+    weight_map: dict[str, str] = {}
+    for number, shard in enumerate(shards, start=1):
+        name = shard_name(base, number, len(shards))
+        _write_shard(directory / name, shard, safe_serialization, aliases)
+        written.append(str(directory / name))
+        for entry in shard:
+            for stored in entry.names if not safe_serialization else entry.names[:1]:
+                weight_map[stored] = name
+    metadata: dict[str, object] = {"total_size": sum(entry.nbytes for entry in entries)}
+    if safe_serialization and aliases:
+        metadata["aliases"] = aliases
+    text = json.dumps({"metadata": metadata, "weight_map": weight_map}, indent=2, sort_keys=True)
+    index = directory / index_name(base)
+    _write_atomic(index, lambda name: Path(name).write_text(text + "\n", encoding="utf-8"))
+    written.append(str(index))
+    keep = {Path(p).name for p in written}
+    _remove_stale(directory, base, sharded=True, keep=keep)
+    return written

@@ -1,0 +1,254 @@
+"""``DataLoaderShard``: every process loads its own shard of the data.
+
+Also the state every prepared loader shares (``end_of_dataloader``, ``remainder``, registration
+with :class:`~nb_accel.runtime.state.GradientState`) and ``SkipDataLoader``.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import torch
+from torch.utils.data import BatchSampler, DataLoader
+
+from ..state import GradientState
+from ..tree import send_to_device
+from .loader_resume import Replay, close_iteration, open_iteration
+from .rng import RNGType, synchronize_rng_states
+from .sampling import BatchSamplerShard, IterableDatasetShard, SkipBatchSampler
+
+__all__ = ["DataLoaderStateMixin", "DataLoaderShard", "SkipDataLoader", "shard_sampler_of"]
+
+_END = object()
+
+
+def shard_sampler_of(batch_sampler: Any) -> tuple[BatchSamplerShard | None, int]:
+    """The :class:`BatchSamplerShard` under ``batch_sampler`` (through skips) and the number of
+    its batches skipped before it; ``(None, 0)`` when there is none."""
+    offset = 0
+    while isinstance(batch_sampler, SkipBatchSampler):
+        offset += batch_sampler.skip_batches
+        batch_sampler = batch_sampler.batch_sampler
+    if isinstance(batch_sampler, BatchSamplerShard):
+        return batch_sampler, offset
+    return None, 0
+
+
+class DataLoaderStateMixin:
+    """Where a prepared loader's iteration stands, as :class:`GradientState` reads it.
+
+    Attributes:
+        end_of_dataloader: True while the last batch of this process is being processed.
+        remainder: how many samples of the last total batch are real (not repeats to even
+            out the processes); -1 when unknown or when nothing is repeated.
+        uneven_ranks: the processes holding a batch at the current step when their batches
+            differ in size or some have none (``even_batches=False``); ``None`` otherwise.
+    """
+
+    #: Returned from a launched function it is refused (see ``runtime/workers/returns.py``).
+    _nb_accel_worker_only = (
+        "return the data or what you computed from it; a loader prepared in the kernel's "
+        "next launch shards the data again"
+    )
+
+    end_of_dataloader: bool = False
+    remainder: int = -1
+    uneven_ranks: tuple[int, ...] | None = None
+    gradient_state: GradientState
+    _drop_last: bool
+    iteration: int = 0  # completed epochs (iterations)
+    _in_epoch: bool = False  # between the start and the end of an iteration
+    _batches_seen: int = 0  # batches yielded in the current (or last) iteration
+    _epoch_start: dict[str, Any] | None = None  # generator states at the iteration's start
+    _abandoned: bool = False  # the last iteration was left part-way (a break)
+    _opened: int = -1  # when the last iteration started (a process-wide count)
+
+    def reset(self) -> None:
+        """Clear the state of the previous iteration."""
+        self.end_of_dataloader = False
+        self.remainder = -1
+        self.uneven_ranks = None
+
+    def _sample_count(self) -> int:
+        return int(self.total_dataset_length)  # type: ignore[attr-defined]
+
+    def begin(self) -> None:
+        """Start an iteration: reset the state and register with the gradient state."""
+        self.reset()
+        if not self._drop_last:
+            try:
+                self.remainder = self._sample_count() % int(self.total_batch_size)  # type: ignore[attr-defined]
+            except (TypeError, ValueError, AttributeError, ZeroDivisionError):
+                self.remainder = -1
+        self.gradient_state._add_dataloader(self)
+
+    def end(self) -> None:
+        """Finish (or abandon) an iteration: unregister from the gradient state."""
+        self.gradient_state._remove_dataloader(self)
+
+    def finish_iteration(self, replay: Replay | None, completed: bool) -> None:
+        """Wrap up an iteration that ``completed`` or was abandoned: restore the generators a
+        replayed start borrowed, unregister, count the epoch, record where it stopped."""
+        if replay is not None:
+            replay.finish()
+        self.end()
+        if completed:
+            self.iteration += 1
+        close_iteration(self, completed)
+
+
+def _set_epoch_on(loader: DataLoader, epoch: int) -> None:  # type: ignore[type-arg]
+    batch_sampler = loader.batch_sampler
+    if batch_sampler is None and isinstance(loader.sampler, BatchSampler):
+        batch_sampler = loader.sampler
+    set_sampler_epoch = getattr(getattr(batch_sampler, "sampler", None), "set_epoch", None)
+    if set_sampler_epoch is not None:
+        set_sampler_epoch(epoch)
+    elif hasattr(loader.dataset, "set_epoch"):
+        loader.dataset.set_epoch(epoch)
+
+
+class DataLoaderShard(DataLoaderStateMixin, DataLoader):  # type: ignore[type-arg]
+    """A ``DataLoader`` over this process's shard that keeps processes in step.
+
+    At the start of every iteration it synchronises the random number generators named in
+    ``rng_types`` with process 0 (so shuffling agrees), moves each batch to ``device``, keeps
+    ``end_of_dataloader`` / ``remainder`` up to date and registers with the gradient state
+    while it is iterated (until the iteration ends or is abandoned).
+
+    Args:
+        dataset: the dataset (usually already sharded by its sampler or wrapper).
+        device: put every batch on this device (``None``: leave it where it is).
+        rng_types: generators to synchronise at every new iteration: ``"torch"``,
+            ``"cuda"``, ``"generator"`` (``synchronized_generator``).
+        synchronized_generator: the generator the sampler shuffles with.
+        skip_batches: batches to skip at the start of every iteration.
+        kwargs: every other ``DataLoader`` argument.
+
+    Attributes:
+        total_batch_size: samples per step over all processes.
+        total_dataset_length: length of the whole dataset.
+    """
+
+    def __init__(
+        self,
+        dataset: Any,
+        device: torch.device | None = None,
+        rng_types: Sequence[RNGType | str] | None = None,
+        synchronized_generator: torch.Generator | None = None,
+        skip_batches: int = 0,
+        _drop_last: bool = False,
+        _non_blocking: bool = False,
+        **kwargs: Any,
+    ) -> None:
+        super().__init__(dataset, **kwargs)
+        self.device = device
+        self.rng_types = [RNGType(kind).value for kind in rng_types] if rng_types else None
+        self.synchronized_generator = synchronized_generator
+        self.skip_batches = skip_batches
+        self._drop_last = _drop_last
+        self._non_blocking = _non_blocking
+        self.gradient_state = GradientState()
+        self.iteration = 0
+        self.reset()
+
+    def _batch_sampler(self) -> Any:
+        if self.batch_sampler is None and isinstance(self.sampler, BatchSampler):
+            return self.sampler
+        return self.batch_sampler
+
+    @property
+    def even_batches(self) -> bool:
+        """False when the shards may hold different numbers or sizes of batches."""
+        shard, _ = shard_sampler_of(self._batch_sampler())
+        return shard is None or shard.even_batches
+
+    @property
+    def total_batch_size(self) -> int:
+        """Samples per step over all processes."""
+        if isinstance(self.dataset, IterableDatasetShard):
+            return self.dataset.real_batch_size
+        batch_sampler = self._batch_sampler()
+        size = getattr(batch_sampler, "batch_size", None) or self.batch_size
+        if size is None:
+            raise TypeError("this loader's batches vary in size: it has no total batch size")
+        shard, _ = shard_sampler_of(batch_sampler)
+        if shard is None or shard.split_batches:
+            return int(size)
+        return int(size) * shard.num_processes
+
+    @property
+    def total_dataset_length(self) -> int:
+        """Length of the whole dataset (all processes together)."""
+        return int(getattr(self.dataset, "total_length", None) or len(self.dataset))  # type: ignore[arg-type]
+
+    def _sample_count(self) -> int:
+        shard, _ = shard_sampler_of(self._batch_sampler())
+        sampler = getattr(shard, "sampler", None) if shard is not None else None
+        try:
+            return len(sampler)  # type: ignore[arg-type]
+        except TypeError:
+            return self.total_dataset_length
+
+    def set_epoch(self, epoch: int) -> None:
+        """Use ``epoch`` from now on; passed on to the sampler (or dataset) when it takes one."""
+        self.iteration = epoch
+        _set_epoch_on(self, epoch)
+
+    def __len__(self) -> int:
+        return max(0, super().__len__() - self.skip_batches)
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        replay = open_iteration(self)
+        if self.rng_types:
+            synchronize_rng_states(self.rng_types, self.synchronized_generator)
+        self.begin()
+        self.set_epoch(self.iteration)
+        completed = False
+        try:
+            yield from self._batches(replay)
+            completed = True
+        finally:
+            self.finish_iteration(replay, completed)
+
+    def _batches(self, replay: Replay | None) -> Iterator[Any]:
+        shard, offset = shard_sampler_of(self._batch_sampler())
+        iterator = super().__iter__()
+        current = next(iterator, _END)
+        if replay is not None:
+            replay.finish()  # the epoch's start is replayed: shuffled as it was
+        index = 0
+        while current is not _END:
+            if self.device is not None:
+                current = send_to_device(current, self.device, non_blocking=self._non_blocking)
+            upcoming = next(iterator, _END)
+            self.end_of_dataloader = upcoming is _END
+            self.uneven_ranks = shard.uneven_ranks_at(index + offset) if shard else None
+            if index >= self.skip_batches:
+                self._batches_seen += 1
+                yield current
+            index += 1
+            current = upcoming
+        self.end_of_dataloader = True
+
+
+class SkipDataLoader(DataLoader):  # type: ignore[type-arg]
+    """A ``DataLoader`` that skips the first ``skip_batches`` batches of every iteration.
+
+    Args:
+        dataset: the dataset.
+        skip_batches: how many batches to skip.
+        kwargs: every other ``DataLoader`` argument.
+    """
+
+    def __init__(self, dataset: Any, skip_batches: int = 0, **kwargs: Any) -> None:
+        super().__init__(dataset, **kwargs)
+        self.skip_batches = skip_batches
+
+    def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        return itertools.islice(super().__iter__(), self.skip_batches, None)
+
+    def __len__(self) -> int:
+        return max(0, super().__len__() - self.skip_batches)

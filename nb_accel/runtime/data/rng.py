@@ -1,0 +1,158 @@
+"""Random number generators: seeding, and making every process draw the same numbers."""
+
+from __future__ import annotations
+
+import enum
+import random
+import sys
+from collections.abc import Iterable
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from ..state import DistributedType, PartialState
+
+__all__ = [
+    "RNGType",
+    "capture_rng_states",
+    "restore_rng_states",
+    "set_seed",
+    "synchronize_rng_state",
+    "synchronize_rng_states",
+]
+
+
+class RNGType(str, enum.Enum):
+    """A random number generator that :func:`synchronize_rng_states` can synchronise."""
+
+    TORCH = "torch"
+    CUDA = "cuda"
+    XLA = "xla"
+    GENERATOR = "generator"
+
+
+def set_seed(seed: int, device_specific: bool = False, deterministic: bool = False) -> None:
+    """Seed Python's ``random``, NumPy (when installed) and torch (CPU, every CUDA device, and
+    the XLA device in an XLA launch).
+
+    Args:
+        seed: the seed.
+        device_specific: add the process index to the seed, so each process draws
+            different numbers.
+        deterministic: also ask torch for deterministic algorithms
+            (``torch.use_deterministic_algorithms(True)``).
+    """
+    if device_specific:
+        seed += PartialState().process_index
+    random.seed(seed)
+    try:
+        import numpy as np
+    except ImportError:
+        pass
+    else:
+        np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)  # also seeds every CUDA device (lazily when CUDA is not up yet)
+    if "torch_xla" in sys.modules and PartialState().distributed_type == DistributedType.XLA:
+        from ..xla.device import seed_device
+
+        seed_device(seed)
+    if deterministic:
+        torch.use_deterministic_algorithms(True)
+
+
+def _broadcast_state(state: torch.Tensor) -> torch.Tensor:
+    """Process 0's generator state, on every process."""
+    partial = PartialState()
+    device = partial.device if partial.backend == "nccl" else torch.device("cpu")
+    moved = state.to(device)
+    dist.broadcast(moved, src=0)
+    return moved.cpu()
+
+
+def synchronize_rng_state(
+    rng_type: RNGType | str | None = None, generator: torch.Generator | None = None
+) -> None:
+    """Give this process the state that process 0's generator of kind ``rng_type`` has.
+
+    ``"torch"``: torch's default CPU generator; ``"cuda"``: the current CUDA device's generator
+    (skipped without CUDA); ``"generator"``: ``generator`` (skipped when ``None``); ``"xla"``:
+    not available in this build, skipped. A no-op on a single process.
+    """
+    kind = RNGType(rng_type if rng_type is not None else RNGType.TORCH)
+    partial = PartialState()
+    if partial.num_processes <= 1 or not dist.is_initialized():
+        return
+    if kind == RNGType.TORCH:
+        torch.set_rng_state(_broadcast_state(torch.get_rng_state()))
+    elif kind == RNGType.CUDA and torch.cuda.is_available():
+        torch.cuda.set_rng_state(_broadcast_state(torch.cuda.get_rng_state()))
+    elif kind == RNGType.GENERATOR and generator is not None:
+        generator.set_state(_broadcast_state(generator.get_state()))
+
+
+def synchronize_rng_states(
+    rng_types: Iterable[RNGType | str], generator: torch.Generator | None = None
+) -> None:
+    """Call :func:`synchronize_rng_state` for each of ``rng_types`` (same order everywhere)."""
+    for rng_type in rng_types:
+        synchronize_rng_state(RNGType(rng_type), generator=generator)
+
+
+def capture_rng_states() -> dict[str, Any]:
+    """This process's global random number generators' states, as plain data and tensors.
+
+    Python's ``random``, NumPy's global generator (when NumPy has been imported), torch's CPU
+    generator and, when CUDA is already initialised, every CUDA device's generator. The result
+    holds only numbers, strings and tensors, so it loads back with ``weights_only=True``.
+    """
+    version, internal, gauss = random.getstate()
+    states: dict[str, Any] = {
+        "python": {"version": version, "state": torch.tensor(internal), "gauss": gauss},
+        "torch": torch.get_rng_state(),
+        "numpy": None,
+        "cuda": None,
+    }
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        kind, keys, pos, has_gauss, cached = numpy.random.get_state()
+        states["numpy"] = {
+            "kind": str(kind),
+            "keys": torch.from_numpy(keys.astype("int64")),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        states["cuda"] = torch.cuda.get_rng_state_all()
+    return states
+
+
+def restore_rng_states(states: dict[str, Any]) -> None:
+    """Give this process's global generators the states :func:`capture_rng_states` returned."""
+    python = states["python"]
+    internal = tuple(int(value) for value in python["state"].tolist())
+    random.setstate((python["version"], internal, python["gauss"]))
+    torch.set_rng_state(states["torch"])
+    numpy_state = states.get("numpy")
+    if numpy_state is not None:
+        import numpy
+
+        keys = numpy_state["keys"].numpy().astype(numpy.uint32)
+        numpy.random.set_state(
+            (
+                numpy_state["kind"],
+                keys,
+                numpy_state["pos"],
+                numpy_state["has_gauss"],
+                numpy_state["cached_gaussian"],
+            )
+        )
+    cuda = states.get("cuda")
+    if cuda is not None and torch.cuda.is_available():
+        if len(cuda) != torch.cuda.device_count():
+            raise ValueError(
+                f"the saved random states cover {len(cuda)} CUDA devices; this process sees "
+                f"{torch.cuda.device_count()}"
+            )
+        torch.cuda.set_rng_state_all(cuda)

@@ -1,0 +1,93 @@
+"""``nb_accel.tqdm``: tqdm's progress bar, reported to the kernel from inside a launch.
+
+In a launched worker the bar draws nothing: at each refresh tqdm would draw (at most ten a
+second, its ``mininterval``) it hands its state to the worker's reporter
+(:mod:`~nb_accel.runtime.reporting.reporter`), and the kernel shows every rank's bar in one view.
+Outside a launch ``nb_accel.tqdm(...)`` is ``tqdm.auto.tqdm(...)``: a widget in a notebook, a
+text bar elsewhere. Everything else — ``desc``, ``total``, ``unit``, ``update``,
+``set_postfix``, ``leave``, nesting, iteration speed — is tqdm's own.
+"""
+
+from __future__ import annotations
+
+import importlib
+import io
+import itertools
+from typing import Any
+
+from tqdm.std import tqdm as std_tqdm
+
+from ..._messages import BarState
+from .reporter import Reporter, current_reporter
+
+__all__ = ["tqdm", "trange"]
+
+_ids = itertools.count()
+
+
+class _Discard(io.TextIOBase):
+    """Where a reported bar would draw: nowhere."""
+
+    def write(self, text: str) -> int:
+        return len(text)
+
+    def isatty(self) -> bool:
+        return False
+
+
+class tqdm(std_tqdm):  # type: ignore[type-arg]
+    """A tqdm progress bar that, inside a launch, shows up in the kernel's launch view.
+
+    Takes every argument tqdm takes. Outside a launch, constructing one gives a
+    ``tqdm.auto.tqdm`` (a notebook widget or a text bar).
+    """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        if cls is tqdm and current_reporter() is None:
+            auto = importlib.import_module("tqdm.auto").tqdm
+            return auto(*args, **kwargs)
+        return super().__new__(cls, *args, **kwargs)
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self._nb_reporter: Reporter | None = current_reporter()
+        self._nb_bar = next(_ids)
+        if self._nb_reporter is not None:
+            kwargs["file"] = _Discard()
+            kwargs.setdefault("dynamic_ncols", False)
+        super().__init__(*args, **kwargs)
+
+    def _nb_state(self, closed: bool) -> BarState:
+        info = self.format_dict
+        total = info.get("total")
+        return BarState(
+            bar=self._nb_bar,
+            level=abs(getattr(self, "pos", 0) or 0),
+            desc=str(info.get("prefix") or ""),
+            n=float(info["n"]),
+            total=float(total) if total is not None else None,
+            unit=str(info.get("unit") or "it"),
+            elapsed=float(info.get("elapsed") or 0.0),
+            rate=info.get("rate"),
+            postfix=str(info.get("postfix") or ""),
+            closed=closed,
+            leave=bool(self.leave) if self.leave is not None else getattr(self, "pos", 0) == 0,
+        )
+
+    def display(self, msg: str | None = None, pos: int | None = None) -> bool:
+        """Report the bar's state (inside a launch) or draw it (outside)."""
+        if self._nb_reporter is None:
+            return bool(super().display(msg, pos))
+        self._nb_reporter.bar(self._nb_state(closed=False))
+        return True
+
+    def close(self) -> None:
+        """Close the bar; inside a launch its final state is reported."""
+        was_open = not getattr(self, "disable", True)
+        super().close()
+        if was_open and self._nb_reporter is not None:
+            self._nb_reporter.bar(self._nb_state(closed=True))
+
+
+def trange(*args: Any, **kwargs: Any) -> tqdm:
+    """``tqdm(range(*args), **kwargs)``."""
+    return tqdm(range(*args), **kwargs)

@@ -1,0 +1,113 @@
+"""Mixed precision: autocast contexts, the fp16 gradient scaler, fp32 model outputs."""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+from collections.abc import Callable
+from typing import Any
+
+import torch
+
+from ..tree import recursively_apply
+
+__all__ = [
+    "check_precision_for_device",
+    "autocast_context",
+    "make_grad_scaler",
+    "convert_outputs_to_fp32",
+    "autocast_forward",
+    "clip_scaled_grad_norm_",
+    "clip_scaled_grad_value_",
+]
+
+_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+
+
+def check_precision_for_device(mixed_precision: str, device: torch.device) -> None:
+    """Raise ``ValueError`` for a precision this device cannot run (fp16 off CUDA)."""
+    if mixed_precision == "fp16" and device.type != "cuda":
+        raise ValueError(
+            f"mixed_precision='fp16' needs a CUDA GPU, but this process runs on {device.type}; "
+            "use mixed_precision='bf16' on the CPU, or 'no'"
+        )
+
+
+def autocast_context(
+    mixed_precision: str, device: torch.device, enabled: bool = True, **kwargs: Any
+) -> contextlib.AbstractContextManager[Any]:
+    """The ``torch.autocast`` context for ``mixed_precision`` on ``device`` (or a no-op)."""
+    dtype = _DTYPES.get(mixed_precision)
+    if dtype is None or not enabled:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype, **kwargs)
+
+
+def make_grad_scaler(mixed_precision: str, device: torch.device, **kwargs: Any) -> Any | None:
+    """A ``GradScaler`` for fp16 on CUDA; ``None`` otherwise (bf16 needs none)."""
+    if mixed_precision != "fp16":
+        return None
+    return torch.amp.GradScaler(device.type, **kwargs)
+
+
+def _gradients(parameters: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+    return params, [p.grad for p in params if p.grad is not None]
+
+
+def _loss_scale(scaler: Any, device: torch.device) -> torch.Tensor:
+    """The scale the gradients carry, as a tensor on ``device`` (no host synchronisation)."""
+    return scaler.scale(torch.ones((), device=device))  # type: ignore[no-any-return]
+
+
+def clip_scaled_grad_norm_(
+    parameters: Any, max_norm: float, norm_type: float, scaler: Any
+) -> torch.Tensor:
+    """``torch.nn.utils.clip_grad_norm_`` for gradients still multiplied by the fp16 loss scale.
+
+    The norm is measured on the true (unscaled) gradients and the same factor is applied as
+    in full precision, so the gradients stay scaled and the result equals clipping unscaled
+    gradients. Returns the true total norm.
+    """
+    params, grads = _gradients(parameters)
+    if not grads:
+        return torch.tensor(0.0)
+    total_norm = torch.nn.utils.get_total_norm(grads, norm_type)
+    total_norm = total_norm / _loss_scale(scaler, total_norm.device)
+    torch.nn.utils.clip_grads_with_norm_(params, max_norm, total_norm)
+    return total_norm
+
+
+def clip_scaled_grad_value_(parameters: Any, clip_value: float, scaler: Any) -> None:
+    """``torch.nn.utils.clip_grad_value_`` for gradients still multiplied by the fp16 loss scale:
+    each value is clamped to ``clip_value`` times the scale."""
+    _, grads = _gradients(parameters)
+    bounds: dict[torch.device, torch.Tensor] = {}
+    for grad in grads:
+        if grad.device not in bounds:
+            bounds[grad.device] = _loss_scale(scaler, grad.device) * float(clip_value)
+        grad.clamp_(min=-bounds[grad.device], max=bounds[grad.device])
+
+
+def _to_fp32(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
+
+
+def convert_outputs_to_fp32(value: Any) -> Any:
+    """Cast half-precision floating tensors in ``value`` (nested lists/tuples/dicts) to fp32."""
+    return recursively_apply(_to_fp32, value)
+
+
+def autocast_forward(
+    forward: Callable[..., Any], mixed_precision: str, device: torch.device
+) -> Callable[..., Any]:
+    """``forward`` run under autocast, its floating outputs returned in fp32."""
+
+    @functools.wraps(forward)
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        with autocast_context(mixed_precision, device):
+            outputs = forward(*args, **kwargs)
+        return convert_outputs_to_fp32(outputs)
+
+    wrapped.__nb_accel_original_forward__ = forward  # type: ignore[attr-defined]
+    return wrapped

@@ -1,0 +1,185 @@
+"""The Accelerator's training-loop methods: backward, accumulation, clipping, precision."""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+from ..options import AutocastKwargs
+from ..reporting.reporter import current_reporter, numeric_values
+from ..state import AcceleratorState, GradientState, PartialState
+from .accumulation import GradientAccumulator, no_sync
+from .optimizer import AcceleratedOptimizer
+from .precision import autocast_context, clip_scaled_grad_norm_, clip_scaled_grad_value_
+from .scheduler import AcceleratedScheduler
+
+__all__ = ["TrainingMethods"]
+
+
+class TrainingMethods:
+    """Mixin of :class:`Accelerator`: what happens inside the training loop."""
+
+    gradient_state: GradientState
+    scaler: Any | None
+    _accumulator: GradientAccumulator
+    _handlers: dict[str, Any]
+    _models: list[torch.nn.Module]
+    _optimizers: list[AcceleratedOptimizer]
+    _schedulers: list[AcceleratedScheduler]
+    _dataloaders: list[Any]
+
+    _partial: PartialState
+    state: AcceleratorState
+
+    @property
+    def gradient_accumulation_steps(self) -> int:
+        """Batches per optimizer step."""
+        return int(self.gradient_state.num_steps)
+
+    @gradient_accumulation_steps.setter
+    def gradient_accumulation_steps(self, steps: int) -> None:
+        self.gradient_state.num_steps = steps
+
+    @property
+    def sync_gradients(self) -> bool:
+        """True on the batches where gradients are synchronised and the optimizer steps."""
+        return bool(self.gradient_state.sync_gradients)
+
+    @sync_gradients.setter
+    def sync_gradients(self, value: bool) -> None:
+        self.gradient_state._set_sync_gradients(value)
+
+    @property
+    def optimizer_step_was_skipped(self) -> bool:
+        """True when an fp16 optimizer step was skipped because of inf/NaN gradients."""
+        return any(optimizer.step_was_skipped for optimizer in self._optimizers)
+
+    def backward(self, loss: torch.Tensor, **kwargs: Any) -> None:
+        """``loss.backward()``, divided by the accumulation steps and scaled under fp16."""
+        if self.gradient_accumulation_steps > 1:
+            loss = loss / self.gradient_accumulation_steps
+        if self.scaler is not None:
+            self.scaler.scale(loss).backward(**kwargs)
+        else:
+            loss.backward(**kwargs)
+
+    @contextlib.contextmanager
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
+        """One batch under gradient accumulation: no DDP all-reduce until a synchronising step."""
+        with self._accumulator.accumulate(*models):
+            yield
+
+    @contextlib.contextmanager
+    def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
+        """Skip DDP's gradient all-reduce inside the block (gradients accumulate locally)."""
+        with no_sync(model):
+            yield
+
+    def unscale_gradients(self, optimizer: Any | None = None) -> None:
+        """Divide gradients by the fp16 loss scale (done for you by the clipping methods).
+
+        Gradients are unscaled on the synchronising batch only; while they accumulate they
+        keep the scale, and the clipping methods account for it.
+        """
+        targets = [optimizer] if optimizer is not None else self._optimizers
+        for target in targets:
+            if isinstance(target, AcceleratedOptimizer):
+                target.unscale_gradients()
+
+    def clip_grad_norm_(
+        self, parameters: Any, max_norm: float, norm_type: float = 2
+    ) -> torch.Tensor:
+        """Clip the gradients' norm; returns the total norm before clipping.
+
+        Under fp16 the result is the same as in full precision on every batch: on the
+        synchronising batch the gradients are unscaled first; while accumulating (they still
+        carry the loss scale) the norm is measured and clipped as if they were unscaled.
+        """
+        self.unscale_gradients()
+        self._reduce_xla_gradients()
+        if self._gradients_carry_loss_scale():
+            return clip_scaled_grad_norm_(parameters, max_norm, norm_type, self.scaler)
+        return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
+
+    def clip_grad_value_(self, parameters: Any, clip_value: float) -> None:
+        """Clip each gradient value to ``[-clip_value, clip_value]`` (of the unscaled gradient
+        under fp16, on every batch, as :meth:`clip_grad_norm_`)."""
+        self.unscale_gradients()
+        self._reduce_xla_gradients()
+        if self._gradients_carry_loss_scale():
+            clip_scaled_grad_value_(parameters, clip_value, self.scaler)
+        else:
+            torch.nn.utils.clip_grad_value_(parameters, clip_value)
+
+    def _gradients_carry_loss_scale(self) -> bool:
+        """True under fp16 while no optimizer has unscaled this step's gradients."""
+        if self.scaler is None:
+            return False
+        return not any(optimizer.gradients_unscaled for optimizer in self._optimizers)
+
+    def _reduce_xla_gradients(self) -> None:
+        """On XLA, gradients are clipped once averaged across ranks (as DDP has them)."""
+        for optimizer in self._optimizers:
+            optimizer._reduce_xla_gradients()
+
+    def autocast(
+        self, autocast_handler: AutocastKwargs | None = None
+    ) -> contextlib.AbstractContextManager[Any]:
+        """Run the block under this Accelerator's mixed precision (a no-op with ``"no"``)."""
+        options = autocast_handler or self._handlers.get("AutocastKwargs") or AutocastKwargs()
+        return autocast_context(
+            self.state.mixed_precision, self._partial.device, **options.to_kwargs()
+        )
+
+    def free_memory(self, *objects: Any) -> list[None]:
+        """Drop the references this Accelerator holds, collect garbage, empty the CUDA cache.
+
+        Returns one ``None`` per object passed, to rebind them:
+        ``model, opt = accelerator.free_memory(model, opt)``.
+        """
+        self._models.clear()
+        self._optimizers.clear()
+        self._schedulers.clear()
+        self._dataloaders.clear()
+        gc.collect()
+        if self._partial.device.type == "cuda":
+            torch.cuda.empty_cache()
+        return [None for _ in objects]
+
+    clear = free_memory
+
+    def log(
+        self,
+        values: dict[str, Any],
+        step: int | None = None,
+        log_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        """Send ``values`` (numbers or one-element tensors; other entries are skipped) to the
+        kernel, where the launch view draws them as live line charts, one line per name.
+
+        Every process may log; the view draws rank 0's by default. Outside a launch this does
+        nothing. ``step`` is the x value (default: the count of calls so far). A tensor (a loss
+        on the GPU, say) is not read here, so logging never makes the loop wait for the GPU:
+        a copy is read when the point is sent, with the value it had when logged.
+        """
+        del log_kwargs
+        reporter = current_reporter()
+        if reporter is not None:
+            numbers = numeric_values(values)
+            if numbers:
+                reporter.log(numbers, step)
+
+    def init_trackers(
+        self,
+        project_name: str,
+        config: dict[str, Any] | None = None,
+        init_kwargs: dict[str, Any] | None = None,
+    ) -> None:
+        """Start experiment trackers; none are configured, so this does nothing."""
+
+    def end_training(self) -> None:
+        """Finish experiment trackers; none are configured, so this does nothing."""

@@ -1,0 +1,286 @@
+"""Worker main of a multi-node launch: a process that torch's elastic agent started on a node.
+
+The elastic agent (in the kernel of each node) starts the workers, runs the rendezvous and
+restarts the group after a failure; it hands each worker ``LOCAL_RANK``, ``WORLD_SIZE`` and the
+address of its store (``MASTER_ADDR``/``MASTER_PORT``). The worker then does what a single-node
+worker does: it connects back to its kernel (a Unix socket, authenticated), relays its output
+and progress there, joins the process group, runs the function and reports the outcome.
+
+Global ranks follow ``node_rank``: node ``k`` holds ranks ``k * n`` to ``k * n + n - 1``, so
+rank 0 is always on the node launched with ``node_rank=0``. Before joining the group every
+worker claims its rank in the store, which turns two nodes launched with the same
+``node_rank`` into a clear error instead of a hang. A failing rank also writes its failure
+into the store (unless it is itself a lost connection or a timeout, which only follow another
+failure), so the ranks on other nodes that fail because it went away report the original
+error (its type, rank and host) rather than a lost connection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import socket
+import sys
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from multiprocessing.connection import Client
+from typing import Any
+
+import cloudpickle
+import torch
+import torch.distributed as dist
+
+from ..._messages import Failure, Result, Started
+from ...errors import LaunchError, is_peer_loss
+from ..reporting.channel import EventChannel, set_current_channel
+from ..reporting.relay import RelayStream
+from ..reporting.reporter import flush_reporter
+from ..state import reset_all_states
+from .entrypoint import (
+    _die_with_parent,
+    _forget_inherited_process_group,
+    _kept_alive,
+    _leave_the_kernel_shell,
+    _reset_signal_handlers,
+    _result,
+    failure_event,
+    nccl_device,
+)
+from .fd_forwarder import forward_file_descriptors
+
+__all__ = ["NodeWorkerArgs", "node_worker_main", "global_rank"]
+
+#: How long a rank whose collective broke waits for another rank's failure to show up.
+PEER_FAILURE_WAIT_S = 2.0
+_FIRST_FAILURE = "first_failure"
+_ABORT = "abort"
+
+
+@dataclass(frozen=True)
+class NodeWorkerArgs:
+    """What every worker of one node needs (plain data: it is pickled for ``spawn``).
+
+    Attributes:
+        address: the kernel's listening socket.
+        authkey: the secret a worker proves it belongs to this launch with.
+        node_rank: this node's number.
+        num_nodes: the number of nodes.
+        backend: ``"gloo"`` or ``"nccl"``.
+        device_type: ``"cpu"`` or ``"cuda"``.
+        timeout_s: bound on every collective, in seconds.
+        mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``.
+        payload: the cloudpickled ``(function, args, kwargs)``.
+        env: extra environment variables set before anything else.
+    """
+
+    address: str
+    authkey: bytes
+    node_rank: int
+    num_nodes: int
+    backend: str
+    device_type: str
+    timeout_s: float
+    mixed_precision: str
+    payload: bytes
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def global_rank(node_rank: int, local_rank: int, per_node: int) -> int:
+    """The rank of ``local_rank`` on node ``node_rank`` when every node runs ``per_node``."""
+    return node_rank * per_node + local_rank
+
+
+def _env_int(name: str) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        raise RuntimeError(f"{name} is not set: this function runs under torch's elastic agent")
+    return int(value)
+
+
+class _Node:
+    """Where this worker stands: its ranks, its host, and the store of its attempt."""
+
+    def __init__(self, args: NodeWorkerArgs) -> None:
+        self.args = args
+        self.local_rank = _env_int("LOCAL_RANK")
+        self.per_node = _env_int("LOCAL_WORLD_SIZE")
+        self.world_size = _env_int("WORLD_SIZE")
+        self.attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        self.rank = global_rank(args.node_rank, self.local_rank, self.per_node)
+        self.host = socket.gethostname()
+        self.store: Any = None
+
+    def environment(self) -> dict[str, str]:
+        """The variables a single-node worker sets too, with this node's ranks."""
+        variables = {
+            "RANK": str(self.rank),
+            "GROUP_RANK": str(self.args.node_rank),
+            "NODE_RANK": str(self.args.node_rank),
+            "ROLE_RANK": str(self.rank),
+            "ROLE_WORLD_SIZE": str(self.world_size),
+            "NB_ACCEL_LAUNCHED": "1",
+            "NB_ACCEL_MIXED_PRECISION": self.args.mixed_precision,
+            "NB_ACCEL_BACKEND": self.args.backend,
+        }
+        variables.update(self.args.env)
+        return variables
+
+    def connect_store(self) -> None:
+        """The elastic agent's store for this attempt, under a prefix of our own; its waits
+        (NCCL's exchange of its communicator's id among them) allow the launch's timeout."""
+        timeout = timedelta(seconds=self.args.timeout_s)
+        tcp = dist.TCPStore(
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, False, timeout
+        )
+        self.store = dist.PrefixStore(f"nb_accel/attempt_{self.attempt}", tcp)
+
+    def check_layout(self) -> None:
+        """Fail clearly when the nodes disagree on their numbers or sizes."""
+        expected = self.per_node * self.args.num_nodes
+        if self.world_size != expected:
+            raise RuntimeError(
+                f"the rendezvous formed a group of {self.world_size} processes, but "
+                f"{self.args.num_nodes} nodes of {self.per_node} make {expected}: launch every "
+                "node with the same num_processes and num_nodes"
+            )
+
+    def claim_rank(self) -> None:
+        """Claim this rank in the store and wait until every rank is claimed."""
+        me = f"{self.host} (pid {os.getpid()})"
+        owner = self.store.compare_set(f"rank/{self.rank}", "", me).decode()
+        if owner != me:
+            message = (
+                f"two nodes were launched with node_rank={self.args.node_rank} ({owner} and "
+                f"{me}): give each node its own node_rank, from 0 to {self.args.num_nodes - 1}"
+            )
+            self.store.set(_ABORT, message)
+            raise ValueError(message)
+        claimed = self.store.add("claimed", 1)
+        deadline = time.monotonic() + self.args.timeout_s
+        while claimed < self.world_size:
+            if self.store.check([_ABORT]):
+                raise ValueError(self.store.get(_ABORT).decode())
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"only {claimed} of {self.world_size} ranks started within "
+                    f"{self.args.timeout_s:g} s"
+                )
+            time.sleep(0.005)
+            claimed = self.store.add("claimed", 0)
+
+    def join_group(self) -> None:
+        """Join the process group with this node's global rank."""
+        if self.args.device_type == "cuda":
+            torch.cuda.set_device(self.local_rank)
+        elif "OMP_NUM_THREADS" not in os.environ:
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.per_node))
+        dist.init_process_group(
+            self.args.backend,
+            store=dist.PrefixStore("group", self.store),
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=timedelta(seconds=self.args.timeout_s),
+            device_id=nccl_device(self.args.backend, self.local_rank),
+        )
+        if self.args.backend == "gloo":
+            dist.barrier()
+
+    def publish_failure(self, failure: Failure) -> None:
+        """Record ``failure`` as the launch's first unless another rank's came first."""
+        if self.store is None:
+            return
+        try:
+            self.store.compare_set(_FIRST_FAILURE, "", pickle.dumps(failure))
+        except Exception:  # noqa: BLE001 - the store may be gone with its node
+            pass
+
+    def peer_failure(self, wait_s: float) -> Failure | None:
+        """Another rank's failure recorded in the store (waiting up to ``wait_s`` for one)."""
+        if self.store is None:
+            return None
+        deadline = time.monotonic() + wait_s
+        try:
+            while True:
+                if self.store.check([_FIRST_FAILURE]):
+                    failure = pickle.loads(self.store.get(_FIRST_FAILURE))
+                    return failure if failure.rank != self.rank else None
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(0.02)
+        except Exception:  # noqa: BLE001 - the store may be gone with its node
+            return None
+
+
+def _is_knock_on(failure: Failure) -> bool:
+    """True for a failure that usually follows another rank's (a lost peer, a timed-out
+    collective): the same judgement as the kernel's."""
+    return failure.is_timeout or is_peer_loss(failure.message)
+
+
+def _failure(node: _Node, exc: BaseException) -> Failure:
+    """What to report for ``exc``: another rank's original failure when this one only
+    followed from it (a lost connection), else this rank's own, marked with its host."""
+    own = _with_host(failure_event(node.rank, exc, (__file__,)), node.host)
+    first = node.peer_failure(PEER_FAILURE_WAIT_S if _is_knock_on(own) else 0.0)
+    if first is not None and first.type_name == "builtins.KeyboardInterrupt":
+        stopped = LaunchError(
+            f"rank {first.rank} (host {first.host}) was interrupted: its node's launch was "
+            "stopped, so the ranks here stopped too"
+        )
+        return _with_host(failure_event(first.rank, stopped), first.host)
+    return first if first is not None else own
+
+
+def _with_host(failure: Failure, host: str) -> Failure:
+    """``failure`` marked with the host its rank ran on."""
+    return dataclasses.replace(failure, host=host)
+
+
+def node_worker_main(args: NodeWorkerArgs) -> None:
+    """Run the launch's function as one rank of a multi-node group (elastic's entrypoint).
+
+    Returns ``None`` on success (the result travels to the kernel over the event channel);
+    on failure it reports and ends the process with exit code 1, which the elastic agent sees
+    as this worker's failure (and restarts the group when restarts are left).
+    """
+    _die_with_parent(None)
+    _reset_signal_handlers()
+    _leave_the_kernel_shell()
+    node = _Node(args)
+    os.environ.update(node.environment())
+    reset_all_states()
+    _forget_inherited_process_group()
+    forwarder = Client(args.address, family="AF_UNIX", authkey=args.authkey)
+    forward_file_descriptors(forwarder, node.rank)  # C++ and CUDA output, os.write, programs
+    forwarder.close()  # the forwarder's own now
+    channel = EventChannel(Client(args.address, family="AF_UNIX", authkey=args.authkey), node.rank)
+    set_current_channel(channel)
+    sys.stdout = RelayStream(channel, "stdout", 1)
+    sys.stderr = RelayStream(channel, "stderr", 2)
+    channel.send(Started(node.rank, os.getpid(), node.attempt))
+    outcome: Result | Failure
+    try:
+        function, fargs, fkwargs = cloudpickle.loads(args.payload)
+        node.check_layout()
+        node.connect_store()
+        node.claim_rank()
+        node.join_group()
+        outcome = _result(node.rank, function(*fargs, **fkwargs))
+    except BaseException as exc:  # noqa: BLE001 - every failure is reported to the kernel
+        outcome = _failure(node, exc)
+    if isinstance(outcome, Failure) and outcome.rank == node.rank:
+        outcome = _with_host(outcome, node.host)
+        if not _is_knock_on(outcome):  # only a possible root cause is relayed to the others
+            node.publish_failure(outcome)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    flush_reporter()
+    channel.send(outcome)
+    channel.close()
+    if isinstance(outcome, Failure):
+        os._exit(1)
+    if dist.is_initialized():
+        _kept_alive.append(dist.group.WORLD)
+        dist.destroy_process_group()
