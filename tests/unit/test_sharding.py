@@ -354,3 +354,35 @@ def test_loader_state_on_one_process() -> None:
     for _ in loader:
         break  # abandoned early: still unregistered
     assert state.active_dataloader is None and not state.in_dataloader
+
+
+class EpochBatchSampler:
+    """A custom batch sampler (not a ``BatchSampler``) whose order depends on its epoch."""
+
+    def __init__(self, n: int, size: int) -> None:
+        self.n, self.batch_size, self.drop_last = n, size, False
+        self.epoch = 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __iter__(self) -> Iterator[list[int]]:
+        order = torch.randperm(self.n, generator=torch.Generator().manual_seed(self.epoch))
+        for start in range(0, self.n, self.batch_size):
+            yield order[start : start + self.batch_size].tolist()
+
+    def __len__(self) -> int:
+        return -(-self.n // self.batch_size)
+
+
+@pytest.mark.parametrize("procs", [1, 2])
+def test_set_epoch_reaches_a_custom_batch_sampler(procs: int) -> None:
+    batch_sampler = EpochBatchSampler(8, 2)
+    loader = DataLoader(TensorDataset(torch.arange(8)), batch_sampler=batch_sampler)
+    prepared = prepare_data_loader(loader, num_processes=procs, process_index=0)
+    prepared.set_epoch(5)
+    assert batch_sampler.epoch == 5
+    first = [batch.tolist() for (batch,) in prepared]
+    prepared.set_epoch(6)
+    assert batch_sampler.epoch == 6
+    assert [batch.tolist() for (batch,) in prepared] != first

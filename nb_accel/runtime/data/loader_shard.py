@@ -103,6 +103,9 @@ def _set_epoch_on(loader: DataLoader, epoch: int) -> None:  # type: ignore[type-
     batch_sampler = loader.batch_sampler
     if batch_sampler is None and isinstance(loader.sampler, BatchSampler):
         batch_sampler = loader.sampler
+    set_batch_sampler_epoch = getattr(batch_sampler, "set_epoch", None)
+    if set_batch_sampler_epoch is not None:  # a custom batch sampler's own (or through a shard)
+        set_batch_sampler_epoch(epoch)
     set_sampler_epoch = getattr(getattr(batch_sampler, "sampler", None), "set_epoch", None)
     if set_sampler_epoch is not None:
         set_sampler_epoch(epoch)

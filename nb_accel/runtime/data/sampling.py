@@ -91,6 +91,12 @@ class _WrappingBatchSampler(BatchSampler):
         """Number of batches of the wrapped batch sampler (skipped ones and every process's)."""
         return len(self.batch_sampler)
 
+    def set_epoch(self, epoch: int) -> None:
+        """Pass ``epoch`` on to the wrapped batch sampler when it takes one."""
+        set_epoch = getattr(self.batch_sampler, "set_epoch", None)
+        if set_epoch is not None:
+            set_epoch(epoch)
+
 
 class BatchSamplerShard(_WrappingBatchSampler):
     """Process ``process_index``'s share of the batches of ``batch_sampler``.
