@@ -5,6 +5,7 @@ Replacing ``accelerate`` by ``nb_accel`` in a user's imports is the whole migrat
 
 from .runtime.checkpoint.model_io import load_checkpoint_in_model
 from .runtime.data.rng import RNGType, set_seed, synchronize_rng_state, synchronize_rng_states
+from .runtime.enums import LoggerType, PrecisionType
 from .runtime.ops import (
     DistributedOperationException,
     broadcast,
@@ -42,6 +43,8 @@ __all__ = [
     "DistributedType",
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
+    "LoggerType",
+    "PrecisionType",
     "ProjectConfiguration",
     "RNGType",
     "broadcast",

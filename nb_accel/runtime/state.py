@@ -34,12 +34,27 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class DistributedType(str, enum.Enum):
-    """The kind of distributed setup the current process runs in."""
+    """The kind of distributed setup the current process runs in.
+
+    nb_accel runs ``NO``, ``MULTI_CPU``, ``MULTI_GPU`` and ``XLA``; the other members exist so
+    that code written for Accelerate (``if state.distributed_type == DistributedType.DEEPSPEED``)
+    runs unchanged, and never match here.
+    """
 
     NO = "NO"
     MULTI_CPU = "MULTI_CPU"
     MULTI_GPU = "MULTI_GPU"
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
+    MULTI_XPU = "MULTI_XPU"
+    DEEPSPEED = "DEEPSPEED"
+    FSDP = "FSDP"
     XLA = "XLA"
+    MEGATRON_LM = "MEGATRON_LM"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"
 
 
 def _env_int(name: str, default: int) -> int:

@@ -1,0 +1,57 @@
+"""The enums Accelerate places in ``accelerate.utils``: mixed-precision modes and trackers.
+
+``DistributedType`` lives with the state it describes (``runtime/state.py``).
+"""
+
+from __future__ import annotations
+
+import enum
+
+__all__ = ["LoggerType", "PrecisionType"]
+
+
+class _ContainsValues(enum.EnumMeta):
+    """An enum metaclass whose ``in`` also accepts a member's value: ``"fp16" in PrecisionType``."""
+
+    def __contains__(cls, item: object) -> bool:
+        try:
+            cls(item)
+        except ValueError:
+            return False
+        return True
+
+
+class _NamedEnum(enum.Enum, metaclass=_ContainsValues):
+    """An enum whose ``str()`` is its value, with ``list()`` of every value."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+    @classmethod
+    def list(cls) -> list[str]:
+        """Every member's value, in definition order."""
+        return [str(member) for member in cls]
+
+
+class PrecisionType(str, _NamedEnum):
+    """The mixed-precision modes Accelerate names (``Accelerator(mixed_precision=...)``)."""
+
+    NO = "no"
+    FP8 = "fp8"
+    FP16 = "fp16"
+    BF16 = "bf16"
+
+
+class LoggerType(_NamedEnum):
+    """The experiment trackers Accelerate names (``Accelerator(log_with=...)``)."""
+
+    ALL = "all"
+    AIM = "aim"
+    TENSORBOARD = "tensorboard"
+    WANDB = "wandb"
+    TRACKIO = "trackio"
+    COMETML = "comet_ml"
+    MLFLOW = "mlflow"
+    CLEARML = "clearml"
+    DVCLIVE = "dvclive"
+    SWANLAB = "swanlab"
