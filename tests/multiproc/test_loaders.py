@@ -388,3 +388,37 @@ def test_dataset_error_on_process_0_is_what_the_user_sees() -> None:
         with pytest.raises(BrokenSample, match="sample 13 is corrupt") as info:
             notebook_launcher(dispatch_broken, args=(portable,), num_processes=2)
         assert any("rank 0 of 2" in note for note in info.value.__notes__)
+
+
+class ReadyBatches(IterableDataset):  # type: ignore[type-arg]
+    """Yields ready-made batches ``[0, 1], [2, 3], ...`` (a loader with ``batch_size=None``)."""
+
+    def __init__(self, batches: int) -> None:
+        self.batches = batches
+
+    def __iter__(self) -> Iterator[torch.Tensor]:
+        return (torch.tensor([2 * i, 2 * i + 1]) for i in range(self.batches))
+
+    def __len__(self) -> int:
+        return self.batches
+
+
+def ready_made_batches() -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    options: dict[str, dict[str, Any]] = {
+        "defaults": {},
+        "uneven": {"even_batches": False},
+        "shard": {"dispatch_batches": False},
+        "uneven_shard": {"even_batches": False, "dispatch_batches": False},
+    }
+    for name, kwargs in options.items():
+        loader = prepare_data_loader(DataLoader(ReadyBatches(4), batch_size=None), **kwargs)
+        out[name] = ([batch.tolist() for batch in loader], len(loader))
+    return out
+
+
+def test_ready_made_batches_go_whole_to_each_process_in_turn() -> None:
+    ranks = notebook_launcher(ready_made_batches, num_processes=2)
+    for name in ("defaults", "uneven", "shard", "uneven_shard"):
+        assert ranks[0][name] == ([[0, 1], [4, 5]], 2), name
+        assert ranks[1][name] == ([[2, 3], [6, 7]], 2), name

@@ -13,25 +13,22 @@ from __future__ import annotations
 import itertools
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
-import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from ..state import GradientState, PartialState
 from ..tree import (
     find_batch_size,
     flatten_tree,
-    honor_type,
     ignorant_find_batch_size,
-    rebuild_mapping,
-    recursively_apply,
     send_to_device,
     unflatten_tree,
 )
 from ..tree import slice_tensors as _slice_tensors
+from .global_batch import append_rows, cut_leaf, detached, head_rows, joined, split_bounds
 from .link_gloo import GlooReceiver, GlooSender
 from .link_local import LocalReceiver, LocalSender, connect_local, local_link_available
 from .loader_pieces import pieces_supported, prepared_steps
@@ -45,50 +42,6 @@ __all__ = ["DataLoaderDispatcher"]
 _END = object()
 #: One step: this process's slice (None: it has none), rows in the global batch, rows next.
 Step = tuple[Any, int, int]
-
-
-def _detached(leaf: Any) -> Any:
-    """A tensor leaf copied out of the batch it views; other leaves as they are."""
-    return leaf.clone() if isinstance(leaf, torch.Tensor) else leaf
-
-
-def _split_bounds(rows: int, parts: int, pad: bool) -> list[tuple[int, int]]:
-    """Each process's ``[start, stop)`` rows; with ``pad`` all equal (``rows`` rounded up)."""
-    if rows % parts == 0 or pad:
-        per = -(-rows // parts)
-        return [(r * per, (r + 1) * per) for r in range(parts)]
-    base, extra = divmod(rows, parts)
-    starts = [r * base + min(r, extra) for r in range(parts + 1)]
-    return list(itertools.pairwise(starts))
-
-
-def _append_rows(batch: Any, first: Any, count: int) -> Any:
-    """``batch`` with ``count`` more rows taken cyclically from ``first`` (same structure).
-
-    Only tensors grow: other leaves, and lists that differ in length from ``first``'s (one
-    item per sample, such as a list of strings: not sliced, so not completed), stay as they are.
-    """
-    if isinstance(batch, (list, tuple)) and len(batch) != len(first):
-        return batch
-    if isinstance(batch, (list, tuple)):
-        items = zip(batch, first, strict=True)
-        return honor_type(batch, (_append_rows(b, f, count) for b, f in items))
-    if isinstance(batch, Mapping):
-        grown = {key: _append_rows(value, first[key], count) for key, value in batch.items()}
-        return rebuild_mapping(batch, grown)
-    if isinstance(batch, torch.Tensor) and batch.dim() > 0:
-        rows = torch.arange(count, device=first.device) % first.shape[0]
-        return torch.cat([batch, first[rows].to(batch.device)])
-    return batch
-
-
-def _cut(leaf: Any, start: int, stop: int) -> Any:
-    return leaf[start:stop] if isinstance(leaf, torch.Tensor) and leaf.dim() > 0 else leaf
-
-
-def _head_rows(batch: Any, count: int) -> Any:
-    """Copies of the first ``count`` rows of every tensor (kept to complete the last batch)."""
-    return recursively_apply(lambda t: t[:count].clone() if t.dim() > 0 else t, batch)
 
 
 class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[type-arg]
@@ -143,7 +96,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
 
     def _check_batch_size(self) -> None:
         size = self._batch_size()
-        if size is None and self.even_batches:
+        if size is None and self.even_batches and not self._items_are_batches():
             raise ValueError(
                 "this loader's batches vary in size (no batch_size): dispatch it with "
                 "even_batches=False"
@@ -161,6 +114,11 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
         sampler = self.batch_sampler if self.batch_sampler is not None else self.sampler
         size = getattr(sampler, "batch_size", None)
         return None if size is None else int(size)
+
+    def _items_are_batches(self) -> bool:
+        """Whether every item the wrapped loader yields is a whole batch (``batch_size=None``)."""
+        batched = self.batch_sampler is not None or isinstance(self.sampler, BatchSampler)
+        return self.batch_size is None and not batched
 
     @property
     def _index_sampler(self) -> Any:
@@ -199,7 +157,8 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
     def __len__(self) -> int:
         steps = super().__len__()  # map-style: counts joined batches already
         parts = self.state.num_processes
-        if isinstance(self.dataset, IterableDataset) and not self.split_batches and parts > 1:
+        joins = isinstance(self.dataset, IterableDataset) or self._items_are_batches()
+        if joins and not self.split_batches and parts > 1:
             steps = steps // parts if self._drop_last else -(-steps // parts)
         steps = max(0, steps - self.skip_batches)
         if self.even_batches or self._drop_last or steps == 0:
@@ -208,7 +167,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
             rows = self._sample_count() % self.total_batch_size or self.total_batch_size
         except TypeError:
             return steps
-        start, stop = _split_bounds(rows, parts, False)[self.state.process_index]
+        start, stop = split_bounds(rows, parts, False)[self.state.process_index]
         return steps - 1 if start == stop else steps
 
     def set_epoch(self, epoch: int) -> None:
@@ -242,7 +201,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
         if rows <= 0:
             return False
         parts, me = self.state.num_processes, self.state.process_index
-        start, stop = _split_bounds(rows, parts, self.even_batches)[me]
+        start, stop = split_bounds(rows, parts, self.even_batches)[me]
         return stop > start
 
     def _update_state(self, rows: int, next_rows: int) -> None:
@@ -253,11 +212,15 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
         if self.even_batches or parts == 1 or rows % parts == 0:
             self.uneven_ranks = None
         else:
-            bounds = _split_bounds(rows, parts, False)
+            bounds = split_bounds(rows, parts, False)
             self.uneven_ranks = tuple(r for r, (lo, hi) in enumerate(bounds) if hi > lo)
 
     def _global_batches(self) -> Iterator[Any]:
-        return itertools.islice(super().__iter__(), self.skip_batches, None)
+        batches: Iterator[Any] = super().__iter__()
+        parts = self.state.num_processes
+        if self._items_are_batches() and not self.split_batches and parts > 1:
+            batches = joined(batches, parts, self._drop_last)  # whole batches in turn
+        return itertools.islice(batches, self.skip_batches, None)
 
     def _local_steps(self) -> Iterator[Step]:
         source = self._global_batches()
@@ -334,15 +297,15 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
             and self.slice_fn is _slice_tensors
             and pieces_supported(self)
         ):
-            head = partial(_head_rows, count=parts) if self.even_batches else None
-            bounds = _split_bounds(full, parts, False)
+            head = partial(head_rows, count=parts) if self.even_batches else None
+            bounds = split_bounds(full, parts, False)
             cut = self._cut_global
             yield from prepared_steps(self, preparer, bounds, self.skip_batches, head, cut)
             return
         first: Any = None
         for batch in self._global_batches():
             if first is None and self.even_batches:
-                first = _head_rows(batch, parts)
+                first = head_rows(batch, parts)
             yield self._cut_global(preparer, batch, first)
 
     def _cut_global(self, preparer: Preparer, batch: Any, first: Any) -> Prepared:
@@ -351,19 +314,17 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
         parts = self.state.num_processes
         if self.even_batches and rows % parts:
             missing = parts * -(-rows // parts) - rows
-            batch = _append_rows(batch, first, missing)
-        bounds = _split_bounds(rows, parts, self.even_batches)
+            batch = append_rows(batch, first, missing)
+        bounds = split_bounds(rows, parts, self.even_batches)
         if self.slice_fn is _slice_tensors:  # slice the flat leaves directly: far cheaper
             leaves, treedef = flatten_tree(batch)
             cut = [
-                None if stop <= start else [_cut(leaf, start, stop) for leaf in leaves]
+                None if stop <= start else [cut_leaf(leaf, start, stop) for leaf in leaves]
                 for start, stop in bounds
             ]
             # Process 0's piece is copied out so its global batch can be freed at once: keeping
             # views alive holds an extra global batch, which glibc trims and faults back in.
-            own = (
-                None if cut[0] is None else unflatten_tree(treedef, [_detached(c) for c in cut[0]])
-            )
+            own = None if cut[0] is None else unflatten_tree(treedef, [detached(c) for c in cut[0]])
             laid = [layout_leaves(treedef, c) if c is not None else None for c in cut]
             return preparer.prepare(rows, own, laid)
         pieces = [
