@@ -3,7 +3,9 @@ whole migration."""
 
 from __future__ import annotations
 
+import importlib
 import json
+import logging
 
 import pytest
 
@@ -64,3 +66,51 @@ def test_precision_and_logger_types_match_accelerate() -> None:
     assert str(LoggerType.WANDB) == "wandb" and "tensorboard" in LoggerType
     assert LoggerType.list() == list(LOGGERS.values())
     assert PrecisionType.list() == list(PRECISIONS.values())
+
+
+#: Accelerate's import paths and the nb_accel names they must give (the same objects).
+PATHS = {
+    "nb_accel.data_loader": {
+        "DataLoaderShard": "nb_accel.runtime.data.loaders",
+        "DataLoaderDispatcher": "nb_accel.runtime.data.loaders",
+        "SkipDataLoader": "nb_accel.runtime.data.loaders",
+        "prepare_data_loader": "nb_accel.runtime.data.loaders",
+        "skip_first_batches": "nb_accel.runtime.data.loaders",
+        "BatchSamplerShard": "nb_accel.runtime.data.sampling",
+        "IterableDatasetShard": "nb_accel.runtime.data.sampling",
+        "SeedableRandomSampler": "nb_accel.runtime.data.sampling",
+        "SkipBatchSampler": "nb_accel.runtime.data.sampling",
+    },
+    "nb_accel.state": {
+        name: "nb_accel.runtime.state"
+        for name in ("PartialState", "AcceleratorState", "GradientState", "DistributedType")
+    },
+    "nb_accel.optimizer": {"AcceleratedOptimizer": "nb_accel.runtime.training.optimizer"},
+    "nb_accel.scheduler": {"AcceleratedScheduler": "nb_accel.runtime.training.scheduler"},
+    "nb_accel.logging": {
+        "get_logger": "nb_accel.runtime.reporting.logger",
+        "MultiProcessAdapter": "nb_accel.runtime.reporting.logger",
+    },
+}
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_accelerates_import_paths_give_nb_accels_objects(path: str) -> None:
+    module = importlib.import_module(path)
+    for name, home in PATHS[path].items():
+        assert getattr(module, name) is getattr(importlib.import_module(home), name), name
+    assert sorted(module.__all__) == sorted(PATHS[path])
+
+
+def test_get_logger_is_a_logger_adapter_on_the_named_logger() -> None:
+    from nb_accel.logging import get_logger
+
+    root_level = logging.getLogger().level
+    logger = get_logger("nb_accel_test_adapter", log_level="debug")
+    try:
+        assert isinstance(logger, logging.LoggerAdapter)
+        assert logger.logger is logging.getLogger("nb_accel_test_adapter")
+        assert logger.logger.level == logging.DEBUG
+    finally:
+        logger.logger.setLevel(logging.NOTSET)
+        logging.getLogger().setLevel(root_level)

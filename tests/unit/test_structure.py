@@ -72,8 +72,12 @@ def _load_time_statements(body: list[ast.stmt]) -> list[ast.stmt]:
     return found
 
 
-#: The package's front door and the ``nb_accel.utils`` re-export module sit above every layer.
-FRONT = {PACKAGE / "__init__.py", PACKAGE / "utils.py"}
+#: The package's front door and the modules that re-export names where Accelerate has them
+#: (``nb_accel.utils``, ``nb_accel.logging``, ...) sit above every layer.
+FRONT = {
+    PACKAGE / f"{name}.py"
+    for name in ("__init__", "utils", "logging", "data_loader", "state", "optimizer", "scheduler")
+}
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p not in FRONT)
 
 

@@ -1,0 +1,5 @@
+"""``nb_accel.optimizer``: where Accelerate's ``accelerate.optimizer`` names are."""
+
+from .runtime.training.optimizer import AcceleratedOptimizer
+
+__all__ = ["AcceleratedOptimizer"]

@@ -1,0 +1,48 @@
+"""Accelerate's process-side names on two real processes: ``get_logger``'s main-process-only
+and in-order records, ``on_local_process`` and ``PartialState.destroy_process_group``."""
+
+from __future__ import annotations
+
+import logging
+import time
+from pathlib import Path
+
+from nb_accel import Accelerator, notebook_launcher
+from nb_accel.logging import get_logger
+
+
+def _log_to(path: Path) -> logging.Logger:
+    """A fresh logger whose records are appended to ``path`` (flushed at once)."""
+    logger = logging.getLogger("nb_accel_test_names")
+    logger.handlers.clear()
+    logger.propagate = False
+    handler = logging.FileHandler(path)
+    handler.setFormatter(logging.Formatter("%(levelname)s %(message)s"))
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    return logger
+
+
+def log_three_ways(path: Path) -> None:
+    accelerator = Accelerator()
+    _log_to(path)
+    logger = get_logger("nb_accel_test_names")
+    logger.info("main only")
+    logger.warning("everywhere %d", accelerator.process_index, main_process_only=False)
+    accelerator.wait_for_everyone()
+    if accelerator.is_main_process:
+        time.sleep(0.5)  # rank 1 would write first if the ranks did not take turns
+    logger.info("in order", in_order=True)
+    logger.debug("below the level", main_process_only=False)
+
+
+def test_get_logger_emits_on_the_main_process_unless_asked_and_in_order(tmp_path: Path) -> None:
+    path = tmp_path / "log.txt"
+    notebook_launcher(log_three_ways, args=(path,), num_processes=2)
+    lines = path.read_text().splitlines()
+    assert sorted(lines[:3]) == [
+        "INFO [RANK 0] main only",
+        "WARNING [RANK 0] everywhere 0",
+        "WARNING [RANK 1] everywhere 1",
+    ]
+    assert lines[3:] == ["INFO [RANK 0] in order", "INFO [RANK 1] in order"]
