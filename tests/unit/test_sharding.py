@@ -141,10 +141,37 @@ class VaryingBatches:
         return len(self.sizes)
 
 
-def test_varying_batch_sizes_need_even_batches_false() -> None:
-    with pytest.raises(ValueError, match="even_batches=False"):
-        BatchSamplerShard(VaryingBatches(), 2, 0)
-    with pytest.raises(ValueError, match="even_batches=False"):
+class ListedBatches:
+    """A batch sampler of the given batches, with no batch_size (sizes vary)."""
+
+    def __init__(self, batches: list[list[int]]) -> None:
+        self.batches = batches
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self.batches)
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+
+def test_varying_batch_sizes_are_completed_with_whole_batches_from_the_start() -> None:
+    batches = ListedBatches([[0, 1, 2], [3, 4], [5, 6, 7, 8], [9, 10, 11], [12, 13]])
+    per_rank = [list(BatchSamplerShard(batches, 2, r)) for r in (0, 1)]
+    assert per_rank[0] == [[0, 1, 2], [5, 6, 7, 8], [12, 13]]
+    assert per_rank[1] == [[3, 4], [9, 10, 11], [0, 1, 2]]
+    assert [len(BatchSamplerShard(batches, 2, r)) for r in (0, 1)] == [3, 3]
+    # Fewer batches than processes: every process still gets one, cycling from the start.
+    few = [list(BatchSamplerShard(ListedBatches([[0], [1, 2]]), 3, r)) for r in range(3)]
+    assert few == [[[0]], [[1, 2]], [[0]]]
+    even = [list(BatchSamplerShard(ListedBatches(batches.batches[:4]), 2, r)) for r in (0, 1)]
+    assert even == [[[0, 1, 2], [5, 6, 7, 8]], [[3, 4], [9, 10, 11]]]  # nothing to complete
+    loader = DataLoader(range(14), batch_sampler=batches)
+    prepared = [prepare_data_loader(loader, num_processes=2, process_index=r) for r in (0, 1)]
+    assert [[b.tolist() for b in p] for p in prepared] == per_rank
+
+
+def test_varying_batch_sizes_cannot_be_split() -> None:
+    with pytest.raises(ValueError, match="split_batches=False"):
         BatchSamplerShard(VaryingBatches(), 2, 0, split_batches=True, even_batches=False)
     per_rank = [list(BatchSamplerShard(VaryingBatches(), 2, r, even_batches=False)) for r in (0, 1)]
     batches = list(VaryingBatches())

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -10,7 +11,15 @@ import torch
 
 from ..tree import concatenate, honor_type, rebuild_mapping, recursively_apply
 
-__all__ = ["append_rows", "cut_leaf", "detached", "head_rows", "joined", "split_bounds"]
+__all__ = [
+    "JoinedBatchSampler",
+    "append_rows",
+    "cut_leaf",
+    "detached",
+    "head_rows",
+    "joined",
+    "split_bounds",
+]
 
 
 def detached(leaf: Any) -> Any:
@@ -64,3 +73,25 @@ def cut_leaf(leaf: Any, start: int, stop: int) -> Any:
 def head_rows(batch: Any, count: int) -> Any:
     """Copies of the first ``count`` rows of every tensor (kept to complete the last batch)."""
     return recursively_apply(lambda t: t[:count].clone() if t.dim() > 0 else t, batch)
+
+
+class JoinedBatchSampler:
+    """Index lists of ``parts`` consecutive batches of ``base`` joined into one (a dispatcher's
+    step); with ``drop_last`` a step of fewer than ``parts`` batches is dropped."""
+
+    def __init__(self, base: Any, parts: int, drop_last: bool) -> None:
+        self.base = base
+        self.parts = parts
+        self.drop_last = drop_last
+
+    def __iter__(self) -> Iterator[list[Any]]:
+        iterator = iter(self.base)
+        while True:
+            group = list(itertools.islice(iterator, self.parts))
+            if not group or (len(group) < self.parts and self.drop_last):
+                return
+            yield [index for batch in group for index in batch]
+
+    def __len__(self) -> int:
+        batches = len(self.base)
+        return batches // self.parts if self.drop_last else math.ceil(batches / self.parts)

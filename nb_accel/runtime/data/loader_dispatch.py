@@ -28,13 +28,20 @@ from ..tree import (
     unflatten_tree,
 )
 from ..tree import slice_tensors as _slice_tensors
-from .global_batch import append_rows, cut_leaf, detached, head_rows, joined, split_bounds
+from .global_batch import (
+    JoinedBatchSampler,
+    append_rows,
+    cut_leaf,
+    detached,
+    head_rows,
+    joined,
+    split_bounds,
+)
 from .link_gloo import GlooReceiver, GlooSender
 from .link_local import LocalReceiver, LocalSender, connect_local, local_link_available
 from .loader_pieces import pieces_supported, prepared_steps
 from .loader_resume import open_iteration
 from .loader_shard import DataLoaderStateMixin, _set_epoch_on
-from .sampling import JoinedBatchSampler
 from .wire import Prepared, Preparer, layout, layout_leaves
 
 __all__ = ["DataLoaderDispatcher"]

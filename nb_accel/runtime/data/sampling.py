@@ -19,7 +19,6 @@ __all__ = [
     "BatchSamplerShard",
     "IterableDatasetShard",
     "SkipBatchSampler",
-    "JoinedBatchSampler",
 ]
 
 
@@ -134,11 +133,10 @@ class BatchSamplerShard(_WrappingBatchSampler):
         self.process_index = process_index
         self.split_batches = split_batches
         self.even_batches = even_batches
-        if self.batch_size is None and (even_batches or split_batches):
+        if self.batch_size is None and split_batches:
             raise ValueError(
-                "this batch sampler has no batch_size (its batches may vary in size): use "
-                "even_batches=False and split_batches=False with it (with an Accelerator: "
-                "Accelerator(even_batches=False))"
+                "this batch sampler has no batch_size (its batches may vary in size), so its "
+                "batches cannot be split: use split_batches=False with it"
             )
         if split_batches and self.batch_size is not None and self.batch_size % num_processes:
             raise ValueError(
@@ -197,12 +195,14 @@ class BatchSamplerShard(_WrappingBatchSampler):
     def _iter_whole(self) -> Iterator[list[int]]:
         n, me = self.num_processes, self.process_index
         head: list[int] = []
+        firsts: list[list[int]] = []  # the first batches, to complete batches of varying sizes
         pending: list[int] | None = None
         last: list[int] = []
         count = 0
         for index, batch in enumerate(self.batch_sampler):
             if index < n and not self.drop_last:
                 head.extend(batch)
+                firsts.append(list(batch))
             if index % n == me:
                 pending = list(batch)
             last, count = list(batch), index + 1
@@ -211,13 +211,29 @@ class BatchSamplerShard(_WrappingBatchSampler):
                 if pending is not None:
                     yield pending
                 pending = None
-        if self.drop_last or not head:
+        if self.drop_last or not firsts:
             return
         if not self.even_batches:
             if pending:
                 yield pending
             return
-        yield from self._complete_round(pending, last, count, head)
+        if self.batch_size is None:
+            yield from self._complete_with_batches(pending, count, firsts)
+        else:
+            yield from self._complete_round(pending, last, count, head)
+
+    def _complete_with_batches(
+        self, pending: list[int] | None, count: int, firsts: list[list[int]]
+    ) -> Iterator[list[int]]:
+        """Batches of varying sizes: finish the last round with whole batches from the start."""
+        n, me = self.num_processes, self.process_index
+        if pending is not None:
+            yield pending
+        while len(firsts) < n:
+            firsts = firsts + firsts
+        for offset, index in enumerate(range(count, -(-count // n) * n)):
+            if index % n == me:
+                yield firsts[offset]
 
     def _complete_round(
         self, pending: list[int] | None, last: list[int], count: int, head: list[int]
@@ -250,6 +266,8 @@ class BatchSamplerShard(_WrappingBatchSampler):
         if n == 1 or (self.even_batches and self.batch_size is not None):
             return None
         everyone = tuple(range(n))
+        if self.even_batches:  # batches of varying sizes, the last round completed
+            return everyone
         last = self._last_batch_size()
         total = len(self.batch_sampler)
         if self.split_batches:
@@ -371,25 +389,3 @@ class SkipBatchSampler(_WrappingBatchSampler):
 
     def __len__(self) -> int:
         return max(0, len(self.batch_sampler) - self.skip_batches)
-
-
-class JoinedBatchSampler:
-    """Index lists of ``parts`` consecutive batches of ``base`` joined into one (a dispatcher's
-    step); with ``drop_last`` a step of fewer than ``parts`` batches is dropped."""
-
-    def __init__(self, base: Any, parts: int, drop_last: bool) -> None:
-        self.base = base
-        self.parts = parts
-        self.drop_last = drop_last
-
-    def __iter__(self) -> Iterator[list[Any]]:
-        iterator = iter(self.base)
-        while True:
-            group = list(itertools.islice(iterator, self.parts))
-            if not group or (len(group) < self.parts and self.drop_last):
-                return
-            yield [index for batch in group for index in batch]
-
-    def __len__(self) -> int:
-        batches = len(self.base)
-        return batches // self.parts if self.drop_last else math.ceil(batches / self.parts)
