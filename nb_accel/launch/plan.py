@@ -124,11 +124,6 @@ def make_plan(
     timeout_s = _check_timeout(timeout)
     gpus = 0 if cpu else _env.cuda_device_count()
     if gpus == 0:
-        if precision == "fp16":
-            raise ValueError(
-                "mixed_precision='fp16' needs CUDA GPUs, and this launch runs on the CPU; "
-                "use mixed_precision='bf16' on the CPU, or 'no'"
-            )
         return LaunchPlan(
             requested or 1, "cpu", "gloo", method, precision, timeout_s, gradient_accumulation_steps
         )

@@ -122,9 +122,10 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
 
     The form starts from the saved file (the built-in defaults when it is missing, or when it
     is malformed, in which case :attr:`message` says what is wrong with it). Dropdowns hold
-    ``"auto"`` for a field's ``None``. On a machine without GPUs ``cpu`` is fixed to true and
-    ``fp16`` is not offered. Its children are :attr:`header`, one row per field (:attr:`rows`:
-    the control and its problem), the Save/Load/Reset buttons and :attr:`message`.
+    ``"auto"`` for a field's ``None``. On a machine without GPUs ``cpu`` is fixed to true (every
+    precision, fp16 included, runs on the CPU). Its children are :attr:`header`, one row per
+    field (:attr:`rows`: the control and its problem), the Save/Load/Reset buttons and
+    :attr:`message`.
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
@@ -179,10 +180,7 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
         return [(AUTO, AUTO), *((str(n), n) for n in range(1, top + 1))]
 
     def _precision_options(self) -> Options:
-        offered = CHOICES["mixed_precision"]
-        if self.gpu_count == 0:
-            offered = tuple(p for p in offered if p != "fp16")
-        return [(str(p), p) for p in offered]
+        return [(str(p), p) for p in CHOICES["mixed_precision"]]
 
     def _start_method_options(self) -> Options:
         here = set(multiprocessing.get_all_start_methods())
@@ -218,7 +216,7 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
             parts.append("TPU runtime available (torch_xla)")
         lines = [f"<b>This machine:</b> {html.escape(', '.join(parts))}"]
         if self.gpu_count == 0:
-            lines.append("<i>No GPU: CPU only is fixed on and fp16 is not offered.</i>")
+            lines.append("<i>No GPU: CPU only is fixed on.</i>")
         lines.append(f"<b>Settings file:</b> <code>{html.escape(str(self.path))}</code>")
         return "<br>".join(lines)
 
@@ -240,7 +238,7 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
         try:
             dropdowns = {
                 "num_processes": (self._process_options(), "more than this machine has"),
-                "mixed_precision": (self._precision_options(), "needs a GPU"),
+                "mixed_precision": (self._precision_options(), "unknown"),
                 "start_method": (self._start_method_options(), "not on this platform"),
                 "rdzv_backend": ([(str(b), b) for b in CHOICES["rdzv_backend"]], "unknown"),
             }

@@ -202,9 +202,13 @@ def test_clip_grad_norm_clips_and_returns_the_norm() -> None:
         assert clipped == pytest.approx(1.0, rel=1e-4)
 
 
-def test_fp16_on_cpu_is_a_clear_error_outside_a_launch() -> None:
-    with pytest.raises(ValueError, match=r"fp16.*needs a CUDA GPU"):
-        Accelerator(mixed_precision="fp16", cpu=True)
+def test_fp16_on_cpu_outside_a_launch_has_a_cpu_grad_scaler() -> None:
+    accelerator = Accelerator(mixed_precision="fp16", cpu=True)
+    assert accelerator.mixed_precision == "fp16"
+    assert isinstance(accelerator.scaler, torch.amp.GradScaler)
+    assert accelerator.scaler._device == "cpu"
+    with accelerator.autocast():
+        assert torch.nn.Linear(2, 2)(torch.ones(1, 2)).dtype == torch.float16
 
 
 def test_both_spellings_at_once_are_refused() -> None:

@@ -67,7 +67,7 @@ def test_gradient_accumulation_equals_the_large_batch() -> None:
 
 def accumulate_and_clip(clip: str, limit: float) -> dict[str, dict[str, list[float]]]:
     """One accumulate-and-clip loop (clipping on every batch) run twice: in full precision and
-    through a real fp16 ``GradScaler`` (the CPU's: fp16 itself needs a GPU). Returns, per run,
+    through a real fp16 ``GradScaler`` (the CPU's, with fp32 forward passes). Returns, per run,
     the final parameters, the norm ``clip_grad_norm_`` returned on each batch and the largest
     gradient value after clipping."""
     accelerator = Accelerator(gradient_accumulation_steps=2)

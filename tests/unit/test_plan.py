@@ -111,6 +111,8 @@ def test_plan_describes_the_launch_truthfully() -> None:
     assert plan.describe() == "Launching 2 processes on CPU (gloo; fork)"
     plan = make_plan(1, "bf16", "spawn", 60, cpu=True)
     assert plan.describe() == "Launching 1 process on CPU (gloo; spawn, bf16 mixed precision)"
+    plan = make_plan(2, "fp16", "fork", 60, cpu=True)
+    assert plan.describe() == "Launching 2 processes on CPU (gloo; fork, fp16 mixed precision)"
 
 
 def test_default_is_one_cpu_process_without_gpus() -> None:

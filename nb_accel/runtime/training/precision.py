@@ -12,6 +12,7 @@ import torch
 from ..tree import recursively_apply
 
 __all__ = [
+    "FP16_DEVICE_TYPES",
     "check_precision_for_device",
     "autocast_context",
     "make_grad_scaler",
@@ -24,12 +25,16 @@ __all__ = [
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
+#: The devices fp16 mixed precision runs on: autocast in float16 with a ``GradScaler`` there.
+FP16_DEVICE_TYPES = ("cuda", "cpu")
+
+
 def check_precision_for_device(mixed_precision: str, device: torch.device) -> None:
-    """Raise ``ValueError`` for a precision this device cannot run (fp16 off CUDA)."""
-    if mixed_precision == "fp16" and device.type != "cuda":
+    """Raise ``ValueError`` for a precision this device cannot run (fp16 off CUDA and the CPU)."""
+    if mixed_precision == "fp16" and device.type not in FP16_DEVICE_TYPES:
         raise ValueError(
-            f"mixed_precision='fp16' needs a CUDA GPU, but this process runs on {device.type}; "
-            "use mixed_precision='bf16' on the CPU, or 'no'"
+            f"mixed_precision='fp16' runs on CUDA GPUs or the CPU, but this process runs on "
+            f"{device.type}; use mixed_precision='bf16', or 'no'"
         )
 
 
@@ -44,7 +49,8 @@ def autocast_context(
 
 
 def make_grad_scaler(mixed_precision: str, device: torch.device, **kwargs: Any) -> Any | None:
-    """A ``GradScaler`` for fp16 on CUDA; ``None`` otherwise (bf16 needs none)."""
+    """A ``GradScaler`` for ``device``'s type (CUDA's or the CPU's) with fp16; ``None`` otherwise
+    (bf16 needs none)."""
     if mixed_precision != "fp16":
         return None
     return torch.amp.GradScaler(device.type, **kwargs)
