@@ -32,11 +32,15 @@ from .runtime.data.loaders import (
     prepare_data_loader,
     skip_first_batches,
 )
-from .runtime.data.rng import set_seed
+from .runtime.data.rng import set_seed, synchronize_rng_states
 from .runtime.data.sampling import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler
+from .runtime.memory import find_executable_batch_size
 from .runtime.options import (
+    AutocastKwargs,
     DataLoaderConfiguration,
+    DistributedDataParallelKwargs,
     GradientAccumulationPlugin,
+    GradScalerKwargs,
     ProjectConfiguration,
 )
 from .runtime.reporting.progress import tqdm, trange
@@ -74,6 +78,11 @@ def unload_ipython_extension(ipython: object) -> None:
 
 
 __all__ = [
+    "AutocastKwargs",
+    "DistributedDataParallelKwargs",
+    "GradScalerKwargs",
+    "find_executable_batch_size",
+    "synchronize_rng_states",
     "AcceleratedOptimizer",
     "Config",
     "ConfigWidget",

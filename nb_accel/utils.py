@@ -6,6 +6,20 @@ Replacing ``accelerate`` by ``nb_accel`` in a user's imports is the whole migrat
 from .runtime.checkpoint.model_io import load_checkpoint_in_model
 from .runtime.data.rng import RNGType, set_seed, synchronize_rng_state, synchronize_rng_states
 from .runtime.enums import LoggerType, PrecisionType
+from .runtime.environment import (
+    clear_environment,
+    is_cuda_available,
+    is_datasets_available,
+    is_mlflow_available,
+    is_rich_available,
+    is_tensorboard_available,
+    is_torch_xla_available,
+    is_torchdata_available,
+    is_transformers_available,
+    is_wandb_available,
+    patch_environment,
+)
+from .runtime.memory import find_executable_batch_size, release_memory, should_reduce_batch_size
 from .runtime.ops import (
     DistributedOperationException,
     broadcast,
@@ -36,6 +50,20 @@ from .runtime.tree import (
 )
 
 __all__ = [
+    "clear_environment",
+    "is_cuda_available",
+    "is_datasets_available",
+    "is_mlflow_available",
+    "is_rich_available",
+    "is_tensorboard_available",
+    "is_torch_xla_available",
+    "is_torchdata_available",
+    "is_transformers_available",
+    "is_wandb_available",
+    "patch_environment",
+    "find_executable_batch_size",
+    "release_memory",
+    "should_reduce_batch_size",
     "AutocastKwargs",
     "DataLoaderConfiguration",
     "DistributedDataParallelKwargs",

@@ -100,6 +100,12 @@ class ProcessMethods:
         """Decorator: run ``function`` on process ``process_index`` only."""
         return self._partial.on_process(function, process_index)
 
+    def on_local_process(
+        self, function: F | None = None, local_process_index: int | None = None
+    ) -> Any:
+        """Decorator: run ``function`` on local process ``local_process_index`` of each node."""
+        return self._partial.on_local_process(function, local_process_index)
+
     @contextmanager
     def split_between_processes(self, inputs: Any, apply_padding: bool = False) -> Iterator[Any]:
         """This process's contiguous share of ``inputs`` (see ``PartialState``)."""

@@ -221,13 +221,22 @@ class PartialState(_SharedState):
 
         Usable as ``@state.on_process(process_index=1)`` or ``state.on_process(fn, 1)``.
         """
-        if process_index is None:
-            raise ValueError("on_process needs process_index=<the process that runs it>")
+        return self._run_on("process_index", process_index, function)
+
+    def on_local_process(
+        self, function: F | None = None, local_process_index: int | None = None
+    ) -> Any:
+        """Decorator: run ``function`` on local process ``local_process_index`` of each node."""
+        return self._run_on("local_process_index", local_process_index, function)
+
+    def _run_on(self, attribute: str, index: int | None, function: F | None) -> Any:
+        if index is None:
+            raise ValueError(f"on_{attribute[:-6]} needs {attribute}=<the process that runs it>")
         if function is None:
-            return lambda fn: self.on_process(fn, process_index)
+            return lambda fn: self._run_on(attribute, index, fn)
 
         def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return function(*args, **kwargs) if self.process_index == process_index else None
+            return function(*args, **kwargs) if getattr(self, attribute) == index else None
 
         return _wraps(function, wrapper)
 
@@ -241,6 +250,18 @@ class PartialState(_SharedState):
         from .splitting import split_for_process
 
         yield split_for_process(inputs, self.num_processes, self.process_index, apply_padding)
+
+    def destroy_process_group(self, group: Any | None = None) -> None:
+        """Destroy ``group``, or the default process group when it is left out.
+
+        In a function nb_accel launched, the default group belongs to the launch (with
+        ``%%distributed``, to the cells that follow too): left out, nothing happens, as in
+        Accelerate's notebook launches, and nb_accel destroys it when the function returns.
+        """
+        if group is None and os.environ.get("NB_ACCEL_LAUNCHED") == "1":
+            return
+        if dist.is_available() and dist.is_initialized():
+            dist.destroy_process_group(group)
 
     def print(self, *args: Any, **kwargs: Any) -> None:
         """``print`` on each node's first process only."""

@@ -7,7 +7,10 @@ import logging
 import time
 from pathlib import Path
 
-from nb_accel import Accelerator, notebook_launcher
+import torch
+import torch.distributed as dist
+
+from nb_accel import Accelerator, PartialState, notebook_launcher
 from nb_accel.logging import get_logger
 
 
@@ -46,3 +49,32 @@ def test_get_logger_emits_on_the_main_process_unless_asked_and_in_order(tmp_path
         "WARNING [RANK 1] everywhere 1",
     ]
     assert lines[3:] == ["INFO [RANK 0] in order", "INFO [RANK 1] in order"]
+
+
+def local_process_and_groups() -> dict[str, object]:
+    accelerator = Accelerator()
+
+    @accelerator.on_local_process(local_process_index=1)
+    def second() -> int:
+        return accelerator.process_index
+
+    ran = second()
+    state = PartialState()
+    pair = dist.new_group([0, 1])
+    state.destroy_process_group(pair)
+    try:
+        dist.get_rank(pair)
+        pair_usable = True
+    except ValueError:  # "not registered"
+        pair_usable = False
+    state.destroy_process_group()  # the launch's group stays: it is nb_accel's to destroy
+    total = torch.ones(1)
+    dist.all_reduce(total)
+    return {"ran": ran, "pair_usable": pair_usable, "total": total.item()}
+
+
+def test_on_local_process_and_destroy_process_group() -> None:
+    results = notebook_launcher(local_process_and_groups, num_processes=2)
+    assert [r["ran"] for r in results] == [None, 1]
+    assert [r["pair_usable"] for r in results] == [False, False]
+    assert [r["total"] for r in results] == [2.0, 2.0]

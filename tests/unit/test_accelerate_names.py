@@ -6,11 +6,31 @@ from __future__ import annotations
 import importlib
 import json
 import logging
+import os
+import sys
+from pathlib import Path
 
 import pytest
+import torch
+import torch.distributed as dist
 
 import nb_accel
-from nb_accel.utils import DistributedType, LoggerType, PrecisionType
+import nb_accel.data_loader
+import nb_accel.utils
+from nb_accel.utils import (
+    DistributedType,
+    LoggerType,
+    PrecisionType,
+    find_executable_batch_size,
+    is_cuda_available,
+    is_datasets_available,
+    is_mlflow_available,
+    is_tensorboard_available,
+    is_torch_xla_available,
+    is_transformers_available,
+    is_wandb_available,
+    patch_environment,
+)
 
 #: Every member of Accelerate 1.15's enums, with its value.
 DISTRIBUTED_TYPES = [
@@ -114,3 +134,115 @@ def test_get_logger_is_a_logger_adapter_on_the_named_logger() -> None:
     finally:
         logger.logger.setLevel(logging.NOTSET)
         logging.getLogger().setLevel(root_level)
+
+
+def test_accelerates_top_level_names_exist() -> None:
+    for name in (
+        "find_executable_batch_size",
+        "synchronize_rng_states",
+        "AutocastKwargs",
+        "DistributedDataParallelKwargs",
+        "GradScalerKwargs",
+        "DataLoaderConfiguration",
+        "load_checkpoint_in_model",
+    ):
+        assert getattr(nb_accel, name) is getattr(nb_accel.utils, name), name
+    assert nb_accel.skip_first_batches is nb_accel.data_loader.skip_first_batches
+
+
+def test_patch_environment_sets_upper_case_strings_and_restores(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("NB_ACCEL_TEST_KEPT", "before")
+    monkeypatch.delenv("NB_ACCEL_TEST_NEW", raising=False)
+    with pytest.raises(KeyError), patch_environment(nb_accel_test_kept=1, NB_ACCEL_TEST_NEW=True):
+        assert os.environ["NB_ACCEL_TEST_KEPT"] == "1"
+        assert os.environ["NB_ACCEL_TEST_NEW"] == "True"
+        raise KeyError("the variables are restored on the way out of an exception too")
+    assert os.environ["NB_ACCEL_TEST_KEPT"] == "before"
+    assert "NB_ACCEL_TEST_NEW" not in os.environ
+
+
+def test_availability_checks_never_import_the_library(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("wandb", "mlflow", "tensorboard", "transformers", "datasets", "torch_xla"):
+        package = tmp_path / name
+        package.mkdir()
+        (package / "__init__.py").write_text("raise AssertionError('imported')\n")
+        info = tmp_path / f"{name}-0.0.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: 0.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    for check in (
+        is_wandb_available,
+        is_mlflow_available,
+        is_tensorboard_available,
+        is_transformers_available,
+        is_datasets_available,
+        is_torch_xla_available,
+    ):
+        assert check() is True, check.__name__
+    assert not {"wandb", "mlflow", "tensorboard", "transformers", "datasets", "torch_xla"} & set(
+        sys.modules
+    )
+    monkeypatch.setenv("PJRT_DEVICE", "CUDA")
+    assert is_torch_xla_available(check_is_gpu=True) and not is_torch_xla_available(
+        check_is_tpu=True
+    )
+    assert is_cuda_available() is False and not torch.cuda.is_initialized()
+
+
+def test_an_absent_library_is_not_available(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if "site-packages" not in p])
+    assert not is_wandb_available() and not is_torch_xla_available()
+
+
+def test_find_executable_batch_size_retries_smaller_after_out_of_memory() -> None:
+    tried: list[int] = []
+
+    @find_executable_batch_size(starting_batch_size=64)
+    def train(batch_size: int, model: str, *, steps: int) -> tuple[int, str, int]:
+        tried.append(batch_size)
+        if batch_size > 40:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        if batch_size > 30:
+            raise RuntimeError("DefaultCPUAllocator: can't allocate memory: you tried to ...")
+        return batch_size, model, steps
+
+    assert train("m", steps=3) == (28, "m", 3)
+    assert tried == [64, 57, 51, 45, 40, 36, 32, 28]
+    assert train("m", steps=1) == (28, "m", 1)  # starts where the last call ended
+
+
+def test_find_executable_batch_size_lets_other_errors_through_and_stops_at_zero() -> None:
+    @find_executable_batch_size(starting_batch_size=4, reduce_batch_size_fn=None)
+    def broken(batch_size: int) -> None:
+        raise ValueError("not a memory problem")
+
+    with pytest.raises(ValueError, match="not a memory problem"):
+        broken()
+    with pytest.raises(TypeError, match="leave it out"):
+        broken(4)
+
+    sizes = iter([2, 1, 0])
+
+    @find_executable_batch_size(starting_batch_size=3, reduce_batch_size_fn=lambda: next(sizes))
+    def never_fits(batch_size: int) -> None:
+        raise torch.OutOfMemoryError("CUDA out of memory.")
+
+    with pytest.raises(RuntimeError, match="every batch size"):
+        never_fits()
+
+
+def test_destroy_process_group_outside_a_launch_destroys_the_default_group(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("NB_ACCEL_LAUNCHED", raising=False)
+    dist.init_process_group("gloo", init_method=(tmp_path / "store").as_uri(), rank=0, world_size=1)
+    try:
+        nb_accel.PartialState().destroy_process_group()
+        assert not dist.is_initialized()
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()

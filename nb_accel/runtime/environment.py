@@ -1,0 +1,136 @@
+"""Accelerate's environment helpers: ``patch_environment`` and the ``is_*_available`` checks.
+
+The checks look for a package with ``importlib.util.find_spec`` and never import it, and none
+of them initialises CUDA: they are safe in the kernel before a launch forks its workers.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import os
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from .. import _env
+
+__all__ = [
+    "clear_environment",
+    "is_cuda_available",
+    "is_datasets_available",
+    "is_mlflow_available",
+    "is_rich_available",
+    "is_tensorboard_available",
+    "is_torch_xla_available",
+    "is_torchdata_available",
+    "is_transformers_available",
+    "is_wandb_available",
+    "patch_environment",
+]
+
+
+@contextmanager
+def patch_environment(**kwargs: object) -> Iterator[None]:
+    """Set each keyword as an environment variable (name upper-cased, value ``str()``-ed) for
+    the ``with`` block; on leaving, each variable gets back its earlier value or is removed."""
+    names = {key.upper(): str(value) for key, value in kwargs.items()}
+    before = {name: os.environ.get(name) for name in names}
+    os.environ.update(names)
+    try:
+        yield
+    finally:
+        for name, value in before.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+
+
+@contextmanager
+def clear_environment() -> Iterator[None]:
+    """Empty ``os.environ`` for the ``with`` block, then put back exactly what it held."""
+    before = dict(os.environ)
+    os.environ.clear()
+    try:
+        yield
+    finally:
+        os.environ.clear()
+        os.environ.update(before)
+
+
+def _installed(module: str, distribution: str | None = None) -> bool:
+    """True when ``module`` can be imported and comes from an installed distribution (a folder
+    of that name on the path is not the library)."""
+    try:
+        if importlib.util.find_spec(module) is None:
+            return False
+    except (ImportError, ValueError):
+        return False
+    try:
+        importlib.metadata.distribution(distribution or module)
+    except importlib.metadata.PackageNotFoundError:
+        return False
+    return True
+
+
+def is_cuda_available() -> bool:
+    """True when a CUDA device is visible, asked without initialising CUDA in this process."""
+    return _env.cuda_device_count() > 0
+
+
+def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = False) -> bool:
+    """True when ``torch_xla`` is installed (it is not imported).
+
+    With ``check_is_tpu`` (or ``check_is_gpu``), also that XLA would run on a TPU (a GPU), read
+    from ``PJRT_DEVICE`` as torch_xla reads it, or, when that is unset, from the TPU's devices.
+    """
+    if check_is_tpu and check_is_gpu:
+        raise ValueError("is_torch_xla_available: pass check_is_tpu or check_is_gpu, not both")
+    if not _installed("torch_xla"):
+        return False
+    device = os.environ.get("PJRT_DEVICE", "").upper()
+    if check_is_gpu:
+        return device in ("GPU", "CUDA")
+    if check_is_tpu:
+        if device:
+            return device == "TPU"
+        return bool(os.environ.get("TPU_ACCELERATOR_TYPE")) or any(
+            os.path.exists(path) for path in ("/dev/accel0", "/dev/vfio/0")
+        )
+    return True
+
+
+def is_tensorboard_available() -> bool:
+    """True when ``tensorboard`` or ``tensorboardX`` is installed."""
+    return _installed("tensorboard") or _installed("tensorboardX")
+
+
+def is_wandb_available() -> bool:
+    """True when ``wandb`` is installed."""
+    return _installed("wandb")
+
+
+def is_mlflow_available() -> bool:
+    """True when ``mlflow`` (or ``mlflow-skinny``) is installed."""
+    return _installed("mlflow") or _installed("mlflow", "mlflow-skinny")
+
+
+def is_transformers_available() -> bool:
+    """True when ``transformers`` is installed."""
+    return _installed("transformers")
+
+
+def is_datasets_available() -> bool:
+    """True when ``datasets`` is installed."""
+    return _installed("datasets")
+
+
+def is_torchdata_available() -> bool:
+    """True when ``torchdata`` is installed."""
+    return _installed("torchdata")
+
+
+def is_rich_available() -> bool:
+    """True when ``rich`` is installed and ``ACCELERATE_ENABLE_RICH`` is set to a true value."""
+    enabled = os.environ.get("ACCELERATE_ENABLE_RICH", "").lower() in ("1", "true", "yes", "on")
+    return enabled and _installed("rich")
