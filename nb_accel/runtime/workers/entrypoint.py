@@ -32,7 +32,15 @@ from .fd_forwarder import faulthandler_to_stderr
 from .returns import check_returnable, dumps_result
 from .spec import WorkerArgs
 
-__all__ = ["run_worker", "spawn_main", "dumps_value", "is_timeout_error", "nccl_device"]
+__all__ = [
+    "run_worker",
+    "spawn_main",
+    "dumps_value",
+    "failure_event",
+    "result_event",
+    "is_timeout_error",
+    "nccl_device",
+]
 
 _TIMEOUT_MARKERS = ("timed out", "timeout", "time out")
 #: Texts of a backend that failed to connect to its peers (gloo's "timed out connecting:
@@ -205,7 +213,9 @@ def _run_function(args: WorkerArgs) -> Any:
     return function(*fargs, **fkwargs)
 
 
-def _result(rank: int, value: Any) -> Result | Failure:
+def result_event(rank: int, value: Any) -> Result | Failure:
+    """The event that sends ``value``, rank ``rank``'s return value, to the kernel (every
+    tensor in it on the CPU), or a :class:`Failure` saying why it cannot travel."""
     try:
         check_returnable(value)
     except TypeError as refused:
@@ -265,7 +275,7 @@ def run_worker(
     channel.send(Started(args.rank, os.getpid()))
     ok = False
     try:
-        outcome: Result | Failure = _result(args.rank, _run_function(args))
+        outcome: Result | Failure = result_event(args.rank, _run_function(args))
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the kernel
         outcome = failure_event(args.rank, exc)
     ok = isinstance(outcome, Result)

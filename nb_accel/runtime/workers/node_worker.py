@@ -44,9 +44,9 @@ from .entrypoint import (
     _kept_alive,
     _leave_the_kernel_shell,
     _reset_signal_handlers,
-    _result,
     failure_event,
     nccl_device,
+    result_event,
 )
 from .fd_forwarder import forward_file_descriptors
 
@@ -267,7 +267,7 @@ def node_worker_main(args: NodeWorkerArgs) -> None:
         node.connect_store()
         node.claim_rank()
         node.join_group()
-        outcome = _result(node.rank, function(*fargs, **fkwargs))
+        outcome = result_event(node.rank, function(*fargs, **fkwargs))
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the kernel
         outcome = _failure(node, exc)
     if isinstance(outcome, Failure) and outcome.rank == node.rank:

@@ -31,12 +31,11 @@ from ..workers.entrypoint import (
     _die_with_parent,
     _forget_inherited_process_group,
     _leave_the_kernel_shell,
-    dumps_value,
     failure_event,
+    result_event,
     to_cpu,
 )
 from ..workers.process_fds import write_to_process_pipes
-from ..workers.returns import check_returnable
 from .device import devices_in_process, mark_step, world_size
 
 __all__ = ["SharedWriter", "set_launch_pipe", "run_xla_worker"]
@@ -98,18 +97,7 @@ def _outcome(rank: int, payload: bytes) -> Result | Failure:
         value = to_cpu(value)
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the kernel
         return failure_event(rank, exc, (__file__,))
-    try:
-        check_returnable(value)
-    except TypeError as refused:
-        return failure_event(rank, refused)
-    try:
-        return Result(rank, dumps_value(value))
-    except Exception as exc:  # noqa: BLE001 - reported to the kernel
-        error = TypeError(
-            f"rank {rank} returned a {type(value).__name__} that cannot be sent back to the "
-            f"kernel ({exc}); return plain data (numbers, tensors, lists, dicts)"
-        )
-        return failure_event(rank, error)
+    return result_event(rank, value)
 
 
 def run_xla_worker(rank: int, payload: bytes, settings: dict[str, str], kernel_pid: int) -> None:
