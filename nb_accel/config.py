@@ -52,7 +52,8 @@ class Config:
 
     Attributes:
         num_processes: ranks per node; ``None``: one per GPU, else 1.
-        mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"`` (fp16 needs GPUs).
+        mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"`` (on the CPU too, under CPU autocast
+            with a CPU ``GradScaler``).
         start_method: ``"fork"``, ``"spawn"``, ``"forkserver"``; ``None``: the platform's.
         gradient_accumulation_steps: what ``Accelerator()`` uses when not told otherwise.
         timeout: seconds a collective may wait for the other ranks.
@@ -123,8 +124,6 @@ class Config:
             found["rdzv_endpoint"] = (
                 f"must be 'host:port' when num_nodes > 1, got {self.rdzv_endpoint!r}"
             )
-        if self.mixed_precision == "fp16" and self.cpu:
-            found["mixed_precision"] = "'fp16' needs CUDA GPUs; use 'bf16' with cpu=True"
         return found
 
     def replace(self, **changes: Any) -> Config:
