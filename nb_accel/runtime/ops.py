@@ -310,18 +310,40 @@ def pad_across_processes(
     return recursively_apply(_pad, tensor, error_on_other_type=True)
 
 
-def _gather_uneven(data: Any, ranks: Sequence[int], use_objects: bool) -> Any:
-    """Gather among ``ranks`` only, whose data may differ in size; nothing is repeated."""
+#: What a process that holds no batch at an uneven step contributes to its gather.
+_NO_BATCH = object()
+
+
+def _gather_uneven(data: Any, ranks: Sequence[int], use_objects: bool, kind: str) -> Any:
+    """Gather among ``ranks`` only, whose data may differ in size; nothing is repeated.
+
+    ``data`` is ``_NO_BATCH`` on a process that holds no batch at this step (it only receives).
+    ``kind`` names the step on every process, so calls out of step raise instead of mixing.
+    """
+    holds = data is not _NO_BATCH
+    if holds and not use_objects:
+        data = recursively_apply(lambda t: t.detach().cpu().reshape(t.shape or (1,)), data)
+    pieces = gather_object_among((kind, holds, data if holds else None), ranks)
+    if {piece[0] for piece in pieces} != {kind}:
+        raise RuntimeError(
+            f"process {_state().process_index}: gather_for_metrics was called out of step with "
+            "the other processes at the end of a loader with even_batches=False: call it once "
+            "per batch on every process (gather a tuple of everything you need at once)"
+        )
+    held = [piece[2] for piece in pieces if piece[1]]
     if use_objects:
-        pieces = gather_object_among(data, ranks)
-        if all(isinstance(piece, (list, tuple)) for piece in pieces):
-            return [x for piece in pieces for x in piece]
-        return pieces
-    device = find_device(data)
-    rows = recursively_apply(lambda t: t.detach().cpu().reshape(t.shape or (1,)), data)
-    pieces = gather_object_among(rows, ranks)
-    merged = concatenate(pieces)
-    return merged if device is None else send_to_device(merged, device)
+        if all(isinstance(piece, (list, tuple)) for piece in held):
+            return [x for piece in held for x in piece]
+        return held
+    return concatenate(held)
+
+
+def _joined_results(first: Any, then: Any, use_objects: bool) -> Any:
+    """This process's last gathered step followed by the step it held no batch for."""
+    if use_objects:
+        return list(first) + list(then)
+    device = find_device(first)
+    return concatenate([first, then if device is None else send_to_device(then, device)])
 
 
 def gather_for_metrics(
@@ -333,7 +355,9 @@ def gather_for_metrics(
     ``use_gather_object``), then, at the last batch of the active prepared loader, drops the
     samples it repeated to give every process an equal last batch (using its ``remainder``).
     With uneven loaders (``even_batches=False``) the processes that hold a batch at this step
-    exchange their data of whatever size, and processes that ran out take no part.
+    exchange their data of whatever size; a process that holds none at the last step also
+    receives that step's data in its own last call, so every process ends with every sample
+    (call it once per batch there: the calls of the last two steps are paired).
 
     Args:
         data: this process's results for the current batch.
@@ -345,9 +369,20 @@ def gather_for_metrics(
     if num_processes <= 1:
         return data
     loader = gradient_state.active_dataloader
-    ranks = getattr(loader, "uneven_ranks", None) if loader is not None else None
-    if ranks is not None:
-        return _gather_uneven(data, ranks, use_objects)
+    holders = getattr(loader, "uneven_ranks", None)
+    tail_follows = bool(getattr(loader, "tail_follows", False))
+    if holders is not None or tail_follows:
+        everyone = tuple(range(num_processes))
+        members = getattr(loader, "gather_ranks", None) or holders or everyone
+        kind = "last" if tail_follows else "tail" if len(members) > len(holders or ()) else "step"
+        device = find_device(data)
+        gathered = _gather_uneven(data, members, use_objects, kind)
+        if device is not None and not use_objects:
+            gathered = send_to_device(gathered, device)
+        if getattr(loader, "trailing_ranks", None):  # the others' last step, held by them only
+            rest = _gather_uneven(_NO_BATCH, everyone, use_objects, "tail")
+            gathered = _joined_results(gathered, rest, use_objects)
+        return gathered
     gathered = gather_object(data) if use_objects else gather(data)
     if not gradient_state.end_of_dataloader or not getattr(loader, "even_batches", True):
         return gathered

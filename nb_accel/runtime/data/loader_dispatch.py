@@ -215,12 +215,18 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
         self.end_of_dataloader = not self._has_rows(next_rows)
         if next_rows == 0 and rows > 0:
             self.remainder = rows
+        parts, me = self.state.num_processes, self.state.process_index
+        holders, following = self._holders(rows), self._holders(next_rows)
+        self.set_holders(holders, following, self._batches_seen == 0, parts, me)
+
+    def _holders(self, rows: int) -> tuple[int, ...] | None:
+        """The processes holding a slice of a ``rows``-row global batch, ``None`` if all hold
+        one of the same size (or there is no such batch)."""
         parts = self.state.num_processes
-        if self.even_batches or parts == 1 or rows % parts == 0:
-            self.uneven_ranks = None
-        else:
-            bounds = split_bounds(rows, parts, False)
-            self.uneven_ranks = tuple(r for r, (lo, hi) in enumerate(bounds) if hi > lo)
+        if self.even_batches or parts == 1 or rows <= 0 or rows % parts == 0:
+            return None
+        bounds = split_bounds(rows, parts, False)
+        return tuple(r for r, (lo, hi) in enumerate(bounds) if hi > lo)
 
     def _global_batches(self) -> Iterator[Any]:
         batches: Iterator[Any] = super().__iter__()

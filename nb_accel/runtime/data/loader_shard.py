@@ -45,6 +45,11 @@ class DataLoaderStateMixin:
             out the processes); -1 when unknown or when nothing is repeated.
         uneven_ranks: the processes holding a batch at the current step when their batches
             differ in size or some have none (``even_batches=False``); ``None`` otherwise.
+        gather_ranks: the processes taking part in this step's uneven gather: those holding a
+            batch, and those that ran out at the step before (they wait in their last gather).
+        tail_follows: some processes hold no batch at the next step.
+        trailing_ranks: at this process's last batch, when others still hold one at the next
+            step: those processes (this one then takes part in their gather as well).
     """
 
     #: Returned from a launched function it is refused (see ``runtime/workers/returns.py``).
@@ -56,6 +61,9 @@ class DataLoaderStateMixin:
     end_of_dataloader: bool = False
     remainder: int = -1
     uneven_ranks: tuple[int, ...] | None = None
+    gather_ranks: tuple[int, ...] | None = None
+    tail_follows: bool = False
+    trailing_ranks: tuple[int, ...] | None = None
     gradient_state: GradientState
     _drop_last: bool
     iteration: int = 0  # completed epochs (iterations)
@@ -69,7 +77,25 @@ class DataLoaderStateMixin:
         """Clear the state of the previous iteration."""
         self.end_of_dataloader = False
         self.remainder = -1
-        self.uneven_ranks = None
+        self.set_holders(None, None, True, 1, 0)
+
+    def set_holders(
+        self,
+        holders: tuple[int, ...] | None,
+        following: tuple[int, ...] | None,
+        first: bool,
+        parts: int,
+        me: int,
+    ) -> None:
+        """Record who holds a batch at this step (``holders``) and at the next (``following``),
+        ``None`` meaning every process a batch of the same size (or no next step)."""
+        self.uneven_ranks = holders
+        short = holders is not None and len(holders) < parts
+        self.gather_ranks = tuple(range(parts)) if short and not first else holders
+        self.tail_follows = following is not None and len(following) < parts
+        self.trailing_ranks = None
+        if following is not None and self.tail_follows and me not in following:
+            self.trailing_ranks = following
 
     def _sample_count(self) -> int:
         return int(self.total_dataset_length)  # type: ignore[attr-defined]
@@ -228,7 +254,12 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):  # type: ignore[type-ar
                 current = send_to_device(current, self.device, non_blocking=self._non_blocking)
             upcoming = next(iterator, _END)
             self.end_of_dataloader = upcoming is _END
-            self.uneven_ranks = shard.uneven_ranks_at(index + offset) if shard else None
+            if shard is not None:
+                step, first = index + offset, index <= self.skip_batches
+                holders, following = shard.uneven_ranks_at(step), shard.uneven_ranks_at(step + 1)
+                self.set_holders(
+                    holders, following, first, shard.num_processes, shard.process_index
+                )
             if index >= self.skip_batches:
                 self._batches_seen += 1
                 yield current
