@@ -38,6 +38,7 @@ from .runtime.memory import find_executable_batch_size
 from .runtime.options import (
     AutocastKwargs,
     DataLoaderConfiguration,
+    DDPCommunicationHookType,
     DistributedDataParallelKwargs,
     GradientAccumulationPlugin,
     GradScalerKwargs,
@@ -79,6 +80,7 @@ def unload_ipython_extension(ipython: object) -> None:
 
 __all__ = [
     "AutocastKwargs",
+    "DDPCommunicationHookType",
     "DistributedDataParallelKwargs",
     "GradScalerKwargs",
     "find_executable_batch_size",

@@ -32,6 +32,7 @@ from .runtime.ops import (
 from .runtime.options import (
     AutocastKwargs,
     DataLoaderConfiguration,
+    DDPCommunicationHookType,
     DistributedDataParallelKwargs,
     GradientAccumulationPlugin,
     GradScalerKwargs,
@@ -66,6 +67,7 @@ __all__ = [
     "should_reduce_batch_size",
     "AutocastKwargs",
     "DataLoaderConfiguration",
+    "DDPCommunicationHookType",
     "DistributedDataParallelKwargs",
     "DistributedOperationException",
     "DistributedType",

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import enum
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 __all__ = [
     "DataLoaderConfiguration",
     "GradientAccumulationPlugin",
     "ProjectConfiguration",
+    "DDPCommunicationHookType",
     "DistributedDataParallelKwargs",
     "GradScalerKwargs",
     "AutocastKwargs",
@@ -100,9 +103,39 @@ class ProjectConfiguration:
             self.logging_dir = self.project_dir
 
 
+class DDPCommunicationHookType(str, enum.Enum):
+    """A ``DistributedDataParallel`` communication hook: how gradients travel between processes.
+
+    ``NO`` (plain all-reduce), ``FP16`` and ``BF16`` (gradients compressed to half precision for
+    the all-reduce), ``POWER_SGD`` and ``BATCHED_POWER_SGD`` (low-rank gradient compression).
+    ``FP16`` and ``BF16`` also serve as ``comm_wrapper`` around a PowerSGD hook.
+    """
+
+    NO = "no"
+    FP16 = "fp16"
+    BF16 = "bf16"
+    POWER_SGD = "power_sgd"
+    BATCHED_POWER_SGD = "batched_power_sgd"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+_COMM_FIELDS = ("comm_hook", "comm_wrapper", "comm_state_option")
+
+
 @dataclass
 class DistributedDataParallelKwargs:
-    """Options passed to ``DistributedDataParallel`` when a model is prepared."""
+    """Options passed to ``DistributedDataParallel`` when a model is prepared.
+
+    Attributes:
+        comm_hook: the communication hook registered on the wrapped model (a
+            :class:`DDPCommunicationHookType` or its value, such as ``"fp16"``).
+        comm_wrapper: ``"fp16"`` or ``"bf16"`` to compress what ``comm_hook`` sends (useful
+            around PowerSGD).
+        comm_state_option: keyword arguments for torch's ``PowerSGDState`` (such as
+            ``matrix_approximation_rank`` or ``start_powerSGD_iter``); PowerSGD hooks only.
+    """
 
     dim: int = 0
     broadcast_buffers: bool = True
@@ -111,10 +144,70 @@ class DistributedDataParallelKwargs:
     check_reduction: bool = False
     gradient_as_bucket_view: bool = False
     static_graph: bool = False
+    comm_hook: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_wrapper: DDPCommunicationHookType = DDPCommunicationHookType.NO
+    comm_state_option: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        try:
+            self.comm_hook = DDPCommunicationHookType(self.comm_hook)
+            self.comm_wrapper = DDPCommunicationHookType(self.comm_wrapper)
+        except ValueError as error:
+            choices = ", ".join(repr(kind.value) for kind in DDPCommunicationHookType)
+            raise ValueError(
+                f"DistributedDataParallelKwargs: {error}; use one of {choices}."
+            ) from None
+        if self.comm_wrapper not in _WRAPPERS:
+            raise ValueError(
+                f"DistributedDataParallelKwargs: comm_wrapper={self.comm_wrapper.value!r} is not a "
+                "wrapper; use 'no', 'fp16' or 'bf16'."
+            )
+
+    def to_dict(self) -> dict[str, object]:
+        """The ``DistributedDataParallel`` constructor's options (the hook settings left out)."""
+        return {name: value for name, value in vars(self).items() if name not in _COMM_FIELDS}
 
     def to_kwargs(self) -> dict[str, object]:
-        """The options that differ from their defaults."""
+        """The options that differ from their defaults.
+
+        Holds the hook settings too when they are set: preparing a model passes the rest to
+        ``DistributedDataParallel`` and registers the hook with :meth:`register_comm_hook`.
+        """
         return _changed(self)
+
+    def register_comm_hook(self, model: Any) -> None:
+        """Register the chosen communication hook on ``model``, a ``DistributedDataParallel``."""
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+
+        hooks: dict[DDPCommunicationHookType, Any] = {
+            DDPCommunicationHookType.FP16: default_hooks.fp16_compress_hook,
+            DDPCommunicationHookType.BF16: default_hooks.bf16_compress_hook,
+            DDPCommunicationHookType.POWER_SGD: powerSGD_hook.powerSGD_hook,
+            DDPCommunicationHookType.BATCHED_POWER_SGD: powerSGD_hook.batched_powerSGD_hook,
+        }
+        wrappers: dict[DDPCommunicationHookType, Any] = {
+            DDPCommunicationHookType.FP16: default_hooks.fp16_compress_wrapper,
+            DDPCommunicationHookType.BF16: default_hooks.bf16_compress_wrapper,
+        }
+        hook = hooks.get(self.comm_hook)
+        if hook is None:
+            return
+        if self.comm_wrapper in wrappers:
+            hook = wrappers[self.comm_wrapper](hook)
+        state = None
+        if self.comm_hook in (
+            DDPCommunicationHookType.POWER_SGD,
+            DDPCommunicationHookType.BATCHED_POWER_SGD,
+        ):
+            state = powerSGD_hook.PowerSGDState(None, **self.comm_state_option)
+        model.register_comm_hook(state=state, hook=hook)
+
+
+_WRAPPERS = (
+    DDPCommunicationHookType.NO,
+    DDPCommunicationHookType.FP16,
+    DDPCommunicationHookType.BF16,
+)
 
 
 @dataclass

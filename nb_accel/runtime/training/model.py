@@ -7,10 +7,13 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from ..options import DistributedDataParallelKwargs
 from ..state import DistributedType, PartialState
 from .precision import autocast_forward
 
 __all__ = ["prepare_model", "unwrap_model"]
+
+_COMM_FIELDS = ("comm_hook", "comm_wrapper", "comm_state_option")
 
 
 def prepare_model(
@@ -22,7 +25,13 @@ def prepare_model(
     wrap: bool = True,
 ) -> torch.nn.Module:
     """Move ``model`` to the device, run its forward under autocast when mixed precision is on,
-    and (``wrap``) put it in ``DistributedDataParallel`` when several processes take part."""
+    and (``wrap``) put it in ``DistributedDataParallel`` when several processes take part.
+
+    ``ddp_kwargs`` may hold the communication hook settings of
+    :class:`DistributedDataParallelKwargs`; the hook is registered on the wrapped model.
+    """
+    options = dict(ddp_kwargs or {})
+    hook_settings = {name: options.pop(name) for name in _COMM_FIELDS if name in options}
     if device_placement:
         model = model.to(state.device)
     if mixed_precision != "no" and not hasattr(model.forward, "__nb_accel_original_forward__"):
@@ -30,7 +39,9 @@ def prepare_model(
     if wrap and state.distributed_type in (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU):
         if any(p.requires_grad for p in model.parameters()):
             device_ids = [state.local_process_index] if state.device.type == "cuda" else None
-            model = DistributedDataParallel(model, device_ids=device_ids, **(ddp_kwargs or {}))
+            model = DistributedDataParallel(model, device_ids=device_ids, **options)
+            if hook_settings:
+                DistributedDataParallelKwargs(**hook_settings).register_comm_hook(model)
     return model
 
 
