@@ -42,6 +42,7 @@ from .runtime.options import (
     DistributedDataParallelKwargs,
     GradientAccumulationPlugin,
     GradScalerKwargs,
+    ProfileKwargs,
     ProjectConfiguration,
 )
 from .runtime.reporting.progress import tqdm, trange
@@ -83,6 +84,7 @@ __all__ = [
     "DDPCommunicationHookType",
     "DistributedDataParallelKwargs",
     "GradScalerKwargs",
+    "ProfileKwargs",
     "find_executable_batch_size",
     "synchronize_rng_states",
     "AcceleratedOptimizer",

@@ -36,6 +36,7 @@ from .runtime.options import (
     DistributedDataParallelKwargs,
     GradientAccumulationPlugin,
     GradScalerKwargs,
+    ProfileKwargs,
     ProjectConfiguration,
 )
 from .runtime.state import DistributedType
@@ -72,6 +73,7 @@ __all__ = [
     "DistributedOperationException",
     "DistributedType",
     "GradScalerKwargs",
+    "ProfileKwargs",
     "GradientAccumulationPlugin",
     "LoggerType",
     "PrecisionType",

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -15,6 +16,7 @@ __all__ = [
     "DistributedDataParallelKwargs",
     "GradScalerKwargs",
     "AutocastKwargs",
+    "ProfileKwargs",
 ]
 
 
@@ -235,6 +237,69 @@ class AutocastKwargs:
     def to_kwargs(self) -> dict[str, object]:
         """The options that differ from their defaults."""
         return _changed(self)
+
+
+@dataclass
+class ProfileKwargs:
+    """Options of the ``torch.profiler.profile`` that ``accelerator.profile()`` runs.
+
+    Attributes:
+        activities: what to profile: ``"cpu"`` and/or ``"cuda"`` (None: torch's default).
+        schedule_option: keyword arguments for ``torch.profiler.schedule`` (``wait``, ``warmup``,
+            ``active``, ``repeat``, ``skip_first``); call ``prof.step()`` after each step.
+        on_trace_ready: called with the profiler whenever the schedule finishes recording.
+        record_shapes: record the operators' input shapes.
+        profile_memory: track tensor memory allocation and release.
+        with_stack: record the source file and line of each operator.
+        with_flops: estimate the FLOPs of the operators that have a formula.
+        with_modules: record the module hierarchy of each operator.
+        output_trace_dir: a folder where each process writes its Chrome trace,
+            ``profile_<process index>.json``, when the profiled block ends.
+    """
+
+    activities: list[str] | None = None
+    schedule_option: dict[str, int] | None = None
+    on_trace_ready: Callable[..., Any] | None = None
+    record_shapes: bool = False
+    profile_memory: bool = False
+    with_stack: bool = False
+    with_flops: bool = False
+    with_modules: bool = False
+    output_trace_dir: str | None = None
+
+    def to_kwargs(self) -> dict[str, object]:
+        """The options that differ from their defaults."""
+        return _changed(self)
+
+    def build(self) -> Any:
+        """A new ``torch.profiler.profile`` with these options (not yet started)."""
+        import torch.profiler
+
+        known = {
+            "cpu": torch.profiler.ProfilerActivity.CPU,
+            "cuda": torch.profiler.ProfilerActivity.CUDA,
+        }
+        activities = None
+        if self.activities is not None:
+            unknown = [a for a in self.activities if a not in known]
+            if unknown:
+                raise ValueError(
+                    f"ProfileKwargs: unknown profiler activity {unknown[0]!r}; use 'cpu' or 'cuda'."
+                )
+            activities = [known[a] for a in self.activities]
+        schedule = None
+        if self.schedule_option is not None:
+            schedule = torch.profiler.schedule(**self.schedule_option)
+        return torch.profiler.profile(
+            activities=activities,
+            schedule=schedule,
+            on_trace_ready=self.on_trace_ready,
+            record_shapes=self.record_shapes,
+            profile_memory=self.profile_memory,
+            with_stack=self.with_stack,
+            with_flops=self.with_flops,
+            with_modules=self.with_modules,
+        )
 
 
 def _changed(options: object) -> dict[str, object]:
