@@ -33,6 +33,7 @@ from .folders import (
     prune,
 )
 from .model_io import save_model_files
+from .state_hooks import StateHookMethods
 
 __all__ = ["CheckpointMethods"]
 
@@ -48,7 +49,7 @@ def _all_succeeded(error: BaseException | None, what: str) -> None:
             raise RuntimeError(f"{what} failed on process {rank}: {report}")
 
 
-class CheckpointMethods:
+class CheckpointMethods(StateHookMethods):
     """Mixin of :class:`Accelerator`: saving and restoring the whole training state."""
 
     project_configuration: ProjectConfiguration
@@ -90,9 +91,11 @@ class CheckpointMethods:
             )
         self._custom_objects.extend(objects)
 
-    def _contents(self) -> CheckpointContents:
+    def _contents(self, models: list[torch.nn.Module] | None = None) -> CheckpointContents:
+        if models is None:
+            models = [unwrap_model(model) for model in self._models]
         return CheckpointContents(
-            models=[unwrap_model(model) for model in self._models],
+            models=models,
             optimizers=list(self._optimizers),
             schedulers=list(self._schedulers),
             dataloaders=list(self._dataloaders),
@@ -170,7 +173,8 @@ class CheckpointMethods:
         so a rerun in the same folder continues the numbering and the newest checkpoint is
         always the last one written; beyond ``total_limit`` the oldest checkpoints are removed
         once the new one is in place, never the new one itself. An existing ``output_dir`` is
-        replaced.
+        replaced. Hooks registered with :meth:`register_save_state_pre_hook` run first, on
+        every process, and what they write into their folder becomes part of the checkpoint.
         """
         if save_model_func_kwargs:
             raise TypeError(f"save_state() got unexpected options {sorted(save_model_func_kwargs)}")
@@ -179,14 +183,14 @@ class CheckpointMethods:
         number = checkpoint_number(target)
         partial = self._partial
         error: BaseException | None = None
-        contents = self._contents()
         xla_random = None
-        if partial.distributed_type == DistributedType.XLA:  # through the CPU, as xm.save
-            from ..xla.checkpoint import XlaRandomState, contents_on_cpu
-
-            contents = contents_on_cpu(contents)
-            xla_random = XlaRandomState()
         try:
+            contents = self._contents(self._saved_models(str(staging)))
+            if partial.distributed_type == DistributedType.XLA:  # through the CPU, as xm.save
+                from ..xla.checkpoint import XlaRandomState, contents_on_cpu
+
+                contents = contents_on_cpu(contents)
+                xla_random = XlaRandomState()
             write_process_file(staging, contents, partial.process_index)
             if xla_random is not None:
                 xla_random.write(staging, partial.process_index)
@@ -250,7 +254,7 @@ class CheckpointMethods:
         if load_model_func_kwargs:
             raise TypeError(f"load_state() got unexpected options {sorted(load_model_func_kwargs)}")
         folder = self._load_source(input_dir)
-        contents = self._contents()
+        contents = self._contents(self._loaded_models(str(folder)))
         meta = read_meta(folder, contents, self._partial.num_processes)
         load_shared_files(folder, contents, meta, load_kwargs)
         self._accumulator.step = load_process_file(

@@ -4,14 +4,18 @@ from __future__ import annotations
 
 import contextlib
 import gc
-from collections.abc import Iterator
+import warnings
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import torch
+from torch.distributed.algorithms.join import Join, Joinable
+from torch.nn.parallel import DistributedDataParallel
 
-from ..options import AutocastKwargs
+from ..data.loader_shard import shard_sampler_of
+from ..options import AutocastKwargs, DataLoaderConfiguration
 from ..reporting.reporter import current_reporter, numeric_values
-from ..state import AcceleratorState, GradientState, PartialState
+from ..state import AcceleratorState, DistributedType, GradientState, PartialState
 from .accumulation import GradientAccumulator, no_sync
 from .optimizer import AcceleratedOptimizer
 from .precision import autocast_context, clip_scaled_grad_norm_, clip_scaled_grad_value_
@@ -34,6 +38,7 @@ class TrainingMethods:
 
     _partial: PartialState
     state: AcceleratorState
+    dataloader_config: DataLoaderConfiguration
 
     @property
     def gradient_accumulation_steps(self) -> int:
@@ -78,6 +83,74 @@ class TrainingMethods:
         """Skip DDP's gradient all-reduce inside the block (gradients accumulate locally)."""
         with no_sync(model):
             yield
+
+    @staticmethod
+    @contextlib.contextmanager
+    def trigger_sync_in_backward(model: torch.nn.Module) -> Iterator[None]:
+        """Make the next backward pass of ``model`` all-reduce its gradients, even inside
+        :meth:`no_sync` or a non-synchronising :meth:`accumulate` step (the forward pass may
+        have run there). A no-op for a model not wrapped in DistributedDataParallel."""
+        if not isinstance(model, DistributedDataParallel):
+            yield
+            return
+        saved = (model.require_backward_grad_sync, model.require_forward_param_sync)
+        model.require_backward_grad_sync = True
+        model.require_forward_param_sync = True
+        model.reducer.prepare_for_backward([])  # the forward pass under no_sync skipped it
+        try:
+            yield
+        finally:
+            model.require_backward_grad_sync, model.require_forward_param_sync = saved
+
+    @contextlib.contextmanager
+    def join_uneven_inputs(
+        self, joinables: Sequence[Joinable], even_batches: bool | None = None
+    ) -> Iterator[None]:
+        """Train or evaluate with processes that get different numbers of batches: torch's
+        ``Join`` over ``joinables`` (models prepared with DistributedDataParallel, or other
+        ``Joinable`` objects) shadows the collectives of the processes that ran out of batches.
+
+        ``even_batches`` overrides the Accelerator's setting in the prepared loaders for the
+        block (loaders without a sharded batch sampler, such as iterable or dispatching ones,
+        keep theirs, with a warning). The join is active only when batches are not evened out.
+        A single process, or a launch not using DistributedDataParallel, runs the block as is.
+        """
+        if self.state.distributed_type not in (
+            DistributedType.MULTI_CPU,
+            DistributedType.MULTI_GPU,
+        ):
+            if self.state.distributed_type != DistributedType.NO:
+                warnings.warn(
+                    "join_uneven_inputs only works with DistributedDataParallel; it has no "
+                    f"effect under {self.state.distributed_type.value}",
+                    stacklevel=3,
+                )
+            yield
+            return
+        restore: list[tuple[Any, bool]] = []
+        if even_batches is None:
+            even_batches = self.dataloader_config.even_batches
+        else:
+            skipped = False
+            for loader in self._dataloaders:
+                shard, _ = shard_sampler_of(getattr(loader, "batch_sampler", None))
+                if shard is None:
+                    skipped = True
+                    continue
+                restore.append((shard, shard.even_batches))
+                shard.even_batches = even_batches
+            if skipped:
+                warnings.warn(
+                    "join_uneven_inputs overrides even_batches only in loaders of map-style "
+                    "datasets; the iterable or dispatching loaders keep their own setting",
+                    stacklevel=3,
+                )
+        try:
+            with Join(list(joinables), enable=not even_batches, throw_on_early_termination=False):
+                yield
+        finally:
+            for shard, value in restore:
+                shard.even_batches = value
 
     def unscale_gradients(self, optimizer: Any | None = None) -> None:
         """Divide gradients by the fp16 loss scale (done for you by the clipping methods).
