@@ -29,6 +29,7 @@ from .training.accumulation import GradientAccumulator
 from .training.model import prepare_model, unwrap_model
 from .training.optimizer import AcceleratedOptimizer
 from .training.precision import check_precision_for_device, make_grad_scaler
+from .training.profiling import ProfilingMethods
 from .training.scheduler import AcceleratedScheduler
 from .training.training_methods import TrainingMethods
 
@@ -62,7 +63,7 @@ def _accumulation(
     return plugin or GradientAccumulationPlugin(num_steps=steps)
 
 
-class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods):
+class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods, ProfilingMethods):
     """Everything a training loop needs to run on one or many processes, unchanged.
 
     Args:

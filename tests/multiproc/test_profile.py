@@ -10,17 +10,12 @@ import pytest
 import torch
 
 from nb_accel import Accelerator, notebook_launcher
-from nb_accel.runtime.training.profiling import ProfilingMethods
 from nb_accel.utils import ProfileKwargs
-
-
-class _ProfiledAccelerator(Accelerator, ProfilingMethods):
-    """The Accelerator with the profiling mixin (a no-op once the Accelerator has it itself)."""
 
 
 def profile_with_trace_files(folder: str) -> dict[str, Any]:
     handler = ProfileKwargs(activities=["cpu"], record_shapes=True, output_trace_dir=folder)
-    accelerator = _ProfiledAccelerator(cpu=True, kwargs_handlers=[handler])
+    accelerator = Accelerator(cpu=True, kwargs_handlers=[handler])
     size = 5 + accelerator.process_index
     with accelerator.profile() as prof:
         torch.mm(torch.ones(size, 3), torch.ones(3, 7))
@@ -55,7 +50,7 @@ def test_profile_records_operators_and_writes_a_trace_per_process(tmp_path: Path
 
 
 def profile_on_a_schedule() -> dict[str, Any]:
-    accelerator = _ProfiledAccelerator(cpu=True)
+    accelerator = Accelerator(cpu=True)
     ready: list[int] = []
 
     def on_ready(prof: Any) -> None:
