@@ -11,6 +11,7 @@ __all__ = [
     "CellDone",
     "Command",
     "Execute",
+    "Interrupt",
     "Pull",
     "Push",
     "Stop",
@@ -158,11 +159,20 @@ class Pull:
 
 
 @dataclass(frozen=True)
+class Interrupt:
+    """Kernel to persistent worker, sent right before its SIGINT: the signal is for command
+    ``cell``. A worker reading that command when the signal comes finds this message behind
+    it and does not run the command; one that had finished it drops both."""
+
+    cell: int
+
+
+@dataclass(frozen=True)
 class Stop:
     """Kernel to persistent worker: leave the command loop and exit."""
 
 
-Command = Execute | Push | Pull | Stop
+Command = Execute | Push | Pull | Interrupt | Stop
 
 
 def encode(event: Event) -> bytes:

@@ -29,7 +29,7 @@ from typing import Any
 
 import cloudpickle
 
-from .._messages import CellDone, Command, Event, Execute, Output, Pull, Push, Stop
+from .._messages import CellDone, Command, Event, Execute, Interrupt, Output, Pull, Push, Stop
 from ..errors import WorkerDiedError
 from ..runtime.workers.pool_worker import serve
 from ..runtime.workers.regroup import Settle
@@ -325,7 +325,8 @@ class WorkerPool:
     def _interrupt(self, group: _PoolGroup, targets: list[int], view: LaunchView | None) -> None:
         for rank in targets:
             if rank not in group.done and group.workers[rank].poll() is None:
-                with contextlib.suppress(OSError):
+                with contextlib.suppress(OSError):  # the message first: see Interrupt
+                    group.workers[rank].conn.send_bytes(pickle.dumps(Interrupt(group.cell)))
                     os.kill(group.workers[rank].pid, signal.SIGINT)
         deadline = time.monotonic() + INTERRUPT_GRACE_S
         while True:

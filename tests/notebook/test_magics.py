@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import ast
+import os
+import signal
+import time
 from pathlib import Path
 
 import psutil
@@ -184,3 +188,41 @@ def test_rough_edges_get_clear_answers() -> None:
         _ok(client, "%distributed restart")
         _ok(client, "%reload_ext nb_accel")  # stops the pool instead of orphaning it
         assert "no pool" in _ok(client, "%distributed status").stdout
+
+
+def _sigint_pending(pid: int) -> bool:
+    """Whether a SIGINT waits to be delivered to the stopped process ``pid``."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(("SigPnd:", "ShdPnd:")) and int(line.split()[1], 16) & (
+            1 << (signal.SIGINT - 1)
+        ):
+            return True
+    return False
+
+
+def test_an_interrupt_that_reaches_a_rank_still_reading_the_cell_stops_it_there() -> None:
+    """On a busy machine a rank may get the interrupt before it has read the whole cell (here
+    it is held stopped until the signal waits for it): the cell must not run there, and the
+    pool lives on with its namespaces."""
+    with running_kernel() as (manager, client):
+        _ok(client, "%load_ext nb_accel")
+        _ok(client, "import nb_accel.launch.pool\nnb_accel.launch.pool.INTERRUPT_GRACE_S = 5")
+        _ok(client, "%%distributed -n 2\nimport os\npid = os.getpid()\nnote = 'kept'")
+        _ok(client, "%%distributed -o pids\npid")
+        pids = ast.literal_eval(_ok(client, "print(pids)").stdout.strip())
+        os.kill(pids[1], signal.SIGSTOP)
+        try:
+            msg_id = start_cell(client, SLEEP.replace("import time", "import time\nstarted = 1"))
+            collect(client, msg_id, until=("sleeping",))
+            manager.interrupt_kernel()
+            while not _sigint_pending(pids[1]):
+                time.sleep(0.05)
+        finally:
+            os.kill(pids[1], signal.SIGCONT)
+        interrupted = collect(client, msg_id)
+        failure = (interrupted.ename, interrupted.evalue)
+        assert interrupted.status == "error" and interrupted.ename == "KeyboardInterrupt", failure
+        assert "did not stop" not in interrupted.evalue
+        _ok(client, "%%distributed -o notes\nnote, globals().get('started')")
+        # rank 1 never ran the cell it was reading; both namespaces are intact
+        assert _ok(client, "print(notes)").stdout.strip() == "[('kept', 1), ('kept', None)]"

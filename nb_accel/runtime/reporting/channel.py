@@ -36,6 +36,10 @@ class EventChannel:
         ``EOFError`` when the kernel has gone away."""
         return self._conn.recv_bytes()
 
+    def poll(self) -> bool:
+        """Whether a message from the kernel is waiting (without blocking)."""
+        return self._conn.poll()
+
     def close(self) -> None:
         """Stop sending; later events are dropped."""
         with self._lock:

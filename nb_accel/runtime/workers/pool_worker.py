@@ -16,11 +16,12 @@ import linecache
 import pickle
 import signal
 import sys
+import time
 from typing import Any
 
 import cloudpickle
 
-from ..._messages import CellDone, Execute, Pull, Push, Stop
+from ..._messages import CellDone, Execute, Interrupt, Pull, Push, Stop
 from ..reporting.channel import EventChannel, current_channel
 from ..reporting.reporter import flush_reporter
 from .entrypoint import failure_event
@@ -72,20 +73,67 @@ def _perform(
     return _reply(channel, command.cell, space[command.name], True)
 
 
+#: How long a worker waits for the SIGINT that follows an :class:`Interrupt` message.
+SIGNAL_WAIT_S = 0.5
+
+
+class _Interrupts:
+    """SIGINT in a persistent worker: raised as ``KeyboardInterrupt`` only while a command
+    runs; otherwise only noted, so that it never lands in the middle of reading a command or
+    sending a reply (the stream would be out of step). Python runs the handler in the main
+    thread between two bytecodes, so the flags need no lock."""
+
+    def __init__(self) -> None:
+        self.running = False
+        self.pending = False
+
+    def handle(self, signum: int, frame: object) -> None:
+        """The SIGINT handler."""
+        if self.running:
+            raise KeyboardInterrupt
+        self.pending = True
+
+    def take(self, wait_s: float) -> bool:
+        """Consume a noted SIGINT, waiting up to ``wait_s`` for it; True if there was one."""
+        deadline = time.monotonic() + wait_s
+        while not self.pending and time.monotonic() < deadline:
+            time.sleep(0.005)
+        found, self.pending = self.pending, False
+        return found
+
+
+_interrupts = _Interrupts()
+
+
 def _outcome(
     channel: EventChannel, command: Execute | Push | Pull | Settle, space: dict[str, Any]
-) -> CellDone:
-    """Perform ``command``; the reply says what it returned or raised."""
+) -> tuple[CellDone, bool]:
+    """Perform ``command`` with interrupts let through; the reply says what it returned or
+    raised, and whether an interrupt stopped it."""
     try:
-        return _perform(channel, command, space)
+        _interrupts.running = True
+        try:
+            if _interrupts.take(0):  # it came between the check and now
+                raise KeyboardInterrupt
+            return _perform(channel, command, space), False
+        finally:
+            _interrupts.running = False
     except BaseException as error:  # noqa: BLE001 - reported; the worker lives on
-        failed = error
-    while True:  # an interrupt held back while native code ran can land here: the command
-        try:  # has failed already, so the reply is built again
-            failure = failure_event(channel.rank, failed, (__file__,))
-            return CellDone(channel.rank, command.cell, failure=failure)
-        except KeyboardInterrupt:
-            continue
+        failure = failure_event(channel.rank, error, (__file__,))
+        stopped = isinstance(error, KeyboardInterrupt)
+        return CellDone(channel.rank, command.cell, failure=failure), stopped
+
+
+def _interrupted_before_start(channel: EventChannel, cell: int) -> bool:
+    """Whether the kernel interrupted command ``cell`` while this worker was reading it."""
+    if channel.poll():  # only the Interrupt for this command can be queued behind it
+        message = pickle.loads(channel.receive())
+        if not isinstance(message, Interrupt) or message.cell != cell:
+            raise RuntimeError(f"unexpected message from the kernel during a command: {message}")
+        _interrupts.take(SIGNAL_WAIT_S)
+        return True
+    _interrupts.take(0)  # a SIGINT without the kernel's word (sent by hand): not for this one
+    return False
 
 
 def serve() -> None:
@@ -102,21 +150,26 @@ def serve() -> None:
         "rank": accelerator.process_index,
         "world_size": accelerator.num_processes,
     }
-    signal.signal(signal.SIGINT, signal.default_int_handler)
+    signal.signal(signal.SIGINT, _interrupts.handle)
+    interrupted = -1  # the last command an interrupt stopped (its signal is spent)
     while True:
         try:
             command = pickle.loads(channel.receive())
-        except KeyboardInterrupt:
-            continue  # an interrupt that arrived between two commands
         except EOFError:
             return
         if isinstance(command, Stop):
             return
-        done = _outcome(channel, command, space)
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            flush_reporter()
-            channel.send(done)
-        except KeyboardInterrupt:
-            channel.send(done)
+        if isinstance(command, Interrupt):  # for a command that has ended
+            _interrupts.take(0 if command.cell == interrupted else SIGNAL_WAIT_S)
+            continue
+        if _interrupted_before_start(channel, command.cell):
+            failure = failure_event(channel.rank, KeyboardInterrupt())
+            done, stopped = CellDone(channel.rank, command.cell, failure=failure), True
+        else:
+            done, stopped = _outcome(channel, command, space)
+        if stopped:
+            interrupted = command.cell
+        sys.stdout.flush()
+        sys.stderr.flush()
+        flush_reporter()
+        channel.send(done)
