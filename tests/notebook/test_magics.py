@@ -70,8 +70,8 @@ def test_interrupt_stops_the_cell_on_every_rank_and_keeps_the_namespace() -> Non
     with running_kernel() as (manager, client):
         _ok(client, "%load_ext nb_accel")
         _ok(client, "%%distributed -n 2\nrank")
-        # Every rank has started the cell before the interrupt (a rank still reading the cell
-        # when the signal comes runs it to its end: a known gap).
+        # Every rank has started the cell before the interrupt (a rank still reading it is the
+        # next test's case).
         msg_id = start_cell(client, SLEEP.replace("%%distributed", "%%distributed --all-ranks"))
         collect(client, msg_id, until=("[rank 0] sleeping", "[rank 1] sleeping"))
         manager.interrupt_kernel()
