@@ -20,6 +20,7 @@ from multiprocessing.connection import Client, Connection, Listener, wait
 
 from ..._messages import Event, Failure, Output, Report, Result, Started, decode
 from ...errors import WorkerFailure
+from ..captured import TAIL_BYTES
 from ..failures.failure_log import FailureLog
 from ..views.output import OutputPrinter
 from ..views.view import LaunchView
@@ -28,8 +29,6 @@ __all__ = ["NodeEvents", "NodeView"]
 
 #: How often the launch view is ticked (seconds).
 TICK_S = 1.0
-#: How much of each rank's stderr is kept to judge a rank that died without reporting.
-STDERR_TAIL_CHARS = 16 * 1024
 
 
 class NodeView:
@@ -182,7 +181,7 @@ class NodeEvents:
         if isinstance(event, Output):
             if event.stream == "stderr":
                 tail = self.stderr_tail.get(event.rank, "") + event.text
-                self.stderr_tail[event.rank] = tail[-STDERR_TAIL_CHARS:]
+                self.stderr_tail[event.rank] = tail[-TAIL_BYTES:]
             self._on_output(event)
             return
         if isinstance(event, Started):
