@@ -23,6 +23,7 @@ __all__ = [
     "is_tensorboard_available",
     "is_torch_xla_available",
     "is_torchdata_available",
+    "is_torchdata_stateful_dataloader_available",
     "is_transformers_available",
     "is_wandb_available",
     "patch_environment",
@@ -128,6 +129,20 @@ def is_datasets_available() -> bool:
 def is_torchdata_available() -> bool:
     """True when ``torchdata`` is installed."""
     return _installed("torchdata")
+
+
+def is_torchdata_stateful_dataloader_available() -> bool:
+    """True when ``torchdata`` 0.8 or newer is installed: the version with
+    ``torchdata.stateful_dataloader.StatefulDataLoader``, which prepared loaders are built on
+    with ``DataLoaderConfiguration(use_stateful_dataloader=True)``."""
+    if not _installed("torchdata"):
+        return False
+    release = importlib.metadata.version("torchdata").split("+")[0].split(".")
+    try:
+        major, minor = int(release[0]), int(release[1])
+    except (IndexError, ValueError):
+        return False
+    return (major, minor) >= (0, 8)
 
 
 def is_rich_available() -> bool:
