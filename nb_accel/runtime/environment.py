@@ -149,3 +149,63 @@ def is_rich_available() -> bool:
     """True when ``rich`` is installed and ``ACCELERATE_ENABLE_RICH`` is set to a true value."""
     enabled = os.environ.get("ACCELERATE_ENABLE_RICH", "").lower() in ("1", "true", "yes", "on")
     return enabled and _installed("rich")
+
+
+def is_pytest_available() -> bool:
+    """True when ``pytest`` is installed."""
+    return _installed("pytest")
+
+
+def is_mps_available(min_version: str | None = None) -> bool:
+    """True when torch can use Apple's Metal (MPS) device here (``min_version`` is accepted for
+    compatibility: torch's MPS check already covers what the installed torch supports)."""
+    del min_version
+    import torch
+
+    return bool(torch.backends.mps.is_available())
+
+
+def is_xpu_available(check_device: bool = False) -> bool:
+    """True when torch can use an Intel GPU (XPU) here; ``check_device`` is accepted for
+    compatibility (torch's check already looks for a device)."""
+    del check_device
+    import torch
+
+    xpu = getattr(torch, "xpu", None)
+    return bool(xpu is not None and xpu.is_available())
+
+
+def _vendor_device(module: str) -> bool:
+    """Devices torch reaches through a vendor's extension (Habana, Ascend, ...): never used by
+    nb_accel, reported as absent unless that extension is installed."""
+    return _installed(module)
+
+
+def is_hpu_available(init_hccl: bool = False) -> bool:
+    """True when Habana's torch extension is installed (nb_accel does not launch on HPUs)."""
+    del init_hccl
+    return _vendor_device("habana_frameworks")
+
+
+def is_npu_available(check_device: bool = False) -> bool:
+    """True when Ascend's ``torch_npu`` is installed (nb_accel does not launch on NPUs)."""
+    del check_device
+    return _vendor_device("torch_npu")
+
+
+def is_bf16_available(ignore_tpu: bool = False) -> bool:
+    """True when bfloat16 works on this machine's device: on CUDA when the GPU supports it, on
+    a TPU unless ``ignore_tpu``, and on the CPU always."""
+    if is_torch_xla_available(check_is_tpu=True):
+        return not ignore_tpu
+    if is_cuda_available():
+        import torch
+
+        return bool(torch.cuda.is_bf16_supported())
+    return True
+
+
+def is_fp16_available() -> bool:
+    """True: float16 mixed precision works on CUDA, XLA and (through torch's CPU autocast and
+    ``GradScaler("cpu")``) on the CPU."""
+    return True

@@ -78,3 +78,27 @@ def test_on_local_process_and_destroy_process_group() -> None:
     assert [r["ran"] for r in results] == [None, 1]
     assert [r["pair_usable"] for r in results] == [False, False]
     assert [r["total"] for r in results] == [2.0, 2.0]
+
+
+def share_from_rank_one() -> list[int]:
+    from nb_accel.utils.operations import copy_tensor_to_devices
+
+    state = PartialState()
+    mine = torch.tensor([1, 2, 3], dtype=torch.int32) if state.process_index == 1 else None
+    shared = copy_tensor_to_devices(mine)
+    assert shared.dtype == torch.int32
+    return shared.tolist()
+
+
+def test_copy_tensor_to_devices_gives_every_rank_the_one_tensor() -> None:
+    assert notebook_launcher(share_from_rank_one, num_processes=2) == [[1, 2, 3], [1, 2, 3]]
+
+
+def test_utils_submodules_hold_the_names_where_accelerate_has_them() -> None:
+    from nb_accel.utils import dataclasses, imports, memory, modeling, operations, random
+
+    assert dataclasses.DistributedType is PartialState().distributed_type.__class__
+    assert operations.gather is __import__("nb_accel").utils.gather
+    assert random.set_seed and memory.find_executable_batch_size and modeling
+    assert imports.is_pytest_available() is True
+    assert imports.is_fp16_available() is True

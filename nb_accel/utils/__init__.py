@@ -1,0 +1,25 @@
+"""Re-exports of the names Accelerate's documentation places under ``accelerate.utils``, and,
+in the submodules, where ``accelerate.utils.dataclasses``, ``.operations``, ``.random``,
+``.memory``, ``.imports``, ``.environment`` and ``.modeling`` have them.
+
+Replacing ``accelerate`` by ``nb_accel`` in a user's imports is the whole migration.
+"""
+
+from . import dataclasses, environment, imports, memory, modeling, operations, random
+from .dataclasses import *  # noqa: F403
+from .environment import *  # noqa: F403
+from .imports import *  # noqa: F403
+from .memory import *  # noqa: F403
+from .modeling import *  # noqa: F403
+from .operations import *  # noqa: F403
+from .random import *  # noqa: F403
+
+__all__ = [
+    *dataclasses.__all__,
+    *environment.__all__,
+    *imports.__all__,
+    *memory.__all__,
+    *modeling.__all__,
+    *operations.__all__,
+    *random.__all__,
+]

@@ -1,0 +1,5 @@
+"""``nb_accel.utils.environment``: where ``accelerate.utils.environment`` names are."""
+
+from ..runtime.environment import clear_environment, patch_environment
+
+__all__ = ["clear_environment", "patch_environment"]

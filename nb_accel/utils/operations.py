@@ -1,0 +1,43 @@
+"""``nb_accel.utils.operations``: where ``accelerate.utils.operations`` names are."""
+
+from ..runtime.collective_debug import DistributedOperationException
+from ..runtime.ops import (
+    broadcast,
+    broadcast_object_list,
+    gather,
+    gather_for_metrics,
+    gather_object,
+    pad_across_processes,
+    reduce,
+)
+from ..runtime.tensor_sharing import copy_tensor_to_devices
+from ..runtime.tree import (
+    concatenate,
+    find_batch_size,
+    find_device,
+    get_data_structure,
+    initialize_tensors,
+    recursively_apply,
+    send_to_device,
+    slice_tensors,
+)
+
+__all__ = [
+    "DistributedOperationException",
+    "broadcast",
+    "broadcast_object_list",
+    "concatenate",
+    "copy_tensor_to_devices",
+    "find_batch_size",
+    "find_device",
+    "gather",
+    "gather_for_metrics",
+    "gather_object",
+    "get_data_structure",
+    "initialize_tensors",
+    "pad_across_processes",
+    "recursively_apply",
+    "reduce",
+    "send_to_device",
+    "slice_tensors",
+]
