@@ -3,6 +3,7 @@
 from .runtime.data.loaders import (
     DataLoaderDispatcher,
     DataLoaderShard,
+    DataLoaderStateMixin,
     SkipDataLoader,
     prepare_data_loader,
     skip_first_batches,
@@ -18,6 +19,7 @@ __all__ = [
     "BatchSamplerShard",
     "DataLoaderDispatcher",
     "DataLoaderShard",
+    "DataLoaderStateMixin",
     "IterableDatasetShard",
     "SeedableRandomSampler",
     "SkipBatchSampler",

@@ -93,6 +93,7 @@ PATHS = {
     "nb_accel.data_loader": {
         "DataLoaderShard": "nb_accel.runtime.data.loaders",
         "DataLoaderDispatcher": "nb_accel.runtime.data.loaders",
+        "DataLoaderStateMixin": "nb_accel.runtime.data.loaders",
         "SkipDataLoader": "nb_accel.runtime.data.loaders",
         "prepare_data_loader": "nb_accel.runtime.data.loaders",
         "skip_first_batches": "nb_accel.runtime.data.loaders",

@@ -42,6 +42,7 @@ from .link_local import LocalReceiver, LocalSender, connect_local, local_link_av
 from .loader_pieces import pieces_supported, prepared_steps
 from .loader_resume import open_iteration
 from .loader_shard import DataLoaderStateMixin, _set_epoch_on
+from .stateful import StatefulChoice
 from .wire import Prepared, Preparer, layout, layout_leaves
 
 __all__ = ["DataLoaderDispatcher"]
@@ -51,7 +52,7 @@ _END = object()
 Step = tuple[Any, int, int]
 
 
-class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[type-arg]
+class DataLoaderDispatcher(StatefulChoice, DataLoaderStateMixin, DataLoader):  # type: ignore[type-arg]
     """A ``DataLoader`` iterated on process 0 only; each process receives its slice of each batch.
 
     The default for iterable datasets, and for data that only one process can read. Process 0
@@ -68,6 +69,9 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
         slice_fn: ``fn(batch, slice, process_index=..., num_processes=...)`` cutting a
             process's slice (default: index every tensor).
         even_batches: complete the last batch so every process gets one of the same size.
+        use_stateful_dataloader: build the loader on torchdata's ``StatefulDataLoader``, with
+            ``state_dict()`` and ``load_state_dict()`` (process 0's state is the one that
+            counts: it alone reads the data).
         kwargs: every other ``DataLoader`` argument.
 
     Attributes:
@@ -84,6 +88,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
         _non_blocking: bool = False,
         slice_fn: Callable[..., Any] | None = None,
         even_batches: bool = True,
+        use_stateful_dataloader: bool = False,
         **kwargs: Any,
     ) -> None:
         super().__init__(dataset, **kwargs)
@@ -195,6 +200,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
             for piece, rows, next_rows in steps:
                 if replay is not None:
                     replay.finish()  # the epoch's start is replayed: shuffled as it was
+                self._handed_out(next_rows <= 0)
                 if piece is None:
                     continue
                 self._update_state(rows, next_rows)
@@ -308,6 +314,7 @@ class DataLoaderDispatcher(DataLoaderStateMixin, DataLoader):  # type: ignore[ty
             full
             and full % parts == 0
             and self.slice_fn is _slice_tensors
+            and not self.use_stateful_dataloader  # torchdata counts batches as it loads them
             and pieces_supported(self)
         ):
             head = partial(head_rows, count=parts) if self.even_batches else None

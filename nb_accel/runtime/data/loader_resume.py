@@ -31,13 +31,14 @@ __all__ = [
     "loader_state",
     "open_iteration",
     "restore_loader_state",
+    "samplers_of",
 ]
 
 
 _openings = itertools.count()
 
 
-def _samplers(loader: Any) -> list[Any]:
+def samplers_of(loader: Any) -> list[Any]:
     """The samplers under ``loader`` (through batch-sampler wrappers such as shards and skips)."""
     found: list[Any] = []
     node = loader.batch_sampler if loader.batch_sampler is not None else loader.sampler
@@ -56,7 +57,7 @@ def loader_generators(loader: Any) -> list[torch.Generator]:
     candidates = [
         getattr(loader, "synchronized_generator", None),
         loader.generator,
-        *(getattr(sampler, "generator", None) for sampler in _samplers(loader)),
+        *(getattr(sampler, "generator", None) for sampler in samplers_of(loader)),
         getattr(loader.dataset, "generator", None),
     ]
     unique: list[torch.Generator] = []
@@ -155,7 +156,7 @@ def loader_state(loader: Any) -> dict[str, Any]:
         interrupted, iteration = False, iteration + 1  # saved after the epoch's last batch
     sampler_seeds = [
         int(sampler.initial_seed)
-        for sampler in _samplers(loader)
+        for sampler in samplers_of(loader)
         if hasattr(sampler, "initial_seed")
     ]
     return {
@@ -172,7 +173,7 @@ def restore_loader_state(loader: Any, state: dict[str, Any]) -> None:
     """Put ``loader`` where :func:`loader_state` found it; an epoch that was under way is
     replayed from its start at the next iteration (see the module's notes)."""
     _apply_generators(loader, state["generators"])
-    seeded = [sampler for sampler in _samplers(loader) if hasattr(sampler, "initial_seed")]
+    seeded = [sampler for sampler in samplers_of(loader) if hasattr(sampler, "initial_seed")]
     for sampler, seed in zip(seeded, state["sampler_seeds"], strict=False):
         sampler.initial_seed = seed
     loader.iteration = state["iteration"]

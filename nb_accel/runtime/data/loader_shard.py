@@ -18,6 +18,7 @@ from ..tree import send_to_device
 from .loader_resume import Replay, close_iteration, open_iteration
 from .rng import RNGType, synchronize_rng_states
 from .sampling import BatchSamplerShard, IterableDatasetShard, SkipBatchSampler
+from .stateful import StatefulChoice
 
 __all__ = ["DataLoaderStateMixin", "DataLoaderShard", "SkipDataLoader", "shard_sampler_of"]
 
@@ -34,6 +35,16 @@ def shard_sampler_of(batch_sampler: Any) -> tuple[BatchSamplerShard | None, int]
     if isinstance(batch_sampler, BatchSamplerShard):
         return batch_sampler, offset
     return None, 0
+
+
+class _Itself:
+    """``loader.base_dataloader``: Accelerate's prepared loaders wrap the loader they read
+    from; ours are that loader themselves (a ``DataLoader``, or a ``StatefulDataLoader``)."""
+
+    def __get__(self, loader: Any, owner: type | None = None) -> Any:
+        if loader is None:
+            raise AttributeError("base_dataloader belongs to a loader, not to its class")
+        return loader
 
 
 class DataLoaderStateMixin:
@@ -60,6 +71,7 @@ class DataLoaderStateMixin:
 
     end_of_dataloader: bool = False
     remainder: int = -1
+    base_dataloader = _Itself()
     uneven_ranks: tuple[int, ...] | None = None
     gather_ranks: tuple[int, ...] | None = None
     tail_follows: bool = False
@@ -72,6 +84,12 @@ class DataLoaderStateMixin:
     _epoch_start: dict[str, Any] | None = None  # generator states at the iteration's start
     _abandoned: bool = False  # the last iteration was left part-way (a break)
     _opened: int = -1  # when the last iteration started (a process-wide count)
+
+    def _note_position(self) -> None:
+        """The batch about to be handed out was read (stateful loaders remember the spot)."""
+
+    def _handed_out(self, last: bool) -> None:
+        """A dispatcher handed out a step, the ``last`` one of the iteration or not."""
 
     def reset(self) -> None:
         """Clear the state of the previous iteration."""
@@ -139,7 +157,7 @@ def _set_epoch_on(loader: DataLoader, epoch: int) -> None:  # type: ignore[type-
         loader.dataset.set_epoch(epoch)
 
 
-class DataLoaderShard(DataLoaderStateMixin, DataLoader):  # type: ignore[type-arg]
+class DataLoaderShard(StatefulChoice, DataLoaderStateMixin, DataLoader):  # type: ignore[type-arg]
     """A ``DataLoader`` over this process's shard that keeps processes in step.
 
     At the start of every iteration it synchronises the random number generators named in
@@ -154,6 +172,8 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):  # type: ignore[type-ar
             ``"cuda"``, ``"generator"`` (``synchronized_generator``).
         synchronized_generator: the generator the sampler shuffles with.
         skip_batches: batches to skip at the start of every iteration.
+        use_stateful_dataloader: build the loader on torchdata's ``StatefulDataLoader``, with
+            ``state_dict()`` and ``load_state_dict()`` (see :mod:`.stateful`).
         kwargs: every other ``DataLoader`` argument.
 
     Attributes:
@@ -168,6 +188,7 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):  # type: ignore[type-ar
         rng_types: Sequence[RNGType | str] | None = None,
         synchronized_generator: torch.Generator | None = None,
         skip_batches: int = 0,
+        use_stateful_dataloader: bool = False,
         _drop_last: bool = False,
         _non_blocking: bool = False,
         **kwargs: Any,
@@ -252,7 +273,10 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):  # type: ignore[type-ar
         while current is not _END:
             if self.device is not None:
                 current = send_to_device(current, self.device, non_blocking=self._non_blocking)
+            self._note_position()
             upcoming = next(iterator, _END)
+            if upcoming is _END:
+                self._note_position()  # the iteration is over: resuming starts the next one
             self.end_of_dataloader = upcoming is _END
             if shard is not None:
                 step, first = index + offset, index <= self.skip_batches
@@ -268,18 +292,27 @@ class DataLoaderShard(DataLoaderStateMixin, DataLoader):  # type: ignore[type-ar
         self.end_of_dataloader = True
 
 
-class SkipDataLoader(DataLoader):  # type: ignore[type-arg]
+class SkipDataLoader(StatefulChoice, DataLoader):  # type: ignore[type-arg]
     """A ``DataLoader`` that skips the first ``skip_batches`` batches of every iteration.
 
     Args:
         dataset: the dataset.
         skip_batches: how many batches to skip.
+        use_stateful_dataloader: build the loader on torchdata's ``StatefulDataLoader``.
         kwargs: every other ``DataLoader`` argument.
     """
 
-    def __init__(self, dataset: Any, skip_batches: int = 0, **kwargs: Any) -> None:
+    def __init__(
+        self,
+        dataset: Any,
+        skip_batches: int = 0,
+        use_stateful_dataloader: bool = False,
+        **kwargs: Any,
+    ) -> None:
         super().__init__(dataset, **kwargs)
         self.skip_batches = skip_batches
+
+    base_dataloader = _Itself()
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         return itertools.islice(super().__iter__(), self.skip_batches, None)

@@ -18,7 +18,7 @@ from ..ops import broadcast_object_list
 from ..state import DistributedType, PartialState
 from .loader_dispatch import DataLoaderDispatcher
 from .loader_resume import inherit_position
-from .loader_shard import DataLoaderShard, SkipDataLoader
+from .loader_shard import DataLoaderShard, DataLoaderStateMixin, SkipDataLoader
 from .rng import RNGType
 from .sampling import (
     BatchSamplerShard,
@@ -26,9 +26,11 @@ from .sampling import (
     SeedableRandomSampler,
     SkipBatchSampler,
 )
+from .stateful import require_stateful_dataloader
 
 __all__ = [
     "DataLoaderShard",
+    "DataLoaderStateMixin",
     "DataLoaderDispatcher",
     "SkipDataLoader",
     "prepare_data_loader",
@@ -127,6 +129,7 @@ def prepare_data_loader(
     use_seedable_sampler: bool = False,
     data_seed: int | None = None,
     non_blocking: bool = False,
+    use_stateful_dataloader: bool = False,
 ) -> DataLoader:  # type: ignore[type-arg]
     """Rebuild ``dataloader`` so that this process gets its share of every batch.
 
@@ -151,12 +154,18 @@ def prepare_data_loader(
         slice_fn_for_dispatch: how the dispatcher cuts a process's slice.
         use_seedable_sampler: replace a ``RandomSampler`` with a
             :class:`SeedableRandomSampler` (order set by seed and epoch only).
-        data_seed: the seed of that sampler (default: process 0's ``torch.initial_seed()``).
+        data_seed: the seed of that sampler (default: process 0's ``torch.initial_seed()``):
+            every process uses process 0's.
         non_blocking: move batches to the device with ``non_blocking=True``.
+        use_stateful_dataloader: build the loader on torchdata's ``StatefulDataLoader``: it
+            then offers ``state_dict()`` and ``load_state_dict()``, and resumes with the batch
+            after the last one handed out (needs ``pip install nb_accel[stateful]``).
 
     Returns:
         A :class:`DataLoaderShard` or a :class:`DataLoaderDispatcher`.
     """
+    if use_stateful_dataloader:
+        require_stateful_dataloader()
     state = PartialState()
     parts = state.num_processes if num_processes is None else num_processes
     index = state.process_index if process_index is None else process_index
@@ -179,6 +188,7 @@ def prepare_data_loader(
             _non_blocking=non_blocking,
             slice_fn=slice_fn_for_dispatch,
             even_batches=even_batches,
+            use_stateful_dataloader=use_stateful_dataloader,
             **source.kwargs,
         )
     if parts > 1:
@@ -199,6 +209,7 @@ def prepare_data_loader(
         synchronized_generator=source.synced,
         _drop_last=drops,
         _non_blocking=non_blocking,
+        use_stateful_dataloader=use_stateful_dataloader,
         **source.kwargs,
     )
 
@@ -292,6 +303,7 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
             _non_blocking=dataloader._non_blocking,
             slice_fn=dataloader.slice_fn,
             even_batches=dataloader.even_batches,
+            use_stateful_dataloader=dataloader.use_stateful_dataloader,
             **kwargs,
         )
         inherit_position(dispatcher, dataloader)
