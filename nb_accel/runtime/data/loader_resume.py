@@ -11,6 +11,8 @@ saved. The loader's own generators (the sampler's) keep the state the replayed s
 
 Skipping the batches already seen is the user's call, as with Accelerate:
 ``skip_first_batches(loader, n)`` carries the loader's position (and a pending replay) over.
+A loader built on torchdata's ``StatefulDataLoader`` (``use_stateful_dataloader=True``) keeps
+its torchdata position in the checkpoint too: restored, it continues with the next batch.
 """
 
 from __future__ import annotations
@@ -146,7 +148,8 @@ def _latest(loader: Any) -> Any:
 def loader_state(loader: Any) -> dict[str, Any]:
     """What a checkpoint keeps of ``loader``: its epoch count, whether an epoch is under way
     or was left part-way (with the generators' states at its start), and its generators'
-    current states. An epoch whose every batch has been handed out counts as finished."""
+    current states (and a stateful loader's torchdata position). An epoch whose every batch
+    has been handed out counts as finished."""
     current = _latest(loader)
     iteration = int(getattr(current, "iteration", 0))
     interrupted = bool(
@@ -159,7 +162,7 @@ def loader_state(loader: Any) -> dict[str, Any]:
         for sampler in samplers_of(loader)
         if hasattr(sampler, "initial_seed")
     ]
-    return {
+    state = {
         "iteration": iteration,
         "in_epoch": interrupted,
         "batches_seen": int(getattr(current, "_batches_seen", 0)),
@@ -167,6 +170,9 @@ def loader_state(loader: Any) -> dict[str, Any]:
         "generators": [generator.get_state() for generator in loader_generators(loader)],
         "sampler_seeds": sampler_seeds,
     }
+    if getattr(current, "use_stateful_dataloader", False):
+        state["torchdata"] = current.torchdata_position()
+    return state
 
 
 def restore_loader_state(loader: Any, state: dict[str, Any]) -> None:
@@ -178,6 +184,9 @@ def restore_loader_state(loader: Any, state: dict[str, Any]) -> None:
         sampler.initial_seed = seed
     loader.iteration = state["iteration"]
     loader._in_epoch = loader._abandoned = False
+    position = state.get("torchdata")
+    if position is not None and getattr(loader, "use_stateful_dataloader", False):
+        loader.load_torchdata_position(position)
     if state["in_epoch"]:
         loader._resume_point = state["epoch_start"]
     else:

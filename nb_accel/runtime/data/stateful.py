@@ -151,12 +151,32 @@ class StatefulLoaderMixin:
             self._positions.clear()
             self._position = self._torchdata_state()  # the iteration has ended
 
+    def torchdata_position(self) -> dict[str, Any] | None:
+        """torchdata's state at the last batch handed out; ``None`` for a loader that has
+        neither been iterated nor given a state (so that no loader workers start for it)."""
+        if self._position is not None:
+            return dict(self._position)
+        if getattr(self, "_iterator", None) is None:
+            pending = getattr(self, "next_iter_state", None)
+            return dict(pending) if pending else None
+        return self._torchdata_state()
+
+    def load_torchdata_position(self, position: dict[str, Any]) -> None:
+        """Start the next iteration at ``position`` (from :meth:`torchdata_position`)."""
+        self._position = None
+        self._positions.clear()
+        super().load_state_dict(position)  # type: ignore[misc]
+
     def state_dict(self) -> dict[str, Any]:
         """Where the loader stands: a loader given it by :meth:`load_state_dict` continues
         with the batch after the last one this loader handed out."""
-        state = dict(self._position) if self._position is not None else self._torchdata_state()
+        state = self.torchdata_position()
+        if state is None:
+            state = self._torchdata_state()
         if _needs_extra(self):
-            state[EXTRA_KEY] = loader_state(self)
+            extra = loader_state(self)
+            extra.pop("torchdata", None)
+            state[EXTRA_KEY] = extra
         return state
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:
@@ -165,6 +185,4 @@ class StatefulLoaderMixin:
         extra = state.pop(EXTRA_KEY, None)
         if extra is not None:
             restore_loader_state(self, extra)
-        self._position = None
-        self._positions.clear()
-        super().load_state_dict(state)  # type: ignore[misc]
+        self.load_torchdata_position(state)
