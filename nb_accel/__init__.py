@@ -42,11 +42,13 @@ from .runtime.options import (
     DistributedDataParallelKwargs,
     GradientAccumulationPlugin,
     GradScalerKwargs,
+    InitProcessGroupKwargs,
     ProfileKwargs,
     ProjectConfiguration,
 )
 from .runtime.reporting.progress import tqdm, trange
 from .runtime.state import AcceleratorState, DistributedType, GradientState, PartialState
+from .runtime.training.compile import TorchDynamoPlugin
 from .runtime.training.optimizer import AcceleratedOptimizer
 from .runtime.training.scheduler import AcceleratedScheduler
 
@@ -84,7 +86,9 @@ __all__ = [
     "DDPCommunicationHookType",
     "DistributedDataParallelKwargs",
     "GradScalerKwargs",
+    "InitProcessGroupKwargs",
     "ProfileKwargs",
+    "TorchDynamoPlugin",
     "find_executable_batch_size",
     "synchronize_rng_states",
     "AcceleratedOptimizer",

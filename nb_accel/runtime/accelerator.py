@@ -21,11 +21,14 @@ from .options import (
     DistributedDataParallelKwargs,
     GradientAccumulationPlugin,
     GradScalerKwargs,
+    InitProcessGroupKwargs,
     ProjectConfiguration,
 )
+from .process_group import apply_process_group_options, init_process_group_kwargs
 from .process_methods import ProcessMethods
 from .state import AcceleratorState, DistributedType, GradientState, PartialState
 from .training.accumulation import GradientAccumulator
+from .training.compile import DynamoBackend, TorchDynamoPlugin
 from .training.model import prepare_model, unwrap_model
 from .training.optimizer import AcceleratedOptimizer
 from .training.precision import check_precision_for_device, make_grad_scaler
@@ -85,7 +88,12 @@ class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods, ProfilingM
         step_scheduler_with_optimizer: step prepared schedulers with the optimizer (see
             ``AcceleratedScheduler``).
         kwargs_handlers: ``DistributedDataParallelKwargs``, ``GradScalerKwargs``,
-            ``AutocastKwargs``.
+            ``AutocastKwargs``, ``InitProcessGroupKwargs``, ``ProfileKwargs``.
+        dynamo_backend: compile prepared models with ``torch.compile`` and this backend
+            (``"inductor"``, ``"aot_eager"``...; default ``"no"``, or
+            ``ACCELERATE_DYNAMO_BACKEND``).
+        dynamo_plugin: the ``torch.compile`` options as one :class:`TorchDynamoPlugin`
+            (not together with ``dynamo_backend``).
         kwargs: other Accelerate options are accepted and ignored with a warning.
     """
 
@@ -112,10 +120,22 @@ class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods, ProfilingM
         use_seedable_sampler: bool = _UNSET,
         step_scheduler_with_optimizer: bool = True,
         kwargs_handlers: Iterable[Any] | None = None,
+        dynamo_backend: DynamoBackend | str | None = None,
+        dynamo_plugin: TorchDynamoPlugin | None = None,
         **kwargs: Any,
     ) -> None:
         self._reject_unsupported(kwargs)
-        self.state = AcceleratorState(mixed_precision=mixed_precision, cpu=cpu)
+        self._handlers = {type(h).__name__: h for h in (kwargs_handlers or [])}
+        self._dynamo_plugin = _dynamo(dynamo_backend, dynamo_plugin)
+        init_handler = self._handlers.get(InitProcessGroupKwargs.__name__)
+        self.state = AcceleratorState(
+            mixed_precision=mixed_precision,
+            cpu=cpu,
+            dynamo_plugin=self._dynamo_plugin,
+            **init_process_group_kwargs(init_handler),
+        )
+        self.state.dynamo_plugin = self._dynamo_plugin
+        apply_process_group_options(init_handler)
         self._partial = PartialState()
         check_precision_for_device(self.state.mixed_precision, self.device)
         self.dataloader_config = _loader_config(
@@ -134,7 +154,6 @@ class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods, ProfilingM
         self.device_placement = device_placement
         self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer
-        self._handlers = {type(h).__name__: h for h in (kwargs_handlers or [])}
         scaler_options = self._handler_kwargs(GradScalerKwargs)
         self.scaler = make_grad_scaler(self.mixed_precision, self.device, **scaler_options)
         self.flag_tensor: torch.Tensor | None = None
@@ -184,6 +203,11 @@ class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods, ProfilingM
     def use_seedable_sampler(self) -> bool:
         """Whether prepared shuffled loaders use ``SeedableRandomSampler``."""
         return self.dataloader_config.use_seedable_sampler
+
+    @property
+    def use_stateful_dataloader(self) -> bool:
+        """Whether prepared loaders are built on torchdata's ``StatefulDataLoader``."""
+        return self.dataloader_config.use_stateful_dataloader
 
     @property
     def project_dir(self) -> str | None:
@@ -241,13 +265,20 @@ class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods, ProfilingM
         device_placement: bool | None = None,
         evaluation_mode: bool = False,
     ) -> torch.nn.Module:
-        """Device placement, autocast forward and DistributedDataParallel for ``model``."""
+        """Device placement, autocast forward, DistributedDataParallel and ``torch.compile``
+        (with a dynamo backend) for ``model``; ``evaluation_mode`` leaves out DDP."""
         if any(model is m for m in self._models):
             return model
         place = self.device_placement if device_placement is None else device_placement
         ddp_options = self._handler_kwargs(DistributedDataParallelKwargs)
         prepared = prepare_model(
-            model, self._partial, self.mixed_precision, place, ddp_options, wrap=not evaluation_mode
+            model,
+            self._partial,
+            self.mixed_precision,
+            place,
+            ddp_options,
+            wrap=not evaluation_mode,
+            dynamo_plugin=self._dynamo_plugin,
         )
         self._models.append(prepared)
         return prepared
@@ -303,10 +334,26 @@ class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods, ProfilingM
         return loaders.skip_first_batches(dataloader, num_batches)
 
     def unwrap_model(
-        self, model: torch.nn.Module, keep_fp32_wrapper: bool = True
+        self,
+        model: torch.nn.Module,
+        keep_fp32_wrapper: bool = True,
+        keep_torch_compile: bool = False,
     ) -> torch.nn.Module:
-        """The model as it was before :meth:`prepare` (DDP removed)."""
-        return unwrap_model(model, keep_fp32_wrapper)
+        """The model as it was before :meth:`prepare` (DDP and ``torch.compile`` removed).
+
+        ``keep_fp32_wrapper=False`` also removes the mixed-precision autocast forward;
+        ``keep_torch_compile=True`` returns a compiled model compiled (the original model in a
+        ``torch.compile`` wrapper, whose ``state_dict()`` keys start with ``_orig_mod.``).
+        """
+        return unwrap_model(model, keep_fp32_wrapper, keep_torch_compile)
+
+
+def _dynamo(
+    backend: DynamoBackend | str | None, plugin: TorchDynamoPlugin | None
+) -> TorchDynamoPlugin:
+    if backend is not None and plugin is not None:
+        raise ValueError("pass either dynamo_backend or dynamo_plugin to Accelerator, not both")
+    return plugin if plugin is not None else TorchDynamoPlugin(backend=backend)
 
 
 def _is_scheduler(obj: Any) -> bool:

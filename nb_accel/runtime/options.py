@@ -6,6 +6,7 @@ import enum
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 __all__ = [
@@ -17,6 +18,7 @@ __all__ = [
     "GradScalerKwargs",
     "AutocastKwargs",
     "ProfileKwargs",
+    "InitProcessGroupKwargs",
 ]
 
 
@@ -34,14 +36,28 @@ class DataLoaderConfiguration:
             from the start so every process gets the same number of batches.
         use_seedable_sampler: replace a ``RandomSampler`` by a ``SeedableRandomSampler`` so the
             order depends only on the seed and the epoch (exact resumption).
+        data_seed: the seed of that ``SeedableRandomSampler``: launches with the same seed see
+            the same order, on every process; ``None`` takes process 0's
+            ``torch.initial_seed()`` (set it with ``set_seed``).
         non_blocking: copy batches to the device with ``non_blocking=True``.
+        use_stateful_dataloader: build prepared loaders on torchdata's ``StatefulDataLoader``:
+            they offer ``state_dict()`` and ``load_state_dict()``, and a loader resumed from its
+            state continues with the next batch (needs ``pip install nb_accel[stateful]``).
     """
 
     split_batches: bool = False
     dispatch_batches: bool | None = None
     even_batches: bool = True
     use_seedable_sampler: bool = False
+    data_seed: int | None = None
     non_blocking: bool = False
+    use_stateful_dataloader: bool = False
+
+    def __post_init__(self) -> None:
+        if self.use_stateful_dataloader:
+            from .data.stateful import require_stateful_dataloader
+
+            require_stateful_dataloader()
 
 
 @dataclass
@@ -300,6 +316,47 @@ class ProfileKwargs:
             with_flops=self.with_flops,
             with_modules=self.with_modules,
         )
+
+
+@dataclass
+class InitProcessGroupKwargs:
+    """Process-group options, for ``Accelerator(kwargs_handlers=[...])``.
+
+    In a launch the process group exists before the function runs: ``timeout`` then applies to
+    the collectives issued after the ``Accelerator`` is created, and ``backend`` must name the
+    backend the launch uses (nccl on GPUs, gloo with ``cpu=True``) or be left out. Under
+    ``torchrun`` the ``Accelerator`` creates the group with these options.
+
+    Attributes:
+        backend: the ``torch.distributed`` backend (Accelerate's default, ``"nccl"``, means
+            "the launch's backend").
+        init_method: where processes meet (used only when the ``Accelerator`` creates the group).
+        timeout: how long a collective may wait for the other processes before failing;
+            defaults to 10 minutes for nccl and 30 for other backends.
+    """
+
+    backend: str | None = "nccl"
+    init_method: str | None = None
+    timeout: timedelta | None = None
+
+    def __post_init__(self) -> None:
+        self._timeout_given = self.timeout is not None
+        if self.timeout is None:
+            self.timeout = timedelta(seconds=600 if self.backend == "nccl" else 1800)
+
+    def to_kwargs(self) -> dict[str, object]:
+        """The options that differ from their defaults."""
+        defaults = InitProcessGroupKwargs()
+        return {
+            name: getattr(self, name)
+            for name in ("backend", "init_method", "timeout")
+            if getattr(self, name) != getattr(defaults, name)
+        }
+
+    @property
+    def chosen_timeout(self) -> timedelta | None:
+        """``timeout`` when it was given, ``None`` when it is the backend's default."""
+        return self.timeout if self._timeout_given else None
 
 
 def _changed(options: object) -> dict[str, object]:

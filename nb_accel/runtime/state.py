@@ -100,7 +100,8 @@ class PartialState(_SharedState):
 
     Args:
         cpu: force the CPU even when GPUs are present.
-        kwargs: accepted for compatibility with Accelerate and ignored.
+        kwargs: ``backend``, ``init_method`` and ``timeout`` for the process group it creates;
+            others are accepted for compatibility with Accelerate and ignored.
     """
 
     def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
@@ -119,9 +120,10 @@ class PartialState(_SharedState):
         if dist.is_available() and dist.is_initialized():
             world_size = dist.get_world_size()
             backend = dist.get_backend()
-        elif world_size > 1 and dist.is_available():
-            backend = backend or ("nccl" if _use_cuda(cpu) else "gloo")
-            dist.init_process_group(backend=backend)
+        elif world_size > 1 and dist.is_available():  # under torchrun: InitProcessGroupKwargs
+            options = {k: v for k, v in kwargs.items() if k in ("init_method", "timeout")}
+            backend = backend or kwargs.get("backend") or ("nccl" if _use_cuda(cpu) else "gloo")
+            dist.init_process_group(backend=backend, **options)
         self.backend: str | None = backend if world_size > 1 else None
         self.num_processes: int = world_size
         self.process_index: int = dist.get_rank() if dist.is_initialized() else 0
@@ -294,7 +296,7 @@ class AcceleratorState(_SharedState):
     Args:
         mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``; defaults to the launch's setting.
         cpu: force the CPU.
-        kwargs: accepted for compatibility with Accelerate and ignored.
+        kwargs: ``dynamo_plugin``, and the process-group options of :class:`PartialState`.
     """
 
     def __init__(
@@ -316,8 +318,9 @@ class AcceleratorState(_SharedState):
                 f"mixed_precision={chosen!r} is not supported; use one of "
                 + ", ".join(repr(c) for c in MIXED_PRECISION_CHOICES)
             )
-        self.partial = PartialState(cpu=cpu)
+        self.partial = PartialState(cpu=cpu, **kwargs)
         self.mixed_precision: str = chosen
+        self.dynamo_plugin: Any = kwargs.get("dynamo_plugin")
         self._shared_state["initialized"] = True
 
     def __getattr__(self, name: str) -> Any:

@@ -1,17 +1,18 @@
 """Re-exports of the names Accelerate's documentation places under ``accelerate.utils``, and,
 in the submodules, where ``accelerate.utils.dataclasses``, ``.operations``, ``.random``,
-``.memory``, ``.imports``, ``.environment`` and ``.modeling`` have them.
+``.memory``, ``.imports``, ``.environment``, ``.modeling`` and ``.other`` have them.
 
 Replacing ``accelerate`` by ``nb_accel`` in a user's imports is the whole migration.
 """
 
-from . import dataclasses, environment, imports, memory, modeling, operations, random
+from . import dataclasses, environment, imports, memory, modeling, operations, other, random
 from .dataclasses import *  # noqa: F403
 from .environment import *  # noqa: F403
 from .imports import *  # noqa: F403
 from .memory import *  # noqa: F403
 from .modeling import *  # noqa: F403
 from .operations import *  # noqa: F403
+from .other import *  # noqa: F403
 from .random import *  # noqa: F403
 
 __all__ = [
@@ -21,5 +22,6 @@ __all__ = [
     *memory.__all__,
     *modeling.__all__,
     *operations.__all__,
+    *other.__all__,
     *random.__all__,
 ]

@@ -10,10 +10,12 @@ from ..runtime.options import (
     DistributedDataParallelKwargs,
     GradientAccumulationPlugin,
     GradScalerKwargs,
+    InitProcessGroupKwargs,
     ProfileKwargs,
     ProjectConfiguration,
 )
 from ..runtime.state import DistributedType
+from ..runtime.training.compile import DynamoBackend, TorchDynamoPlugin
 
 __all__ = [
     "AutocastKwargs",
@@ -21,11 +23,14 @@ __all__ = [
     "DDPCommunicationHookType",
     "DistributedDataParallelKwargs",
     "DistributedType",
+    "DynamoBackend",
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
+    "InitProcessGroupKwargs",
     "LoggerType",
     "PrecisionType",
     "ProfileKwargs",
     "ProjectConfiguration",
     "RNGType",
+    "TorchDynamoPlugin",
 ]

@@ -6,9 +6,9 @@ import contextlib
 from collections.abc import Iterator
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from ..state import GradientState
+from .compile import find_ddp
 
 __all__ = ["GradientAccumulator"]
 
@@ -48,7 +48,7 @@ class GradientAccumulator:
 
 
 def no_sync(model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
-    """DDP's ``no_sync()`` for a wrapped model; a no-op context for anything else."""
-    if isinstance(model, DistributedDataParallel):
-        return model.no_sync()
-    return contextlib.nullcontext()
+    """DDP's ``no_sync()`` for a wrapped model (compiled or not); a no-op context for anything
+    else."""
+    ddp = find_ddp(model)
+    return ddp.no_sync() if ddp is not None else contextlib.nullcontext()

@@ -10,13 +10,13 @@ from typing import Any
 
 import torch
 from torch.distributed.algorithms.join import Join, Joinable
-from torch.nn.parallel import DistributedDataParallel
 
 from ..data.loader_shard import shard_sampler_of
 from ..options import AutocastKwargs, DataLoaderConfiguration
 from ..reporting.reporter import current_reporter, numeric_values
 from ..state import AcceleratorState, DistributedType, GradientState, PartialState
 from .accumulation import GradientAccumulator, no_sync
+from .compile import find_ddp
 from .optimizer import AcceleratedOptimizer
 from .precision import autocast_context, clip_scaled_grad_norm_, clip_scaled_grad_value_
 from .scheduler import AcceleratedScheduler
@@ -90,9 +90,11 @@ class TrainingMethods:
         """Make the next backward pass of ``model`` all-reduce its gradients, even inside
         :meth:`no_sync` or a non-synchronising :meth:`accumulate` step (the forward pass may
         have run there). A no-op for a model not wrapped in DistributedDataParallel."""
-        if not isinstance(model, DistributedDataParallel):
+        ddp = find_ddp(model)
+        if ddp is None:
             yield
             return
+        model = ddp
         saved = (model.require_backward_grad_sync, model.require_forward_param_sync)
         model.require_backward_grad_sync = True
         model.require_forward_param_sync = True
@@ -146,7 +148,8 @@ class TrainingMethods:
                     stacklevel=3,
                 )
         try:
-            with Join(list(joinables), enable=not even_batches, throw_on_early_termination=False):
+            joined = [find_ddp(j) or j for j in joinables]
+            with Join(joined, enable=not even_batches, throw_on_early_termination=False):
                 yield
         finally:
             for shard, value in restore:

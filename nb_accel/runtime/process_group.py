@@ -1,0 +1,89 @@
+"""``InitProcessGroupKwargs`` applied to a process group that already exists.
+
+A launch's workers join their process group before the user's function runs, so the options
+cannot go to ``init_process_group`` any more: the timeout is set on the default group (for the
+collectives issued from then on) and the backend is checked against the one in use.
+"""
+
+from __future__ import annotations
+
+import warnings
+from datetime import timedelta
+
+import torch.distributed as dist
+
+from .options import InitProcessGroupKwargs
+
+__all__ = ["apply_process_group_options", "applied_timeout_s", "init_process_group_kwargs"]
+
+#: Accelerate's default backend, which every launch accepts (it means "the launch's backend").
+_DEFAULT_BACKEND = "nccl"
+#: The timeout this process gave its default group, in seconds (None: the launch's).
+_applied: list[float] = []
+
+
+def applied_timeout_s() -> float | None:
+    """The collective timeout ``InitProcessGroupKwargs`` gave this process's default group,
+    in seconds, or ``None`` when it keeps the one it was created with."""
+    return _applied[-1] if _applied else None
+
+
+def init_process_group_kwargs(handler: InitProcessGroupKwargs | None) -> dict[str, object]:
+    """What ``init_process_group`` receives when the ``Accelerator`` creates the group itself
+    (under ``torchrun``): the options the user chose."""
+    if handler is None:
+        return {}
+    kwargs: dict[str, object] = {}
+    if handler.backend not in (None, _DEFAULT_BACKEND):
+        kwargs["backend"] = handler.backend
+    if handler.init_method is not None:
+        kwargs["init_method"] = handler.init_method
+    if handler.chosen_timeout is not None:
+        kwargs["timeout"] = handler.chosen_timeout
+    return kwargs
+
+
+def _same_backend(requested: str, in_use: str) -> bool:
+    """``"gloo"`` is the backend of a group created as ``"gloo"`` or ``"cpu:gloo,cuda:nccl"``."""
+    parts = {part.split(":")[-1] for part in in_use.lower().split(",")}
+    return requested.lower() in (in_use.lower(), *parts)
+
+
+def _check_backend(requested: str | None) -> None:
+    if requested in (None, _DEFAULT_BACKEND):
+        return
+    in_use = str(dist.get_backend())
+    if _same_backend(str(requested), in_use):
+        return
+    raise ValueError(
+        f"InitProcessGroupKwargs(backend={requested!r}): this launch's process group already "
+        f"uses {in_use!r}, chosen by the launcher before the function started "
+        "(nccl on GPUs, gloo on the CPU). Leave backend out, or choose the device with "
+        "notebook_launcher(..., cpu=True) for gloo."
+    )
+
+
+def _set_timeout(timeout: timedelta) -> None:
+    group = dist.group.WORLD
+    setter = getattr(group, "set_timeout", None)
+    if setter is None:  # torch before ProcessGroup.set_timeout
+        setter = getattr(dist.distributed_c10d, "_set_pg_timeout", None)
+    if setter is None:
+        warnings.warn(
+            "InitProcessGroupKwargs(timeout=...) cannot change the timeout of an existing "
+            "process group with this version of torch; pass timeout= to notebook_launcher",
+            stacklevel=4,
+        )
+        return
+    setter(timeout)
+    _applied[:] = [timeout.total_seconds()]
+
+
+def apply_process_group_options(handler: InitProcessGroupKwargs | None) -> None:
+    """Check ``handler``'s backend against the default group's, and give the group its
+    timeout. Nothing to do without a handler or without a process group (one process)."""
+    if handler is None or not (dist.is_available() and dist.is_initialized()):
+        return
+    _check_backend(handler.backend)
+    if handler.chosen_timeout is not None:
+        _set_timeout(handler.chosen_timeout)

@@ -1,0 +1,175 @@
+"""``torch.compile`` for prepared models: Accelerate's ``TorchDynamoPlugin`` and ``DynamoBackend``.
+
+A prepared model is compiled after it is wrapped in ``DistributedDataParallel``, as in
+Accelerate, so that torch's DDP optimizer splits the graph at the gradient buckets. Where torch
+would compile nothing (or fail) that way, the model is compiled first and then wrapped: with
+``fullgraph=True`` (DDP's own forward is not one graph) and for a model whose class is torch's
+own (``nn.Sequential``: torch leaves its forward uncompiled when DDP calls it).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import sys
+import warnings
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+__all__ = [
+    "DynamoBackend",
+    "TorchDynamoPlugin",
+    "compile_model",
+    "compiles_inside_ddp",
+    "find_ddp",
+    "is_compiled_module",
+]
+
+_ENV = "ACCELERATE_DYNAMO_"
+_TRUE = ("1", "true", "yes", "on", "y", "t")
+
+
+class DynamoBackend(str, enum.Enum):
+    """A ``torch.compile`` backend, by Accelerate's names (``NO`` compiles nothing).
+
+    ``INDUCTOR`` generates kernels (C++ on the CPU: it needs a C++ compiler, ``g++``);
+    ``AOT_EAGER`` and ``EAGER`` trace without generating code (useful to check a model
+    compiles). The others need the library they name.
+    """
+
+    NO = "NO"
+    EAGER = "EAGER"
+    AOT_EAGER = "AOT_EAGER"
+    INDUCTOR = "INDUCTOR"
+    AOT_TS_NVFUSER = "AOT_TS_NVFUSER"
+    NVPRIMS_NVFUSER = "NVPRIMS_NVFUSER"
+    CUDAGRAPHS = "CUDAGRAPHS"
+    OFI = "OFI"
+    FX2TRT = "FX2TRT"
+    ONNXRT = "ONNXRT"
+    TENSORRT = "TENSORRT"
+    AOT_TORCHXLA_TRACE_ONCE = "AOT_TORCHXLA_TRACE_ONCE"
+    TORCHXLA_TRACE_ONCE = "TORCHXLA_TRACE_ONCE"
+    TVM = "TVM"
+    HPU_BACKEND = "HPU_BACKEND"
+    NEURON = "NEURON"
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+def _env_flag(name: str) -> bool | None:
+    value = os.environ.get(_ENV + name)
+    return None if value is None else value.strip().lower() in _TRUE
+
+
+@dataclass
+class TorchDynamoPlugin:
+    """How ``prepare()`` compiles models with ``torch.compile``.
+
+    Fields left as ``None`` take Accelerate's environment variables
+    (``ACCELERATE_DYNAMO_BACKEND``, ``_MODE``, ``_USE_FULLGRAPH``, ``_USE_DYNAMIC``), then
+    torch's defaults.
+
+    Attributes:
+        backend: a :class:`DynamoBackend` or its name in any case (``"inductor"``); ``"no"``
+            (the default) compiles nothing.
+        mode: ``"default"``, ``"reduce-overhead"``, ``"max-autotune"`` or
+            ``"max-autotune-no-cudagraphs"``.
+        fullgraph: fail on a graph break instead of running that part eagerly.
+        dynamic: trace with dynamic shapes (``None``: torch decides).
+        options: a dictionary of backend options (not together with ``mode``).
+        disable: make ``torch.compile`` a no-op (for testing).
+        use_regional_compilation: accepted for compatibility; the whole model is compiled.
+    """
+
+    backend: DynamoBackend | str | None = None
+    mode: str | None = None
+    fullgraph: bool | None = None
+    dynamic: bool | None = None
+    options: Any = None
+    disable: bool = False
+    use_regional_compilation: bool | None = None
+
+    def __post_init__(self) -> None:
+        chosen = self.backend if self.backend is not None else os.environ.get(_ENV + "BACKEND")
+        chosen = chosen or "no"
+        try:
+            self.backend = DynamoBackend(str(getattr(chosen, "value", chosen)).upper())
+        except ValueError:
+            names = ", ".join(repr(b.value.lower()) for b in DynamoBackend)
+            raise ValueError(
+                f"TorchDynamoPlugin: unknown dynamo backend {chosen!r}; use one of {names}"
+            ) from None
+        if self.mode is None:
+            self.mode = os.environ.get(_ENV + "MODE", "default")
+        if self.fullgraph is None:
+            self.fullgraph = bool(_env_flag("USE_FULLGRAPH"))
+        if self.dynamic is None:
+            self.dynamic = _env_flag("USE_DYNAMIC")
+        if self.use_regional_compilation is None:
+            self.use_regional_compilation = bool(_env_flag("USE_REGIONAL_COMPILATION"))
+
+    @property
+    def enabled(self) -> bool:
+        """True when prepared models are compiled (a backend other than ``"no"``)."""
+        return self.backend is not DynamoBackend.NO
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field, the backend as its lower-case name."""
+        fields = asdict(self)
+        fields["backend"] = str(self.backend).lower()
+        return fields
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The keyword arguments of ``torch.compile``: the backend, and the options that differ
+        from torch's defaults."""
+        kwargs: dict[str, Any] = {"backend": str(self.backend).lower()}
+        if self.mode not in (None, "default"):
+            kwargs["mode"] = self.mode
+        if self.fullgraph:
+            kwargs["fullgraph"] = True
+        if self.dynamic is not None:
+            kwargs["dynamic"] = self.dynamic
+        if self.options is not None:
+            kwargs["options"] = self.options
+        if self.disable:
+            kwargs["disable"] = True
+        return kwargs
+
+
+def is_compiled_module(module: Any) -> bool:
+    """True for the wrapper ``torch.compile`` returns around a module (never loads dynamo:
+    before it is loaded, nothing is compiled)."""
+    eval_frame = sys.modules.get("torch._dynamo.eval_frame")
+    optimized = getattr(eval_frame, "OptimizedModule", None)
+    return optimized is not None and isinstance(module, optimized)
+
+
+def find_ddp(model: Any) -> DistributedDataParallel | None:
+    """The ``DistributedDataParallel`` of a prepared model, under a compiled wrapper or not."""
+    while is_compiled_module(model):
+        model = model._orig_mod
+    return model if isinstance(model, DistributedDataParallel) else None
+
+
+def compiles_inside_ddp(model: torch.nn.Module, plugin: TorchDynamoPlugin) -> bool:
+    """True when ``model`` is compiled before the DDP wrap rather than after it."""
+    return bool(plugin.fullgraph) or type(model).__module__.startswith("torch.")
+
+
+def compile_model(model: torch.nn.Module, plugin: TorchDynamoPlugin | None) -> torch.nn.Module:
+    """``torch.compile(model)`` with the plugin's options (``model`` itself when the plugin
+    compiles nothing or ``model`` is compiled already)."""
+    if plugin is None or not plugin.enabled or is_compiled_module(model):
+        return model
+    if plugin.use_regional_compilation:
+        warnings.warn(
+            "TorchDynamoPlugin(use_regional_compilation=True): nb_accel compiles the whole "
+            "model instead of its repeated blocks",
+            stacklevel=4,
+        )
+    return torch.compile(model, **plugin.to_kwargs())  # type: ignore[return-value]
