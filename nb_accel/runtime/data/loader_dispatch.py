@@ -116,7 +116,7 @@ class DataLoaderDispatcher(StatefulChoice, DataLoaderStateMixin, DataLoader):  #
         parts = self.state.num_processes
         if self.split_batches and size is not None and size > 1 and size % parts:
             raise ValueError(
-                f"split_batches needs a batch size ({size}) that is a multiple of the number "
+                f"split_batches needs a batch size ({size}) that is a round multiple of the number "
                 f"of processes ({parts})"
             )
 

@@ -110,7 +110,7 @@ def _check_split(loader: DataLoader, num_processes: int) -> None:  # type: ignor
         )
     if size > 1 and size % num_processes:
         raise ValueError(
-            f"split_batches=True needs a batch size ({size}) that is a multiple of the "
+            f"split_batches=True needs a batch size ({size}) that is a round multiple of the "
             f"number of processes ({num_processes})"
         )
 

@@ -140,7 +140,7 @@ class BatchSamplerShard(_WrappingBatchSampler):
             )
         if split_batches and self.batch_size is not None and self.batch_size % num_processes:
             raise ValueError(
-                f"split_batches needs a batch size ({self.batch_size}) that is a multiple of "
+                f"split_batches needs a batch size ({self.batch_size}) that is a round multiple of "
                 f"the number of processes ({num_processes})"
             )
 
@@ -312,7 +312,7 @@ class IterableDatasetShard(IterableDataset):  # type: ignore[type-arg]
     ) -> None:
         if split_batches and batch_size % num_processes:
             raise ValueError(
-                f"split_batches needs a batch size ({batch_size}) that is a multiple of the "
+                f"split_batches needs a batch size ({batch_size}) that is a round multiple of the "
                 f"number of processes ({num_processes})"
             )
         self.dataset = dataset
