@@ -139,6 +139,7 @@ class StatefulLoaderMixin:
 
     def _global_batches(self) -> Iterator[Any]:
         """The dispatcher's global batches, each with torchdata's state once it was read."""
+        self._positions.clear()  # read ahead by an iteration that was left part-way
         for batch in super()._global_batches():  # type: ignore[misc]
             self._positions.append(self._torchdata_state())
             yield batch
