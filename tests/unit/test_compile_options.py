@@ -48,6 +48,8 @@ def test_plugin_defaults_names_and_kwargs(monkeypatch: pytest.MonkeyPatch) -> No
         "dynamic": True,
     }
     assert full.to_dict()["backend"] == "aot_eager"
+    assert "INDUCTOR" in DynamoBackend and "TURBO" not in DynamoBackend
+    assert DynamoBackend.list()[:4] == ["NO", "EAGER", "AOT_EAGER", "INDUCTOR"]
     with pytest.raises(ValueError, match=r"unknown dynamo backend 'turbo'.*'inductor'"):
         TorchDynamoPlugin(backend="turbo")
 

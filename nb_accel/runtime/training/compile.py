@@ -9,7 +9,6 @@ own (``nn.Sequential``: torch leaves its forward uncompiled when DDP calls it).
 
 from __future__ import annotations
 
-import enum
 import os
 import sys
 import warnings
@@ -18,6 +17,8 @@ from typing import Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
+
+from ..enums import _NamedEnum
 
 __all__ = [
     "DynamoBackend",
@@ -32,7 +33,7 @@ _ENV = "ACCELERATE_DYNAMO_"
 _TRUE = ("1", "true", "yes", "on", "y", "t")
 
 
-class DynamoBackend(str, enum.Enum):
+class DynamoBackend(str, _NamedEnum):
     """A ``torch.compile`` backend, by Accelerate's names (``NO`` compiles nothing).
 
     ``INDUCTOR`` generates kernels (C++ on the CPU: it needs a C++ compiler, ``g++``);
@@ -56,9 +57,6 @@ class DynamoBackend(str, enum.Enum):
     TVM = "TVM"
     HPU_BACKEND = "HPU_BACKEND"
     NEURON = "NEURON"
-
-    def __str__(self) -> str:
-        return str(self.value)
 
 
 def _env_flag(name: str) -> bool | None:
