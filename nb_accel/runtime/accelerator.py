@@ -325,6 +325,9 @@ class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods, ProfilingM
             dispatch_batches=config.dispatch_batches,
             even_batches=config.even_batches,
             use_seedable_sampler=config.use_seedable_sampler,
+            data_seed=config.data_seed,
+            non_blocking=config.non_blocking,
+            use_stateful_dataloader=config.use_stateful_dataloader,
         )
         self._dataloaders.append(prepared)
         return prepared

@@ -19,20 +19,37 @@ import torch
 
 from .collective_device import all_gather_rows
 
-__all__ = ["DEBUG_VARIABLE", "DistributedOperationException", "debug_mode", "check_same_shapes"]
+__all__ = [
+    "DEBUG_VARIABLE",
+    "DistributedOperationException",
+    "check_same_shapes",
+    "debug_mode",
+    "set_debug_mode",
+]
 
 #: The environment variable that turns debug mode on (Accelerate's name).
 DEBUG_VARIABLE = "ACCELERATE_DEBUG_MODE"
 _TRUE = ("1", "y", "yes", "t", "true", "on")
 _FALSE = ("", "0", "n", "no", "f", "false", "off")
+#: What ``PartialState.debug = ...`` set in this process (``None``: follow the variable).
+_chosen: list[bool | None] = [None]
 
 
 class DistributedOperationException(ValueError):
     """A collective cannot run as asked: the processes passed incompatible tensors."""
 
 
+def set_debug_mode(enabled: bool | None) -> None:
+    """Turn debug mode on or off in this process (``None``: follow ``ACCELERATE_DEBUG_MODE``)."""
+    _chosen[0] = None if enabled is None else bool(enabled)
+
+
 def debug_mode() -> bool:
-    """True when ``ACCELERATE_DEBUG_MODE`` is set to a true value (``1``, ``true``, ``yes``...)."""
+    """True when debug mode was turned on in this process (``PartialState().debug = True``) or,
+    unless it was turned off, when ``ACCELERATE_DEBUG_MODE`` is set to a true value (``1``,
+    ``true``, ``yes``...)."""
+    if _chosen[0] is not None:
+        return _chosen[0]
     value = os.environ.get(DEBUG_VARIABLE, "").strip().lower()
     if value in _TRUE:
         return True

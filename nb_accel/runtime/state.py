@@ -16,7 +16,7 @@ import torch
 import torch.distributed as dist
 
 from .. import _env
-from .collective_debug import debug_mode
+from .collective_debug import debug_mode, set_debug_mode
 from .rank_local import RankLocalDict
 
 __all__ = [
@@ -153,6 +153,11 @@ class PartialState(_SharedState):
         """True when ``ACCELERATE_DEBUG_MODE`` is set: collectives then check that every process
         passes the same shapes, at the cost of one more collective each."""
         return debug_mode()
+
+    @debug.setter
+    def debug(self, enabled: bool) -> None:
+        """Turn debug mode on or off for this process (every state of it sees the change)."""
+        set_debug_mode(enabled)
 
     @property
     def is_main_process(self) -> bool:
@@ -391,3 +396,4 @@ def reset_all_states() -> None:
     PartialState._reset_state()
     AcceleratorState._reset_state()
     GradientState._reset_state()
+    set_debug_mode(None)

@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from nb_accel import notebook_launcher
+from nb_accel import PartialState, notebook_launcher
 from nb_accel.runtime.ops import (
     DistributedOperationException,
     broadcast,
@@ -183,3 +183,21 @@ def test_single_process_is_identity() -> None:
     assert torch.equal(reduced, tensor) and reduced is not tensor
     assert reduce(tensor, "sum", scale=2.0).tolist() == [0.0, 2.0, 4.0, 6.0]
     assert gather_object_among("me", [0]) == ["me"]
+
+
+def debug_mode_set_on_the_state() -> list[bool | str]:
+    """``PartialState().debug = True`` turns debug mode on for the process (Accelerate's
+    spelling in its own tests), ``False`` turns it off again."""
+    state = PartialState()
+    ragged = torch.zeros(dist.get_rank() + 1)
+    state.debug = True
+    seen: list[bool | str] = [PartialState().debug, _error_of(lambda: gather(ragged))]
+    state.debug = False
+    seen.append(PartialState().debug)
+    return seen
+
+
+def test_debug_mode_can_be_set_on_the_state() -> None:
+    for on, error, off in notebook_launcher(debug_mode_set_on_the_state, num_processes=2):
+        assert on is True and off is False
+        assert "gather needs tensors of the same size" in str(error)

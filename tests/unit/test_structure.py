@@ -76,7 +76,15 @@ def _load_time_statements(body: list[ast.stmt]) -> list[ast.stmt]:
 #: (the ``nb_accel.utils`` package, ``nb_accel.logging``, ...) sit above every layer.
 FRONT = {
     PACKAGE / f"{name}.py"
-    for name in ("__init__", "logging", "data_loader", "state", "optimizer", "scheduler")
+    for name in (
+        "__init__",
+        "accelerator",
+        "logging",
+        "data_loader",
+        "state",
+        "optimizer",
+        "scheduler",
+    )
 } | set((PACKAGE / "utils").glob("*.py"))
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p not in FRONT)
 
