@@ -59,7 +59,9 @@ class Failure:
 
     ``data`` is the pickled exception, or ``None`` when it could not be pickled.
     ``is_timeout`` marks errors raised by a collective that timed out. ``host`` names the
-    machine of a multi-node launch the rank ran on (empty on a single node).
+    machine of a multi-node launch the rank ran on (empty on a single node). ``timeout_s`` is
+    the collective timeout the function itself chose (``InitProcessGroupKwargs``), when it
+    replaced the launch's.
     """
 
     rank: int
@@ -69,6 +71,7 @@ class Failure:
     data: bytes | None
     is_timeout: bool = False
     host: str = ""
+    timeout_s: float | None = None
 
 
 @dataclass(frozen=True)

@@ -56,6 +56,8 @@ class WorkerFailure:
         signal_name: for a worker killed by a signal, the signal's name (``"SIGKILL"``).
         exitcode: the process exit code when the worker died without reporting.
         host: the machine the rank ran on, in a multi-node launch (``None`` on one node).
+        timeout_s: for a collective timeout, the timeout the function chose itself
+            (``InitProcessGroupKwargs``), when it replaced the launch's; else ``None``.
     """
 
     rank: int
@@ -66,6 +68,7 @@ class WorkerFailure:
     signal_name: str | None = None
     exitcode: int | None = None
     host: str | None = None
+    timeout_s: float | None = None
 
     @property
     def short_type(self) -> str:

@@ -25,7 +25,11 @@ def late_barrier(seconds: float) -> str:
 def test_the_handlers_timeout_bounds_later_collectives() -> None:
     with pytest.raises(CollectiveTimeoutError) as info:
         notebook_launcher(late_barrier, args=(2,), num_processes=2, timeout=600)
-    assert "rank 0 of 2" in str(info.value)
+    message = str(info.value)
+    assert "rank 0 of 2" in message
+    # The message quotes the timeout in force and the knob that set it, not the launch's.
+    assert "timed out after 2 s" in message
+    assert "InitProcessGroupKwargs" in message and "`timeout=`" not in message
 
 
 @pytest.mark.timeout(120)

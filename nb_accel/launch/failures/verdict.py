@@ -47,6 +47,7 @@ def failure_from_event(event: Failure) -> tuple[WorkerFailure, bool]:
         traceback=event.traceback,
         exception=exception,
         host=event.host or None,
+        timeout_s=event.timeout_s,
     ), event.is_timeout
 
 
@@ -201,10 +202,13 @@ def _timeout_error(
     if len(missing) == 1:
         detail = status.get(missing[0], "was still running")
     absent = f" {rank_list(missing).capitalize()} did not arrive ({detail})." if missing else ""
+    chosen = next((f.timeout_s for f in root if f.timeout_s is not None), None)
+    seconds = timeout_s if chosen is None else chosen
+    knob = "`timeout=`" if chosen is None else "the timeout of `InitProcessGroupKwargs`"
     message = (
-        f"A collective timed out after {timeout_s:g} s on {rank_list(timed_out)} of {world_size}."
+        f"A collective timed out after {seconds:g} s on {rank_list(timed_out)} of {world_size}."
         f"{absent} Make sure every rank calls the same collectives in the same order, or raise "
-        f"`timeout=` if the work between two collectives legitimately takes longer."
+        f"{knob} if the work between two collectives legitimately takes longer."
     )
     for record in root:
         if record.type_name == WATCHDOG:  # the backend's own words name the collective

@@ -23,6 +23,7 @@ import torch
 import torch.distributed as dist
 
 from ..._messages import Failure, Result, Started
+from ..process_group import applied_timeout_s
 from ..reporting.channel import EventChannel, set_current_channel
 from ..reporting.relay import RelayStream
 from ..reporting.reporter import flush_reporter
@@ -159,13 +160,15 @@ def failure_event(rank: int, exc: BaseException, own_files: tuple[str, ...] = ()
         data: bytes | None = dumps_result(exc)
     except Exception:  # noqa: BLE001 - any failure here is reported, never raised
         data = None
+    timed_out = is_timeout_error(exc)
     return Failure(
         rank=rank,
         type_name=f"{type(exc).__module__}.{type(exc).__qualname__}",
         message=message,
         traceback=_user_traceback(exc, (__file__, *own_files)),
         data=data,
-        is_timeout=is_timeout_error(exc),
+        is_timeout=timed_out,
+        timeout_s=applied_timeout_s() if timed_out else None,
     )
 
 
