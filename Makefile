@@ -4,8 +4,10 @@ VENV := .venv
 BIN := $(VENV)/bin
 # The dev setup pins torch to a CPU build; pyproject.toml keeps a normal range for users.
 TORCH_PIN := torch==2.13.0
+# The Accelerate release the compatibility lane runs the tests of (and the benchmarks compare with).
+ACCELERATE_PIN := accelerate==1.15.0
 
-.PHONY: setup demo test test-xla test-browser bench clean
+.PHONY: setup demo test test-accelerate test-xla test-browser bench clean
 
 $(BIN)/.nb_accel-installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,6 +23,12 @@ demo: setup
 
 test: setup
 	$(BIN)/python -m pytest
+
+# Opt-in lane: Accelerate's own tests (its multi-process scripts from the installed package, its
+# unit tests from its source distribution), run on Accelerate and, imports swapped, on nb_accel.
+test-accelerate: setup
+	$(BIN)/python -m pip install --quiet $(ACCELERATE_PIN) parameterized $(TORCH_PIN)
+	NB_ACCEL_ACCELERATE_SUITE=1 $(BIN)/python -m pytest -v tests/accelerate_suite
 
 # Opt-in lane: the XLA path on torch_xla's CPU device, in its own venv (a few GB); every pip
 # command pins torch so that pip never swaps it.
@@ -48,7 +56,7 @@ test-browser: $(BIN)/.nb_accel-browser-installed
 
 # Accelerate is only a comparison row; the torch pin keeps pip from replacing the CPU build.
 bench: setup
-	$(BIN)/python -m pip install --quiet accelerate $(TORCH_PIN)
+	$(BIN)/python -m pip install --quiet $(ACCELERATE_PIN) $(TORCH_PIN)
 	$(BIN)/python benchmarks/launch.py
 	$(BIN)/python benchmarks/interrupt.py
 	$(BIN)/python benchmarks/loader.py
