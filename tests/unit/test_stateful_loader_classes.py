@@ -137,10 +137,12 @@ def test_without_torchdata_the_option_names_the_extra_to_install() -> None:
         import sys
         sys.modules["torchdata"] = None  # as if it were not installed
         from torch.utils.data import DataLoader
+        from nb_accel import DataLoaderConfiguration
         from nb_accel.data_loader import DataLoaderShard, prepare_data_loader
         from nb_accel.utils import is_torchdata_stateful_dataloader_available
         assert not is_torchdata_stateful_dataloader_available()
         for build in (
+            lambda: DataLoaderConfiguration(use_stateful_dataloader=True),
             lambda: prepare_data_loader(DataLoader(range(8)), use_stateful_dataloader=True),
             lambda: DataLoaderShard(range(8), use_stateful_dataloader=True),
         ):
@@ -153,4 +155,4 @@ def test_without_torchdata_the_option_names_the_extra_to_install() -> None:
         """
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.count("pip install nb_accel[stateful]") == 2
+    assert result.stdout.count("pip install nb_accel[stateful]") == 3
