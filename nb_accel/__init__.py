@@ -48,6 +48,7 @@ from .runtime.options import (
 )
 from .runtime.reporting.progress import tqdm, trange
 from .runtime.state import AcceleratorState, DistributedType, GradientState, PartialState
+from .runtime.tracking.base import GeneralTracker
 from .runtime.training.compile import TorchDynamoPlugin
 from .runtime.training.optimizer import AcceleratedOptimizer
 from .runtime.training.scheduler import AcceleratedScheduler
@@ -103,6 +104,7 @@ __all__ = [
     "DataLoaderDispatcher",
     "DataLoaderShard",
     "DistributedType",
+    "GeneralTracker",
     "GradientAccumulationPlugin",
     "GradientState",
     "IterableDatasetShard",

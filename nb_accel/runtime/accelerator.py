@@ -27,6 +27,7 @@ from .options import (
 from .process_group import apply_process_group_options, init_process_group_kwargs
 from .process_methods import ProcessMethods
 from .state import AcceleratorState, DistributedType, GradientState, PartialState
+from .tracking.methods import TrackingMethods
 from .training.accumulation import GradientAccumulator
 from .training.compile import DynamoBackend, TorchDynamoPlugin
 from .training.model import prepare_model, unwrap_model
@@ -66,7 +67,9 @@ def _accumulation(
     return plugin or GradientAccumulationPlugin(num_steps=steps)
 
 
-class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods, ProfilingMethods):
+class Accelerator(
+    ProcessMethods, TrainingMethods, TrackingMethods, CheckpointMethods, ProfilingMethods
+):
     """Everything a training loop needs to run on one or many processes, unchanged.
 
     Args:
@@ -80,7 +83,12 @@ class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods, ProfilingM
         rng_types: generators synchronised at each new iteration of a prepared loader
             (``"torch"``, ``"cuda"``, ``"generator"``); default ``["generator"]``.
         project_dir: shortcut for ``project_config=ProjectConfiguration(project_dir)``.
-        project_config: where checkpoints go.
+        log_with: experiment trackers for :meth:`log`: a name (``"tensorboard"``, ``"wandb"``,
+            ``"mlflow"``, ``"trackio"``, ``"aim"``, ``"comet_ml"``, ``"clearml"``,
+            ``"dvclive"``, ``"swanlab"``), a ``LoggerType``, a ``GeneralTracker``, a list of
+            them, or ``"all"`` (every tracker installed). Started by :meth:`init_trackers`;
+            the live chart in the cell is always on.
+        project_config: where checkpoints and tracker logs go.
         gradient_accumulation_plugin: accumulation options as one object (newer spelling).
         dispatch_batches: iterate loaders on the main process only and dispatch slices.
         even_batches: repeat samples so every process gets as many batches.
@@ -112,6 +120,7 @@ class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods, ProfilingM
         cpu: bool = False,
         dataloader_config: DataLoaderConfiguration | None = None,
         rng_types: list[str] | None = None,
+        log_with: Any = None,
         project_dir: str | None = None,
         project_config: ProjectConfiguration | None = None,
         gradient_accumulation_plugin: GradientAccumulationPlugin | None = None,
@@ -151,6 +160,7 @@ class Accelerator(ProcessMethods, TrainingMethods, CheckpointMethods, ProfilingM
         self.project_configuration = project_config or ProjectConfiguration(project_dir)
         if project_dir is not None and project_config is not None:
             self.project_configuration.set_directories(project_dir)
+        self._init_tracking(log_with)
         self.device_placement = device_placement
         self.rng_types = list(rng_types) if rng_types is not None else ["generator"]
         self.step_scheduler_with_optimizer = step_scheduler_with_optimizer

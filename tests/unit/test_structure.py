@@ -85,7 +85,8 @@ FRONT = {
         "optimizer",
         "scheduler",
     )
-} | set((PACKAGE / "utils").glob("*.py"))
+}
+FRONT |= set((PACKAGE / "utils").glob("*.py")) | set((PACKAGE / "tracking").glob("*.py"))
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p not in FRONT)
 
 

@@ -13,7 +13,6 @@ from torch.distributed.algorithms.join import Join, Joinable
 
 from ..data.loader_shard import shard_sampler_of
 from ..options import AutocastKwargs, DataLoaderConfiguration
-from ..reporting.reporter import current_reporter, numeric_values
 from ..state import AcceleratorState, DistributedType, GradientState, PartialState
 from .accumulation import GradientAccumulator, no_sync
 from .compile import find_ddp
@@ -227,35 +226,3 @@ class TrainingMethods:
         return [None for _ in objects]
 
     clear = free_memory
-
-    def log(
-        self,
-        values: dict[str, Any],
-        step: int | None = None,
-        log_kwargs: dict[str, Any] | None = None,
-    ) -> None:
-        """Send ``values`` (numbers or one-element tensors; other entries are skipped) to the
-        kernel, where the launch view draws them as live line charts, one line per name.
-
-        Every process may log; the view draws rank 0's by default. Outside a launch this does
-        nothing. ``step`` is the x value (default: the count of calls so far). A tensor (a loss
-        on the GPU, say) is not read here, so logging never makes the loop wait for the GPU:
-        a copy is read when the point is sent, with the value it had when logged.
-        """
-        del log_kwargs
-        reporter = current_reporter()
-        if reporter is not None:
-            numbers = numeric_values(values)
-            if numbers:
-                reporter.log(numbers, step)
-
-    def init_trackers(
-        self,
-        project_name: str,
-        config: dict[str, Any] | None = None,
-        init_kwargs: dict[str, Any] | None = None,
-    ) -> None:
-        """Start experiment trackers; none are configured, so this does nothing."""
-
-    def end_training(self) -> None:
-        """Finish experiment trackers; none are configured, so this does nothing."""

@@ -28,6 +28,7 @@ from ..reporting.channel import EventChannel, set_current_channel
 from ..reporting.relay import RelayStream
 from ..reporting.reporter import flush_reporter
 from ..state import reset_all_states
+from ..tracking.open_runs import finish_open_trackers
 from ..tree import recursively_apply
 from .fd_forwarder import faulthandler_to_stderr
 from .returns import check_returnable, dumps_result
@@ -282,6 +283,7 @@ def run_worker(
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the kernel
         outcome = failure_event(args.rank, exc)
     ok = isinstance(outcome, Result)
+    finish_open_trackers(failed=not ok)  # runs left open: their files complete before the outcome
     sys.stdout.flush()
     sys.stderr.flush()
     flush_reporter()  # the bars' and metrics' final state arrives before the outcome

@@ -1,0 +1,72 @@
+"""Weights & Biases: one run per ``init_trackers`` (``wandb.init(project=project_name)``)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .base import GeneralTracker, on_main_process, plain_values
+
+__all__ = ["WandBTracker"]
+
+
+class WandBTracker(GeneralTracker):
+    """Logs to a Weights & Biases run (``WANDB_MODE=offline`` keeps it on disk only).
+
+    Args:
+        run_name: the W&B project (the ``project_name`` of ``init_trackers``).
+        kwargs: passed on to ``wandb.init`` (``name``, ``entity``, ``mode``, ``dir``, ``tags``...).
+    """
+
+    name = "wandb"
+    requires_logging_directory = False
+
+    def __init__(self, run_name: str, **kwargs: Any) -> None:
+        super().__init__()
+        self.run_name = run_name
+        self.init_kwargs = kwargs
+        self.run: Any = None
+
+    @on_main_process
+    def start(self) -> None:
+        """Start the run."""
+        import wandb
+
+        self.run = wandb.init(project=self.run_name, **self.init_kwargs)
+
+    @property
+    def tracker(self) -> Any:
+        """The ``wandb`` run."""
+        return self.run
+
+    @on_main_process
+    def store_init_configuration(self, values: dict[str, Any]) -> None:
+        """Put ``values`` in the run's config."""
+        self.run.config.update(plain_values(values), allow_val_change=True)
+
+    @on_main_process
+    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """``run.log(values, step=step, **kwargs)`` with tensors read first (nested dicts are
+        W&B's own ``outer.inner`` names)."""
+        self.run.log(plain_values(values), step=step, **kwargs)
+
+    @on_main_process
+    def finish(self) -> None:
+        """Finish the run and, with no run left in the process, stop W&B's service process."""
+        self._end(exit_code=None)
+
+    def _finish_after_failure(self) -> None:
+        """Finish the run marked as failed."""
+        self._end(exit_code=1)
+
+    def _end(self, exit_code: int | None) -> None:
+        if self.run is None:
+            return
+        import wandb
+
+        run, self.run = self.run, None
+        if exit_code is None:
+            run.finish()
+        else:
+            run.finish(exit_code=exit_code)
+        if wandb.run is None:
+            wandb.teardown()
