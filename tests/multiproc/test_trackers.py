@@ -90,9 +90,15 @@ def train_and_log(folder: str, fail_after: int | None = None) -> list[str]:
 
 
 @pytest.mark.timeout(240)
-def test_two_ranks_three_trackers_one_run_each(tmp_path: Path, tracker_env: str) -> None:
+def test_two_ranks_three_trackers_one_run_each(
+    tmp_path: Path, tracker_env: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     names = notebook_launcher(train_and_log, args=(str(tmp_path),), num_processes=2)
     assert names == [[*TRACKERS, "every_rank"], ["every_rank"]]
+    where = [line for line in capsys.readouterr().out.splitlines() if " logs to " in line]
+    assert [line.split(" logs to ")[0] for line in where] == [
+        f"[rank 0] nb_accel: {name}" for name in TRACKERS
+    ]
     run = tmp_path / "two-ranks"
     assert len(list(run.glob("events.out.tfevents*"))) == 1
     assert tracker_files.tensorboard_scalars(run) == {"loss": [(s, float(s)) for s in range(5)]}

@@ -71,9 +71,13 @@ def _losses(accelerator: Accelerator, steps: int = 4) -> None:
         )
 
 
-def test_tensorboard_event_files_hold_each_scalar_once_per_step(tmp_path: Path) -> None:
+def test_tensorboard_event_files_hold_each_scalar_once_per_step(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     accelerator = Accelerator(log_with="tensorboard", project_dir=str(tmp_path))
     accelerator.init_trackers("demo", config={"lr": 0.1, "layers": 2})
+    where = tmp_path / "demo"
+    assert f"nb_accel: tensorboard logs to event files in {where}" in capsys.readouterr().out
     _losses(accelerator)
     writer = accelerator.get_tracker("tensorboard", unwrap=True)
     accelerator.end_training()
@@ -107,7 +111,9 @@ def test_logging_dir_of_project_configuration_is_where_tensorboard_writes(tmp_pa
     assert not (tmp_path / "p").exists()
 
 
-def test_mlflow_one_run_with_params_and_metric_history(mlflow_uri: str) -> None:
+def test_mlflow_one_run_with_params_and_metric_history(
+    mlflow_uri: str, capsys: pytest.CaptureFixture[str]
+) -> None:
     uri = mlflow_uri
     accelerator = Accelerator(log_with=["mlflow"])
     accelerator.init_trackers(
@@ -120,6 +126,10 @@ def test_mlflow_one_run_with_params_and_metric_history(mlflow_uri: str) -> None:
     run = accelerator.get_tracker("mlflow", unwrap=True)
     accelerator.end_training()
     assert run.info.run_name == "first"
+    assert (
+        f"nb_accel: mlflow logs to run 'first' ({run.info.run_id}) of experiment 'experiment-a' "
+        f"at {uri}"
+    ) in capsys.readouterr().out
     (found,) = tracker_files.mlflow_runs(uri)
     assert found["experiment"] == "experiment-a"
     assert found["status"] == "FINISHED"
@@ -129,7 +139,9 @@ def test_mlflow_one_run_with_params_and_metric_history(mlflow_uri: str) -> None:
     assert "note" not in found["metrics"]
 
 
-def test_wandb_offline_one_run_folder(offline_wandb: Path) -> None:
+def test_wandb_offline_one_run_folder(
+    offline_wandb: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     accelerator = Accelerator(log_with="wandb")
     accelerator.init_trackers(
         "proj", config={"lr": 0.1}, init_kwargs={"wandb": {"name": "named-run"}}
@@ -139,6 +151,8 @@ def test_wandb_offline_one_run_folder(offline_wandb: Path) -> None:
     assert run.name == "named-run"
     accelerator.end_training()
     (folder,) = offline_wandb.glob("offline-run-*")
+    expected = f"nb_accel: wandb logs to run 'named-run' of project 'proj' (offline) in {folder}"
+    assert expected in capsys.readouterr().out
     written = tracker_files.wandb_run(folder)
     assert written["project"] == "proj"
     assert written["config"]["lr"] == 0.1

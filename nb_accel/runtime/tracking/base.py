@@ -82,6 +82,10 @@ class GeneralTracker:
     def finish(self) -> None:
         """End the run and write out what is left (called by ``end_training``)."""
 
+    def _where(self) -> str | None:
+        """Where the run is written, for the line ``init_trackers`` prints (``None``: no line)."""
+        return None
+
     def _finish_after_failure(self) -> None:
         """End the run after the function failed or was interrupted (a failed run where the
         library has the notion)."""

@@ -81,6 +81,9 @@ class TrackingMethods:
             tracker.start()
             remember_tracker(tracker)
             self.trackers.append(tracker)
+            where = tracker._where()
+            if where is not None:
+                print(f"nb_accel: {tracker.name} logs to {where}", flush=True)
         if config is not None:
             for tracker in self.trackers:
                 tracker.store_init_configuration(config)

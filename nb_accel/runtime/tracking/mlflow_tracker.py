@@ -81,6 +81,18 @@ class MLflowTracker(GeneralTracker):
             description=self.description,
         )
 
+    def _where(self) -> str | None:
+        """The run, its experiment and the tracking URI."""
+        if self.active_run is None:
+            return None
+        import mlflow
+
+        info = self.active_run.info
+        return (
+            f"run {info.run_name!r} ({info.run_id}) of experiment {self.experiment_name!r} "
+            f"at {mlflow.get_tracking_uri()}"
+        )
+
     @property
     def tracker(self) -> Any:
         """The ``mlflow.ActiveRun``."""

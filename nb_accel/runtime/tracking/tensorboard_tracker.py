@@ -43,6 +43,11 @@ class TensorBoardTracker(GeneralTracker):
 
         self.writer = SummaryWriter(self.logging_dir, **self.init_kwargs)
 
+    def _where(self) -> str | None:
+        """The run's folder, and how to look at it."""
+        folder = os.path.abspath(self.logging_dir)
+        return f"event files in {folder} (tensorboard --logdir {folder})"
+
     @property
     def tracker(self) -> Any:
         """The ``SummaryWriter``."""

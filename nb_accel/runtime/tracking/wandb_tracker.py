@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from .base import GeneralTracker, on_main_process, plain_values
@@ -32,6 +33,15 @@ class WandBTracker(GeneralTracker):
         import wandb
 
         self.run = wandb.init(project=self.run_name, **self.init_kwargs)
+
+    def _where(self) -> str | None:
+        """The run's name, mode and folder."""
+        if self.run is None:
+            return None
+        mode = "offline" if getattr(self.run.settings, "_offline", False) else "online"
+        name = self.run.name or self.run.id
+        folder = os.path.dirname(os.path.normpath(self.run.dir))
+        return f"run {name!r} of project {self.run_name!r} ({mode}) in {folder}"
 
     @property
     def tracker(self) -> Any:
