@@ -80,11 +80,12 @@ def check_same_shapes(
     rows = all_gather_rows(summary, backend, device, world)
     if len({int(row[0]) for row in rows}) == 1:
         return
-    hint = (
-        "call pad_across_processes(...) first, or use gather_for_metrics or gather_object"
-        if operation == "gather"
-        else "pass tensors of the same shapes and dtypes on every process"
-    )
+    hint = {
+        "gather": "call pad_across_processes(...) first, or use gather_for_metrics or "
+        "gather_object",
+        "pad_across_processes": "it pads one dimension: the others, and how many there are, "
+        "must be the same on every process",
+    }.get(operation, "pass tensors of the same shapes and dtypes on every process")
     firsts = {rank: int(row[1]) for rank, row in enumerate(rows)}
     if len(set(firsts.values())) > 1:
         raise DistributedOperationException(

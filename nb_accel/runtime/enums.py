@@ -1,13 +1,11 @@
-"""The enums Accelerate places in ``accelerate.utils``: mixed-precision modes and trackers.
-
-``DistributedType`` lives with the state it describes (``runtime/state.py``).
-"""
+"""The enums Accelerate places in ``accelerate.utils``: mixed-precision modes, trackers and
+the kind of distributed setup (``DistributedType``, which ``runtime/state.py`` fills in)."""
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["LoggerType", "PrecisionType"]
+__all__ = ["DistributedType", "LoggerType", "PrecisionType"]
 
 
 class _ContainsValues(enum.EnumMeta):
@@ -55,3 +53,27 @@ class LoggerType(_NamedEnum):
     CLEARML = "clearml"
     DVCLIVE = "dvclive"
     SWANLAB = "swanlab"
+
+
+class DistributedType(str, enum.Enum):
+    """The kind of distributed setup the current process runs in.
+
+    nb_accel runs ``NO``, ``MULTI_CPU``, ``MULTI_GPU`` and ``XLA``; the other members exist so
+    that code written for Accelerate (``if state.distributed_type == DistributedType.DEEPSPEED``)
+    runs unchanged, and never match here.
+    """
+
+    NO = "NO"
+    MULTI_CPU = "MULTI_CPU"
+    MULTI_GPU = "MULTI_GPU"
+    MULTI_NPU = "MULTI_NPU"
+    MULTI_MLU = "MULTI_MLU"
+    MULTI_SDAA = "MULTI_SDAA"
+    MULTI_MUSA = "MULTI_MUSA"
+    MULTI_XPU = "MULTI_XPU"
+    DEEPSPEED = "DEEPSPEED"
+    FSDP = "FSDP"
+    XLA = "XLA"
+    MEGATRON_LM = "MEGATRON_LM"
+    MULTI_HPU = "MULTI_HPU"
+    MULTI_NEURON = "MULTI_NEURON"

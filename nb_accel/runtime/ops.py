@@ -285,6 +285,9 @@ def pad_across_processes(
     if not _distributed() and not _xla():
         return tensor
     leaves = _leaves(tensor, "pad_across_processes")
+    if debug_mode():  # every dimension but `dim`, and their number, must agree
+        shapes = [[0 if i == dim else n for i, n in enumerate(one.shape)] for one in leaves]
+        _check_in_debug_mode([torch.empty(shape) for shape in shapes], "pad_across_processes")
 
     def _size(one: torch.Tensor) -> int:
         if getattr(one, "is_nested", False):

@@ -6,7 +6,6 @@ the start of a launch, so nothing created in the kernel leaks into a launch or s
 
 from __future__ import annotations
 
-import enum
 import os
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,6 +16,7 @@ import torch.distributed as dist
 
 from .. import _env
 from .collective_debug import debug_mode, set_debug_mode
+from .enums import DistributedType
 from .rank_local import RankLocalDict
 
 __all__ = [
@@ -31,30 +31,6 @@ __all__ = [
 MIXED_PRECISION_CHOICES = ("no", "bf16", "fp16")
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class DistributedType(str, enum.Enum):
-    """The kind of distributed setup the current process runs in.
-
-    nb_accel runs ``NO``, ``MULTI_CPU``, ``MULTI_GPU`` and ``XLA``; the other members exist so
-    that code written for Accelerate (``if state.distributed_type == DistributedType.DEEPSPEED``)
-    runs unchanged, and never match here.
-    """
-
-    NO = "NO"
-    MULTI_CPU = "MULTI_CPU"
-    MULTI_GPU = "MULTI_GPU"
-    MULTI_NPU = "MULTI_NPU"
-    MULTI_MLU = "MULTI_MLU"
-    MULTI_SDAA = "MULTI_SDAA"
-    MULTI_MUSA = "MULTI_MUSA"
-    MULTI_XPU = "MULTI_XPU"
-    DEEPSPEED = "DEEPSPEED"
-    FSDP = "FSDP"
-    XLA = "XLA"
-    MEGATRON_LM = "MEGATRON_LM"
-    MULTI_HPU = "MULTI_HPU"
-    MULTI_NEURON = "MULTI_NEURON"
 
 
 def _env_int(name: str, default: int) -> int:
@@ -323,16 +299,26 @@ class AcceleratorState(_SharedState):
                 f"mixed_precision={chosen!r} is not supported; use one of "
                 + ", ".join(repr(c) for c in MIXED_PRECISION_CHOICES)
             )
-        self.partial = PartialState(cpu=cpu, **kwargs)
+        PartialState(cpu=cpu, **kwargs)
         self.mixed_precision: str = chosen
         self.dynamo_plugin: Any = kwargs.get("dynamo_plugin")
         self._shared_state["initialized"] = True
 
     def __getattr__(self, name: str) -> Any:
-        partial = self.__dict__.get("partial")
-        if partial is None:
+        if name.startswith("__"):
             raise AttributeError(name)
-        return getattr(partial, name)
+        if not self._shared_state.get("initialized") and not hasattr(PartialState, name):
+            raise AttributeError(
+                f"`AcceleratorState` object has no attribute `{name}`: its shared state is "
+                "empty. This happens if `AcceleratorState._reset_state()` was called after the "
+                "Accelerator was created; create the Accelerator again"
+            )
+        return getattr(PartialState(), name)
+
+    @property
+    def partial(self) -> PartialState:
+        """The process's :class:`PartialState` (shared by every instance)."""
+        return PartialState()
 
 
 class GradientState(_SharedState):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -178,7 +179,10 @@ class CheckpointMethods(StateHookMethods):
         """
         if save_model_func_kwargs:
             raise TypeError(f"save_state() got unexpected options {sorted(save_model_func_kwargs)}")
-        target, staging = self._stage(self._output_target(output_dir))
+        given = self._output_target(output_dir)
+        target, staging = self._stage(given)
+        if given is not None and given.resolve() != target.resolve():
+            self._written_elsewhere(given, target)
         automatic = self.project_configuration.automatic_checkpoint_naming
         number = checkpoint_number(target)
         partial = self._partial
@@ -218,11 +222,25 @@ class CheckpointMethods(StateHookMethods):
             xla_random.resume()
         return str(target)
 
+    def _written_elsewhere(self, given: Path, target: Path) -> None:
+        """This process named another folder than the main process: the checkpoint went to
+        the main process's, and ``load_state(given)`` on this process will read it there."""
+        self.__dict__.setdefault("_checkpoints_written_to", {})[str(given.resolve())] = target
+        warnings.warn(
+            f"save_state on process {self._partial.process_index} was given {given}, but a "
+            f"checkpoint is written whole into the main process's folder {target}; "
+            f"load_state({str(given)!r}) on this process reads it from there",
+            stacklevel=3,
+        )
+
     def _load_source(self, input_dir: str | os.PathLike[str] | None) -> Path:
         if input_dir is not None:
             folder = Path(input_dir).expanduser()
             if not folder.is_dir():
                 raise FileNotFoundError(f"checkpoint folder {folder} does not exist")
+            written = self.__dict__.get("_checkpoints_written_to", {}).get(str(folder.resolve()))
+            if written is not None and not (folder / META_NAME).is_file():
+                return Path(written)
             return folder
         if not self.project_configuration.automatic_checkpoint_naming:
             raise ValueError(

@@ -122,8 +122,9 @@ class TrainingMethods:
         ):
             if self.state.distributed_type != DistributedType.NO:
                 warnings.warn(
-                    "join_uneven_inputs only works with DistributedDataParallel; it has no "
-                    f"effect under {self.state.distributed_type.value}",
+                    "join_uneven_inputs is only supported for multi-GPU and multi-CPU training "
+                    "with DistributedDataParallel; it has no effect under "
+                    f"{self.state.distributed_type.value}",
                     stacklevel=3,
                 )
             yield
