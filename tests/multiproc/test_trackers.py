@@ -4,7 +4,10 @@ other ranks log to the live chart only; a rank that fails finishes its runs on i
 from __future__ import annotations
 
 import json
+import os
+import signal
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -12,7 +15,7 @@ from typing import Any
 import pytest
 import torch
 
-from nb_accel import Accelerator, GeneralTracker, notebook_launcher
+from nb_accel import Accelerator, GeneralTracker, WorkerDiedError, notebook_launcher
 
 sys.path.insert(0, str(Path(__file__).parent))
 import tracker_files
@@ -128,3 +131,30 @@ def test_a_failed_rank_finishes_its_runs_as_failed(tmp_path: Path, tracker_env: 
     wandb_run = tracker_files.wandb_run(wandb_folder)
     assert [row["loss"] for row in wandb_run["history"]] == [0, 1, 2]
     assert wandb_run["exit_code"] == 1
+
+
+def log_then_die(folder: str) -> None:
+    """Log three steps, wait (at most a minute) for TensorBoard's writer to write them out by
+    itself, then rank 0 dies at once (SIGKILL: no exit path runs)."""
+    accelerator = Accelerator(log_with=TRACKERS, project_dir=folder)
+    accelerator.init_trackers("killed", config={"lr": 0.1})
+    for step in range(3):
+        accelerator.log({"loss": float(step)}, step=step)
+    if accelerator.is_main_process:
+        run = Path(folder) / "killed"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and len(tracker_files.tensorboard_scalars(run)) == 0:
+            time.sleep(0.2)
+        os.kill(os.getpid(), signal.SIGKILL)
+    accelerator.wait_for_everyone()
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_rank_leaves_readable_runs(tmp_path: Path, tracker_env: str) -> None:
+    with pytest.raises(WorkerDiedError):
+        notebook_launcher(log_then_die, args=(str(tmp_path),), num_processes=2)
+    scalars = tracker_files.tensorboard_scalars(tmp_path / "killed")
+    assert scalars == {"loss": [(s, float(s)) for s in range(3)]}  # written within seconds
+    (mlflow_run,) = tracker_files.mlflow_runs(tracker_env)
+    assert mlflow_run["metrics"] == {"loss": [(s, float(s)) for s in range(3)]}
+    assert mlflow_run["params"] == {"lr": "0.1"}
