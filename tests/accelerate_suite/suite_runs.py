@@ -44,18 +44,17 @@ def _without_nb_accel_settings() -> dict[str, str]:
 
 
 def _first_traceback(output: str) -> str:
-    """The first worker's traceback in a launch's output (the elastic agent's own report of
-    the failure that follows it says less), or the output's end when there is none."""
+    """The first worker's traceback in a launch's output (torch's launcher prefixes its lines
+    with ``[rankN]:``; its own report of the failure that follows says less), or the output's
+    end when there is none."""
     lines = output.splitlines()
-    starts = [n for n, line in enumerate(lines) if line.startswith("Traceback (most recent")]
+    starts = [n for n, line in enumerate(lines) if re.match(r"\[rank\d+\]: Traceback", line)]
     if not starts:
         return output[-4000:]
-    block: list[str] = []
-    for line in lines[starts[0] :]:
-        if block and re.match(r"[EWI]\d{4} |Traceback \(most recent|\[rank\d", line):
-            break
-        block.append(line)
-    return "\n".join(block)[-4000:]
+    prefix = lines[starts[0]].split(" ", 1)[0]
+    block = [line for line in lines[starts[0] :] if line.startswith(prefix)]
+    cut = next((n for n, line in enumerate(block[1:], 1) if "Traceback (most" in line), len(block))
+    return "\n".join(line[len(prefix) + 1 :] for line in block[:cut])[-4000:]
 
 
 def run_on_accelerate(script: Path, chosen: int, folder: Path) -> Baseline:

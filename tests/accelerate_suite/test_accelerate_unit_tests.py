@@ -34,11 +34,11 @@ def test_unit_test(unit_test: tuple[str, str], suite: Suite) -> None:
     name, test_id = unit_test
     reason = reason_excluded(f"{name}: {test_id}")
     if reason:
-        pytest.skip(f"reads Accelerate's internals: {reason}")
+        pytest.skip(f"{name}::{test_id} reads Accelerate's internals: {reason}")
     baseline = _results(suite, "accelerate", name).get(test_id)
     if baseline is None or baseline.outcome != "passed":
         why = baseline.message[-1500:] if baseline else "it did not run"
-        pytest.skip(f"does not pass on Accelerate itself ({why})")
+        pytest.skip(f"{name}::{test_id} does not pass on Accelerate itself ({why})")
     ours = _results(suite, "nb_accel", name).get(test_id)
     assert ours is not None, f"{test_id} did not run on nb_accel"
     assert ours.outcome == "passed", ours.message
