@@ -223,3 +223,20 @@ def save_config(config: Config, path: str | os.PathLike[str] | None = None) -> P
             os.unlink(temporary)
         raise
     return file
+
+
+def write_basic_config(
+    mixed_precision: str = "no",
+    save_location: str | os.PathLike[str] | None = None,
+    use_xpu: bool = False,
+) -> Path | bool:
+    """Accelerate's one-line setup: save a configuration with ``mixed_precision`` as the
+    launcher's default, unless one is already saved (then nothing is written and ``False`` is
+    returned, as Accelerate does). Returns the file written. ``use_xpu`` is accepted for
+    compatibility (nb_accel does not launch on Intel GPUs)."""
+    del use_xpu
+    file = config_path(save_location)
+    if file.exists():
+        print(f"Configuration already exists at {file}, will not override.")
+        return False
+    return save_config(Config(mixed_precision=str(mixed_precision).lower()), file)

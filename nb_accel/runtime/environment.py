@@ -209,3 +209,23 @@ def is_fp16_available() -> bool:
     """True: float16 mixed precision works on CUDA, XLA and (through torch's CPU autocast and
     ``GradScaler("cpu")``) on the CPU."""
     return True
+
+
+def is_deepspeed_available() -> bool:
+    """True when ``deepspeed`` is installed (nb_accel does not train with it)."""
+    return _installed("deepspeed")
+
+
+def is_peft_available() -> bool:
+    """True when ``peft`` is installed."""
+    return _installed("peft")
+
+
+def is_bnb_available() -> bool:
+    """True when ``bitsandbytes`` is installed."""
+    return _installed("bitsandbytes")
+
+
+def is_ipex_available() -> bool:
+    """True when Intel's extension for PyTorch is installed (nb_accel does not use it)."""
+    return _installed("intel_extension_for_pytorch")

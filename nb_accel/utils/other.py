@@ -1,5 +1,25 @@
-"""``nb_accel.utils.other``: where ``accelerate.utils.other`` names are."""
+"""``nb_accel.utils.other``: where ``accelerate.utils.other`` names are, and the helpers
+Accelerate's examples import from ``accelerate.utils`` (``tqdm``, ``write_basic_config``)."""
 
+from ..config import write_basic_config
+from ..runtime.checkpoint.methods import save
+from ..runtime.reporting.progress import main_process_tqdm as tqdm
 from ..runtime.training.compile import is_compiled_module
+from ..runtime.training.model import unwrap_model as extract_model_from_parallel
 
-__all__ = ["is_compiled_module"]
+
+def wait_for_everyone() -> None:
+    """Wait until every process reaches this point (``PartialState().wait_for_everyone()``)."""
+    from ..runtime.state import PartialState
+
+    PartialState().wait_for_everyone()
+
+
+__all__ = [
+    "extract_model_from_parallel",
+    "is_compiled_module",
+    "save",
+    "tqdm",
+    "wait_for_everyone",
+    "write_basic_config",
+]

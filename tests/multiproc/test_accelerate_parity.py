@@ -107,3 +107,41 @@ def test_processes_naming_their_own_checkpoint_folders_resume_one_checkpoint(
         assert seen and resumed == seen
     assert (tmp_path / "process_0" / "nb_accel_checkpoint.json").is_file()
     assert not any((tmp_path / "process_1").iterdir())
+
+
+def utils_helpers(folder: Path) -> dict[str, Any]:
+    from nb_accel.utils import extract_model_from_parallel, save, tqdm, wait_for_everyone
+
+    accelerator = Accelerator()
+    model = accelerator.prepare(torch.nn.Linear(2, 1))
+    bar = tqdm(range(3))  # drawn on the main process only
+    disabled = bar.disable  # (closing a bar disables it)
+    steps = sum(1 for _ in bar)
+    save({"w": torch.ones(2)}, folder / "plain.pt")
+    save({"w": torch.ones(2)}, folder / "tensors.safetensors", safe_serialization=True)
+    wait_for_everyone()
+    return {
+        "plain": type(extract_model_from_parallel(model)).__name__,
+        "steps": steps,
+        "disabled": disabled,
+        "files": sorted(p.name for p in folder.iterdir()),
+    }
+
+
+def test_utils_helpers_from_accelerates_examples(tmp_path: Path) -> None:
+    first, second = notebook_launcher(utils_helpers, args=(tmp_path,), num_processes=2)
+    assert first["plain"] == second["plain"] == "Linear"
+    assert first["steps"] == second["steps"] == 3
+    assert (first["disabled"], second["disabled"]) == (False, True)
+    assert first["files"] == ["plain.pt", "tensors.safetensors"]
+
+
+def test_write_basic_config_saves_the_launchers_default_once(tmp_path: Path) -> None:
+    from nb_accel import load_config
+    from nb_accel.utils import write_basic_config
+
+    target = tmp_path / "config.yaml"
+    assert write_basic_config(mixed_precision="bf16", save_location=target) == target
+    assert load_config(target).mixed_precision == "bf16"
+    assert write_basic_config(mixed_precision="fp16", save_location=target) is False
+    assert load_config(target).mixed_precision == "bf16"

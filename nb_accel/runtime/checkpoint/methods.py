@@ -313,18 +313,31 @@ class CheckpointMethods(StateHookMethods):
         )
 
     def save(self, obj: Any, f: str | os.PathLike[str], safe_serialization: bool = False) -> None:
-        """Save ``obj`` once, from the main process: ``torch.save``, or a safetensors file when
-        ``safe_serialization`` (``obj`` must then be a dict of tensors)."""
-        if not self._partial.is_main_process:
-            return
-        if self._partial.distributed_type == DistributedType.XLA:
-            from ..xla.checkpoint import on_cpu
+        """Save ``obj`` once, from the main process (from each machine's main process with
+        ``ProjectConfiguration(save_on_each_node=True)``): ``torch.save``, or a safetensors
+        file when ``safe_serialization`` (``obj`` must then be a dict of tensors)."""
+        save(obj, f, self.project_configuration.save_on_each_node, safe_serialization)
 
-            obj = on_cpu(obj)
-        if safe_serialization:
-            from safetensors.torch import save_file
 
-            tensors = {key: value.contiguous() for key, value in obj.items()}
-            save_file(tensors, os.fspath(Path(f).expanduser()))
-        else:
-            torch.save(obj, Path(f).expanduser() if isinstance(f, (str, os.PathLike)) else f)
+def save(
+    obj: Any,
+    f: str | os.PathLike[str],
+    save_on_each_node: bool = False,
+    safe_serialization: bool = False,
+) -> None:
+    """Save ``obj`` once, from the main process (each machine's with ``save_on_each_node``):
+    ``torch.save``, or a safetensors file when ``safe_serialization`` (a dict of tensors)."""
+    state = PartialState()
+    if not (state.is_local_main_process if save_on_each_node else state.is_main_process):
+        return
+    if state.distributed_type == DistributedType.XLA:
+        from ..xla.checkpoint import on_cpu
+
+        obj = on_cpu(obj)
+    if safe_serialization:
+        from safetensors.torch import save_file
+
+        tensors = {key: value.contiguous() for key, value in obj.items()}
+        save_file(tensors, os.fspath(Path(f).expanduser()))
+    else:
+        torch.save(obj, Path(f).expanduser() if isinstance(f, (str, os.PathLike)) else f)

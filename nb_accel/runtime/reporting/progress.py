@@ -91,3 +91,19 @@ class tqdm(std_tqdm):  # type: ignore[type-arg]
 def trange(*args: Any, **kwargs: Any) -> tqdm:
     """``tqdm(range(*args), **kwargs)``."""
     return tqdm(range(*args), **kwargs)
+
+
+def main_process_tqdm(*args: Any, main_process_only: bool = True, **kwargs: Any) -> tqdm:
+    """``accelerate.utils.tqdm``: a bar drawn on the main process only (every process still
+    iterates), or on every process with ``main_process_only=False``. A bar drawn on every rank
+    is what ``nb_accel.tqdm`` gives: one row per rank in the launch view."""
+    if isinstance(args[0] if args else None, bool):
+        raise TypeError(
+            "tqdm's first argument is the iterable; pass main_process_only as a keyword "
+            "(main_process_only=True)"
+        )
+    if main_process_only:
+        from ..state import PartialState
+
+        kwargs["disable"] = kwargs.get("disable", False) or not PartialState().is_main_process
+    return tqdm(*args, **kwargs)
