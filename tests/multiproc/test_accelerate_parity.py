@@ -145,3 +145,25 @@ def test_write_basic_config_saves_the_launchers_default_once(tmp_path: Path) -> 
     assert load_config(target).mixed_precision == "bf16"
     assert write_basic_config(mixed_precision="fp16", save_location=target) is False
     assert load_config(target).mixed_precision == "bf16"
+
+
+def join_with_an_iterable_loader() -> list[str]:
+    from torch.utils.data import IterableDataset
+
+    class Numbers(IterableDataset):  # type: ignore[type-arg]
+        def __iter__(self) -> Any:
+            return iter(torch.arange(3))
+
+    accelerator = Accelerator()
+    model = accelerator.prepare(torch.nn.Linear(1, 1))
+    accelerator.prepare(DataLoader(Numbers(), batch_size=1))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with accelerator.join_uneven_inputs([model], even_batches=False):
+            pass
+    return [str(w.message) for w in caught]
+
+
+def test_join_says_an_iterable_loader_keeps_its_even_batches() -> None:
+    for messages in notebook_launcher(join_with_an_iterable_loader, num_processes=2):
+        assert "only supported for map-style datasets" in messages[-1]

@@ -143,8 +143,8 @@ class TrainingMethods:
                 shard.even_batches = even_batches
             if skipped:
                 warnings.warn(
-                    "join_uneven_inputs overrides even_batches only in loaders of map-style "
-                    "datasets; the iterable or dispatching loaders keep their own setting",
+                    "Overriding even_batches is only supported for map-style datasets: "
+                    "join_uneven_inputs leaves the iterable or dispatching loaders' own setting",
                     stacklevel=3,
                 )
         try:
