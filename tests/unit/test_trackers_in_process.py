@@ -204,6 +204,8 @@ def test_a_tracker_of_ones_own_gets_config_every_log_and_finish() -> None:
     assert accelerator.get_tracker("recording") is mine
     assert accelerator.get_tracker("recording", unwrap=True) is mine.calls
     accelerator.end_training()
+    accelerator.end_training()  # finishes each run once
+    assert accelerator.trackers == [mine]  # still listed, as with Accelerate
     assert mine.calls == [
         ("start", None),
         ("config", {"a": 1}),
@@ -257,7 +259,7 @@ def test_a_library_that_is_not_installed_fails_before_training() -> None:
 def test_wrong_names_and_a_missing_folder_are_refused() -> None:
     with pytest.raises(ValueError, match="no tracker nb_accel knows"):
         Accelerator(log_with="tensorbored")
-    with pytest.raises(ValueError, match="project_dir"):
+    with pytest.raises(ValueError, match="Logging with `tensorboard` requires a `logging_dir`"):
         Accelerator(log_with="tensorboard")
 
 

@@ -47,6 +47,13 @@ class _InitRunTracker(GeneralTracker):
         self.run.log(plain_values(values), step=step, **kwargs)
 
     @on_main_process
+    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Each value a list of images, logged as the library's ``Image``s."""
+        library = __import__(self._module)
+        for key, images in values.items():
+            self.run.log({key: [library.Image(image) for image in images]}, step=step, **kwargs)
+
+    @on_main_process
     def finish(self) -> None:
         """Finish the run."""
         if self.run is not None:
@@ -171,6 +178,35 @@ class ClearMLTracker(GeneralTracker):
             reporter.report_scalar(
                 title=title, series=series, value=value, iteration=step, **kwargs
             )
+
+    @on_main_process
+    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Each value an image (array or PIL image), reported at ``step``."""
+        reporter = self.task.get_logger()
+        for key, image in values.items():
+            title, series = _title_series(key)
+            reporter.report_image(title=title, series=series, iteration=step, image=image, **kwargs)
+
+    @on_main_process
+    def log_table(
+        self,
+        table_name: str,
+        columns: list[str] | None = None,
+        data: list[list[Any]] | None = None,
+        dataframe: Any = None,
+        step: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Report a table: a ``dataframe``, or ``data`` rows (after a ``columns`` header)."""
+        table = dataframe
+        if table is None:
+            if data is None:
+                raise ValueError("ClearMLTracker.log_table needs `data` when `dataframe` is None")
+            table = [columns, *data] if columns else data
+        title, series = _title_series(table_name)
+        self.task.get_logger().report_table(
+            title=title, series=series, table_plot=table, iteration=step, **kwargs
+        )
 
     @on_main_process
     def finish(self) -> None:

@@ -58,6 +58,23 @@ class AimTracker(GeneralTracker):
             self.writer.track(value, name=key, step=step, **kwargs)
 
     @on_main_process
+    def log_images(
+        self,
+        values: dict[str, Any],
+        step: int | None = None,
+        kwargs: dict[str, dict[str, Any]] | None = None,
+    ) -> None:
+        """Each value an image, or ``(image, caption)``; ``kwargs`` may hold options for
+        ``aim.Image`` (``"aim_image"``) and for ``Run.track`` (``"track"``)."""
+        import aim
+
+        options = kwargs or {}
+        for key, value in values.items():
+            image, caption = value if isinstance(value, tuple) else (value, "")
+            picture = aim.Image(image, caption=caption, **options.get("aim_image", {}))
+            self.writer.track(picture, name=key, step=step, **options.get("track", {}))
+
+    @on_main_process
     def finish(self) -> None:
         """Close the run."""
         if self.writer is not None:

@@ -124,9 +124,9 @@ class TrackingMethods:
             tracker.log(values, step=step, **log_kwargs.get(tracker.name, {}))
 
     def end_training(self) -> None:
-        """Finish every tracker's run (its files written and closed). Call it at the end of
-        training; a worker that ends without it, or fails, finishes them on its way out."""
-        trackers, self.trackers = self.trackers, []
-        for tracker in trackers:
-            forget_tracker(tracker)
-            tracker.finish()
+        """Finish every tracker's run (its files written and closed), once. Call it at the end
+        of training; a worker that ends without it, or fails, finishes them on its way out.
+        :attr:`trackers` still lists them afterwards."""
+        for tracker in self.trackers:
+            if forget_tracker(tracker):
+                tracker.finish()

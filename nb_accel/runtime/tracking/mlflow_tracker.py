@@ -137,6 +137,27 @@ class MLflowTracker(GeneralTracker):
             mlflow.log_metrics(metrics, step=step, **kwargs)
 
     @on_main_process
+    def log_figure(self, figure: Any, artifact_file: str, **save_kwargs: Any) -> None:
+        """Save a matplotlib or plotly ``figure`` as the run's artifact ``artifact_file``."""
+        import mlflow
+
+        mlflow.log_figure(figure=figure, artifact_file=artifact_file, **save_kwargs)
+
+    @on_main_process
+    def log_artifacts(self, local_dir: str, artifact_path: str | None = None) -> None:
+        """Copy the folder ``local_dir`` into the run's artifacts (under ``artifact_path``)."""
+        import mlflow
+
+        mlflow.log_artifacts(local_dir=local_dir, artifact_path=artifact_path)
+
+    @on_main_process
+    def log_artifact(self, local_path: str, artifact_path: str | None = None) -> None:
+        """Copy the file ``local_path`` into the run's artifacts (under ``artifact_path``)."""
+        import mlflow
+
+        mlflow.log_artifact(local_path=local_path, artifact_path=artifact_path)
+
+    @on_main_process
     def finish(self) -> None:
         """End the run."""
         self._end("FINISHED")

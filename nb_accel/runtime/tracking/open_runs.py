@@ -20,11 +20,13 @@ def remember_tracker(tracker: GeneralTracker) -> None:
     _open.get().append(tracker)
 
 
-def forget_tracker(tracker: GeneralTracker) -> None:
-    """Note a tracker as finished."""
+def forget_tracker(tracker: GeneralTracker) -> bool:
+    """Note a tracker as finished; False when it was not open (finished already)."""
     trackers = _open.get()
-    if any(t is tracker for t in trackers):
-        trackers[:] = [t for t in trackers if t is not tracker]
+    if not any(t is tracker for t in trackers):
+        return False
+    trackers[:] = [t for t in trackers if t is not tracker]
+    return True
 
 
 def finish_open_trackers(failed: bool) -> None:

@@ -158,7 +158,8 @@ def filter_trackers(
                 raise _missing(name)
         if LOGGER_TYPE_TO_CLASS[name].requires_logging_directory and logging_dir is None:
             raise ValueError(
-                f"log_with={name!r} writes into a folder: pass Accelerator(project_dir=...) or "
+                f"Logging with `{name}` requires a `logging_dir` (it writes into a folder): "
+                "pass Accelerator(project_dir=...) or "
                 "project_config=ProjectConfiguration(logging_dir=...)"
             )
         chosen.append(name)

@@ -80,6 +80,12 @@ class TensorBoardTracker(GeneralTracker):
                 self.writer.add_scalars(key, value, global_step=step, **kwargs)
 
     @on_main_process
+    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Each value a batch of images (``add_images``: NCHW arrays or tensors by default)."""
+        for key, images in values.items():
+            self.writer.add_images(key, images, global_step=step, **kwargs)
+
+    @on_main_process
     def finish(self) -> None:
         """Write out and close every event file."""
         if self.writer is not None:

@@ -60,6 +60,32 @@ class WandBTracker(GeneralTracker):
         self.run.log(plain_values(values), step=step, **kwargs)
 
     @on_main_process
+    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
+        """Each value a list of images (arrays or PIL images), logged as ``wandb.Image``s."""
+        import wandb
+
+        for key, images in values.items():
+            self.run.log({key: [wandb.Image(image) for image in images]}, step=step, **kwargs)
+
+    @on_main_process
+    def log_table(
+        self,
+        table_name: str,
+        columns: list[str] | None = None,
+        data: list[list[Any]] | None = None,
+        dataframe: Any = None,
+        step: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        """Log a ``wandb.Table`` from ``columns`` and ``data``, or from a ``dataframe``."""
+        import wandb
+
+        table = wandb.Table(
+            columns=list(columns) if columns else None, data=data, dataframe=dataframe
+        )
+        self.run.log({table_name: table}, step=step, **kwargs)
+
+    @on_main_process
     def finish(self) -> None:
         """Finish the run and, with no run left in the process, stop W&B's service process."""
         self._end(exit_code=None)
