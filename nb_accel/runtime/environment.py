@@ -229,3 +229,33 @@ def is_bnb_available() -> bool:
 def is_ipex_available() -> bool:
     """True when Intel's extension for PyTorch is installed (nb_accel does not use it)."""
     return _installed("intel_extension_for_pytorch")
+
+
+def is_trackio_available() -> bool:
+    """True when ``trackio`` is installed."""
+    return _installed("trackio")
+
+
+def is_aim_available() -> bool:
+    """True when ``aim`` is installed."""
+    return _installed("aim")
+
+
+def is_comet_ml_available() -> bool:
+    """True when ``comet_ml`` is installed."""
+    return _installed("comet_ml", "comet-ml")
+
+
+def is_clearml_available() -> bool:
+    """True when ``clearml`` is installed."""
+    return _installed("clearml")
+
+
+def is_dvclive_available() -> bool:
+    """True when ``dvclive`` is installed."""
+    return _installed("dvclive")
+
+
+def is_swanlab_available() -> bool:
+    """True when ``swanlab`` is installed."""
+    return _installed("swanlab")

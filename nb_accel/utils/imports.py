@@ -2,11 +2,15 @@
 and which devices torch can use)."""
 
 from ..runtime.environment import (
+    is_aim_available,
     is_bf16_available,
     is_bnb_available,
+    is_clearml_available,
+    is_comet_ml_available,
     is_cuda_available,
     is_datasets_available,
     is_deepspeed_available,
+    is_dvclive_available,
     is_fp16_available,
     is_hpu_available,
     is_ipex_available,
@@ -16,16 +20,24 @@ from ..runtime.environment import (
     is_peft_available,
     is_pytest_available,
     is_rich_available,
+    is_swanlab_available,
     is_tensorboard_available,
     is_torch_xla_available,
     is_torchdata_available,
     is_torchdata_stateful_dataloader_available,
+    is_trackio_available,
     is_transformers_available,
     is_wandb_available,
     is_xpu_available,
 )
 
 __all__ = [
+    "is_trackio_available",
+    "is_aim_available",
+    "is_comet_ml_available",
+    "is_clearml_available",
+    "is_dvclive_available",
+    "is_swanlab_available",
     "is_bf16_available",
     "is_bnb_available",
     "is_cuda_available",

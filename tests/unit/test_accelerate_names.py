@@ -247,3 +247,32 @@ def test_destroy_process_group_outside_a_launch_destroys_the_default_group(
     finally:
         if dist.is_initialized():
             dist.destroy_process_group()
+
+
+def test_the_trackers_availability_checks_find_a_library_without_importing_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nb_accel.utils import imports
+
+    modules = {
+        "trackio": "trackio",
+        "aim": "aim",
+        "comet_ml": "comet-ml",
+        "clearml": "clearml",
+        "dvclive": "dvclive",
+        "swanlab": "swanlab",
+    }
+    checks = {name: getattr(imports, f"is_{name}_available") for name in modules}
+    monkeypatch.setattr(sys, "path", [p for p in sys.path if "site-packages" not in p])
+    assert not any(check() for check in checks.values())
+    for module, distribution in modules.items():
+        package = tmp_path / module
+        package.mkdir()
+        (package / "__init__.py").write_text("raise AssertionError('imported')\n")
+        info = tmp_path / f"{distribution.replace('-', '_')}-0.0.dist-info"
+        info.mkdir()
+        metadata = f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 0.0\n"
+        (info / "METADATA").write_text(metadata)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert all(check() for check in checks.values())
+    assert not set(modules) & set(sys.modules)
