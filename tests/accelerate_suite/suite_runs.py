@@ -129,6 +129,10 @@ def collect_unit_tests(path: Path) -> list[str]:
 
 def _unit_env() -> dict[str, str]:
     env = _without_nb_accel_settings()
+    # Accelerate's tracker tests write MLflow's file store (MLflow 3 asks for this switch);
+    # nothing may phone home from a test.
+    env.update(MLFLOW_ALLOW_FILE_STORE="true", MLFLOW_DISABLE_TELEMETRY="true")
+    env["WANDB_MODE"] = "offline"
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), env.get("PYTHONPATH")) if p)
     return env
 
