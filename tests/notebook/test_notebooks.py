@@ -87,3 +87,16 @@ def test_migrating_notebook_runs_accelerate_style_code_with_the_import_swapped()
     errors = [float(m) for m in re.findall(r"eval mse (\d+\.\d+) on 64 samples", text)]
     assert len(errors) == 6 and errors[-1] < errors[0] / 5  # it learns
     assert "loaded 385 parameters from ['model.safetensors']" in text
+
+
+def test_trackers_notebook_writes_one_tensorboard_run_and_reads_it_back() -> None:
+    text = _text(_run("experiment_trackers.ipynb"))
+    assert "steps per rank: [48, 48]" in text
+    assert "tensorboard --logdir" in text  # init_trackers says where the run goes
+    # the main process's run only: its scalars, and the hyperparameters add_hparams files
+    # in a folder of their own
+    files = re.search(r"event files: \[(.*)\]", text)
+    assert files and files.group(1).count("'regression") == 2, text
+    found = re.search(r"(\d+) loss values, first (\d+\.\d+), last (\d+\.\d+)", text)
+    assert found and int(found.group(1)) == 48, text
+    assert float(found.group(3)) < float(found.group(2)) / 20  # it learns
