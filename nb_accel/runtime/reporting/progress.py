@@ -20,12 +20,17 @@ from tqdm.std import tqdm as std_tqdm
 from ..._messages import BarState
 from .reporter import Reporter, current_reporter
 
-__all__ = ["tqdm", "trange"]
+__all__ = ["tqdm", "trange", "bar_state", "next_bar_id", "Discard"]
 
 _ids = itertools.count()
 
 
-class _Discard(io.TextIOBase):
+def next_bar_id() -> int:
+    """A number for a new reported bar, unique in this process."""
+    return next(_ids)
+
+
+class Discard(io.TextIOBase):
     """Where a reported bar would draw: nowhere."""
 
     def write(self, text: str) -> int:
@@ -33,6 +38,26 @@ class _Discard(io.TextIOBase):
 
     def isatty(self) -> bool:
         return False
+
+
+def bar_state(bar: std_tqdm, bar_id: int, closed: bool) -> BarState:  # type: ignore[type-arg]
+    """What the launch view shows of ``bar`` (any tqdm bar), numbered ``bar_id``."""
+    info = bar.format_dict
+    total = info.get("total")
+    position = abs(getattr(bar, "pos", 0) or 0)
+    return BarState(
+        bar=bar_id,
+        level=position,
+        desc=str(info.get("prefix") or ""),
+        n=float(info["n"]),
+        total=float(total) if total is not None else None,
+        unit=str(info.get("unit") or "it"),
+        elapsed=float(info.get("elapsed") or 0.0),
+        rate=info.get("rate"),
+        postfix=str(info.get("postfix") or ""),
+        closed=closed,
+        leave=bool(bar.leave) if bar.leave is not None else position == 0,
+    )
 
 
 class tqdm(std_tqdm):  # type: ignore[type-arg]
@@ -50,28 +75,14 @@ class tqdm(std_tqdm):  # type: ignore[type-arg]
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         self._nb_reporter: Reporter | None = current_reporter()
-        self._nb_bar = next(_ids)
+        self._nb_bar = next_bar_id()
         if self._nb_reporter is not None:
-            kwargs["file"] = _Discard()
+            kwargs["file"] = Discard()
             kwargs.setdefault("dynamic_ncols", False)
         super().__init__(*args, **kwargs)
 
     def _nb_state(self, closed: bool) -> BarState:
-        info = self.format_dict
-        total = info.get("total")
-        return BarState(
-            bar=self._nb_bar,
-            level=abs(getattr(self, "pos", 0) or 0),
-            desc=str(info.get("prefix") or ""),
-            n=float(info["n"]),
-            total=float(total) if total is not None else None,
-            unit=str(info.get("unit") or "it"),
-            elapsed=float(info.get("elapsed") or 0.0),
-            rate=info.get("rate"),
-            postfix=str(info.get("postfix") or ""),
-            closed=closed,
-            leave=bool(self.leave) if self.leave is not None else getattr(self, "pos", 0) == 0,
-        )
+        return bar_state(self, self._nb_bar, closed)
 
     def display(self, msg: str | None = None, pos: int | None = None) -> bool:
         """Report the bar's state (inside a launch) or draw it (outside)."""

@@ -25,11 +25,13 @@ import torch.distributed as dist
 from ..._messages import Failure, Result, Started
 from ..process_group import applied_timeout_s
 from ..reporting.channel import EventChannel, set_current_channel
+from ..reporting.foreign_bars import report_plain_bars
 from ..reporting.relay import RelayStream
 from ..reporting.reporter import flush_reporter
 from ..state import reset_all_states
 from ..tracking.open_runs import finish_open_trackers
 from ..tree import recursively_apply
+from .accelerate_env import export_thread_count, forget_accelerate_state
 from .fd_forwarder import faulthandler_to_stderr
 from .returns import check_returnable, dumps_result
 from .spec import WorkerArgs
@@ -188,6 +190,7 @@ def _init_process_group(args: WorkerArgs) -> None:
         torch.cuda.set_device(args.local_rank)
     elif "OMP_NUM_THREADS" not in os.environ:
         torch.set_num_threads(max(1, (os.cpu_count() or 1) // args.local_world_size))
+        export_thread_count()
     timeout = timedelta(seconds=args.timeout_s)
     store = dist.FileStore(args.store_path, args.world_size)
     # The store keeps torch's own default (300 s) unless told: every wait on it (NCCL's
@@ -271,11 +274,13 @@ def run_worker(
         pass
     os.environ.update(args.rank_environment())
     reset_all_states()
+    forget_accelerate_state()
     _forget_inherited_process_group()
     channel = EventChannel(conn, args.rank)
     set_current_channel(channel)
     sys.stdout = RelayStream(channel, "stdout", 1)
     sys.stderr = RelayStream(channel, "stderr", 2)
+    report_plain_bars()  # tqdm bars of every kind: rows of the launch view, not text
     channel.send(Started(args.rank, os.getpid()))
     ok = False
     try:

@@ -35,9 +35,11 @@ import torch.distributed as dist
 from ..._messages import Failure, Result, Started
 from ...errors import LaunchError, is_peer_loss
 from ..reporting.channel import EventChannel, set_current_channel
+from ..reporting.foreign_bars import report_plain_bars
 from ..reporting.relay import RelayStream
 from ..reporting.reporter import flush_reporter
 from ..state import reset_all_states
+from .accelerate_env import accelerate_environment, export_thread_count, forget_accelerate_state
 from .entrypoint import (
     _die_with_parent,
     _forget_inherited_process_group,
@@ -123,6 +125,7 @@ class _Node:
             "NB_ACCEL_LAUNCHED": "1",
             "NB_ACCEL_MIXED_PRECISION": self.args.mixed_precision,
             "NB_ACCEL_BACKEND": self.args.backend,
+            **accelerate_environment(self.args.device_type, self.args.mixed_precision),
         }
         variables.update(self.args.env)
         return variables
@@ -176,6 +179,7 @@ class _Node:
             torch.cuda.set_device(self.local_rank)
         elif "OMP_NUM_THREADS" not in os.environ:
             torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.per_node))
+            export_thread_count()
         dist.init_process_group(
             self.args.backend,
             store=dist.PrefixStore("group", self.store),
@@ -251,6 +255,7 @@ def node_worker_main(args: NodeWorkerArgs) -> None:
     node = _Node(args)
     os.environ.update(node.environment())
     reset_all_states()
+    forget_accelerate_state()
     _forget_inherited_process_group()
     forwarder = Client(args.address, family="AF_UNIX", authkey=args.authkey)
     forward_file_descriptors(forwarder, node.rank)  # C++ and CUDA output, os.write, programs
@@ -259,6 +264,7 @@ def node_worker_main(args: NodeWorkerArgs) -> None:
     set_current_channel(channel)
     sys.stdout = RelayStream(channel, "stdout", 1)
     sys.stderr = RelayStream(channel, "stderr", 2)
+    report_plain_bars()  # tqdm bars of every kind: rows of the launch view, not text
     channel.send(Started(node.rank, os.getpid(), node.attempt))
     outcome: Result | Failure
     try:

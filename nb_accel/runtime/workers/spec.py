@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from .accelerate_env import accelerate_environment
+
 __all__ = ["WorkerArgs"]
 
 
@@ -42,7 +44,8 @@ class WorkerArgs:
     env: dict[str, str] = field(default_factory=dict)
 
     def rank_environment(self) -> dict[str, str]:
-        """The environment variables torchrun would set for this rank, plus ``env``."""
+        """The environment variables torchrun would set for this rank, those that make
+        Accelerate's own ``Accelerator()`` join the launch, then ``env``."""
         variables = {
             "RANK": str(self.rank),
             "LOCAL_RANK": str(self.local_rank),
@@ -55,6 +58,7 @@ class WorkerArgs:
             "NB_ACCEL_LAUNCHED": "1",
             "NB_ACCEL_MIXED_PRECISION": self.mixed_precision,
             "NB_ACCEL_BACKEND": self.backend,
+            **accelerate_environment(self.device_type, self.mixed_precision),
         }
         variables.update(self.env)
         return variables
