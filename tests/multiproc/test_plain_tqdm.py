@@ -49,13 +49,18 @@ def plain_bars() -> int:
 
 
 @pytest.mark.timeout(120)
-def test_plain_tqdm_bars_are_reported_not_drawn(capfd: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])  # spawn: tqdm.notebook imported late
+def test_plain_tqdm_bars_are_reported_not_drawn(
+    start_method: str, capfd: pytest.CaptureFixture[str]
+) -> None:
     before = dict(vars(tqdm.std.tqdm)), dict(vars(tqdm.notebook.tqdm))
     recorder = Recorder()
     previous = view_factory()
     register_view_factory(lambda title, world_size, all_ranks: recorder)
     try:
-        assert nb_accel.notebook_launcher(plain_bars, num_processes=2) == [780, 780]
+        assert nb_accel.notebook_launcher(
+            plain_bars, num_processes=2, start_method=start_method
+        ) == [780, 780]
     finally:
         register_view_factory(previous)
     output = capfd.readouterr()
