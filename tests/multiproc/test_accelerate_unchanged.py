@@ -106,3 +106,21 @@ def test_a_failure_inside_accelerate_keeps_its_type_and_rank(tmp_path: Path) -> 
     with pytest.raises(ValueError, match="folder does not exist") as caught:
         nb_accel.notebook_launcher(load_missing_state, args=(missing,), num_processes=2)
     assert "rank 1" in "\n".join(getattr(caught.value, "__notes__", []))
+
+
+def test_accelerate_s_accelerator_in_a_distributed_cell() -> None:
+    from nb_accel.launch.pool import WorkerPool, load_value
+
+    pool = WorkerPool(2, cpu=True, timeout=30)
+    pool.start()
+    try:
+        cell = (
+            "import accelerate\n"
+            "theirs = accelerate.Accelerator()\n"
+            "[theirs.distributed_type.value, theirs.num_processes, theirs.process_index]"
+        )
+        done = pool.execute(cell, want_value=True)
+        states = [load_value(done[rank]) for rank in sorted(done)]
+    finally:
+        pool.stop()
+    assert states == [["MULTI_CPU", 2, 0], ["MULTI_CPU", 2, 1]]
