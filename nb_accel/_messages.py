@@ -104,12 +104,15 @@ MetricPoint = tuple[int | None, dict[str, float]]
 @dataclass(frozen=True)
 class Report:
     """Progress and metrics from one rank since its previous report (sent at most about ten
-    times a second; the last one when the function ends). ``time`` is the worker's clock."""
+    times a second; the last one when the function ends). ``time`` is the worker's clock.
+    ``notes`` are lines the launch view keeps on show (where each experiment tracker writes).
+    """
 
     rank: int
     bars: tuple[BarState, ...]
     metrics: tuple[MetricPoint, ...]
     time: float
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -145,6 +145,9 @@ class ProgressWidget:
         self.rest = RestLine() if self.collapsed else None
         self._rest_next = -float("inf")
         self.header = ipywidgets.HTML(layout=ipywidgets.Layout(width="100%"))
+        #: Lines kept on show below the rows (where each experiment tracker writes).
+        self.notes = ipywidgets.HTML(layout=ipywidgets.Layout(width="100%"))
+        self._note_lines: list[str] = []
         self.chart = MetricsChart(all_ranks_metrics, clock)
         boxes = [row.box for row in self.rows] + ([self.rest.box] if self.rest else [])
         self._rows_box = ipywidgets.VBox(boxes)
@@ -197,6 +200,8 @@ class ProgressWidget:
             state.stalled_for, changed = None, True
         state.update(event.bars)
         self._refresh(event.rank, changed)
+        if event.notes:
+            self._add_notes(event.notes)
         if event.metrics and self.chart.add(event.rank, event.metrics):
             self._draw_chart(force=False)
 
@@ -284,6 +289,16 @@ class ProgressWidget:
             row.render()
         self._render_header()
         self._draw_chart(force=True)
+
+    def _add_notes(self, notes: tuple[str, ...]) -> None:
+        """Show ``notes`` below the rows, one per line, for the rest of the launch."""
+        self._note_lines += notes
+        lines = "<br>".join(html.escape(line) for line in self._note_lines)
+        set_changed(self.notes, value=f"<span style='font-size: 0.9em'>{lines}</span>")
+        if self.notes not in self.widget.children:
+            children = list(self.widget.children)
+            children.insert(children.index(self._rows_box) + 1, self.notes)
+            self.widget.children = tuple(children)
 
     def _draw_chart(self, force: bool) -> None:
         if self.chart.draw(force=force) and self.chart.widget not in self.widget.children:

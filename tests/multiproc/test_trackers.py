@@ -100,9 +100,10 @@ def test_two_ranks_three_trackers_one_run_each(
 ) -> None:
     names = notebook_launcher(train_and_log, args=(str(tmp_path),), num_processes=2)
     assert names == [[*TRACKERS, "every_rank", "SummaryWriter"], ["every_rank", "GeneralTracker"]]
-    where = [line for line in capsys.readouterr().out.splitlines() if " logs to " in line]
+    # where each tracker writes: a line of the launch view (the text view writes to stderr)
+    where = [line for line in capsys.readouterr().err.splitlines() if " logs to " in line]
     assert [line.split(" logs to ")[0] for line in where] == [
-        f"[rank 0] nb_accel: {name}" for name in TRACKERS
+        f"nb_accel: {name}" for name in TRACKERS
     ]
     run = tmp_path / "two-ranks"
     assert len(list(run.glob("events.out.tfevents*"))) == 1

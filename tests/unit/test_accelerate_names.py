@@ -263,7 +263,10 @@ def test_the_trackers_availability_checks_find_a_library_without_importing_it(
         "swanlab": "swanlab",
     }
     checks = {name: getattr(imports, f"is_{name}_available") for name in modules}
-    monkeypatch.setattr(sys, "path", [p for p in sys.path if "site-packages" not in p])
+    # (sys.path is replaced, never prepended to: monkeypatch would restore a prepended path
+    # to the filtered one)
+    without_site = [p for p in sys.path if "site-packages" not in p]
+    monkeypatch.setattr(sys, "path", without_site)
     assert not any(check() for check in checks.values())
     for module, distribution in modules.items():
         package = tmp_path / module
@@ -273,6 +276,7 @@ def test_the_trackers_availability_checks_find_a_library_without_importing_it(
         info.mkdir()
         metadata = f"Metadata-Version: 2.1\nName: {distribution}\nVersion: 0.0\n"
         (info / "METADATA").write_text(metadata)
-    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(sys, "path", [str(tmp_path), *without_site])
+    importlib.invalidate_caches()
     assert all(check() for check in checks.values())
     assert not set(modules) & set(sys.modules)

@@ -149,6 +149,9 @@ class TextView:
     def report(self, event: Report) -> None:
         """Keep rank 0's bars and metrics; redraw when due."""
         moved = self._progress.moved(event, self._clock())
+        for note in event.notes:
+            self._end_line()
+            self._write(f"nb_accel: {note}\n")
         if moved and event.rank in self._stall_noted:
             self._stall_noted.discard(event.rank)
             self._end_line()

@@ -79,6 +79,7 @@ class Reporter:
         self._wake = threading.Event()
         self._bars: dict[int, BarState] = {}
         self._metrics: list[tuple[int | None, dict[str, LoggedValue]]] = []
+        self._notes: list[str] = []
         self._thread: threading.Thread | None = None
         self._last_send = 0.0
         self.reports_sent = 0
@@ -93,6 +94,12 @@ class Reporter:
         """Record one logged point (tensors are read when the report is sent)."""
         with self._lock:
             self._metrics.append((step, values))
+        self._poke()
+
+    def note(self, text: str) -> None:
+        """Record a line for the launch view to keep on show (sent with the next report)."""
+        with self._lock:
+            self._notes.append(text)
         self._poke()
 
     def _poke(self) -> None:
@@ -120,10 +127,13 @@ class Reporter:
             with self._lock:
                 bars, self._bars = self._bars, {}
                 metrics, self._metrics = self._metrics, []
-            if not bars and not metrics:
+                notes, self._notes = self._notes, []
+            if not bars and not metrics and not notes:
                 return
             points = tuple(_read_point(step, values) for step, values in metrics)
-            report = Report(self._channel.rank, tuple(bars.values()), points, time.time())
+            report = Report(
+                self._channel.rank, tuple(bars.values()), points, time.time(), tuple(notes)
+            )
             self._channel.send(report)
             self._last_send = time.monotonic()
             self.reports_sent += 1

@@ -12,6 +12,7 @@ import os
 from typing import Any
 
 from ..options import ProjectConfiguration
+from ..reporting.reporter import current_reporter
 from ..state import PartialState
 from .base import GeneralTracker
 from .live_chart import LiveChartTracker
@@ -19,6 +20,16 @@ from .open_runs import forget_tracker, remember_tracker
 from .registry import LOGGER_TYPE_TO_CLASS, filter_trackers
 
 __all__ = ["TrackingMethods"]
+
+
+def show_where(line: str) -> None:
+    """Tell the user where a tracker writes: in a launch, a line the launch view keeps on
+    show; elsewhere, a printed line."""
+    reporter = current_reporter()
+    if reporter is None:
+        print(f"nb_accel: {line}", flush=True)
+    else:
+        reporter.note(line)
 
 
 class TrackingMethods:
@@ -83,7 +94,7 @@ class TrackingMethods:
             self.trackers.append(tracker)
             where = tracker._where()
             if where is not None:
-                print(f"nb_accel: {tracker.name} logs to {where}", flush=True)
+                show_where(f"{tracker.name} logs to {where}")
         if config is not None:
             for tracker in self.trackers:
                 tracker.store_init_configuration(config)
