@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import inspect
-import pickle
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
+
+from ..runtime.workers.code_files import dumps as dumps_keeping_files
 
 __all__ = ["check_arguments", "make_payload"]
 
@@ -68,9 +69,7 @@ def make_payload(
 ) -> bytes:
     """Cloudpickle ``(function, args, kwargs)``; raise ``TypeError`` naming what cannot travel."""
     try:
-        return cloudpickle.dumps(
-            (function, tuple(args), dict(kwargs)), protocol=pickle.HIGHEST_PROTOCOL
-        )
+        return dumps_keeping_files((function, tuple(args), dict(kwargs)))
     except Exception as exc:  # noqa: BLE001 - any pickling error means "cannot travel"
         raise TypeError(
             f"notebook_launcher cannot send {_culprit(function, args, kwargs)} to the workers: "

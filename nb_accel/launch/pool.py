@@ -27,10 +27,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import cloudpickle
-
 from .._messages import CellDone, Command, Event, Execute, Interrupt, Output, Pull, Push, Stop
 from ..errors import WorkerDiedError
+from ..runtime.workers.code_files import dumps as dumps_keeping_files
 from ..runtime.workers.pool_worker import serve
 from ..runtime.workers.regroup import Settle
 from .defaults import plan_with_defaults
@@ -381,7 +380,7 @@ class WorkerPool:
     def push(self, values: dict[str, Any], ranks: Sequence[int] | None = None) -> None:
         """Set ``values`` as variables on ``ranks`` (cloudpickled, so functions and classes
         defined in the notebook travel too)."""
-        data = cloudpickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL)
+        data = dumps_keeping_files(values)
         self.run(lambda cell: Push(cell, data), ranks)
 
     def pull(self, name: str, ranks: Sequence[int] | None = None) -> list[Any]:
