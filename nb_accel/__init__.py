@@ -34,6 +34,7 @@ from .runtime.data.loaders import (
 )
 from .runtime.data.rng import set_seed, synchronize_rng_states
 from .runtime.data.sampling import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler
+from .runtime.fsdp.plugin import FullyShardedDataParallelPlugin
 from .runtime.memory import find_executable_batch_size
 from .runtime.options import (
     AutocastKwargs,
@@ -104,6 +105,7 @@ __all__ = [
     "DataLoaderDispatcher",
     "DataLoaderShard",
     "DistributedType",
+    "FullyShardedDataParallelPlugin",
     "GeneralTracker",
     "GradientAccumulationPlugin",
     "GradientState",

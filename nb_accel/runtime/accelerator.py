@@ -29,18 +29,19 @@ from .process_methods import ProcessMethods
 from .state import AcceleratorState, DistributedType, GradientState, PartialState
 from .tracking.methods import TrackingMethods
 from .training.accumulation import GradientAccumulator
-from .training.compile import DynamoBackend, TorchDynamoPlugin
+from .training.compile import DynamoBackend, TorchDynamoPlugin, dynamo_plugin_from
 from .training.model import prepare_model, unwrap_model
 from .training.optimizer import AcceleratedOptimizer
 from .training.precision import check_precision_for_device, make_grad_scaler
 from .training.profiling import ProfilingMethods
 from .training.scheduler import AcceleratedScheduler
+from .training.sharding_methods import ShardingMethods, fsdp_plugin_from
 from .training.training_methods import TrainingMethods
 
 __all__ = ["Accelerator"]
 
 _UNSET: Any = object()
-_UNSUPPORTED = ("deepspeed_plugin", "fsdp_plugin", "megatron_lm_plugin")
+_UNSUPPORTED = ("deepspeed_plugin", "megatron_lm_plugin")
 
 
 def _loader_config(
@@ -68,7 +69,12 @@ def _accumulation(
 
 
 class Accelerator(
-    ProcessMethods, TrainingMethods, TrackingMethods, CheckpointMethods, ProfilingMethods
+    ShardingMethods,
+    ProcessMethods,
+    TrainingMethods,
+    TrackingMethods,
+    CheckpointMethods,
+    ProfilingMethods,
 ):
     """Everything a training loop needs to run on one or many processes, unchanged.
 
@@ -102,6 +108,8 @@ class Accelerator(
             ``ACCELERATE_DYNAMO_BACKEND``).
         dynamo_plugin: the ``torch.compile`` options as one :class:`TorchDynamoPlugin`
             (not together with ``dynamo_backend``).
+        fsdp_plugin: a :class:`FullyShardedDataParallelPlugin`: shard prepared models with
+            FSDP2 instead of DDP (on by default in a ``notebook_launcher(..., fsdp=True)``).
         kwargs: other Accelerate options are accepted and ignored with a warning.
     """
 
@@ -131,16 +139,19 @@ class Accelerator(
         kwargs_handlers: Iterable[Any] | None = None,
         dynamo_backend: DynamoBackend | str | None = None,
         dynamo_plugin: TorchDynamoPlugin | None = None,
+        fsdp_plugin: Any = None,
         **kwargs: Any,
     ) -> None:
         self._reject_unsupported(kwargs)
+        fsdp_plugin = fsdp_plugin_from(fsdp_plugin)
         self._handlers = {type(h).__name__: h for h in (kwargs_handlers or [])}
-        self._dynamo_plugin = _dynamo(dynamo_backend, dynamo_plugin)
+        self._dynamo_plugin = dynamo_plugin_from(dynamo_backend, dynamo_plugin)
         init_handler = self._handlers.get(InitProcessGroupKwargs.__name__)
         self.state = AcceleratorState(
             mixed_precision=mixed_precision,
             cpu=cpu,
             dynamo_plugin=self._dynamo_plugin,
+            fsdp_plugin=fsdp_plugin,
             **init_process_group_kwargs(init_handler),
         )
         self.state.dynamo_plugin = self._dynamo_plugin
@@ -172,14 +183,16 @@ class Accelerator(
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[Any] = []
         self._custom_objects: list[Any] = []
+        self._sharded: list[Any] = []  # what sharding each FSDP model changed
 
     @staticmethod
     def _reject_unsupported(kwargs: dict[str, Any]) -> None:
         for name in _UNSUPPORTED:
             if kwargs.get(name) is not None:
                 raise NotImplementedError(
-                    f"{name} is not supported by nb_accel; it runs DistributedDataParallel "
-                    "(remove the argument to train with DDP)"
+                    f"{name} is not supported by nb_accel; it runs DistributedDataParallel or "
+                    "FSDP2 (remove the argument, or pass fsdp_plugin=FullyShardedDataParallel"
+                    "Plugin() to shard the model)"
                 )
         ignored = sorted(k for k, v in kwargs.items() if v is not None and k not in _UNSUPPORTED)
         if ignored:
@@ -230,7 +243,8 @@ class Accelerator(
         """Prepare models, optimizers, schedulers and data loaders, in any number and order.
 
         Returns them in the same order (a single object when given one). Preparing an object
-        twice is a no-op. Schedulers are prepared after the optimizers they follow.
+        twice is a no-op. Schedulers are prepared after the optimizers they follow; under FSDP,
+        models before the optimizers (which then update the models' shards).
         """
         placements = device_placement or [None] * len(args)
         if len(placements) != len(args):
@@ -247,10 +261,10 @@ class Accelerator(
             )
 
             moved = parameters_by_model(args)
-        for second_pass in (False, True):
+        sharding = self.is_fsdp2
+        for turn in (0, 1, 2):
             for index, (obj, place) in enumerate(zip(args, placements, strict=True)):
-                is_scheduler = _is_scheduler(obj)
-                if is_scheduler == second_pass:
+                if _turn(obj, sharding) == turn:
                     result[index] = self._prepare_one(obj, place)
         if moved is not None:  # moving to an XLA device gave the models new parameters
             follow_moved_parameters(moved, result)
@@ -280,6 +294,9 @@ class Accelerator(
         if any(model is m for m in self._models):
             return model
         place = self.device_placement if device_placement is None else device_placement
+        if self.is_fsdp2 and not evaluation_mode:
+            self._models.append(self._shard(model, self.mixed_precision))
+            return self._models[-1]
         ddp_options = self._handler_kwargs(DistributedDataParallelKwargs)
         prepared = prepare_model(
             model,
@@ -296,9 +313,11 @@ class Accelerator(
     def prepare_optimizer(
         self, optimizer: torch.optim.Optimizer, device_placement: bool | None = None
     ) -> AcceleratedOptimizer:
-        """Wrap ``optimizer`` in an :class:`AcceleratedOptimizer`."""
+        """Wrap ``optimizer`` in an :class:`AcceleratedOptimizer` (under FSDP, moved onto the
+        shards of the models prepared before it)."""
         if isinstance(optimizer, AcceleratedOptimizer):
             return optimizer
+        self._onto_shards(optimizer)
         place = self.device_placement if device_placement is None else device_placement
         wrapped = AcceleratedOptimizer(optimizer, place, self.scaler, self.device)
         self._optimizers.append(wrapped)
@@ -361,12 +380,11 @@ class Accelerator(
         return unwrap_model(model, keep_fp32_wrapper, keep_torch_compile)
 
 
-def _dynamo(
-    backend: DynamoBackend | str | None, plugin: TorchDynamoPlugin | None
-) -> TorchDynamoPlugin:
-    if backend is not None and plugin is not None:
-        raise ValueError("pass either dynamo_backend or dynamo_plugin to Accelerator, not both")
-    return plugin if plugin is not None else TorchDynamoPlugin(backend=backend)
+def _turn(obj: Any, sharding: bool) -> int:
+    """When ``prepare()`` takes ``obj``: schedulers last, and under FSDP models first."""
+    if _is_scheduler(obj):
+        return 2
+    return 0 if sharding and isinstance(obj, torch.nn.Module) else 1
 
 
 def _is_scheduler(obj: Any) -> bool:

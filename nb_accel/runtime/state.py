@@ -277,7 +277,8 @@ class AcceleratorState(_SharedState):
     Args:
         mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``; defaults to the launch's setting.
         cpu: force the CPU.
-        kwargs: ``dynamo_plugin``, and the process-group options of :class:`PartialState`.
+        kwargs: ``dynamo_plugin``, ``fsdp_plugin``, and the process-group options of
+            :class:`PartialState`.
     """
 
     def __init__(
@@ -291,6 +292,8 @@ class AcceleratorState(_SharedState):
                     "create the Accelerator with that value (or none) rather than "
                     f"{mixed_precision!r}"
                 )
+            if kwargs.get("fsdp_plugin") is not None:
+                self._shared_state["fsdp_plugin"] = kwargs["fsdp_plugin"]
             return
         chosen = mixed_precision or os.environ.get("NB_ACCEL_MIXED_PRECISION")
         chosen = str(chosen or os.environ.get("ACCELERATE_MIXED_PRECISION", "no")).lower()
@@ -302,7 +305,18 @@ class AcceleratorState(_SharedState):
         PartialState(cpu=cpu, **kwargs)
         self.mixed_precision: str = chosen
         self.dynamo_plugin: Any = kwargs.get("dynamo_plugin")
+        self.fsdp_plugin: Any = kwargs.get("fsdp_plugin")
         self._shared_state["initialized"] = True
+
+    @property
+    def distributed_type(self) -> DistributedType:
+        """``FSDP`` when models are sharded (a plugin, several processes), else the
+        :class:`PartialState`'s."""
+        kind = PartialState().distributed_type
+        multi = (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
+        if self._shared_state.get("fsdp_plugin") is not None and kind in multi:
+            return DistributedType.FSDP
+        return kind
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):

@@ -3,6 +3,7 @@ plugins, kwargs handlers and enums)."""
 
 from ..runtime.data.rng import RNGType
 from ..runtime.enums import LoggerType, PrecisionType
+from ..runtime.fsdp.plugin import FullyShardedDataParallelPlugin
 from ..runtime.options import (
     AutocastKwargs,
     DataLoaderConfiguration,
@@ -24,6 +25,7 @@ __all__ = [
     "DistributedDataParallelKwargs",
     "DistributedType",
     "DynamoBackend",
+    "FullyShardedDataParallelPlugin",
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",

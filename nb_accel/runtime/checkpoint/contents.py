@@ -70,6 +70,7 @@ class CheckpointContents:
     scaler: Any | None = None
     step: int = 0  # gradient-accumulation step
     accumulating: bool = False  # gradients of an unfinished accumulation are held
+    sharded: str | None = None  # FSDP's state dict type: models and optimizers written apart
 
     def counts(self) -> dict[str, int]:
         """How many of each kind (recorded in, and checked against, the checkpoint)."""
@@ -92,7 +93,7 @@ def write_shared_files(
 ) -> None:
     """The main process's part: models, optimizers, schedulers, scaler, registered objects and
     the description file."""
-    for index, model in enumerate(contents.models):
+    for index, model in enumerate([] if contents.sharded else contents.models):
         save_model_files(
             model.state_dict(),
             folder,
@@ -100,7 +101,7 @@ def write_shared_files(
             safe_serialization=safe_serialization,
             weights_name=_model_name(index, safe_serialization),
         )
-    for index, optimizer in enumerate(contents.optimizers):
+    for index, optimizer in enumerate([] if contents.sharded else contents.optimizers):
         _save(optimizer.state_dict(), folder / _numbered("optimizer", index, ".bin"))
     for index, scheduler in enumerate(contents.schedulers):
         _save(scheduler.state_dict(), folder / _numbered("scheduler", index, ".bin"))
@@ -112,6 +113,7 @@ def write_shared_files(
         "format": _FORMAT,
         "num_processes": num_processes,
         "safe_serialization": safe_serialization,
+        "fsdp": contents.sharded,
         **contents.counts(),
     }
     (folder / META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
@@ -179,6 +181,15 @@ def read_meta(folder: Path, contents: CheckpointContents, num_processes: int) ->
             f"{num_processes}: random states and data positions are kept per process, so load "
             f"it in a launch with num_processes={meta.get('num_processes')}"
         )
+    if meta.get("fsdp") != contents.sharded:
+        saved, now = (
+            f"with FSDP ({v})" if v else "without FSDP"
+            for v in (meta.get("fsdp"), contents.sharded)
+        )
+        raise ValueError(
+            f"{folder} was saved {saved} and this Accelerator runs {now}: load it with the "
+            "same sharding and state_dict_type as the run that saved it"
+        )
     for kind, count in contents.counts().items():
         if meta.get(kind) != count:
             what = "registered for checkpointing" if kind == "custom_objects" else "prepared"
@@ -206,9 +217,9 @@ def load_shared_files(
 ) -> None:
     """Load what :func:`write_shared_files` wrote into the live objects."""
     safe = bool(meta.get("safe_serialization", True))
-    for index, model in enumerate(contents.models):
+    for index, model in enumerate([] if contents.sharded else contents.models):
         _load_model(model, folder / _model_name(index, safe))
-    for index, optimizer in enumerate(contents.optimizers):
+    for index, optimizer in enumerate([] if contents.sharded else contents.optimizers):
         path = folder / _numbered("optimizer", index, ".bin")
         _load_into(optimizer, path, safe_load(path, load_kwargs))
     for index, scheduler in enumerate(contents.schedulers):

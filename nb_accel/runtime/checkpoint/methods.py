@@ -34,6 +34,7 @@ from .folders import (
     prune,
 )
 from .model_io import save_model_files
+from .sharded_files import load_sharded_parts, save_sharded_parts, sharded_kind
 from .state_hooks import StateHookMethods
 
 __all__ = ["CheckpointMethods"]
@@ -48,6 +49,15 @@ def _all_succeeded(error: BaseException | None, what: str) -> None:
     for rank, report in enumerate(reports):
         if report is not None:
             raise RuntimeError(f"{what} failed on process {rank}: {report}")
+
+
+def _check_not_accumulating(accumulating: bool) -> None:
+    if accumulating:
+        raise ValueError(
+            "save_state was called in the middle of gradient accumulation: with FSDP the "
+            "gradients gathered so far are not kept in a checkpoint. Save on a step where "
+            "accelerator.sync_gradients is True (after optimizer.step())"
+        )
 
 
 class CheckpointMethods(StateHookMethods):
@@ -104,6 +114,7 @@ class CheckpointMethods(StateHookMethods):
             scaler=self.scaler,
             step=self._accumulator.step,
             accumulating=self._accumulator.step % self.gradient_state.num_steps != 0,
+            sharded=sharded_kind(models, getattr(self, "fsdp_plugin", None)),
         )
 
     def _checkpoints_folder(self) -> Path:
@@ -190,6 +201,15 @@ class CheckpointMethods(StateHookMethods):
         xla_random = None
         try:
             contents = self._contents(self._saved_models(str(staging)))
+            if contents.sharded:  # collective: every process writes its shards first
+                _check_not_accumulating(contents.accumulating)
+                save_sharded_parts(
+                    staging,
+                    contents.models,
+                    contents.optimizers,
+                    contents.sharded,
+                    safe_serialization,
+                )
             if partial.distributed_type == DistributedType.XLA:  # through the CPU, as xm.save
                 from ..xla.checkpoint import XlaRandomState, contents_on_cpu
 
@@ -275,6 +295,11 @@ class CheckpointMethods(StateHookMethods):
         contents = self._contents(self._loaded_models(str(folder)))
         meta = read_meta(folder, contents, self._partial.num_processes)
         load_shared_files(folder, contents, meta, load_kwargs)
+        if contents.sharded:  # collective
+            safe = bool(meta.get("safe_serialization", True))
+            load_sharded_parts(
+                folder, contents.models, contents.optimizers, contents.sharded, safe, load_kwargs
+            )
         self._accumulator.step = load_process_file(
             folder, contents, self._partial.process_index, load_kwargs
         )

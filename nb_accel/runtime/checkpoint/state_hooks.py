@@ -9,6 +9,8 @@ from typing import Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
+from ..fsdp.sharding import is_fsdp_module
+from ..fsdp.state_dicts import full_model_state_dict
 from ..training.model import unwrap_model
 
 __all__ = ["StateHookMethods"]
@@ -80,7 +82,12 @@ class StateHookMethods:
     def get_state_dict(self, model: torch.nn.Module, unwrap: bool = True) -> dict[str, Any]:
         """``model``'s state dict, on every process: of the model as it was before
         :meth:`prepare` (``unwrap=True``), or of the prepared wrapper itself (its keys then
-        start with ``module.`` under DistributedDataParallel)."""
-        if unwrap:
-            model = unwrap_model(model)
-        return model.state_dict()
+        start with ``module.`` under DistributedDataParallel).
+
+        A sharded (FSDP) model's whole weights are gathered to the main process, on the CPU;
+        the other processes get an empty dict. Call it on every process then.
+        """
+        inner = unwrap_model(model)
+        if is_fsdp_module(inner):
+            return full_model_state_dict(inner)
+        return (inner if unwrap else model).state_dict()

@@ -7,6 +7,8 @@ from collections.abc import Iterator
 
 import torch
 
+from ..fsdp.gradients import gradient_sync
+from ..fsdp.sharding import is_fsdp_module
 from ..state import GradientState
 from .compile import find_ddp
 
@@ -48,7 +50,16 @@ class GradientAccumulator:
 
 
 def no_sync(model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
-    """DDP's ``no_sync()`` for a wrapped model (compiled or not); a no-op context for anything
-    else."""
+    """DDP's ``no_sync()`` for a wrapped model (compiled or not), no reduce-scatter for a
+    sharded one; a no-op context for anything else."""
+    sharded = sharded_module(model)
+    if sharded is not None:
+        return gradient_sync(sharded, False)
     ddp = find_ddp(model)
     return ddp.no_sync() if ddp is not None else contextlib.nullcontext()
+
+
+def sharded_module(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The FSDP2 module of ``model`` (compiled or not), or None."""
+    inner = getattr(model, "_orig_mod", model)
+    return inner if is_fsdp_module(inner) else None

@@ -25,6 +25,7 @@ __all__ = [
     "TorchDynamoPlugin",
     "compile_model",
     "compiles_inside_ddp",
+    "dynamo_plugin_from",
     "find_ddp",
     "is_compiled_module",
 ]
@@ -171,3 +172,12 @@ def compile_model(model: torch.nn.Module, plugin: TorchDynamoPlugin | None) -> t
             stacklevel=4,
         )
     return torch.compile(model, **plugin.to_kwargs())  # type: ignore[return-value]
+
+
+def dynamo_plugin_from(
+    backend: DynamoBackend | str | None, plugin: TorchDynamoPlugin | None
+) -> TorchDynamoPlugin:
+    """The ``Accelerator``'s compile options from ``dynamo_backend`` or ``dynamo_plugin``."""
+    if backend is not None and plugin is not None:
+        raise ValueError("pass either dynamo_backend or dynamo_plugin to Accelerator, not both")
+    return plugin if plugin is not None else TorchDynamoPlugin(backend=backend)

@@ -12,9 +12,10 @@ import torch
 from torch.distributed.algorithms.join import Join, Joinable
 
 from ..data.loader_shard import shard_sampler_of
+from ..fsdp.gradients import clip_sharded_grad_norm_, gradient_sync
 from ..options import AutocastKwargs, DataLoaderConfiguration
 from ..state import AcceleratorState, DistributedType, GradientState, PartialState
-from .accumulation import GradientAccumulator, no_sync
+from .accumulation import GradientAccumulator, no_sync, sharded_module
 from .compile import find_ddp
 from .optimizer import AcceleratedOptimizer
 from .precision import autocast_context, clip_scaled_grad_norm_, clip_scaled_grad_value_
@@ -88,7 +89,13 @@ class TrainingMethods:
     def trigger_sync_in_backward(model: torch.nn.Module) -> Iterator[None]:
         """Make the next backward pass of ``model`` all-reduce its gradients, even inside
         :meth:`no_sync` or a non-synchronising :meth:`accumulate` step (the forward pass may
-        have run there). A no-op for a model not wrapped in DistributedDataParallel."""
+        have run there). A no-op for a model neither wrapped in DistributedDataParallel nor
+        sharded."""
+        sharded = sharded_module(model)
+        if sharded is not None:
+            with gradient_sync(sharded, True):
+                yield
+            return
         ddp = find_ddp(model)
         if ddp is None:
             yield
@@ -177,6 +184,8 @@ class TrainingMethods:
         """
         self.unscale_gradients()
         self._reduce_xla_gradients()
+        if self.state.distributed_type == DistributedType.FSDP:  # sharded gradients
+            return clip_sharded_grad_norm_(parameters, max_norm, norm_type)
         if self._gradients_carry_loss_scale():
             return clip_scaled_grad_norm_(parameters, max_norm, norm_type, self.scaler)
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)

@@ -1,0 +1,136 @@
+"""Sharding a model with FSDP2: ``fully_shard`` on each unit the wrap policy chose, then on the
+model, after which every process holds 1/N of each parameter (a ``DTensor``)."""
+
+from __future__ import annotations
+
+import warnings
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from .plugin import FullyShardedDataParallelPlugin
+from .wrap_policy import ignored_modules, wrapped_modules
+
+__all__ = ["ShardedModel", "is_fsdp_module", "shard_model"]
+
+
+def is_fsdp_module(model: Any) -> bool:
+    """True for a module sharded with ``fully_shard`` (FSDP2)."""
+    from torch.distributed.fsdp import FSDPModule
+
+    return isinstance(model, FSDPModule)
+
+
+class ShardedModel:
+    """What sharding one model changed: its parameters before and after, by name, so that an
+    optimizer built over the original parameters can be moved onto the shards."""
+
+    def __init__(self, model: torch.nn.Module, before: dict[str, torch.nn.Parameter]) -> None:
+        import weakref
+
+        self.model = model
+        after = dict(model.named_parameters())
+        # weak references: the original full-size parameters must not be kept alive by us
+        self._replaced = {
+            id(old): (weakref.ref(old), after[name])
+            for name, old in before.items()
+            if name in after and after[name] is not old
+        }
+
+    def sharded(self, parameter: torch.nn.Parameter) -> torch.nn.Parameter | None:
+        """The shard that replaced ``parameter``, or None if it is not one this model had."""
+        entry = self._replaced.get(id(parameter))
+        if entry is None or entry[0]() is not parameter:
+            return None
+        return entry[1]
+
+
+def _offload_policy(plugin: FullyShardedDataParallelPlugin, device: torch.device) -> Any:
+    from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy
+
+    offload = plugin.cpu_offload
+    if isinstance(offload, OffloadPolicy):
+        return offload if device.type != "cpu" else OffloadPolicy()
+    if offload and device.type != "cpu":
+        return CPUOffloadPolicy()
+    return OffloadPolicy()
+
+
+def _checkpoint_activations(units: list[tuple[str, torch.nn.Module]]) -> None:
+    from torch.distributed._composable import checkpoint
+
+    if not units:
+        warnings.warn(
+            "activation_checkpointing has nothing to act on: no layer of the model is its own "
+            "FSDP unit; choose the layers with auto_wrap_policy / transformer_cls_names_to_wrap",
+            stacklevel=4,
+        )
+    for _, unit in units:
+        checkpoint(unit)
+
+
+def _wrap_error(name: str, module: torch.nn.Module, error: Exception) -> ValueError:
+    where = f"submodule {name!r}" if name else "the model"
+    return ValueError(
+        f"FSDP cannot shard {where} ({type(module).__name__}): {error}. Leave it out with "
+        "FullyShardedDataParallelPlugin(ignored_modules=[...]) or choose other units with "
+        "auto_wrap_policy"
+    )
+
+
+def shard_model(
+    model: torch.nn.Module,
+    plugin: FullyShardedDataParallelPlugin,
+    device: torch.device,
+    mixed_precision: str,
+) -> ShardedModel:
+    """Shard ``model`` in place across the default process group.
+
+    Every process ends up with rank 0's values (as DistributedDataParallel does), broadcast
+    into the shards; with ``cpu_ram_efficient_loading`` only rank 0 needs real weights, the
+    others may have built the model on the ``meta`` device.
+    """
+    from torch.distributed.checkpoint.state_dict import StateDictOptions, set_model_state_dict
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.fsdp import fully_shard
+
+    if not any(True for _ in model.parameters()):
+        raise ValueError(f"FSDP has nothing to shard: {type(model).__name__} has no parameters")
+    ignored = ignored_modules(model, plugin)
+    ignored_params = {p for module in ignored for p in module.parameters()}
+    units = wrapped_modules(model, plugin, ignored)
+    plugin.set_mixed_precision(mixed_precision)
+    rank0 = dist.get_rank() == 0
+    on_meta = any(p.is_meta for p in model.parameters())
+    if on_meta and rank0:
+        raise ValueError(
+            "the model's weights are on the meta device on the main process: with "
+            "cpu_ram_efficient_loading only the other processes may build it on meta"
+        )
+    full = {k: v.detach().cpu() for k, v in model.state_dict().items()} if rank0 else {}
+    before = dict(model.named_parameters())
+    if plugin.activation_checkpointing:
+        _checkpoint_activations(units)
+    options: dict[str, Any] = {
+        "mesh": init_device_mesh(device.type, (dist.get_world_size(),)),
+        "reshard_after_forward": plugin.reshard_after_forward,
+        "offload_policy": _offload_policy(plugin, device),
+    }
+    if plugin.mixed_precision_policy is not None:
+        options["mp_policy"] = plugin.mixed_precision_policy
+    for name, module in [*units, ("", model)]:
+        own = {p for p in module.parameters() if p in ignored_params}
+        try:
+            fully_shard(module, ignored_params=own or None, **options)
+        except (ValueError, RuntimeError, AssertionError, NotImplementedError) as error:
+            raise _wrap_error(name, module, error) from None
+    if on_meta:  # the shards get memory here, and rank 0's values below
+        from torch.distributed.fsdp import CPUOffloadPolicy
+
+        offloaded = isinstance(options["offload_policy"], CPUOffloadPolicy)
+        model.to_empty(device=torch.device("cpu") if offloaded else device)
+    set_model_state_dict(
+        model, full, options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True)
+    )
+    return ShardedModel(model, before)
