@@ -33,6 +33,7 @@ __all__ = [
 #: Allowed values of the fields that take one of a few.
 CHOICES: dict[str, tuple[Any, ...]] = {
     "mixed_precision": ("no", "bf16", "fp16"),
+    "sharding": ("ddp", "fsdp"),
     "start_method": (None, "fork", "spawn", "forkserver"),
     "rdzv_backend": ("c10d",),
 }
@@ -54,6 +55,8 @@ class Config:
         num_processes: ranks per node; ``None``: one per GPU, else 1.
         mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"`` (on the CPU too, under CPU autocast
             with a CPU ``GradScaler``).
+        sharding: ``"ddp"`` (each rank holds the whole model) or ``"fsdp"`` (parameters,
+            gradients and optimizer state sharded across the ranks, with torch's fully_shard).
         start_method: ``"fork"``, ``"spawn"``, ``"forkserver"``; ``None``: the platform's.
         gradient_accumulation_steps: what ``Accelerator()`` uses when not told otherwise.
         timeout: seconds a collective may wait for the other ranks.
@@ -68,6 +71,7 @@ class Config:
 
     num_processes: int | None = None
     mixed_precision: str = "no"
+    sharding: str = "ddp"
     start_method: str | None = None
     gradient_accumulation_steps: int = 1
     timeout: float = 1800.0
@@ -191,11 +195,13 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
 
 
 def _normalised(data: dict[Any, Any]) -> dict[Any, Any]:
-    """Undo YAML 1.1's surprises in hand-written files: an unquoted ``no`` read as false, and
-    ``1e3`` (no dot) read as a string."""
+    """Undo the surprises of hand-written files: YAML 1.1's unquoted ``no`` read as false and
+    ``1e3`` (no dot) read as a string, and ``sharding`` written in capitals (``FSDP``)."""
     fixed = dict(data)
     if fixed.get("mixed_precision") is False:
         fixed["mixed_precision"] = "no"
+    if isinstance(fixed.get("sharding"), str):
+        fixed["sharding"] = fixed["sharding"].lower()  # "FSDP" as the form shows it
     for name in ("timeout", "rdzv_timeout"):
         value = fixed.get(name)
         if isinstance(value, str):

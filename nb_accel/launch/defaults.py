@@ -7,7 +7,7 @@ import os
 from ..config import Config, config_path, load_config
 from ..errors import LaunchError
 from .multinode.nodes import NODE_FIELDS, NodePlan, make_node_plan
-from .plan import LaunchPlan, make_plan
+from .plan import LaunchPlan, make_plan, sharding_for
 
 __all__ = ["CPU_VARIABLE", "plan_with_defaults", "node_plan_with_defaults"]
 
@@ -24,11 +24,13 @@ def plan_with_defaults(
     cpu: bool | None,
     config: Config | None = None,
     single_node: bool = True,
+    fsdp: object = None,
 ) -> LaunchPlan:
     """The launch plan; every option left as ``None`` takes the saved configuration's value
     (:func:`~nb_accel.config.load_config`, or ``config`` when given). A malformed
     configuration file is an error naming the file, raised before any process starts.
     ``NB_ACCEL_USE_CPU=1`` in the environment stands for ``cpu=True`` when ``cpu`` is not given.
+    ``fsdp`` (True, False or None) picks the sharding: FSDP, DDP, or the saved ``sharding``.
 
     With ``single_node`` (persistent workers), a saved ``num_nodes > 1`` is refused with a
     message saying so.
@@ -49,6 +51,7 @@ def plan_with_defaults(
         config.timeout if timeout is None else timeout,
         config.cpu if cpu is None else cpu,
         config.gradient_accumulation_steps,
+        sharding_for(fsdp, config.sharding),
     )
 
 

@@ -7,13 +7,13 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..config import load_config
+from ..config import config_path, load_config
 from .defaults import node_plan_with_defaults, plan_with_defaults
 from .failures.user_errors import for_the_user, meant_for_the_user
 from .multinode.launcher import run_nodes
 from .multinode.nodes import NodePlan
 from .payload import check_arguments, make_payload
-from .plan import LaunchPlan, show_notes
+from .plan import LaunchPlan, sharding_for, show_notes
 from .processes import WorkerProcess, multiprocessing_helpers
 from .scratch import make_scratch_dir
 from .supervisor import WorkerGroup
@@ -31,7 +31,7 @@ def _make_view(
 ) -> LaunchView:
     """The registered front end's view (a widget in a notebook, titled with the launch's
     line), else the launch's line printed and the text view."""
-    title = plan.describe()
+    title = plan.describe(world_size=nodes.num_nodes * plan.num_processes)
     if nodes.multi_node:
         title += "; " + nodes.describe(plan.num_processes)
     first_rank = nodes.node_rank * plan.num_processes
@@ -94,6 +94,20 @@ def _check_call(function: object, args: object, kwargs: object) -> None:
     check_arguments(function, args, kwargs or {})
 
 
+def _refuse_fsdp_on_xla(fsdp: object) -> None:
+    """An XLA launch asked to shard with FSDP (``fsdp=True``, or the saved configuration's
+    ``sharding: fsdp`` with ``fsdp`` left out) is refused: FSDP here is torch's
+    ``fully_shard`` on CPUs and GPUs."""
+    if sharding_for(fsdp, load_config().sharding) != "fsdp":
+        return
+    asked = "fsdp=True" if fsdp else f"the saved configuration ({config_path()}) has sharding: fsdp"
+    raise ValueError(
+        f"{asked}, but this is an XLA (TPU) launch, and FSDP shards with torch's fully_shard on "
+        "CPUs and GPUs only. Pass fsdp=False to run data parallel on the XLA devices, or "
+        "cpu=True to run FSDP on the CPU"
+    )
+
+
 def notebook_launcher(
     function: Callable[..., Any],
     args: Sequence[Any] = (),
@@ -115,6 +129,7 @@ def notebook_launcher(
     rdzv_backend: str | None = None,
     max_restarts: int | None = None,
     rdzv_timeout: float | None = None,
+    fsdp: bool | None = None,
 ) -> list[Any]:
     """Run ``function(*args, **kwargs)`` on ``num_processes`` worker processes and wait.
 
@@ -164,6 +179,12 @@ def notebook_launcher(
             failure before the launch fails (built-in default 0).
         rdzv_timeout: seconds to wait for the rendezvous: reaching node 0, and every node
             joining (built-in default 900).
+        fsdp: shard the model across the ranks with FSDP2 (torch's ``fully_shard``; each rank
+            holds one shard of the parameters, gradients and optimizer state) instead of
+            replicating it with DDP: ``Accelerator()`` inside then shards what ``prepare`` is
+            given, as with ``Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())``.
+            ``None`` takes the saved configuration's ``sharding`` (built-in default False,
+            DDP). The launch's title says ``"FSDP, N shards"``. CPUs and GPUs only, not XLA.
 
     Returns:
         Each rank's return value, in rank order (tensors moved to the CPU); in a multi-node
@@ -183,6 +204,7 @@ def notebook_launcher(
     try:
         _check_call(function, args, kwargs)
         if cpu is not True and xla_requested():  # a TPU runtime: torch_xla's xmp.spawn
+            _refuse_fsdp_on_xla(fsdp)
             return launch_xla(
                 function,
                 args,
@@ -201,7 +223,14 @@ def notebook_launcher(
             config, num_nodes, node_rank, rdzv_endpoint, rdzv_backend, max_restarts, rdzv_timeout
         )
         plan = plan_with_defaults(
-            num_processes, mixed_precision, start_method, timeout, cpu, config, single_node=False
+            num_processes,
+            mixed_precision,
+            start_method,
+            timeout,
+            cpu,
+            config,
+            single_node=False,
+            fsdp=fsdp,
         )
         payload = make_payload(function, args, kwargs or {})
         show_notes(plan)
@@ -218,12 +247,17 @@ def notebook_launcher(
 
 
 def debug_launcher(
-    function: Callable[..., Any], args: Sequence[Any] = (), num_processes: int = 2
+    function: Callable[..., Any],
+    args: Sequence[Any] = (),
+    num_processes: int = 2,
+    *,
+    fsdp: bool | None = None,
 ) -> list[Any]:
-    """Run ``function`` on ``num_processes`` CPU processes (gloo): for tests and debugging."""
+    """Run ``function`` on ``num_processes`` CPU processes (gloo): for tests and debugging.
+    ``fsdp`` as for :func:`notebook_launcher` (True: shard with FSDP2 across the processes)."""
     __tracebackhide__ = True  # IPython and pytest leave this frame out
     try:
-        return notebook_launcher(function, args, num_processes, cpu=True)
+        return notebook_launcher(function, args, num_processes, cpu=True, fsdp=fsdp)
     except BaseException as error:
         if not meant_for_the_user(error):
             raise

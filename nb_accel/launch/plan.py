@@ -9,13 +9,20 @@ import sys
 from dataclasses import dataclass
 
 from .. import _env, _nvml
-from ..config import MAX_TIMEOUT_S
+from ..config import CHOICES, MAX_TIMEOUT_S
 from ..errors import LaunchError
 from ..runtime.state import MIXED_PRECISION_CHOICES
 from .gpu_advice import advise
 from .processes import START_METHODS
 
-__all__ = ["LaunchPlan", "make_plan", "show_notes", "DEFAULT_TIMEOUT_S", "FORK_FALLBACK_NOTE"]
+__all__ = [
+    "LaunchPlan",
+    "make_plan",
+    "sharding_for",
+    "show_notes",
+    "DEFAULT_TIMEOUT_S",
+    "FORK_FALLBACK_NOTE",
+]
 
 #: Default bound on one collective, in seconds (as torch.distributed's default).
 DEFAULT_TIMEOUT_S = 1800.0
@@ -44,9 +51,13 @@ class LaunchPlan:
     notes: tuple[str, ...] = ()
     #: Environment variables the workers get on top of the kernel's.
     worker_env: tuple[tuple[str, str], ...] = ()
+    #: ``"ddp"`` (every rank holds the whole model) or ``"fsdp"`` (sharded across the ranks).
+    sharding: str = "ddp"
 
-    def describe(self) -> str:
-        """One truthful line, e.g. ``"Launching 2 processes on CPU (gloo)"``."""
+    def describe(self, world_size: int | None = None) -> str:
+        """One truthful line, e.g. ``"Launching 2 processes on CPU (gloo; fork)"``; with FSDP
+        it names the shards, one per rank of the launch (``world_size`` when several nodes take
+        part, else this plan's processes): ``"... (gloo; fork, FSDP, 2 shards)"``."""
         plural = "es" if self.num_processes > 1 else ""
         if self.device_type == "cuda":
             where = f"{self.num_processes} GPU{'s' if self.num_processes > 1 else ''}"
@@ -55,6 +66,9 @@ class LaunchPlan:
         extras = [f"{self.start_method}"]
         if self.mixed_precision != "no":
             extras.append(f"{self.mixed_precision} mixed precision")
+        if self.sharding == "fsdp":
+            shards = world_size or self.num_processes
+            extras.append(f"FSDP, {shards} shard{'s' if shards > 1 else ''}")
         return (
             f"Launching {self.num_processes} process{plural} on {where} ({self.backend}; "
             + ", ".join(extras)
@@ -95,6 +109,28 @@ def _check_mixed_precision(value: object) -> str:
     return value.lower()
 
 
+def _check_sharding(value: object) -> str:
+    if value not in CHOICES["sharding"]:
+        raise ValueError(
+            f"sharding={value!r} is not valid; use one of "
+            + ", ".join(repr(c) for c in CHOICES["sharding"])
+        )
+    return str(value)
+
+
+def sharding_for(fsdp: object, saved: str) -> str:
+    """The sharding a launch asked for with ``fsdp``: ``"fsdp"`` for True, ``"ddp"`` for
+    False, ``saved`` (the saved configuration's) for None; anything else is a ``TypeError``."""
+    if fsdp is None:
+        return saved
+    if not isinstance(fsdp, bool):
+        raise TypeError(
+            f"fsdp must be True, False or None (the saved configuration's sharding), got "
+            f"{fsdp!r} ({type(fsdp).__name__})"
+        )
+    return "fsdp" if fsdp else "ddp"
+
+
 def _check_timeout(value: object) -> float:
     number = not isinstance(value, bool) and isinstance(value, numbers.Real)
     if not number or not 0 < float(value) <= MAX_TIMEOUT_S:  # type: ignore[arg-type]
@@ -112,6 +148,7 @@ def make_plan(
     timeout: object,
     cpu: bool,
     gradient_accumulation_steps: int = 1,
+    sharding: object = "ddp",
 ) -> LaunchPlan:
     """Validate the launch options and decide device, backend and start method.
 
@@ -122,10 +159,18 @@ def make_plan(
     precision = _check_mixed_precision(mixed_precision)
     method = _check_start_method(start_method)
     timeout_s = _check_timeout(timeout)
+    shards = _check_sharding(sharding)
     gpus = 0 if cpu else _env.cuda_device_count()
     if gpus == 0:
         return LaunchPlan(
-            requested or 1, "cpu", "gloo", method, precision, timeout_s, gradient_accumulation_steps
+            requested or 1,
+            "cpu",
+            "gloo",
+            method,
+            precision,
+            timeout_s,
+            gradient_accumulation_steps,
+            sharding=shards,
         )
     count = requested or gpus
     if count > gpus:
@@ -145,6 +190,7 @@ def make_plan(
         gradient_accumulation_steps,
         notes + advice.notes,
         advice.worker_env,
+        shards,
     )
 
 

@@ -136,8 +136,8 @@ class WorkerPool:
     Args:
         num_processes: number of ranks; ``None``: the saved configuration's, else as
             ``notebook_launcher``.
-        mixed_precision, start_method, timeout, cpu: as for ``notebook_launcher`` (``None``:
-            the saved configuration's value).
+        mixed_precision, start_method, timeout, cpu, fsdp: as for ``notebook_launcher``
+            (``None``: the saved configuration's value).
     """
 
     def __init__(
@@ -148,9 +148,10 @@ class WorkerPool:
         start_method: str | None = None,
         timeout: float | None = None,
         cpu: bool | None = None,
+        fsdp: bool | None = None,
     ) -> None:
         self.plan: LaunchPlan = plan_with_defaults(
-            num_processes, mixed_precision, start_method, timeout, cpu
+            num_processes, mixed_precision, start_method, timeout, cpu, fsdp=fsdp
         )
         self._group: _PoolGroup | None = None
         self._store_dir: str | None = None

@@ -10,12 +10,21 @@ from ..runtime.workers.spec import WorkerArgs
 from .plan import LaunchPlan
 from .processes import WorkerProcess, send_start_data, start_worker
 
-__all__ = ["start_workers", "worker_env"]
+__all__ = ["start_workers", "sharding_env", "worker_env"]
+
+
+def sharding_env(sharding: str) -> dict[str, str]:
+    """What tells ``Accelerator()`` (nb_accel's and Accelerate's) to shard with FSDP2 under a
+    launch with ``sharding`` (``"fsdp"`` or ``"ddp"``). ``ACCELERATE_USE_FSDP`` is set either
+    way, so that a value left in the kernel's environment cannot contradict the launch."""
+    if sharding == "fsdp":
+        return {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"}
+    return {"ACCELERATE_USE_FSDP": "false"}
 
 
 def worker_env(plan: LaunchPlan, single_node: bool = True) -> dict[str, str]:
     """Environment variables every worker of ``plan`` sets (on one node, the backends' sockets
-    are kept on the loopback interface)."""
+    are kept on the loopback interface; the sharding as :func:`sharding_env` says)."""
     env: dict[str, str] = {}
     loopback = _env.loopback_interface() if single_node else None
     if loopback:
@@ -27,6 +36,7 @@ def worker_env(plan: LaunchPlan, single_node: bool = True) -> dict[str, str]:
         env["NB_ACCEL_USE_CPU"] = "1"
     if plan.gradient_accumulation_steps != 1:
         env["NB_ACCEL_GRADIENT_ACCUMULATION_STEPS"] = str(plan.gradient_accumulation_steps)
+    env.update(sharding_env(plan.sharding))
     env.update(plan.worker_env)
     return env
 

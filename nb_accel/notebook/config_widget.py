@@ -47,6 +47,7 @@ MAX_INT = 2**31 - 1
 LABELS = {
     "num_processes": "Processes",
     "mixed_precision": "Mixed precision",
+    "sharding": "Sharding",
     "start_method": "Start method",
     "gradient_accumulation_steps": "Gradient accumulation steps",
     "timeout": "Timeout (s)",
@@ -182,6 +183,9 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
     def _precision_options(self) -> Options:
         return [(str(p), p) for p in CHOICES["mixed_precision"]]
 
+    def _sharding_options(self) -> Options:
+        return [(str(s).upper(), s) for s in CHOICES["sharding"]]  # DDP, FSDP
+
     def _start_method_options(self) -> Options:
         here = set(multiprocessing.get_all_start_methods())
         methods = [m for m in CHOICES["start_method"] if m is not None and m in here]
@@ -192,6 +196,7 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
         made: dict[str, ipywidgets.Widget] = {
             "num_processes": ipywidgets.Dropdown(options=self._process_options()),
             "mixed_precision": ipywidgets.Dropdown(options=self._precision_options()),
+            "sharding": ipywidgets.Dropdown(options=self._sharding_options()),
             "start_method": ipywidgets.Dropdown(options=self._start_method_options()),
             "gradient_accumulation_steps": whole(min=1, max=MAX_INT),
             "timeout": ipywidgets.FloatText(),
@@ -239,6 +244,7 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
             dropdowns = {
                 "num_processes": (self._process_options(), "more than this machine has"),
                 "mixed_precision": (self._precision_options(), "unknown"),
+                "sharding": (self._sharding_options(), "unknown"),
                 "start_method": (self._start_method_options(), "not on this platform"),
                 "rdzv_backend": ([(str(b), b) for b in CHOICES["rdzv_backend"]], "unknown"),
             }

@@ -18,6 +18,7 @@ The line magic manages the pool and moves values: ``%distributed start -n 2``, `
 
 from __future__ import annotations
 
+import argparse
 import atexit
 import functools
 import re
@@ -132,6 +133,10 @@ def _ranks(text: str | None) -> list[int] | None:
         raise UsageError(f"--ranks takes rank numbers separated by commas, got {text!r}") from None
 
 
+#: The help of ``--fsdp`` / ``--no-fsdp``.
+_FSDP_HELP = "shard the model across the ranks with FSDP2{}; --no-fsdp: DDP (default: as saved)"
+
+
 @magic_arguments()
 @argument("command", choices=["start", "stop", "restart", "status", "push", "pull"])
 @argument("names", nargs="*", help="variables to push, or the one to pull")
@@ -140,6 +145,7 @@ def _ranks(text: str | None) -> list[int] | None:
 @argument("--start-method", help="fork, spawn or forkserver")
 @argument("--mixed-precision", help="no, bf16 or fp16")
 @argument("--cpu", action="store_true", help="use the CPU even when GPUs are present")
+@argument("--fsdp", action=argparse.BooleanOptionalAction, help=_FSDP_HELP.format(""))
 def _line_usage(line: str) -> None:
     """%distributed start|stop|restart|status|push NAMES|pull NAME: manage the pool."""
 
@@ -193,6 +199,7 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             mixed_precision=args.mixed_precision,
             start_method=args.start_method,
             cpu=True if args.cpu else None,
+            fsdp=args.fsdp,
         )
         pool.start()
         _pool = pool
@@ -228,6 +235,12 @@ class DistributedMagics(Magics):  # type: ignore[misc]
                     f"the pool runs with {flag} {current}; %distributed restart {flag} "
                     f"{wanted} starts one with the new setting"
                 )
+        if args.fsdp is not None and args.fsdp != (plan.sharding == "fsdp"):
+            flag = "--fsdp" if args.fsdp else "--no-fsdp"
+            raise UsageError(
+                f"the pool runs with {plan.sharding.upper()}; %distributed restart {flag} "
+                "starts one with the new setting"
+            )
         return pool
 
     @magic_arguments()
@@ -238,6 +251,9 @@ class DistributedMagics(Magics):  # type: ignore[misc]
     @argument("--start-method", help="fork, spawn or forkserver (first use)")
     @argument("--mixed-precision", help="no, bf16 or fp16 (first use)")
     @argument("--cpu", action="store_true", help="use the CPU even when GPUs are present")
+    @argument(
+        "--fsdp", action=argparse.BooleanOptionalAction, help=_FSDP_HELP.format(" (first use)")
+    )
     @line_cell_magic
     @_errors_for_the_user
     def distributed(self, line: str, cell: str | None = None) -> Any:
@@ -306,6 +322,8 @@ class DistributedMagics(Magics):  # type: ignore[misc]
                 args.num_processes = args.num_processes or previous.num_processes
                 args.mixed_precision = args.mixed_precision or previous.mixed_precision
                 args.start_method = args.start_method or previous.start_method
+                if args.fsdp is None:
+                    args.fsdp = previous.sharding == "fsdp"
             self._start(args)
         elif args.command == "status":
             return self._status()

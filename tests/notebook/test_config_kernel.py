@@ -106,3 +106,48 @@ def test_the_form_is_a_widget_in_a_layout_with_labels_in_words(tmp_path: Path) -
     assert printed == [f"Saved to {path}", "Changed; not saved yet"]
     messages = [m["state"].get("value") for m in form if m["model_name"] == "HTMLModel"]
     assert "Changed; not saved yet" in messages and f"Saved to {path}" not in messages
+
+
+PICK_FSDP = """
+form.controls["num_processes"].value = 2
+form.controls["sharding"].value = "fsdp"
+print("picked", form.controls["sharding"].label)
+form.save_button.click()
+print(form.message.value)
+"""
+LAUNCH_SHARDED = """
+import os
+from nb_accel import notebook_launcher
+
+def told() -> str:
+    return os.environ["ACCELERATE_USE_FSDP"]
+
+print("workers saw", notebook_launcher(told))
+print("asked for DDP", notebook_launcher(told, fsdp=False))
+"""
+
+
+def test_fsdp_picked_in_the_form_shards_the_next_launch(tmp_path: Path) -> None:
+    path = tmp_path / "config.yaml"
+    notebook = new_notebook(
+        cells=[
+            new_code_cell(FORM.format(path=str(path))),
+            new_code_cell(PICK_FSDP),
+            new_code_cell(LAUNCH_SHARDED),
+        ]
+    )
+    NotebookClient(notebook, timeout=120, kernel_name="python3", store_widget_state=True).execute()
+    models = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    dropdowns = {m["state"].get("description"): m["state"] for m in models.values()}
+    assert dropdowns["Sharding"]["_options_labels"] == ["DDP", "FSDP"]
+    picked = "".join(o.get("text", "") for o in notebook.cells[1].outputs)
+    assert "picked FSDP" in picked and "Saved to" in picked
+    assert "sharding: fsdp" in path.read_text()
+    launched = "".join(  # streams, and each launch view's plain-text form (its title)
+        o.get("text", "") or o.get("data", {}).get("text/plain", "") + "\n"
+        for o in notebook.cells[2].outputs
+    )
+    assert "Launching 2 processes on CPU (gloo; fork, FSDP, 2 shards)" in launched
+    assert "workers saw ['true', 'true']" in launched
+    assert "Launching 2 processes on CPU (gloo; fork)" in launched  # fsdp=False wins
+    assert "asked for DDP ['false', 'false']" in launched

@@ -65,6 +65,7 @@ def test_every_field_has_a_control_labelled_in_words_with_its_name_in_the_toolti
     assert labels["mixed_precision"] == "Mixed precision"
     assert labels["timeout"] == "Timeout (s)"
     assert labels["num_nodes"] == "Nodes" and labels["cpu"] == "CPU only"
+    assert labels["sharding"] == "Sharding"
     assert len(set(labels.values())) == len(labels) and labels == LABELS
     for name, control in form.controls.items():
         assert "_" not in control.description, name
@@ -132,6 +133,7 @@ def test_values_set_on_the_controls_are_saved_and_read_back(
     changes = {
         "num_processes": 2,
         "mixed_precision": "fp16",
+        "sharding": "fsdp",
         "start_method": "spawn",
         "gradient_accumulation_steps": 4,
         "timeout": 60.5,
@@ -149,6 +151,34 @@ def test_values_set_on_the_controls_are_saved_and_read_back(
     assert load_config(file) == Config(**changes)
     assert f"Saved to {file}" in form.message.value
     assert form.save() == file
+
+
+def test_sharding_is_a_ddp_or_fsdp_choice_saved_as_the_launch_default(
+    tmp_path: Path, four_gpus: None
+) -> None:
+    file = tmp_path / "c.yaml"
+    form = ConfigWidget(file)
+    sharding = form.controls["sharding"]
+    assert list(sharding.options) == [("DDP", "ddp"), ("FSDP", "fsdp")]
+    assert sharding.value == "ddp" and sharding.label == "DDP"
+    assert "fully_shard" in sharding.tooltip and sharding.tooltip.startswith("sharding: ")
+    sharding.value = "fsdp"
+    assert form.message.value == "Changed; not saved yet"
+    form.save()
+    assert load_config(file) == Config(sharding="fsdp")
+    assert "sharding: fsdp" in file.read_text()
+    again = ConfigWidget(file)
+    assert again.controls["sharding"].label == "FSDP"
+    again.reset()
+    assert again.controls["sharding"].value == "ddp" and again.config == Config()
+
+
+def test_an_older_file_without_sharding_shows_ddp(tmp_path: Path, four_gpus: None) -> None:
+    file = tmp_path / "c.yaml"
+    file.write_text("num_processes: 2\nmixed_precision: bf16\n")
+    form = ConfigWidget(file)
+    assert form.controls["sharding"].value == "ddp" and form.message.value == ""
+    assert form.config == Config(num_processes=2, mixed_precision="bf16")
 
 
 def test_auto_is_saved_as_none(tmp_path: Path, four_gpus: None) -> None:
