@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from ..fsdp.sharding import is_fsdp_module
+from ..fsdp.state_dicts import full_model_state_dict
 from ..ops import broadcast_object_list, gather_object
 from ..options import ProjectConfiguration
 from ..state import DistributedType, GradientState, PartialState
@@ -322,10 +324,14 @@ class CheckpointMethods(StateHookMethods):
         shards plus ``model.safetensors.index.json`` above ``max_shard_size``
         (``pytorch_model*.bin`` with ``safe_serialization=False``). Call
         :meth:`~ProcessMethods.wait_for_everyone` first so that training has finished
-        everywhere; read it back with :func:`load_checkpoint_in_model`."""
+        everywhere; read it back with :func:`load_checkpoint_in_model`. A sharded (FSDP)
+        model is gathered first: call it on every process then."""
+        inner = unwrap_model(model)
+        sharded = is_fsdp_module(inner)
+        state = full_model_state_dict(inner) if sharded else {}  # collective: to the main process
         if not self._partial.is_main_process:
             return
-        state = unwrap_model(model).state_dict()
+        state = state if sharded else inner.state_dict()
         if self._partial.distributed_type == DistributedType.XLA:
             from ..xla.checkpoint import on_cpu
 
