@@ -178,3 +178,42 @@ def test_a_wrap_policy_naming_a_missing_class_is_an_error() -> None:
     with pytest.raises(ValueError, match="does not contain") as caught:
         notebook_launcher(missing_layer_class, (), 2, show_progress=False)
     assert "Block" in str(caught.value)  # the classes the model has
+
+
+def overflow_on_one_shard() -> dict[str, Any]:
+    """fp16: a gradient overflows in the last rows of a weight, which only the last rank's shard
+    holds after the reduce-scatter; every rank must skip that step."""
+    accelerator = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(), mixed_precision="fp16")
+    model = Net()
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    skipped = []
+    for step in range(3):
+        loss = model(torch.randn(4, 7)).float().pow(2).mean()
+        accelerator.backward(loss)
+        if step == 1:
+            grad = model.head.weight.grad
+            local = grad.to_local()
+            if accelerator.process_index == accelerator.num_processes - 1:
+                local[-1].fill_(float("inf"))
+        optimizer.step()
+        optimizer.zero_grad()
+        skipped.append(accelerator.optimizer_step_was_skipped)
+    return {"skipped": skipped, "scale": float(accelerator.scaler.get_scale())}
+
+
+def test_an_fp16_overflow_in_one_shard_skips_the_step_on_every_rank() -> None:
+    results = notebook_launcher(overflow_on_one_shard, (), 2, show_progress=False)
+    assert [r["skipped"] for r in results] == [[False, True, False]] * 2
+    assert results[0]["scale"] == results[1]["scale"]
+
+
+def mixed_dtypes() -> None:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), torch.nn.Linear(4, 4).half())
+    Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin()).prepare(model)
+
+
+def test_a_model_that_cannot_be_sharded_is_an_error_before_any_collective() -> None:
+    with pytest.raises(ValueError, match="different dtypes") as caught:
+        notebook_launcher(mixed_dtypes, (), 2, show_progress=False)
+    assert "ignored_modules" in str(caught.value) and "float16, float32" in str(caught.value)

@@ -79,6 +79,25 @@ def _wrap_error(name: str, module: torch.nn.Module, error: Exception) -> ValueEr
     )
 
 
+def _check_dtypes(units: list[tuple[str, torch.nn.Module]], ignored: set[Any]) -> None:
+    """Each unit's own parameters (not those of a unit below, nor ignored ones) are gathered as
+    one tensor, so they must share one dtype: say which unit mixes them, before any sharding."""
+    taken = set(ignored)
+    for name, module in units:
+        own = [p for p in module.parameters() if p not in taken]
+        taken.update(own)
+        dtypes = sorted({str(p.dtype).removeprefix("torch.") for p in own})
+        if len(dtypes) > 1:
+            where = f"submodule {name!r}" if name else "the model"
+            raise ValueError(
+                f"FSDP cannot shard {where} ({type(module).__name__}): its parameters have "
+                f"different dtypes ({', '.join(dtypes)}), and FSDP gathers a unit's parameters "
+                "as one tensor. Give them one dtype (e.g. model.float()), make the differing "
+                "layers units of their own with auto_wrap_policy, or leave them out with "
+                "ignored_modules"
+            )
+
+
 def shard_model(
     model: torch.nn.Module,
     plugin: FullyShardedDataParallelPlugin,
@@ -110,6 +129,7 @@ def shard_model(
         )
     full = {k: v.detach().cpu() for k, v in model.state_dict().items()} if rank0 else {}
     before = dict(model.named_parameters())
+    _check_dtypes([*units, ("", model)], ignored_params)
     if plugin.activation_checkpointing:
         _checkpoint_activations(units)
     options: dict[str, Any] = {
