@@ -217,3 +217,22 @@ def test_a_model_that_cannot_be_sharded_is_an_error_before_any_collective() -> N
     with pytest.raises(ValueError, match="different dtypes") as caught:
         notebook_launcher(mixed_dtypes, (), 2, show_progress=False)
     assert "ignored_modules" in str(caught.value) and "float16, float32" in str(caught.value)
+
+
+def return_shards() -> Any:
+    accelerator = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())
+    model = accelerator.prepare(Net())
+    return {"weights": model.state_dict()}
+
+
+def return_sharded_model() -> Any:
+    return Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin()).prepare(Net())
+
+
+def test_returning_shards_is_refused_with_what_to_return_instead() -> None:
+    with pytest.raises(TypeError, match=r"returned a DTensor \(at result\['weights'\]") as caught:
+        notebook_launcher(return_shards, (), 2, show_progress=False)
+    assert "full_tensor()" in str(caught.value)
+    with pytest.raises(TypeError, match="FSDPNet, which only works inside its worker") as caught:
+        notebook_launcher(return_sharded_model, (), 2, show_progress=False)
+    assert "accelerator.get_state_dict(model)" in str(caught.value)

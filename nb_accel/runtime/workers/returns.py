@@ -18,6 +18,7 @@ from __future__ import annotations
 import dataclasses
 import io
 import pickle
+import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -40,6 +41,25 @@ def _advice(value: Any) -> str | None:
         return advice
     if isinstance(value, dist.ProcessGroup):
         return "return plain data (numbers, tensors, lists, dicts): the kernel has no group"
+    return _sharded_advice(value)
+
+
+def _sharded_advice(value: Any) -> str | None:
+    """Advice for a sharded (FSDP) tensor or model; only looked for once FSDP is loaded."""
+    tensors = sys.modules.get("torch.distributed.tensor")
+    if tensors is not None and isinstance(value, tensors.DTensor):
+        return (
+            "it is one process's shard of a sharded (FSDP) tensor: return "
+            "`tensor.full_tensor()` (on every process), or the model's whole weights with "
+            "`accelerator.get_state_dict(model)` (filled on the main process)"
+        )
+    fsdp = sys.modules.get("torch.distributed.fsdp")
+    if fsdp is not None and isinstance(value, fsdp.FSDPModule):
+        return (
+            "it holds one process's shards of the model: return "
+            "`accelerator.get_state_dict(model)` (the whole weights, filled on the main process) "
+            "and load them into a plain model in the kernel"
+        )
     return None
 
 
