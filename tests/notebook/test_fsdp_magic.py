@@ -33,6 +33,13 @@ def test_the_pool_shards_with_fsdp_when_asked() -> None:
         restarted = _ok(client, "%distributed restart --fsdp")
         assert "(gloo; fork, FSDP, 2 shards) for %%distributed" in restarted.stdout
         assert _seen(client) == "['true', 'true']"
+        sharded = (
+            "%%distributed -o kinds\nimport torch\nfrom nb_accel import Accelerator\n"
+            "accelerator = Accelerator()\nmodel = accelerator.prepare(torch.nn.Linear(4, 4))\n"
+            "(accelerator.distributed_type.value, type(model).__name__)"
+        )
+        _ok(client, sharded)  # the cells' Accelerator shards what it prepares
+        assert _ok(client, "print(kinds)").stdout.strip() == str([("FSDP", "FSDPLinear")] * 2)
         again = _ok(client, "%distributed restart")  # the same settings
         assert "FSDP, 2 shards" in again.stdout
         assert _seen(client) == "['true', 'true']"
