@@ -189,11 +189,7 @@ class PartialState(_SharedState):
 
     def on_local_main_process(self, function: F) -> F:
         """Decorator: run ``function`` on each node's first process only."""
-
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            return function(*args, **kwargs) if self.is_local_main_process else None
-
-        return _wraps(function, wrapper)
+        return self.on_local_process(function, local_process_index=0)  # type: ignore[no-any-return]
 
     def on_last_process(self, function: F) -> F:
         """Decorator: run ``function`` on the last process only."""
@@ -311,12 +307,15 @@ class AcceleratorState(_SharedState):
     @property
     def distributed_type(self) -> DistributedType:
         """``FSDP`` when models are sharded (a plugin, several processes), else the
-        :class:`PartialState`'s."""
-        kind = PartialState().distributed_type
+        :class:`PartialState`'s (or what was assigned, as Accelerate's tests do)."""
+        kind = self._shared_state.get("distributed_type") or PartialState().distributed_type
         multi = (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
-        if self._shared_state.get("fsdp_plugin") is not None and kind in multi:
-            return DistributedType.FSDP
-        return kind
+        sharded = self._shared_state.get("fsdp_plugin") is not None and kind in multi
+        return DistributedType.FSDP if sharded else kind
+
+    @distributed_type.setter
+    def distributed_type(self, kind: DistributedType) -> None:
+        self._shared_state["distributed_type"] = kind
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):
