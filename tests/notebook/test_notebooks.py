@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
+from typing import Any
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
+#: The series a launch view's chart draws, in the HTML of its widget.
+SERIES = re.compile(r'<script type="application/json" class="nb-accel-series">(.*?)</script>', re.S)
 
 
 @pytest.fixture(autouse=True)
@@ -36,6 +40,24 @@ def _text(notebook: nbformat.NotebookNode) -> str:
     return "".join(
         _output_text(output) for cell in notebook.cells for output in cell.get("outputs", [])
     )
+
+
+def _widgets_in(notebook: nbformat.NotebookNode, cell: nbformat.NotebookNode) -> list[Any]:
+    """The saved state of every widget model a cell's outputs show, children included."""
+    models = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
+    pending = [
+        o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
+        for o in cell.get("outputs", [])
+        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+    ]
+    found = []
+    while pending:
+        model = models[pending.pop()]
+        found.append(model)
+        pending += [
+            child.removeprefix("IPY_MODEL_") for child in model["state"].get("children", [])
+        ]
+    return found
 
 
 def test_quickstart_trains_a_digit_classifier_on_two_processes() -> None:
@@ -105,3 +127,37 @@ def test_trackers_notebook_writes_one_tensorboard_run_and_reads_it_back() -> Non
     found = re.search(r"(\d+) loss values, first (\d+\.\d+), last (\d+\.\d+)", text)
     assert found and int(found.group(1)) == 48, text
     assert float(found.group(3)) < float(found.group(2)) / 20  # it learns
+
+
+def test_fsdp_notebook_trains_a_transformer_sharded_over_two_processes() -> None:
+    notebook = _run("fsdp_transformer.ipynb")
+    text = _text(notebook)
+    assert "Launching 2 processes on CPU (gloo; fork, FSDP, 2 shards)" in text  # the view's title
+    # each rank holds half of the model: its shard of every parameter, one unit per block + root
+    held = re.findall(r"\[rank (\d)\] holds ([\d,]+) of the ([\d,]+) parameters \((\d+)%\)", text)
+    assert sorted(rank for rank, *_ in held) == ["0", "1"], text
+    for _, local, total, percent in held:
+        assert 2 * int(local.replace(",", "")) == int(total.replace(",", "")) and percent == "50"
+    assert text.count("parameters (50%), in 5 FSDP units") == 2, text
+    assert "parameters held per rank: [104672, 104672] of 209344" in text
+    # the live view: a row per rank with its finished epochs bar, and rank 0's loss chart
+    launch = next(c for c in notebook.cells if "notebook_launcher(train" in c.source)
+    shown = _widgets_in(notebook, launch)
+    labels = [m["state"]["value"] for m in shown if m["model_name"] == "LabelModel"]
+    assert "rank 0" in labels and "rank 1" in labels and labels.count("epochs") == 2, labels
+    bars = [m["state"] for m in shown if m["model_name"] == "FloatProgressModel"]
+    assert len(bars) == 2 and all(
+        (float(b["value"]), float(b["max"]), b["bar_style"]) == (3.0, 3.0, "success") for b in bars
+    ), bars
+    charts = [SERIES.search(str(m["state"].get("value", ""))) for m in shown]
+    series = [json.loads(found.group(1)) for found in charts if found]
+    assert len(series) == 1 and [x for x, _ in series[0]["loss"]] == list(range(96))  # 3 x 32
+    # the full weights, loaded into a plain model in the kernel, have learnt to count
+    assert "saved: ['model.safetensors']" in text
+    found = re.search(r"next-token accuracy: (\d\.\d+) on 512 new sequences", text)
+    assert found and float(found.group(1)) >= 0.95, text
+    assert "5 8 -> 11 14 17 20 23 26 29 32 35 38 41 44 47 50" in text
+    assert "58 60 -> 62 0 2 4 6 8 10 12 14 16 18 20 22 24" in text
+    # nothing on stderr: no warning from the workers or the kernel
+    errors = [o for c in notebook.cells for o in c.get("outputs", []) if o.get("name") == "stderr"]
+    assert not errors, errors
