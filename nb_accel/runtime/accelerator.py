@@ -157,6 +157,7 @@ class Accelerator(
         self.state.dynamo_plugin = self._dynamo_plugin
         apply_process_group_options(init_handler)
         self._partial = PartialState()
+        self._note_unsharded()
         check_precision_for_device(self.state.mixed_precision, self.device)
         self.dataloader_config = _loader_config(
             dataloader_config,

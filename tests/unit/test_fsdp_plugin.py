@@ -172,3 +172,11 @@ def test_wrap_policy_errors_name_the_models_classes() -> None:
     bare = FullyShardedDataParallelPlugin(auto_wrap_policy="transformer_based_wrap")
     with pytest.raises(ValueError, match="needs the layer classes"):
         _names(nn.Sequential(nn.Linear(2, 2)), bare)
+
+
+def test_a_single_process_says_it_does_not_shard() -> None:
+    with pytest.warns(UserWarning, match="this run has a single process"):
+        accelerator = nb_accel.Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())
+    assert not accelerator.is_fsdp2 and accelerator.fsdp_plugin is None
+    model = accelerator.prepare(nn.Linear(2, 2))
+    assert type(model) is nn.Linear

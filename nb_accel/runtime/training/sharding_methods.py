@@ -70,6 +70,21 @@ class ShardingMethods:
         """The sharding options, when FSDP is on."""
         return self.state.fsdp_plugin if self.is_fsdp2 else None
 
+    def _note_unsharded(self) -> None:
+        """Say so when FSDP was asked for but this run has a single process (or runs on XLA):
+        models are then prepared unsharded."""
+        if self.state.fsdp_plugin is not None and not self.is_fsdp2:
+            why = (
+                "this run has a single process (launch several to shard)"
+                if self._partial.num_processes == 1
+                else f"it does not run on {self.state.distributed_type.value}"
+            )
+            warnings.warn(
+                f"FSDP shards a model across the processes of a launch, and {why}: prepared "
+                "models are not sharded",
+                stacklevel=3,
+            )
+
     def _shard(self, model: torch.nn.Module, mixed_precision: str) -> torch.nn.Module:
         """Shard ``model`` with the plugin's options (autocast forward under mixed precision,
         compiled after with a dynamo backend)."""
