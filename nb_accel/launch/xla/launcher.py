@@ -35,6 +35,7 @@ from ..views.output import OutputPrinter
 from ..views.text_view import TextView
 from ..views.view import LaunchView, NullView, view_factory
 from .output import ProcessOutputs
+from .settings import xla_worker_settings
 from .tpu_plan import XlaPlan, plan_xla, read_xla_facts
 
 __all__ = ["TPU_VARIABLES", "check_xla_matches_torch", "xla_requested", "launch_xla"]
@@ -350,10 +351,7 @@ def launch_xla(
     count = plan.ranks
     _check_kernel_is_clean()
     payload = make_payload(function, args, kwargs or {})
-    settings = {
-        "NB_ACCEL_MIXED_PRECISION": precision,
-        "NB_ACCEL_GRADIENT_ACCUMULATION_STEPS": str(config.gradient_accumulation_steps),
-    }
+    settings = xla_worker_settings(precision, config.gradient_accumulation_steps)
     view = _make_view(_describe(plan, precision), count, show_progress, all_ranks_metrics)
     printer = OutputPrinter(count, prefix_output, view=view)
     outputs = ProcessOutputs(plan.processes, plan.threads_per_process, count)

@@ -35,6 +35,7 @@ from .accelerate_env import export_thread_count, forget_accelerate_state
 from .fd_forwarder import faulthandler_to_stderr
 from .returns import check_returnable, dumps_result
 from .spec import WorkerArgs
+from .trainer_support import support_trainer
 
 __all__ = [
     "run_worker",
@@ -281,6 +282,7 @@ def run_worker(
     sys.stdout = RelayStream(channel, "stdout", 1)
     sys.stderr = RelayStream(channel, "stderr", 2)
     report_plain_bars()  # tqdm bars of every kind: rows of the launch view, not text
+    support_trainer()  # 🤗 Trainer: logs in the live chart, tqdm progress
     channel.send(Started(args.rank, os.getpid()))
     ok = False
     try:

@@ -51,6 +51,7 @@ from .entrypoint import (
     result_event,
 )
 from .fd_forwarder import forward_file_descriptors
+from .trainer_support import support_trainer
 
 __all__ = ["NodeWorkerArgs", "node_worker_main", "global_rank"]
 
@@ -265,6 +266,7 @@ def node_worker_main(args: NodeWorkerArgs) -> None:
     sys.stdout = RelayStream(channel, "stdout", 1)
     sys.stderr = RelayStream(channel, "stderr", 2)
     report_plain_bars()  # tqdm bars of every kind: rows of the launch view, not text
+    support_trainer()  # 🤗 Trainer: logs in the live chart, tqdm progress
     channel.send(Started(node.rank, os.getpid(), node.attempt))
     outcome: Result | Failure
     try:

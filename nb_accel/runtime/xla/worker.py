@@ -24,9 +24,11 @@ import cloudpickle
 from ..._messages import Failure, Result, Started
 from ..rank_local import become_rank_thread, install_stream
 from ..reporting.channel import EventChannel, set_current_channel
+from ..reporting.foreign_bars import report_plain_bars
 from ..reporting.relay import RelayStream
 from ..reporting.reporter import flush_reporter
 from ..state import reset_all_states
+from ..workers.accelerate_env import forget_accelerate_state
 from ..workers.entrypoint import (
     _die_with_parent,
     _forget_inherited_process_group,
@@ -36,6 +38,7 @@ from ..workers.entrypoint import (
     to_cpu,
 )
 from ..workers.process_fds import write_to_process_pipes
+from ..workers.trainer_support import support_trainer
 from .device import devices_in_process, mark_step, world_size
 
 __all__ = ["SharedWriter", "set_launch_pipe", "run_xla_worker"]
@@ -86,6 +89,8 @@ def _become_rank(rank: int, settings: dict[str, str], threads: int) -> None:
         }
     )
     reset_all_states()
+    if threads == 1:  # Accelerate's state is the process's: it can describe one rank only
+        forget_accelerate_state()
     _forget_inherited_process_group()
 
 
@@ -126,6 +131,8 @@ def run_xla_worker(rank: int, payload: bytes, settings: dict[str, str], kernel_p
     set_current_channel(channel)
     install_stream("stdout", RelayStream(channel, "stdout", 1))
     install_stream("stderr", RelayStream(channel, "stderr", 2))
+    report_plain_bars()  # tqdm bars of every kind: rows of the launch view, not text
+    support_trainer()  # 🤗 Trainer: logs in the live chart, tqdm progress
     channel.send(Started(rank, os.getpid()))
     outcome = _outcome(rank, payload)
     sys.stdout.flush()
