@@ -61,6 +61,7 @@ bench: setup
 	$(BIN)/python benchmarks/interrupt.py
 	$(BIN)/python benchmarks/loader.py
 	$(BIN)/python benchmarks/step.py
+	$(BIN)/python benchmarks/fsdp.py
 	$(BIN)/python benchmarks/progress.py
 	$(BIN)/python benchmarks/widget.py
 	$(BIN)/python benchmarks/magic.py
