@@ -134,15 +134,20 @@ def shard_model(
         _checkpoint_activations(units)
     options: dict[str, Any] = {
         "mesh": init_device_mesh(device.type, (dist.get_world_size(),)),
-        "reshard_after_forward": plugin.reshard_after_forward,
         "offload_policy": _offload_policy(plugin, device),
     }
     if plugin.mixed_precision_policy is not None:
         options["mp_policy"] = plugin.mixed_precision_policy
     for name, module in [*units, ("", model)]:
         own = {p for p in module.parameters() if p in ignored_params}
+        # the root's parameters stay gathered from forward to backward (torch's choice for the
+        # root): its backward would gather them again at once
+        resharding = bool(plugin.reshard_after_forward)
+        reshard = resharding if name or not resharding else None
         try:
-            fully_shard(module, ignored_params=own or None, **options)
+            fully_shard(
+                module, reshard_after_forward=reshard, ignored_params=own or None, **options
+            )
         except (ValueError, RuntimeError, AssertionError, NotImplementedError) as error:
             raise _wrap_error(name, module, error) from None
     if on_meta:  # the shards get memory here, and rank 0's values below
