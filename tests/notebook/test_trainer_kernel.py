@@ -58,6 +58,24 @@ print("kernel:", kernel_trainer.DEFAULT_PROGRESS_CALLBACK.__name__,
       [c.__name__ for c in kernel_trainer.DEFAULT_CALLBACKS],
       [type(f).__module__ for f in sys.meta_path if type(f).__module__.startswith("nb_accel")])
 """
+#: ``TrainingArguments`` made in the kernel (which sets them up for its one process) and passed
+#: to the launched function.
+ARGUMENTS_FROM_THE_KERNEL = """
+made_here = TrainingArguments(output_dir=FOLDER, per_device_train_batch_size=4,
+                              num_train_epochs=1, save_strategy="no", report_to=[],
+                              dataloader_pin_memory=False)
+
+def train_with(args):
+    torch.manual_seed(0)
+    config = GPT2Config(vocab_size=100, n_positions=16, n_embd=32, n_layer=2, n_head=2,
+                        bos_token_id=0, eos_token_id=0)
+    trainer = Trainer(model=GPT2LMHeadModel(config), args=args, train_dataset=Counting(32))
+    steps = trainer.train().global_step
+    return steps, args.world_size, args.process_index, args.should_save, args.device.type
+
+print("made in the kernel:", notebook_launcher(train_with, args=(made_here,), num_processes=2))
+print("in the kernel:", made_here.world_size, made_here.process_index, made_here.should_save)
+"""
 #: The series a launch view's chart draws, in the HTML of its widget.
 SERIES = re.compile(r'<script type="application/json" class="nb-accel-series">(.*?)</script>', re.S)
 
@@ -116,3 +134,19 @@ def test_the_trainer_s_progress_and_losses_show_in_the_launch_view(tmp_path: Pat
     assert "epoch" not in series and "train_runtime" not in series
     # the kernel's Trainer keeps the notebook's progress, its own callbacks and no finder
     assert "kernel: NotebookProgressCallback ['DefaultFlowCallback'] []" in _text(kernel)
+
+
+def test_training_arguments_made_in_the_kernel_are_set_up_again_in_each_worker(
+    tmp_path: Path,
+) -> None:
+    folder = repr(str(tmp_path / "out"))
+    cells = [
+        new_code_cell(TRAIN.split("print(")[0].replace("FOLDER", folder)),
+        new_code_cell(ARGUMENTS_FROM_THE_KERNEL.replace("FOLDER", folder)),
+    ]
+    notebook = new_notebook(cells=cells)
+    NotebookClient(notebook, timeout=240, kernel_name="python3").execute()
+    text = _text(notebook.cells[1])
+    # each rank its own: two processes, one main process that logs and saves, half the steps
+    assert "made in the kernel: [(4, 2, 0, True, 'cpu'), (4, 2, 1, False, 'cpu')]" in text
+    assert "in the kernel: 1 0 True" in text  # the kernel's own are left as they were

@@ -3,16 +3,19 @@ Trainer's logs as charted, and what an XLA launch's workers set for Accelerate."
 
 from __future__ import annotations
 
+import pickle
 import sys
 from collections.abc import Iterator
+from functools import cached_property
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
 from nb_accel.launch.xla.settings import xla_worker_settings
-from nb_accel.runtime.workers import import_hooks
+from nb_accel.runtime.workers import import_hooks, trainer_support
 from nb_accel.runtime.workers.import_hooks import waiting_hooks, when_imported
-from nb_accel.runtime.workers.trainer_support import charted_logs
+from nb_accel.runtime.workers.trainer_support import charted_logs, set_up_training_arguments
 
 
 def _package(folder: Path, name: str, body: str) -> None:
@@ -116,3 +119,47 @@ def test_xla_workers_tell_accelerate_to_use_the_xla_devices_without_fsdp() -> No
         "ACCELERATE_MIXED_PRECISION": "bf16",
         "ACCELERATE_USE_FSDP": "false",
     }
+
+
+class Arguments:
+    """Stands for ``TrainingArguments``: devices set up on first read, for this process."""
+
+    setups = 0
+
+    def __init__(self, processes: int, rank: int) -> None:
+        self.bf16 = False
+        self.mixed_precision = "no"
+        self.distributed_state = SimpleNamespace(num_processes=processes, process_index=rank)
+        self._n_gpu = 0
+        self.__dict__["_setup_devices"] = "cpu"
+
+    @cached_property
+    def _setup_devices(self) -> str:
+        Arguments.setups += 1
+        self.distributed_state = SimpleNamespace(num_processes=2, process_index=1)
+        self._n_gpu = 0
+        return "cpu:0"
+
+
+def test_training_arguments_set_up_elsewhere_are_set_up_again_in_the_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(trainer_support, "_waiting", [])
+    trainer_support._adapt_training_args(SimpleNamespace(TrainingArguments=Arguments))  # type: ignore[arg-type]
+    try:
+        from_the_kernel = pickle.dumps(Arguments(processes=1, rank=0))
+        from_this_rank = pickle.dumps(Arguments(processes=2, rank=1))
+        monkeypatch.setenv("WORLD_SIZE", "2")
+        monkeypatch.setenv("RANK", "1")
+        monkeypatch.setenv("ACCELERATE_MIXED_PRECISION", "bf16")
+        stale = pickle.loads(from_the_kernel)
+        kept = pickle.loads(from_this_rank)
+        assert "distributed_state" not in vars(stale) and stale.mixed_precision == "bf16"
+        assert kept._setup_devices == "cpu" and kept.mixed_precision == "no"  # a copy of ours
+        assert Arguments.setups == 0  # no process group yet: set up once there is one
+        set_up_training_arguments()
+        assert Arguments.setups == 1
+        assert stale._setup_devices == "cpu:0" and stale.distributed_state.num_processes == 2
+        assert trainer_support._waiting == []
+    finally:
+        del Arguments.__setstate__  # type: ignore[attr-defined]

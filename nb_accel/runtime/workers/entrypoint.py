@@ -35,7 +35,7 @@ from .accelerate_env import export_thread_count, forget_accelerate_state
 from .fd_forwarder import faulthandler_to_stderr
 from .returns import check_returnable, dumps_result
 from .spec import WorkerArgs
-from .trainer_support import support_trainer
+from .trainer_support import set_up_training_arguments, support_trainer
 
 __all__ = [
     "run_worker",
@@ -218,6 +218,7 @@ def _init_process_group(args: WorkerArgs) -> None:
 def _run_function(args: WorkerArgs) -> Any:
     function, fargs, fkwargs = cloudpickle.loads(args.payload)
     _init_process_group(args)
+    set_up_training_arguments()  # 🤗 TrainingArguments made in the kernel: this rank's devices
     return function(*fargs, **fkwargs)
 
 

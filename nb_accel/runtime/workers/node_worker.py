@@ -51,7 +51,7 @@ from .entrypoint import (
     result_event,
 )
 from .fd_forwarder import forward_file_descriptors
-from .trainer_support import support_trainer
+from .trainer_support import set_up_training_arguments, support_trainer
 
 __all__ = ["NodeWorkerArgs", "node_worker_main", "global_rank"]
 
@@ -275,6 +275,7 @@ def node_worker_main(args: NodeWorkerArgs) -> None:
         node.connect_store()
         node.claim_rank()
         node.join_group()
+        set_up_training_arguments()  # 🤗 TrainingArguments made in the kernel: this rank's
         outcome = result_event(node.rank, function(*fargs, **fkwargs))
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the kernel
         outcome = _failure(node, exc)

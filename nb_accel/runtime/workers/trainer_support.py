@@ -14,22 +14,36 @@ from; see :mod:`~nb_accel.runtime.workers.import_hooks`):
   Jupyter kernel, and which a worker cannot display) gives way to its tqdm progress, whose
   bars become rows of the launch view (:mod:`~nb_accel.runtime.reporting.foreign_bars`).
 
+``TrainingArguments`` made in the kernel and passed to the launched function set up their
+devices there: one process, the kernel's device. Unpickled in a worker (once
+``transformers.training_args`` is adapted there), they drop that setup and make it again in the
+worker, once its process group exists (:func:`set_up_training_arguments`), as if they had been
+made in the launched function; a precision they do not set themselves (``fp16``/``bf16``) is
+the launch's.
+
 Nothing here imports Transformers: without it, a worker only leaves a finder waiting.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from types import ModuleType
 from typing import Any
+
+import torch.distributed as dist
 
 from ..tracking.live_chart import LiveChartTracker
 from .import_hooks import when_imported
 
-__all__ = ["support_trainer", "charted_logs", "CALLBACK_NAME"]
+__all__ = ["support_trainer", "set_up_training_arguments", "charted_logs", "CALLBACK_NAME"]
 
 #: The module that holds the Trainer and its default callbacks.
 TRAINER_MODULE = "transformers.trainer"
+#: The module that holds ``TrainingArguments``.
+ARGUMENTS_MODULE = "transformers.training_args"
+#: What ``TrainingArguments`` keep of the process that set up their devices.
+_DEVICE_STATE = ("_setup_devices", "_n_gpu", "distributed_state")
 #: Name of the callback class added to the Trainer's defaults.
 CALLBACK_NAME = "LiveChartCallback"
 #: Logged names left out of the chart, and endings of names left out.
@@ -81,7 +95,60 @@ def _adapt_trainer(trainer: ModuleType) -> None:
         setattr(trainer, "DEFAULT_PROGRESS_CALLBACK", callbacks.ProgressCallback)  # noqa: B010
 
 
+#: Unpickled ``TrainingArguments`` whose devices are set up once the process group exists.
+_waiting: list[Any] = []
+
+
+def _describes_this_rank(state: dict[str, Any]) -> bool:
+    """Whether the device setup in ``state`` is this rank's (a copy made in this worker)."""
+    setup = state.get("distributed_state")
+    return getattr(setup, "num_processes", None) == int(
+        os.environ.get("WORLD_SIZE", "1")
+    ) and getattr(setup, "process_index", None) == int(os.environ.get("RANK", "0"))
+
+
+def _group_ready() -> bool:
+    return os.environ.get("NB_ACCEL_BACKEND") == "xla" or (
+        dist.is_available() and dist.is_initialized()
+    )
+
+
+def _set_up(arguments: Any) -> None:
+    arguments._setup_devices  # noqa: B018 - Transformers' own setup, run on first read
+
+
+def _setstate(self: Any, state: dict[str, Any]) -> None:
+    """Restore unpickled ``TrainingArguments``; those set up in another process (the kernel)
+    forget that setup and make it again in this worker."""
+    self.__dict__.update(state)
+    if "_setup_devices" not in state or _describes_this_rank(state):
+        return
+    for name in _DEVICE_STATE:
+        self.__dict__.pop(name, None)
+    if "mixed_precision" in state and not (state.get("fp16") or state.get("bf16")):
+        self.mixed_precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    if _group_ready():
+        _set_up(self)
+    else:
+        _waiting.append(self)
+
+
+def _adapt_training_args(module: ModuleType) -> None:
+    """Give ``TrainingArguments`` (and its subclasses) the :func:`_setstate` above."""
+    arguments = module.TrainingArguments
+    if "__setstate__" not in vars(arguments):  # one of its own is left alone
+        arguments.__setstate__ = _setstate
+
+
+def set_up_training_arguments() -> None:
+    """Set up, in this worker, the devices of the ``TrainingArguments`` unpickled before its
+    process group existed (the launched function's arguments): call it once the group does."""
+    while _waiting:
+        _set_up(_waiting.pop(0))
+
+
 def support_trainer() -> None:
-    """Adapt ``transformers.trainer`` to the launch in this worker, now or when it is loaded
-    (never in the kernel: its Trainer is left as it is)."""
+    """Adapt ``transformers.trainer`` and ``transformers.training_args`` to the launch in this
+    worker, now or when they are loaded (never in the kernel: its Trainer is left as it is)."""
     when_imported(TRAINER_MODULE, _adapt_trainer)
+    when_imported(ARGUMENTS_MODULE, _adapt_training_args)
