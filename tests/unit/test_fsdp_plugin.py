@@ -4,6 +4,8 @@ policies that choose each FSDP unit (no process group needed)."""
 from __future__ import annotations
 
 import functools
+import os
+import warnings
 from typing import ClassVar
 
 import pytest
@@ -180,3 +182,30 @@ def test_a_single_process_says_it_does_not_shard() -> None:
     assert not accelerator.is_fsdp2 and accelerator.fsdp_plugin is None
     model = accelerator.prepare(nn.Linear(2, 2))
     assert type(model) is nn.Linear
+
+
+def test_accelerates_own_plugin_is_taken_over() -> None:
+    accelerate_utils = pytest.importorskip("accelerate.utils")
+    from torch.distributed.fsdp import CPUOffload, CPUOffloadPolicy
+
+    from nb_accel.runtime.training.sharding_methods import fsdp_plugin_from
+
+    try:
+        theirs = accelerate_utils.FullyShardedDataParallelPlugin(
+            fsdp_version=2,
+            auto_wrap_policy="transformer_based_wrap",
+            transformer_cls_names_to_wrap=["Layer"],
+            state_dict_type="FULL_STATE_DICT",
+            cpu_offload=True,
+        )
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # nothing said about options Accelerate filled in
+            ours = fsdp_plugin_from(theirs)
+    finally:  # both plugins publish this one for Transformers
+        os.environ.pop("FSDP_CPU_RAM_EFFICIENT_LOADING", None)
+    assert isinstance(ours, FullyShardedDataParallelPlugin)
+    assert ours.state_dict_type == StateDictType.FULL_STATE_DICT
+    assert isinstance(ours.cpu_offload, CPUOffloadPolicy)
+    assert _names(Model(), ours) == ["layers.0", "layers.1"]
+    fsdp1 = FullyShardedDataParallelPlugin(cpu_offload=CPUOffload(offload_params=False))
+    assert fsdp1.cpu_offload == CPUOffload(offload_params=False)

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["FullyShardedDataParallelPlugin", "WRAP_POLICIES", "STATE_DICT_TYPES"]
+__all__ = ["FSDP1_ONLY", "FullyShardedDataParallelPlugin", "STATE_DICT_TYPES", "WRAP_POLICIES"]
 
 #: The named wrap policies (``auto_wrap_policy`` as a string, or ``FSDP_AUTO_WRAP_POLICY``).
 WRAP_POLICIES = ("transformer_based_wrap", "size_based_wrap", "no_wrap")
@@ -25,7 +25,8 @@ _TRUE = ("1", "true", "yes", "y", "on", "t")
 _FALSE = ("0", "false", "no", "n", "off", "f")
 # FSDP1's sharding strategies, by name and by Accelerate's numbering (1-based)
 _STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
-_FSDP1_ONLY = (
+#: Options of FSDP1 that FSDP2 has no use for (accepted, said to have no effect).
+FSDP1_ONLY = (
     "backward_prefetch",
     "state_dict_config",
     "optim_state_dict_config",
@@ -173,7 +174,7 @@ class FullyShardedDataParallelPlugin:
             self.ignored_modules = _env("IGNORED_MODULES")
         if self.mixed_precision_policy is not None:
             self.mixed_precision_policy = _mixed_precision(self.mixed_precision_policy)
-        given = [name for name in _FSDP1_ONLY if getattr(self, name) not in (None, False)]
+        given = [name for name in FSDP1_ONLY if getattr(self, name) not in (None, False)]
         if given:
             self.notes.append(f"{', '.join(given)}: FSDP1 options, no effect under FSDP2")
 

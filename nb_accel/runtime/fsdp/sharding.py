@@ -50,6 +50,7 @@ def _offload_policy(plugin: FullyShardedDataParallelPlugin, device: torch.device
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy
 
     offload = plugin.cpu_offload
+    offload = getattr(offload, "offload_params", offload)  # FSDP1's CPUOffload(offload_params)
     if isinstance(offload, OffloadPolicy):
         return offload if device.type != "cpu" else OffloadPolicy()
     if offload and device.type != "cpu":

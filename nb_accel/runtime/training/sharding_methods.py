@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ..fsdp.optimizer_params import check_not_prepared_before, move_onto_shards
-from ..fsdp.plugin import FullyShardedDataParallelPlugin
+from ..fsdp.plugin import FSDP1_ONLY, FullyShardedDataParallelPlugin
 from ..fsdp.sharding import ShardedModel, shard_model
 from ..state import AcceleratorState, DistributedType, PartialState
 from .compile import TorchDynamoPlugin, compile_model
@@ -40,9 +40,10 @@ def fsdp_plugin_from(plugin: Any) -> FullyShardedDataParallelPlugin | None:
 
 
 def _convert(plugin: Any) -> FullyShardedDataParallelPlugin:
-    """Our plugin with the fields of another library's ``FullyShardedDataParallelPlugin``."""
-    names = FullyShardedDataParallelPlugin.__dataclass_fields__
-    fields = {n: getattr(plugin, n) for n in names if n != "notes" and hasattr(plugin, n)}
+    """Our plugin with the fields of another library's ``FullyShardedDataParallelPlugin``
+    (less the FSDP1 options, which that library fills in by itself)."""
+    names = set(FullyShardedDataParallelPlugin.__dataclass_fields__) - {"notes", *FSDP1_ONLY}
+    fields = {n: getattr(plugin, n) for n in names if hasattr(plugin, n)}
     return FullyShardedDataParallelPlugin(**fields)
 
 
