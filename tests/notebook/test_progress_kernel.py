@@ -105,7 +105,8 @@ def stuck(folder):
     where, deadline = Path(folder), time.monotonic() + 60
     bar = tqdm(total=100, desc="train")
     if accelerator.process_index == 0:
-        (where / "rank0").write_text(str(os.getpid()))
+        (where / "rank0.tmp").write_text(str(os.getpid()))
+        os.replace(where / "rank0.tmp", where / "rank0")  # never seen half written
         bar.update(100)
         bar.close()
         return 0
