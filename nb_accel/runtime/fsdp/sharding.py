@@ -3,6 +3,7 @@ model, after which every process holds 1/N of each parameter (a ``DTensor``)."""
 
 from __future__ import annotations
 
+import copy
 import warnings
 from typing import Any
 
@@ -120,7 +121,8 @@ def shard_model(
     ignored = ignored_modules(model, plugin)
     ignored_params = {p for module in ignored for p in module.parameters()}
     units = wrapped_modules(model, plugin, ignored)
-    plugin.set_mixed_precision(mixed_precision)
+    precision = copy.copy(plugin)  # the policy for this Accelerator's precision; plugin unchanged
+    precision.set_mixed_precision(mixed_precision)
     rank0 = dist.get_rank() == 0
     on_meta = any(p.is_meta for p in model.parameters())
     if on_meta and rank0:
@@ -137,8 +139,8 @@ def shard_model(
         "mesh": init_device_mesh(device.type, (dist.get_world_size(),)),
         "offload_policy": _offload_policy(plugin, device),
     }
-    if plugin.mixed_precision_policy is not None:
-        options["mp_policy"] = plugin.mixed_precision_policy
+    if precision.mixed_precision_policy is not None:
+        options["mp_policy"] = precision.mixed_precision_policy
     for name, module in [*units, ("", model)]:
         own = {p for p in module.parameters() if p in ignored_params}
         # the root's parameters stay gathered from forward to backward (torch's choice for the
