@@ -35,6 +35,8 @@ __all__ = [
     "load_process_file",
     "load_shared_files",
     "read_meta",
+    "model_file_name",
+    "numbered_name",
     "safe_load",
     "write_process_file",
     "write_shared_files",
@@ -46,15 +48,17 @@ _FORMAT = 1
 _NO_SHARDING = 2**62
 
 
-def _numbered(stem: str, index: int, suffix: str) -> str:
+def numbered_name(stem: str, index: int, suffix: str) -> str:
+    """A checkpoint file's name: ``optimizer.bin`` for the first, ``optimizer_1.bin``..."""
     return f"{stem}{suffix}" if index == 0 else f"{stem}_{index}{suffix}"
 
 
-def _model_name(index: int, safe: bool) -> str:
+def model_file_name(index: int, safe: bool) -> str:
+    """The weights file of prepared model ``index``: ``model.safetensors``, ``model_1...``."""
     return (
-        _numbered("model", index, ".safetensors")
+        numbered_name("model", index, ".safetensors")
         if safe
-        else _numbered("pytorch_model", index, ".bin")
+        else numbered_name("pytorch_model", index, ".bin")
     )
 
 
@@ -99,12 +103,12 @@ def write_shared_files(
             folder,
             max_shard_size=_NO_SHARDING,
             safe_serialization=safe_serialization,
-            weights_name=_model_name(index, safe_serialization),
+            weights_name=model_file_name(index, safe_serialization),
         )
     for index, optimizer in enumerate([] if contents.sharded else contents.optimizers):
-        _save(optimizer.state_dict(), folder / _numbered("optimizer", index, ".bin"))
+        _save(optimizer.state_dict(), folder / numbered_name("optimizer", index, ".bin"))
     for index, scheduler in enumerate(contents.schedulers):
-        _save(scheduler.state_dict(), folder / _numbered("scheduler", index, ".bin"))
+        _save(scheduler.state_dict(), folder / numbered_name("scheduler", index, ".bin"))
     if contents.scaler is not None:
         _save(contents.scaler.state_dict(), folder / "scaler.pt")
     for index, obj in enumerate(contents.custom):
@@ -218,12 +222,12 @@ def load_shared_files(
     """Load what :func:`write_shared_files` wrote into the live objects."""
     safe = bool(meta.get("safe_serialization", True))
     for index, model in enumerate([] if contents.sharded else contents.models):
-        _load_model(model, folder / _model_name(index, safe))
+        _load_model(model, folder / model_file_name(index, safe))
     for index, optimizer in enumerate([] if contents.sharded else contents.optimizers):
-        path = folder / _numbered("optimizer", index, ".bin")
+        path = folder / numbered_name("optimizer", index, ".bin")
         _load_into(optimizer, path, safe_load(path, load_kwargs))
     for index, scheduler in enumerate(contents.schedulers):
-        path = folder / _numbered("scheduler", index, ".bin")
+        path = folder / numbered_name("scheduler", index, ".bin")
         _load_into(scheduler, path, safe_load(path, load_kwargs))
     if contents.scaler is not None:
         path = folder / "scaler.pt"

@@ -29,6 +29,7 @@ from ..fsdp.state_dicts import (
     set_optimizer_state,
     sharded_model_state_dict,
 )
+from .contents import model_file_name, numbered_name, safe_load
 from .model_io import load_state_dict_file, save_model_files
 
 __all__ = ["load_sharded_parts", "merge_fsdp_weights", "save_sharded_parts", "sharded_kind"]
@@ -43,15 +44,6 @@ def sharded_kind(models: list[torch.nn.Module], plugin: Any) -> str | None:
     if plugin is None or not any(is_fsdp_module(m) for m in models):
         return None
     return str(plugin.state_dict_type.name)
-
-
-def _model_file(index: int, safe: bool) -> str:
-    stem, suffix = ("model", ".safetensors") if safe else ("pytorch_model", ".bin")
-    return f"{stem}{suffix}" if index == 0 else f"{stem}_{index}{suffix}"
-
-
-def _optimizer_file(index: int) -> str:
-    return "optimizer.bin" if index == 0 else f"optimizer_{index}.bin"
 
 
 def _owner(optimizer: Any, models: list[torch.nn.Module], index: int) -> torch.nn.Module:
@@ -78,7 +70,7 @@ def save_sharded_parts(
             continue
         state = full_model_state_dict(model) if is_fsdp_module(model) else model.state_dict()
         if main:
-            name = _model_file(index, safe)
+            name = model_file_name(index, safe)
             save_model_files(
                 state, folder, max_shard_size=_NO_SPLIT, safe_serialization=safe, weights_name=name
             )
@@ -91,7 +83,7 @@ def save_sharded_parts(
             continue
         state = optimizer_state_dict(model, inner, full=True)
         if main:
-            torch.save(state, folder / _optimizer_file(index))
+            torch.save(state, folder / numbered_name("optimizer", index, ".bin"))
 
 
 def load_sharded_parts(
@@ -111,7 +103,7 @@ def load_sharded_parts(
             dcp.load(state, checkpoint_id=_existing(folder / f"{_MODEL_DIR}_{index}"))
             set_model_state(model, state["model"], full=False)
             continue
-        weights = load_state_dict_file(_existing(folder / _model_file(index, safe)))
+        weights = load_state_dict_file(_existing(folder / model_file_name(index, safe)))
         if is_fsdp_module(model):
             set_model_state(model, weights, full=True)
         else:
@@ -124,9 +116,7 @@ def load_sharded_parts(
             dcp.load(state, checkpoint_id=_existing(folder / f"{_OPTIMIZER_DIR}_{index}"))
             set_optimizer_state(model, inner, state["optimizer"], full=False)
             continue
-        options: dict[str, Any] = {"map_location": "cpu", "weights_only": True}
-        options.update(load_kwargs or {})
-        saved = torch.load(_existing(folder / _optimizer_file(index)), **options)
+        saved = safe_load(folder / numbered_name("optimizer", index, ".bin"), load_kwargs)
         set_optimizer_state(model, inner, saved, full=True)
 
 
@@ -165,4 +155,4 @@ def merge_fsdp_weights(
     save_model_files(state, output, max_shard_size=_NO_SPLIT, safe_serialization=safe_serialization)
     if remove_checkpoint_dir:
         shutil.rmtree(source)
-    return output / _model_file(0, safe_serialization)
+    return output / model_file_name(0, safe_serialization)

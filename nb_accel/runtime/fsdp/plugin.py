@@ -15,7 +15,13 @@ from typing import Any
 
 import torch
 
-__all__ = ["FSDP1_ONLY", "FullyShardedDataParallelPlugin", "STATE_DICT_TYPES", "WRAP_POLICIES"]
+__all__ = [
+    "FSDP1_ONLY",
+    "FullyShardedDataParallelPlugin",
+    "STATE_DICT_TYPES",
+    "WRAP_POLICIES",
+    "parse_flag",
+]
 
 #: The named wrap policies (``auto_wrap_policy`` as a string, or ``FSDP_AUTO_WRAP_POLICY``).
 WRAP_POLICIES = ("transformer_based_wrap", "size_based_wrap", "no_wrap")
@@ -48,7 +54,9 @@ _DTYPES = {
 }
 
 
-def _flag(value: object, name: str) -> bool:
+def parse_flag(value: object, name: str) -> bool:
+    """A yes/no value of an option or variable (``true``, ``1``, ``no``...); anything else is an
+    error naming ``name``."""
     if isinstance(value, bool):
         return value
     text = str(value).strip().lower()
@@ -186,7 +194,7 @@ class FullyShardedDataParallelPlugin:
             value = _env(variable) or False
         if keep_objects and not isinstance(value, (bool, str, int)):
             return value  # a CPUOffloadPolicy
-        return _flag(value, variable.lower())
+        return parse_flag(value, variable.lower())
 
     def _set_resharding(self) -> None:
         value = self.reshard_after_forward
@@ -209,7 +217,7 @@ class FullyShardedDataParallelPlugin:
                 "(reshard_after_forward=True) or SHARD_GRAD_OP (reshard_after_forward=False)"
             )
         else:
-            self.reshard_after_forward = _flag(value, "reshard_after_forward")
+            self.reshard_after_forward = parse_flag(value, "reshard_after_forward")
 
     def set_state_dict_type(self, state_dict_type: Any = None) -> None:
         """Choose what ``save_state`` writes: ``"FULL_STATE_DICT"`` or ``"SHARDED_STATE_DICT"``

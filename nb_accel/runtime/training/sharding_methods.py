@@ -10,7 +10,7 @@ from typing import Any
 import torch
 
 from ..fsdp.optimizer_params import check_not_prepared_before, move_onto_shards
-from ..fsdp.plugin import FSDP1_ONLY, FullyShardedDataParallelPlugin
+from ..fsdp.plugin import FSDP1_ONLY, FullyShardedDataParallelPlugin, parse_flag
 from ..fsdp.sharding import ShardedModel, shard_model
 from ..state import AcceleratorState, DistributedType, PartialState
 from .compile import TorchDynamoPlugin, compile_model
@@ -18,14 +18,12 @@ from .precision import autocast_forward
 
 __all__ = ["ShardingMethods", "fsdp_plugin_from"]
 
-_TRUE = ("1", "true", "yes", "on")
-
 
 def fsdp_plugin_from(plugin: Any) -> FullyShardedDataParallelPlugin | None:
     """The plugin given to ``Accelerator(fsdp_plugin=...)``, or one built from the ``FSDP_*``
     variables when the launch turned FSDP on (``ACCELERATE_USE_FSDP=true``)."""
     if plugin is None:
-        if os.environ.get("ACCELERATE_USE_FSDP", "").strip().lower() not in _TRUE:
+        if not parse_flag(os.environ.get("ACCELERATE_USE_FSDP") or "false", "ACCELERATE_USE_FSDP"):
             return None
         plugin = FullyShardedDataParallelPlugin()
     if not isinstance(plugin, FullyShardedDataParallelPlugin):
