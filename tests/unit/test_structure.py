@@ -125,9 +125,14 @@ def test_no_import_cycles() -> None:
         visit(name, [])
 
 
+#: A smell detector, not a budget: a module past it most likely holds more than one concern.
+MODULE_LINES = 500
+
+
 def test_modules_stay_small() -> None:
     for path in PACKAGE.rglob("*.py"):
-        assert len(path.read_text().splitlines()) <= 400, f"{path.name} exceeds 400 lines"
+        lines = len(path.read_text().splitlines())
+        assert lines <= MODULE_LINES, f"{path.name} has {lines} lines: more than one concern?"
 
 
 @pytest.mark.parametrize("name", nb_accel.__all__)
