@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import torch
 
 from . import ops
-from .state import DistributedType, GradientState, PartialState
+from .state import GradientState, PartialState
 
 __all__ = ["ProcessMethods"]
 
@@ -27,11 +27,6 @@ class ProcessMethods:
     def device(self) -> torch.device:
         """The device of this process."""
         return self._partial.device
-
-    @property
-    def distributed_type(self) -> DistributedType:
-        """The kind of distributed setup."""
-        return self._partial.distributed_type
 
     @property
     def num_processes(self) -> int:

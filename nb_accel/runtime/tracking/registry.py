@@ -11,7 +11,6 @@ import importlib.metadata
 import importlib.util
 import os
 import warnings
-from collections.abc import Iterable
 from typing import Any
 
 from ..enums import LoggerType
@@ -179,13 +178,6 @@ def _all_installed(logging_dir: str | os.PathLike[str] | None) -> list[str | Gen
             continue
         found.append(name)
     return found
-
-
-def names_of(trackers: Iterable[str | GeneralTracker]) -> list[str]:
-    """The names of ``trackers`` (for messages)."""
-    return [
-        t if isinstance(t, str) else str(getattr(t, "name", type(t).__name__)) for t in trackers
-    ]
 
 
 _BUILT_IN = dict(LOGGER_TYPE_TO_CLASS)
