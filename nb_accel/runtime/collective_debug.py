@@ -12,11 +12,11 @@ naming the sizes.
 from __future__ import annotations
 
 import hashlib
-import os
 from collections.abc import Sequence
 
 import torch
 
+from .._flags import env_flag
 from .collective_device import all_gather_rows
 
 __all__ = [
@@ -29,8 +29,6 @@ __all__ = [
 
 #: The environment variable that turns debug mode on (Accelerate's name).
 DEBUG_VARIABLE = "ACCELERATE_DEBUG_MODE"
-_TRUE = ("1", "y", "yes", "t", "true", "on")
-_FALSE = ("", "0", "n", "no", "f", "false", "off")
 #: What ``PartialState.debug = ...`` set in this process (``None``: follow the variable).
 _chosen: list[bool | None] = [None]
 
@@ -50,15 +48,8 @@ def debug_mode() -> bool:
     ``true``, ``yes``...)."""
     if _chosen[0] is not None:
         return _chosen[0]
-    value = os.environ.get(DEBUG_VARIABLE, "").strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ValueError(
-        f"{DEBUG_VARIABLE}={os.environ[DEBUG_VARIABLE]!r} is neither true nor false; "
-        "set it to 1 (debug mode: collectives check shapes) or 0"
-    )
+    hint = "set it to 1 (debug mode: collectives check shapes) or 0"
+    return bool(env_flag(DEBUG_VARIABLE, default=False, hint=hint))
 
 
 def _digest(leaves: Sequence[torch.Tensor]) -> int:

@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 from .. import _env
+from .._flags import env_flag
 
 __all__ = [
     "clear_environment",
@@ -147,8 +148,7 @@ def is_torchdata_stateful_dataloader_available() -> bool:
 
 def is_rich_available() -> bool:
     """True when ``rich`` is installed and ``ACCELERATE_ENABLE_RICH`` is set to a true value."""
-    enabled = os.environ.get("ACCELERATE_ENABLE_RICH", "").lower() in ("1", "true", "yes", "on")
-    return enabled and _installed("rich")
+    return bool(env_flag("ACCELERATE_ENABLE_RICH", default=False)) and _installed("rich")
 
 
 def is_pytest_available() -> bool:

@@ -15,6 +15,8 @@ from typing import Any
 
 import torch
 
+from ..._flags import parse_flag
+
 __all__ = [
     "FSDP1_ONLY",
     "FullyShardedDataParallelPlugin",
@@ -27,8 +29,6 @@ __all__ = [
 WRAP_POLICIES = ("transformer_based_wrap", "size_based_wrap", "no_wrap")
 #: What ``save_state`` writes: full weights on the main process, or each rank's shards.
 STATE_DICT_TYPES = ("FULL_STATE_DICT", "SHARDED_STATE_DICT")
-_TRUE = ("1", "true", "yes", "y", "on", "t")
-_FALSE = ("0", "false", "no", "n", "off", "f")
 # FSDP1's sharding strategies, by name and by Accelerate's numbering (1-based)
 _STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
 #: Options of FSDP1 that FSDP2 has no use for (accepted, said to have no effect).
@@ -52,19 +52,6 @@ _DTYPES = {
     "float32": torch.float32,
     "float": torch.float32,
 }
-
-
-def parse_flag(value: object, name: str) -> bool:
-    """A yes/no value of an option or variable (``true``, ``1``, ``no``...); anything else is an
-    error naming ``name``."""
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in _TRUE:
-        return True
-    if text in _FALSE:
-        return False
-    raise ValueError(f"{name}={value!r} is not a yes/no value (use true or false)")
 
 
 def _env(name: str) -> str | None:

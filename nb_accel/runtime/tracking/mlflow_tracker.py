@@ -8,13 +8,10 @@ import os
 import warnings
 from typing import Any
 
+from ..._flags import env_flag
 from .base import GeneralTracker, flat_numbers, on_main_process, plain_values
 
 __all__ = ["MLflowTracker"]
-
-
-def _env_flag(value: str) -> bool:
-    return value.strip().lower() in ("1", "true", "yes", "y", "on")
 
 
 class MLflowTracker(GeneralTracker):
@@ -53,8 +50,8 @@ class MLflowTracker(GeneralTracker):
         self.tags: dict[str, Any] | None = (
             json.loads(raw_tags) if isinstance(raw_tags, str) else raw_tags
         )
-        nested = os.environ.get("MLFLOW_NESTED_RUN")
-        self.nested_run = _env_flag(nested) if nested is not None else bool(nested_run)
+        nested = env_flag("MLFLOW_NESTED_RUN", hint="use true or false")
+        self.nested_run = bool(nested_run) if nested is None else nested
         self.run_name = run_name
         self.description = description
         self.active_run: Any = None

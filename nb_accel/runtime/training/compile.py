@@ -18,6 +18,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from ..._flags import env_flag
 from ..enums import _NamedEnum
 
 __all__ = [
@@ -31,7 +32,6 @@ __all__ = [
 ]
 
 _ENV = "ACCELERATE_DYNAMO_"
-_TRUE = ("1", "true", "yes", "on", "y", "t")
 
 
 class DynamoBackend(str, _NamedEnum):
@@ -61,8 +61,7 @@ class DynamoBackend(str, _NamedEnum):
 
 
 def _env_flag(name: str) -> bool | None:
-    value = os.environ.get(_ENV + name)
-    return None if value is None else value.strip().lower() in _TRUE
+    return env_flag(_ENV + name)
 
 
 @dataclass
