@@ -18,9 +18,29 @@ import torch.distributed as dist
 
 import nb_accel
 
+#: The folder the ``trackers`` scenario's runs go to (and its MLflow store, by
+#: ``MLFLOW_TRACKING_URI``), given by the test.
+TRACKERS_FOLDER = "NB_ACCEL_TEST_TRACKERS_FOLDER"
 
-def work(scenario: str) -> dict[str, Any]:
+
+def log_then_fail() -> None:
+    """TensorBoard and MLflow runs of three steps; then rank 0 raises, without ending them,
+    while the others wait for it."""
+    folder = os.environ[TRACKERS_FOLDER]
+    accelerator = nb_accel.Accelerator(log_with=["tensorboard", "mlflow"], project_dir=folder)
+    accelerator.init_trackers("two-nodes", config={"lr": 0.1})
+    for step in range(3):
+        accelerator.log({"loss": float(step)}, step=step)
+    if accelerator.is_main_process:
+        raise RuntimeError("stopped mid-run")
+    accelerator.wait_for_everyone()  # the other ranks fail when rank 0 is gone
+
+
+def work(scenario: str) -> dict[str, Any] | None:
     """Every rank: an all-reduce over all ranks, then the scenario's twist."""
+    if scenario == "trackers":
+        log_then_fail()
+        return None
     accelerator = nb_accel.Accelerator()
     rank = accelerator.process_index
     total = torch.tensor([float(rank + 1)])

@@ -21,37 +21,23 @@ import dataclasses
 import os
 import pickle
 import socket
-import sys
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
-from multiprocessing.connection import Client
+from multiprocessing.connection import Client, Connection
 from typing import Any
 
 import cloudpickle
-import torch
 import torch.distributed as dist
 
-from ..._messages import Failure, Result, Started
+from ..._messages import Failure
 from ...errors import LaunchError, is_peer_loss
-from ..reporting.channel import EventChannel, set_current_channel
-from ..reporting.foreign_bars import report_plain_bars
-from ..reporting.relay import RelayStream
-from ..reporting.reporter import flush_reporter
-from ..state import reset_all_states
-from .accelerate_env import accelerate_environment, export_thread_count, forget_accelerate_state
-from .entrypoint import (
-    _die_with_parent,
-    _forget_inherited_process_group,
-    _kept_alive,
-    _leave_the_kernel_shell,
-    _reset_signal_handlers,
-    failure_event,
-    nccl_device,
-    result_event,
-)
+from .accelerate_env import accelerate_environment
 from .fd_forwarder import forward_file_descriptors
-from .trainer_support import set_up_training_arguments, support_trainer
+from .lifecycle import RankStart, live_as_rank
+from .outcomes import Outcome, failure_event
+from .rank_group import leave_process_group, nccl_device, use_rank_device
+from .trainer_support import set_up_training_arguments
 
 __all__ = ["NodeWorkerArgs", "node_worker_main", "global_rank"]
 
@@ -176,11 +162,7 @@ class _Node:
 
     def join_group(self) -> None:
         """Join the process group with this node's global rank."""
-        if self.args.device_type == "cuda":
-            torch.cuda.set_device(self.local_rank)
-        elif "OMP_NUM_THREADS" not in os.environ:
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // self.per_node))
-            export_thread_count()
+        use_rank_device(self.args.device_type, self.local_rank, self.per_node)
         dist.init_process_group(
             self.args.backend,
             store=dist.PrefixStore("group", self.store),
@@ -224,10 +206,10 @@ def _is_knock_on(failure: Failure) -> bool:
     return failure.is_timeout or is_peer_loss(failure.message)
 
 
-def _failure(node: _Node, exc: BaseException) -> Failure:
+def _failure(node: _Node, exc: BaseException, own_files: tuple[str, ...]) -> Failure:
     """What to report for ``exc``: another rank's original failure when this one only
     followed from it (a lost connection), else this rank's own, marked with its host."""
-    own = _with_host(failure_event(node.rank, exc, (__file__,)), node.host)
+    own = _with_host(failure_event(node.rank, exc, own_files), node.host)
     first = node.peer_failure(PEER_FAILURE_WAIT_S if _is_knock_on(own) else 0.0)
     if first is not None and first.type_name == "builtins.KeyboardInterrupt":
         stopped = LaunchError(
@@ -243,6 +225,36 @@ def _with_host(failure: Failure, host: str) -> Failure:
     return dataclasses.replace(failure, host=host)
 
 
+def _settle(node: _Node, outcome: Outcome) -> Outcome:
+    """This rank's own failure marked with its host and, when it may be the root cause,
+    relayed to the other ranks through the store."""
+    if isinstance(outcome, Failure) and outcome.rank == node.rank:
+        outcome = _with_host(outcome, node.host)
+        if not _is_knock_on(outcome):  # only a possible root cause is relayed to the others
+            node.publish_failure(outcome)
+    return outcome
+
+
+def _connect(node: _Node) -> Connection:
+    """Connect to this node's kernel: its file descriptors 1 and 2 (C++ and CUDA output,
+    ``os.write``, programs) through a forwarder, and the event channel's connection."""
+    args = node.args
+    forwarder = Client(args.address, family="AF_UNIX", authkey=args.authkey)
+    forward_file_descriptors(forwarder, node.rank)
+    forwarder.close()  # the forwarder's own now
+    return Client(args.address, family="AF_UNIX", authkey=args.authkey)
+
+
+def _run_function(node: _Node) -> Any:
+    function, fargs, fkwargs = cloudpickle.loads(node.args.payload)
+    node.check_layout()
+    node.connect_store()
+    node.claim_rank()
+    node.join_group()
+    set_up_training_arguments()  # 🤗 TrainingArguments made in the kernel: this rank's devices
+    return function(*fargs, **fkwargs)
+
+
 def node_worker_main(args: NodeWorkerArgs) -> None:
     """Run the launch's function as one rank of a multi-node group (elastic's entrypoint).
 
@@ -250,46 +262,17 @@ def node_worker_main(args: NodeWorkerArgs) -> None:
     on failure it reports and ends the process with exit code 1, which the elastic agent sees
     as this worker's failure (and restarts the group when restarts are left).
     """
-    _die_with_parent(None)
-    _reset_signal_handlers()
-    _leave_the_kernel_shell()
     node = _Node(args)
-    os.environ.update(node.environment())
-    reset_all_states()
-    forget_accelerate_state()
-    _forget_inherited_process_group()
-    forwarder = Client(args.address, family="AF_UNIX", authkey=args.authkey)
-    forward_file_descriptors(forwarder, node.rank)  # C++ and CUDA output, os.write, programs
-    forwarder.close()  # the forwarder's own now
-    channel = EventChannel(Client(args.address, family="AF_UNIX", authkey=args.authkey), node.rank)
-    set_current_channel(channel)
-    sys.stdout = RelayStream(channel, "stdout", 1)
-    sys.stderr = RelayStream(channel, "stderr", 2)
-    report_plain_bars()  # tqdm bars of every kind: rows of the launch view, not text
-    support_trainer()  # 🤗 Trainer: logs in the live chart, tqdm progress
-    channel.send(Started(node.rank, os.getpid(), node.attempt))
-    outcome: Result | Failure
-    try:
-        function, fargs, fkwargs = cloudpickle.loads(args.payload)
-        node.check_layout()
-        node.connect_store()
-        node.claim_rank()
-        node.join_group()
-        set_up_training_arguments()  # 🤗 TrainingArguments made in the kernel: this rank's
-        outcome = result_event(node.rank, function(*fargs, **fkwargs))
-    except BaseException as exc:  # noqa: BLE001 - every failure is reported to the kernel
-        outcome = _failure(node, exc)
-    if isinstance(outcome, Failure) and outcome.rank == node.rank:
-        outcome = _with_host(outcome, node.host)
-        if not _is_knock_on(outcome):  # only a possible root cause is relayed to the others
-            node.publish_failure(outcome)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    flush_reporter()
-    channel.send(outcome)
+    start = RankStart(node.rank, node.environment(), attempt=node.attempt, own_process_group=False)
+    channel, outcome = live_as_rank(
+        start,
+        lambda: _connect(node),
+        lambda: _run_function(node),
+        own_files=(__file__,),
+        explain=lambda exc, files: _failure(node, exc, files),
+        settle=lambda outcome: _settle(node, outcome),
+    )
     channel.close()
     if isinstance(outcome, Failure):
         os._exit(1)
-    if dist.is_initialized():
-        _kept_alive.append(dist.group.WORLD)
-        dist.destroy_process_group()
+    leave_process_group()

@@ -15,7 +15,6 @@ import ast
 import linecache
 import pickle
 import signal
-import sys
 import time
 from typing import Any
 
@@ -23,8 +22,8 @@ import cloudpickle
 
 from ..._messages import CellDone, Execute, Interrupt, Pull, Push, Stop
 from ..reporting.channel import EventChannel, current_channel
-from ..reporting.reporter import flush_reporter
-from .entrypoint import failure_event
+from .lifecycle import send_flushed
+from .outcomes import failure_event
 from .regroup import Settle, settle_process_group
 from .returns import dumps_result
 
@@ -169,7 +168,4 @@ def serve() -> None:
             done, stopped = _outcome(channel, command, space)
         if stopped:
             interrupted = command.cell
-        sys.stdout.flush()
-        sys.stderr.flush()
-        flush_reporter()
-        channel.send(done)
+        send_flushed(channel, done)

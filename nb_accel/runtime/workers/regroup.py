@@ -17,7 +17,7 @@ from datetime import timedelta
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from .entrypoint import nccl_device
+from .rank_group import nccl_device
 
 __all__ = ["Settle", "settle_process_group"]
 

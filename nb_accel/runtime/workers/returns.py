@@ -26,7 +26,16 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
-__all__ = ["WORKER_ONLY", "check_returnable", "cpu_reduction", "dumps_result", "find_worker_only"]
+from ..tree import recursively_apply
+
+__all__ = [
+    "WORKER_ONLY",
+    "check_returnable",
+    "cpu_reduction",
+    "dumps_result",
+    "find_worker_only",
+    "to_cpu",
+]
 
 #: The class attribute that marks a worker-only type; its value says what to return instead.
 WORKER_ONLY = "_nb_accel_worker_only"
@@ -189,3 +198,18 @@ def dumps_result(value: Any) -> bytes:
         return data
     except Exception:  # noqa: BLE001 - by value instead
         return _dumps(_CpuCloudPickler, value)
+
+
+def _leaf_to_cpu(value: Any) -> Any:
+    if isinstance(value, torch.nn.parallel.DistributedDataParallel):
+        value = value.module
+    if isinstance(value, torch.nn.Module):
+        return value.to("cpu")
+    return value if value.device.type == "cpu" else value.detach().cpu()
+
+
+def to_cpu(value: Any) -> Any:
+    """Move tensors and modules in ``value`` to the CPU (lists, tuples, dicts, nesting)."""
+    return recursively_apply(
+        _leaf_to_cpu, value, test_type=lambda x: isinstance(x, (torch.Tensor, torch.nn.Module))
+    )

@@ -1,0 +1,76 @@
+"""Every worker finishes the trackers its function left open, on every way out: after a rank
+failed, its MLflow run ends ``FAILED`` and the TensorBoard events it logged can be read, in a
+single-node launch and in a launch over two nodes (two node processes on this machine, as in
+``test_multinode.py``). The XLA lane checks the same in ``tests/xla``."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from nb_accel import Accelerator, notebook_launcher
+
+sys.path.insert(0, str(Path(__file__).parent))
+import tracker_files
+from multinode_node import TRACKERS_FOLDER
+from test_multinode import _two_nodes
+
+sys.path.remove(str(Path(__file__).parent))
+
+LOGGED = {"loss": [(0, 0.0), (1, 1.0), (2, 2.0)]}
+
+
+@pytest.fixture(autouse=True, scope="module")
+def unload_tracker_libraries() -> Iterator[None]:
+    """The libraries this module's tests loaded are unloaded after them."""
+    yield
+    tracker_files.forget_tracker_libraries()
+
+
+@pytest.fixture
+def mlflow_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
+    """An MLflow store in ``tmp_path`` (the workers inherit the environment)."""
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    return uri
+
+
+def log_then_fail(folder: str) -> None:
+    """TensorBoard and MLflow runs of three steps; then rank 0 raises, without ending them,
+    while the others wait for it."""
+    accelerator = Accelerator(log_with=["tensorboard", "mlflow"], project_dir=folder)
+    accelerator.init_trackers("one-node", config={"lr": 0.1})
+    for step in range(3):
+        accelerator.log({"loss": float(step)}, step=step)
+    if accelerator.is_main_process:
+        raise RuntimeError("stopped mid-run")
+    accelerator.wait_for_everyone()  # the other ranks fail when rank 0 is gone
+
+
+def _assert_finished_as_failed(run_folder: Path, mlflow_uri: str) -> None:
+    assert tracker_files.tensorboard_scalars(run_folder) == LOGGED
+    (run,) = tracker_files.mlflow_runs(mlflow_uri)
+    assert run["status"] == "FAILED"
+    assert run["metrics"] == LOGGED
+    assert run["params"] == {"lr": "0.1"}
+
+
+@pytest.mark.timeout(240)
+def test_a_failed_rank_finishes_its_trackers_on_one_node(tmp_path: Path, mlflow_uri: str) -> None:
+    with pytest.raises(RuntimeError, match="stopped mid-run"):
+        notebook_launcher(log_then_fail, args=(str(tmp_path),), num_processes=2)
+    _assert_finished_as_failed(tmp_path / "one-node", mlflow_uri)
+
+
+@pytest.mark.timeout(300)
+def test_a_failed_rank_finishes_its_trackers_on_two_nodes(tmp_path: Path, mlflow_uri: str) -> None:
+    env = {TRACKERS_FOLDER: str(tmp_path)}
+    node0, node1 = _two_nodes(tmp_path, "trackers", "num_nodes=2", env=env)
+    for node in (node0, node1):
+        assert node.get("error") == "RuntimeError", node
+        assert node["message"] == "stopped mid-run", node
+    _assert_finished_as_failed(tmp_path / "two-nodes", mlflow_uri)
