@@ -1,13 +1,14 @@
 """Launching on XLA devices (TPUs) through ``torch_xla``'s ``xmp.spawn``.
 
 ``notebook_launcher`` hands over to :func:`launch_xla` when :func:`xla_requested` says the
-kernel runs on a TPU runtime. The workers are forked by ``xmp.spawn`` (one process per TPU
-chip, one rank per XLA device: :mod:`.tpu_plan`) and report over one pipe, with the events
-every launch uses: their output and progress reach the cell as they happen, results come back
-in rank order, and a worker's exception is re-raised in the kernel with its type, its traceback
-as the cause and its rank in a note. What a worker process writes to its file descriptors 1 and 2
-(the TPU runtime's C++ logs, ``os.write``) reaches the cell too, and explains its death
-(:mod:`.xla_output`).
+kernel runs on a TPU runtime; it runs an :class:`XlaLauncher`, the launcher interface's
+implementation for XLA devices. The workers are forked by ``xmp.spawn`` (one process per TPU
+chip, one rank per XLA device: :mod:`.tpu_plan`; :mod:`.spawner`) and report over one pipe,
+with the events every launch uses, passed to the shared dispatcher: their output and progress
+reach the cell as they happen, results come back in rank order, and a worker's exception is
+re-raised in the kernel with its type, its traceback as the cause and its rank in a note. What
+a worker process writes to its file descriptors 1 and 2 (the TPU runtime's C++ logs,
+``os.write``) reaches the cell too, and explains its death (:mod:`.output`).
 
 ``torch_xla`` is imported only here, inside :func:`launch_xla`, and in the workers.
 """
