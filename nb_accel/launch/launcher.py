@@ -1,26 +1,28 @@
-"""``notebook_launcher`` and ``debug_launcher``: run a function on N worker processes."""
+"""``notebook_launcher`` and ``debug_launcher``: run a function on N worker processes.
+
+The launcher is chosen here, once, from the arguments and the environment: XLA devices when
+the kernel runs on a TPU runtime (:mod:`.xla.launcher`), torch's elastic agent across
+``num_nodes`` machines (:mod:`.multinode.launcher`), else this machine's processes
+(:mod:`.single_node`). Each implements :class:`~nb_accel.launch.launchers.interface.Launcher`.
+"""
 
 from __future__ import annotations
 
-import shutil
-import sys
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..config import config_path, load_config
 from .defaults import node_plan_with_defaults, plan_with_defaults
 from .failures.user_errors import for_the_user, meant_for_the_user
-from .multinode.launcher import run_nodes
+from .launchers.interface import Launcher, run_launch
+from .launchers.view import make_view
+from .multinode.launcher import NodesLauncher
 from .multinode.nodes import NodePlan
 from .payload import check_arguments, make_payload
 from .plan import LaunchPlan, sharding_for, show_notes
-from .processes import WorkerProcess, multiprocessing_helpers
-from .scratch import make_scratch_dir
-from .supervisor import WorkerGroup
-from .views.output import OutputPrinter
-from .views.text_view import TextView
-from .views.view import LaunchView, NullView, view_factory
-from .workers import start_workers
+from .processes import multiprocessing_helpers
+from .single_node import SingleNodeLauncher
+from .views.view import LaunchView
 from .xla.launcher import launch_xla, xla_requested
 
 __all__ = ["notebook_launcher", "debug_launcher"]
@@ -29,56 +31,21 @@ __all__ = ["notebook_launcher", "debug_launcher"]
 def _make_view(
     plan: LaunchPlan, nodes: NodePlan, show_progress: bool, all_ranks_metrics: bool
 ) -> LaunchView:
-    """The registered front end's view (a widget in a notebook, titled with the launch's
-    line), else the launch's line printed and the text view."""
+    """The launch's view, titled with the launch's line (a row per rank of this node)."""
     title = plan.describe(world_size=nodes.num_nodes * plan.num_processes)
     if nodes.multi_node:
         title += "; " + nodes.describe(plan.num_processes)
     first_rank = nodes.node_rank * plan.num_processes
-    factory = view_factory() if show_progress else None
-    extra = {"first_rank": first_rank} if first_rank else {}
-    view = factory(title, plan.num_processes, all_ranks_metrics, **extra) if factory else None
-    if view is not None:
-        return view  # a widget, whose header is the title
-    print(title, flush=True)
-    sys.stderr.flush()
-    if not show_progress:
-        return NullView()
-    return TextView(plan.num_processes, first_rank=first_rank)
+    return make_view(title, plan.num_processes, show_progress, all_ranks_metrics, first_rank)
 
 
-def _run(
+def _launcher(
     plan: LaunchPlan, nodes: NodePlan, payload: bytes, prefix_output: bool, view: LaunchView
-) -> Any:
-    with multiprocessing_helpers(plan.start_method):
-        if nodes.multi_node:
-            return run_nodes(plan, nodes, payload, prefix_output, view)
-        return _run_group(plan, payload, prefix_output, view)
-
-
-def _run_group(
-    plan: LaunchPlan, payload: bytes, prefix_output: bool, view: LaunchView
-) -> list[Any] | BaseException:
-    store_dir = make_scratch_dir("launch")
-    workers: list[WorkerProcess] = []
-    group: WorkerGroup | None = None
-    succeeded = False
-    printer = OutputPrinter(plan.num_processes, prefix_output, view=view)
-    try:
-        start_workers(plan, store_dir, payload, workers)
-        group = WorkerGroup(
-            workers, printer, plan.timeout_s, printer.view, flush_output=printer.flush_due
-        )
-        outcome = group.wait()
-        succeeded = not isinstance(outcome, BaseException)
-        return outcome
-    finally:
-        printer.view.finished(succeeded)  # the held output first
-        if group is None:
-            group = WorkerGroup(workers, printer, plan.timeout_s)
-        group.stop(graceful=succeeded)
-        printer.flush()  # what the workers wrote to their descriptors on their way out
-        shutil.rmtree(store_dir, ignore_errors=True)
+) -> Launcher:
+    """The launcher of a launch on CPUs or GPUs: across the nodes, or on this one."""
+    if nodes.multi_node:
+        return NodesLauncher(plan, nodes, payload, prefix_output, view)
+    return SingleNodeLauncher(plan, payload, prefix_output, view)
 
 
 def _check_call(function: object, args: object, kwargs: object) -> None:
@@ -235,7 +202,8 @@ def notebook_launcher(
         payload = make_payload(function, args, kwargs or {})
         show_notes(plan)
         view = _make_view(plan, nodes, show_progress, all_ranks_metrics)
-        outcome = _run(plan, nodes, payload, prefix_output, view)
+        with multiprocessing_helpers(plan.start_method):
+            outcome = run_launch(_launcher(plan, nodes, payload, prefix_output, view))
         if isinstance(outcome, BaseException):
             raise outcome
     except BaseException as error:

@@ -34,13 +34,15 @@ from ..runtime.workers.pool_worker import serve
 from ..runtime.workers.regroup import Settle
 from .defaults import plan_with_defaults
 from .failures.failure_log import FailureLog
+from .launchers.interface import Launcher
+from .launchers.outcome import failure_outcome
 from .payload import make_payload
 from .plan import LaunchPlan, show_notes
 from .processes import WorkerProcess, multiprocessing_helpers
 from .scratch import make_scratch_dir
 from .supervisor import WorkerGroup
 from .views.output import OutputPrinter
-from .views.view import LaunchView
+from .views.view import LaunchView, NullView
 from .workers import start_workers
 
 __all__ = ["INTERRUPT_GRACE_S", "RankStatus", "WorkerPool"]
@@ -85,14 +87,12 @@ class _PoolGroup(WorkerGroup):
     def _flush_due(self) -> float | None:
         return self.printer.flush_due()
 
-    def _handle(self, event: Event) -> None:
-        if isinstance(event, CellDone):
-            if event.cell == self.cell:
-                self.done[event.rank] = event
-                if self._view is not None and event.failure is None:
-                    self._view.returned(event.rank)
-        else:
-            super()._handle(event)
+    def other(self, event: Event, sender: Any) -> None:
+        """Keep the current command's :class:`CellDone` events."""
+        if isinstance(event, CellDone) and event.cell == self.cell:
+            self.done[event.rank] = event
+            if event.failure is None:
+                self.events.view.returned(event.rank)
 
     def _drain(self, worker: WorkerProcess) -> None:
         """Read ``worker``'s waiting events with SIGINT held back: an interrupt must not land in
@@ -115,7 +115,7 @@ class _PoolGroup(WorkerGroup):
 
     def watch(self, view: LaunchView | None, timeout: float | None) -> None:
         """Wait for events (or ``timeout``) and handle them."""
-        self._view = self._failures.view = view
+        self.events.set_view(view)
         self._watch_once(timeout)
 
 
@@ -130,8 +130,9 @@ def _memory_mb(pid: int) -> float | None:
     return None
 
 
-class WorkerPool:
-    """Persistent workers for ``%%distributed`` cells.
+class WorkerPool(Launcher):
+    """Persistent workers for ``%%distributed`` cells: a launcher whose workers run each
+    command sent to them (:meth:`run`) until it is stopped.
 
     Args:
         num_processes: number of ranks; ``None``: the saved configuration's, else as
@@ -158,6 +159,9 @@ class WorkerPool:
         self._helpers = contextlib.ExitStack()
         self._cell = 0
         self._unsettled = False  # a command failed or was interrupted since the last Settle
+        self._waiting_for: list[int] = []  # the ranks the current command was sent to
+        #: The current command's view.
+        self.view: LaunchView = NullView()
 
     @property
     def world_size(self) -> int:
@@ -240,10 +244,11 @@ class WorkerPool:
             )
         return chosen
 
-    def _group_or_fail(self) -> _PoolGroup:
+    def _group_or_fail(self, note_exits: bool = True) -> _PoolGroup:
         if self._group is None:
             raise RuntimeError("the pool is not started: %distributed start -n N")
-        self._group.note_exits()
+        if note_exits:
+            self._group.note_exits()
         if self._group.dead_ranks():
             self._died(self._group)
         return self._group
@@ -279,15 +284,26 @@ class WorkerPool:
             except OSError:  # the worker has just died: say so
                 group.note_exits()
                 self._died(group)
+        self._waiting_for, self.view = targets, printer.view
         try:
-            self._wait(group, targets, printer.view, None)
+            outcome = self.wait()
         except KeyboardInterrupt:
             self._unsettled = True
             self._interrupt(group, targets, printer.view)
             raise
         finally:
             printer.flush()
-        return self._outcome(group, targets, printer.view)
+        if isinstance(outcome, BaseException):
+            raise outcome
+        return outcome
+
+    def wait(self) -> dict[int, CellDone] | BaseException:
+        """Wait until every rank the current command went to has done it; returns their
+        replies by rank, or the exception for the command's failures (a worker's death is
+        raised, the pool stopped)."""
+        group = self._group_or_fail(note_exits=False)
+        self._wait(group, self._waiting_for, self.view, None)
+        return self._outcome(group, self._waiting_for, self.view)
 
     def _wait(
         self, group: _PoolGroup, targets: list[int], view: LaunchView | None, until: float | None
@@ -348,7 +364,7 @@ class WorkerPool:
 
     def _outcome(
         self, group: _PoolGroup, targets: list[int], view: LaunchView | None = None
-    ) -> dict[int, CellDone]:
+    ) -> dict[int, CellDone] | BaseException:
         done = {rank: group.done[rank] for rank in targets}
         log = FailureLog(view)  # the root cause shown failed, its knock-on failures stopped
         for reply in group.done.values():  # in the order they arrived
@@ -356,9 +372,10 @@ class WorkerPool:
                 log.add_event(reply.failure)
         if log:
             self._unsettled = True
-            log.settle()
-            status = {r: "finished the cell" for r, d in done.items() if d.failure is None}
-            raise log.exception(self.world_size, status, self.plan.timeout_s)
+            finished = [r for r, d in done.items() if d.failure is None]
+            return failure_outcome(
+                log, self.world_size, self.plan.timeout_s, finished, finished_as="finished the cell"
+            )
         return done
 
     def execute(

@@ -9,18 +9,18 @@ KeyboardInterrupt), :meth:`WorkerGroup.stop` leaves no process behind.
 
 from __future__ import annotations
 
-import pickle
 import select
-import signal
 import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
 
-from .._messages import Event, Failure, Output, Report, Result, Started, decode
-from ..errors import LaunchError
+from .._messages import Output, decode
 from .failures.failure_log import FailureLog
 from .failures.verdict import died_failure
+from .launchers.dispatch import DispatchHooks, EventDispatcher
+from .launchers.outcome import launch_outcome
+from .launchers.stopping import EXIT_GRACE_S, stop_processes
 from .processes import WorkerProcess
 from .views.view import LaunchView
 
@@ -31,16 +31,14 @@ COLLECT_WINDOW_S = 0.05
 #: The same while every failure so far looks like a consequence (a lost connection, a timed-out
 #: collective): the failure that caused it may still be on its way (seconds).
 EXPLAIN_WINDOW_S = 1.0
-#: Grace between SIGTERM and SIGKILL when stopping workers (seconds).
-STOP_GRACE_S = 1.0
-#: How long a worker that reported its result may take to exit on its own (seconds).
-EXIT_GRACE_S = 5.0
-#: How often a launch view is ticked (seconds).
-TICK_S = 1.0
 
 
-class WorkerGroup:
+class WorkerGroup(DispatchHooks):
     """The workers of one launch, watched together until all return or one fails.
+
+    Their events go to an :class:`~nb_accel.launch.launchers.dispatch.EventDispatcher`
+    (:attr:`events`); what a worker wrote to its file descriptors is shown before each change
+    of its state.
 
     Args:
         workers: the started workers, one per rank, in rank order.
@@ -61,13 +59,8 @@ class WorkerGroup:
         flush_output: Callable[[], float | None] | None = None,
     ) -> None:
         self.workers = workers
-        self._on_output = on_output
-        self._flush_output = flush_output
-        self._view = view
-        self._next_tick = time.monotonic() + TICK_S
+        self.events = EventDispatcher(on_output, view, self, flush_output)
         self._timeout_s = timeout_s
-        self._results: dict[int, bytes] = {}
-        self._failures = FailureLog(view)
         self._exited: set[int] = set()
         self._open = {w.rank: w for w in workers}
         self._pollers: dict[int, select.poll] = {}
@@ -78,36 +71,28 @@ class WorkerGroup:
         """Number of ranks."""
         return len(self.workers)
 
-    def _handle(self, event: Event) -> None:
-        if isinstance(event, Output):
-            self._on_output(event)
-        elif isinstance(event, Report):
-            if self._view is not None:
-                self._view.report(event)
-        elif isinstance(event, Result):
-            self._results[event.rank] = event.data
-            if self._view is not None:
-                self._view.returned(event.rank)
-        elif isinstance(event, Failure):
-            self._failures.add_event(event)
-        elif isinstance(event, Started) and self._view is not None:
-            self._view.started(event.rank, event.pid)
+    @property
+    def _failures(self) -> FailureLog:
+        return self.events.failures
+
+    def before_change(self, sender: Any) -> None:
+        """Show what ``sender`` (a worker) wrote to its file descriptors so far."""
+        if isinstance(sender, WorkerProcess):
+            self._read_captured(sender)
+
+    def rank_of(self, sender: Any) -> int | None:
+        """The rank of ``sender`` (a worker)."""
+        return sender.rank if isinstance(sender, WorkerProcess) else None
 
     def _drain(self, worker: WorkerProcess) -> None:
-        """Read every event waiting on ``worker``'s connection; close it at end of stream.
-
-        What the worker wrote to its file descriptors before an event that changes its state
-        (a result, a failure) is shown before that event is handled."""
+        """Read every event waiting on ``worker``'s connection; close it at end of stream."""
         try:
             waiting = self._pollers.get(worker.rank)
             if waiting is None:  # one poll object per connection, not a selector per event
                 waiting = self._pollers[worker.rank] = select.poll()
                 waiting.register(worker.conn.fileno(), select.POLLIN)
             while waiting.poll(0):
-                event = decode(worker.conn.recv_bytes())
-                if not isinstance(event, (Output, Report)):
-                    self._read_captured(worker)
-                self._handle(event)
+                self.events.handle(decode(worker.conn.recv_bytes()), worker)
         except (EOFError, OSError):
             self._open.pop(worker.rank, None)
 
@@ -117,7 +102,7 @@ class WorkerGroup:
         if captured is not None:
             events = captured.read_all() if fd is None else captured.read(fd)
             for event in events:
-                self._on_output(event)
+                self.events.on_output(event)
 
     def _note_exit(self, worker: WorkerProcess) -> None:
         self._drain(worker)
@@ -126,13 +111,13 @@ class WorkerGroup:
         last_words = ""
         if worker.captured is not None:  # all the worker wrote is in the pipes by now
             for event in worker.captured.finish():
-                self._on_output(event)
+                self.events.on_output(event)
             last_words = worker.captured.last_words
-        if worker.rank not in self._results and worker.rank not in self._failures.ranks:
+        if worker.rank not in self.events.results and worker.rank not in self._failures.ranks:
             self._failures.add(died_failure(worker.rank, worker.pid, worker.poll(), last_words))
 
     def _settled(self, rank: int) -> bool:
-        return rank in self._results or rank in self._failures.ranks or rank in self._exited
+        return rank in self.events.results or rank in self._failures.ranks or rank in self._exited
 
     def _watch_once(self, timeout: float | None) -> None:
         by_fd: dict[Any, WorkerProcess] = {}
@@ -146,14 +131,7 @@ class WorkerGroup:
                     pipes.update(dict.fromkeys(worker.captured.fds, worker))
         if not by_fd:
             return
-        if self._view is not None:
-            now = time.monotonic()
-            if now >= self._next_tick:
-                self._view.tick()
-                self._next_tick = now + TICK_S
-            until_tick = self._next_tick - now
-            timeout = until_tick if timeout is None else min(timeout, until_tick)
-        if self._flush_output is not None and (due := self._flush_output()) is not None:
+        if (due := self.events.wake()) is not None:
             timeout = due if timeout is None else min(timeout, due)
         ready = wait([*by_fd, *pipes], timeout)
         exits = [by_fd[r] for r in ready if isinstance(r, int) and r not in pipes]
@@ -173,9 +151,10 @@ class WorkerGroup:
         (the group is stopped already then).
         """
         first_failure: float | None = None
+        results = self.events.results
         while True:
             if all(self._settled(r) for r in range(self.world_size)) and (
-                self._failures or len(self._results) == self.world_size
+                self._failures or len(results) == self.world_size
             ):
                 break
             remaining: float | None = None
@@ -187,39 +166,11 @@ class WorkerGroup:
                 if remaining <= 0:
                     break
             self._watch_once(remaining)
-        if self._failures:
-            unfinished = [r for r in range(self.world_size) if r not in self._results]
-            self._failures.settle(unfinished)
+        ranks = range(self.world_size)
+        outcome = launch_outcome(results, self._failures, ranks, self.world_size, self._timeout_s)
+        if isinstance(outcome, BaseException):
             self.stop()
-            return self._exception()
-        return [self._load_result(rank) for rank in range(self.world_size)]
-
-    def _load_result(self, rank: int) -> Any:
-        try:
-            return pickle.loads(self._results[rank])
-        except Exception as exc:
-            raise LaunchError(
-                f"rank {rank}'s return value could not be loaded in the kernel ({exc!r}); "
-                "return plain data (numbers, tensors, lists, dicts) instead"
-            ) from exc
-
-    def _exception(self) -> BaseException:
-        status: dict[int, str] = {}
-        for rank in range(self.world_size):
-            if rank in self._results:
-                status[rank] = "had already returned"
-        for failure in self._failures.records:
-            status.setdefault(failure.rank, f"failed with {failure.first_line}")
-        return self._failures.exception(self.world_size, status, self._timeout_s)
-
-    def _wait_exits(self, grace: float) -> None:
-        deadline = time.monotonic() + grace
-        while True:
-            alive = [w for w in self.workers if w.poll() is None]
-            remaining = deadline - time.monotonic()
-            if not alive or remaining <= 0:
-                return
-            wait([w.sentinel for w in alive], remaining)
+        return outcome
 
     def stop(self, graceful: bool = False) -> None:
         """Stop every worker and reap it: SIGTERM, a short grace, then SIGKILL.
@@ -229,18 +180,10 @@ class WorkerGroup:
         if self._stopped:
             return
         self._stopped = True
-        if graceful:
-            self._wait_exits(EXIT_GRACE_S)
-        for worker in self.workers:
-            if worker.poll() is None:
-                worker.signal(signal.SIGTERM)
-        self._wait_exits(STOP_GRACE_S)
-        for worker in self.workers:
-            # Also reaches anything the worker started (its process group).
-            worker.signal(signal.SIGKILL)
+        stop_processes(self.workers, EXIT_GRACE_S if graceful else 0.0)
         for worker in self.workers:
             worker.reap()
             if worker.captured is not None and worker.rank not in self._exited:
                 for event in worker.captured.finish():  # its last words, if it had any
-                    self._on_output(event)
+                    self.events.on_output(event)
             worker.close()

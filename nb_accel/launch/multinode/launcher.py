@@ -20,17 +20,18 @@ import dataclasses
 import functools
 import logging
 import os
-import pickle
 import secrets
 import shutil
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..._openmp import release_openmp_threads
 from ...errors import LaunchError, WorkerFailure
 from ...runtime.workers.node_worker import NodeWorkerArgs, global_rank, node_worker_main
 from ..failures.verdict import died_failure
+from ..launchers.interface import Launcher, run_launch
+from ..launchers.outcome import launch_outcome
 from ..plan import LaunchPlan
 from ..scratch import make_scratch_dir
 from ..views.output import OutputPrinter
@@ -41,7 +42,7 @@ from .node_addresses import NodeNetwork
 from .node_events import NodeEvents, NodeView
 from .nodes import NodePlan
 
-__all__ = ["run_nodes"]
+__all__ = ["NodesLauncher", "run_nodes"]
 
 _SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 _ELASTIC_LOGGERS = (
@@ -132,16 +133,12 @@ def _outcome(
     world = plan.num_processes * nodes.num_nodes
     ranks = [global_rank(nodes.node_rank, i, plan.num_processes) for i in range(plan.num_processes)]
     log = events.failures
-    if not failures and not log and all(rank in events.results for rank in ranks):
-        return [pickle.loads(events.results[rank]) for rank in ranks]
-    if not log and failures:
+    if failures and not log:
         for record in _failed_workers(failures, plan, nodes, events.stderr_tail):
             log.add(record)
-    if not log:
+    if not log and not all(rank in events.results for rank in ranks):
         return LaunchError("the workers ended without reporting a result")
-    log.settle(rank for rank in ranks if rank not in events.results)
-    status = {rank: "had already returned" for rank in ranks if rank in events.results}
-    return log.exception(world, status, plan.timeout_s)
+    return launch_outcome(events.results, log, ranks, world, plan.timeout_s)
 
 
 def _launch_config(plan: LaunchPlan, nodes: NodePlan, log_dir: str, network: NodeNetwork) -> Any:
@@ -165,48 +162,80 @@ def _with_env(args: NodeWorkerArgs, extra: dict[str, str]) -> tuple[NodeWorkerAr
     return (dataclasses.replace(args, env={**args.env, **extra}),)
 
 
-def run_nodes(
-    plan: LaunchPlan, nodes: NodePlan, payload: bytes, prefix_output: bool, view: LaunchView
-) -> list[Any] | BaseException:
-    """Run this node's share of a multi-node launch; returns its ranks' results in rank order,
-    or the exception to raise (a worker's own, or a :class:`LaunchError` for the rendezvous).
-    """
-    from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.rendezvous.api import RendezvousError
+class NodesLauncher(Launcher):
+    """This node's share of a multi-node launch, through torch's elastic agent.
 
-    authkey = secrets.token_bytes(32)
-    world = plan.num_processes * nodes.num_nodes
-    first = global_rank(nodes.node_rank, 0, plan.num_processes)
-    printer = OutputPrinter(world, prefix_output, view=view)
-    view = printer.view  # the held output is written before each change of a rank's state
-    events = NodeEvents(printer, NodeView(view, first, plan.num_processes), authkey)
-    log_dir = make_scratch_dir("nodes")
-    args = NodeWorkerArgs(
-        address=events.address,
-        authkey=authkey,
-        node_rank=nodes.node_rank,
-        num_nodes=nodes.num_nodes,
-        backend=plan.backend,
-        device_type=plan.device_type,
-        timeout_s=plan.timeout_s,
-        mixed_precision=plan.mixed_precision,
-        payload=payload,
-        env=worker_env(plan, single_node=False),
-    )
-    failures: dict[int, Any] | None = None
-    outcome: list[Any] | BaseException | None = None
-    interrupted = False
-    network = NodeNetwork(nodes.rdzv_endpoint or "", nodes.node_rank, plan.backend)
-    config = _launch_config(plan, nodes, log_dir, network)
-    try:
-        if plan.start_method == "fork":
-            release_openmp_threads()  # see nb_accel._openmp
+    Args:
+        plan: the launch's plan (``num_processes`` ranks on each node).
+        nodes: the nodes and their rendezvous.
+        payload: the pickled function and its arguments.
+        prefix_output: prefix each line of output with its rank.
+        view: the launch's view, a row for each of this node's ranks.
+    """
+
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        nodes: NodePlan,
+        payload: bytes,
+        prefix_output: bool,
+        view: LaunchView,
+    ) -> None:
+        self._plan = plan
+        self._nodes = nodes
+        self._payload = payload
+        world = plan.num_processes * nodes.num_nodes
+        self._printer = OutputPrinter(world, prefix_output, view=view)
+        self.view = self._printer.view  # the held output first at each change of state
+        self._events: NodeEvents | None = None
+        self._log_dir: str | None = None
+        self._run: Callable[[], Any] | None = None
+
+    def start(self) -> None:
+        """Listen for this node's workers and make the agent's configuration; the workers
+        start once the nodes meet (in :meth:`wait`)."""
+        plan, nodes = self._plan, self._nodes
+        authkey = secrets.token_bytes(32)
+        first = global_rank(nodes.node_rank, 0, plan.num_processes)
+        node_view = NodeView(self.view, first, plan.num_processes)
+        self._events = events = NodeEvents(self._printer, node_view, authkey)
+        self._log_dir = make_scratch_dir("nodes")
+        args = NodeWorkerArgs(
+            address=events.address,
+            authkey=authkey,
+            node_rank=nodes.node_rank,
+            num_nodes=nodes.num_nodes,
+            backend=plan.backend,
+            device_type=plan.device_type,
+            timeout_s=plan.timeout_s,
+            mixed_precision=plan.mixed_precision,
+            payload=self._payload,
+            env=worker_env(plan, single_node=False),
+        )
+        network = NodeNetwork(nodes.rdzv_endpoint or "", nodes.node_rank, plan.backend)
+        config = _launch_config(plan, nodes, self._log_dir, network)
+        make_args = functools.partial(_with_env, args)
+        self._run = functools.partial(
+            run_agent, config, node_worker_main, make_args, nodes.node_rank == 0, network
+        )
+
+    def wait(self) -> list[Any] | BaseException:
+        """Meet the other nodes, run this node's workers (restarting the group while
+        ``max_restarts`` allows) and return their results or the exception to raise (a
+        worker's own, or a :class:`LaunchError` for the rendezvous)."""
+        assert self._events is not None and self._run is not None, "start() first"
+        from torch.distributed.elastic.multiprocessing.api import SignalException
+        from torch.distributed.elastic.rendezvous.api import RendezvousError
+
+        events = self._events
+        failures: dict[int, Any] | None = None
+        outcome: list[Any] | BaseException | None = None
+        interrupted = False
         try:
+            if self._plan.start_method == "fork":
+                release_openmp_threads()  # see nb_accel._openmp
             with _kernel_untouched():
-                make_args = functools.partial(_with_env, args)
-                result = run_agent(
-                    config, node_worker_main, make_args, nodes.node_rank == 0, network
-                )
+                result = self._run()
             failures = dict(result.failures) if result.is_failed() else None
             del result
         except SignalException as stopped:
@@ -218,21 +247,43 @@ def run_nodes(
         except LaunchError as problem:  # the nodes cannot meet: raised on every node at once
             outcome = problem
         except RendezvousError as problem:
-            lost = _rendezvous_error(problem, nodes, events.started)
-            failed = _outcome(events, None, plan, nodes) if events.failures else None
-            if isinstance(failed, BaseException):  # it went while restarting after a failure
-                if hasattr(failed, "add_note"):  # Python 3.11+
-                    failed.add_note(f"Restarting afterwards failed: {lost}")
-                outcome = failed
-            else:
-                outcome = lost
+            outcome = self._lost(problem)
         finally:
-            events.close()
-            shutil.rmtree(log_dir, ignore_errors=True)
+            self.stop()  # every event heard before the outcome is made
         if interrupted:  # raised here, so it keeps none of the agent's frames (and its store)
             raise KeyboardInterrupt
         if outcome is None:
-            outcome = _outcome(events, failures, plan, nodes)
+            outcome = _outcome(events, failures, self._plan, self._nodes)
         return outcome
-    finally:
-        view.finished(outcome is not None and not isinstance(outcome, BaseException))
+
+    def _lost(self, problem: Exception) -> BaseException:
+        """The error for a rendezvous ``problem``; a failure that came before it (it went
+        while restarting after the failure) wins, with a note."""
+        assert self._events is not None
+        events = self._events
+        lost = _rendezvous_error(problem, self._nodes, events.workers_started)
+        failed = _outcome(events, None, self._plan, self._nodes) if events.failures else None
+        if not isinstance(failed, BaseException):
+            return lost
+        if hasattr(failed, "add_note"):  # Python 3.11+
+            failed.add_note(f"Restarting afterwards failed: {lost}")
+        return failed
+
+    def stop(self, graceful: bool = False) -> None:
+        """Stop listening for the workers (the elastic agent has stopped them) and remove
+        the agent's scratch folder."""
+        events, self._events = self._events, None
+        if events is not None:
+            events.close()
+        if self._log_dir is not None:
+            shutil.rmtree(self._log_dir, ignore_errors=True)
+            self._log_dir = None
+
+
+def run_nodes(
+    plan: LaunchPlan, nodes: NodePlan, payload: bytes, prefix_output: bool, view: LaunchView
+) -> list[Any] | BaseException:
+    """Run this node's share of a multi-node launch; returns its ranks' results in rank order,
+    or the exception to raise (a worker's own, or a :class:`LaunchError` for the rendezvous).
+    """
+    return run_launch(NodesLauncher(plan, nodes, payload, prefix_output, view))

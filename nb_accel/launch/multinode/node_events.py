@@ -14,21 +14,18 @@ import dataclasses
 import os
 import secrets
 import threading
-import time
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener, wait
+from typing import Any
 
-from ..._messages import Event, Failure, Output, Report, Result, Started, decode
-from ...errors import WorkerFailure
+from ..._messages import Output, Report, Started, decode
 from ..captured import TAIL_BYTES
 from ..failures.failure_log import FailureLog
+from ..launchers.dispatch import DispatchHooks, EventDispatcher
 from ..views.output import OutputPrinter
 from ..views.view import LaunchView
 
 __all__ = ["NodeEvents", "NodeView"]
-
-#: How often the launch view is ticked (seconds).
-TICK_S = 1.0
 
 
 class NodeView:
@@ -78,8 +75,12 @@ class NodeView:
         self._view.finished(ok)
 
 
-class NodeEvents:
+class NodeEvents(DispatchHooks):
     """Listens for one node's workers and keeps what they report.
+
+    Their events go to an :class:`~nb_accel.launch.launchers.dispatch.EventDispatcher`, this
+    object being its hooks: events are told apart by connection, and a connection of an attempt
+    the group was restarted after counts no more.
 
     Args:
         on_output: given each :class:`Output` event (and asked to write held-back output
@@ -94,28 +95,36 @@ class NodeEvents:
     def __init__(self, on_output: OutputPrinter, view: LaunchView, authkey: bytes) -> None:
         self.address = f"\0nb_accel-node-{os.getpid()}-{secrets.token_hex(8)}"
         self._authkey = authkey
-        self._on_output = on_output
-        self._view = view
+        self._printer = on_output
+        self.events = EventDispatcher(self._output, view, self, on_output.flush_due)
         self._listener = Listener(self.address, family="AF_UNIX", authkey=authkey)
         self._lock = threading.Lock()
         self._new: list[Connection] = []
         self._attempt_of: dict[Connection, int] = {}
         self._rank_of: dict[Connection, int] = {}
         self._attempt = 0
-        self.results: dict[int, bytes] = {}
         #: The end of what each rank wrote to stderr (its file descriptor 2 included): a rank
         #: that died without reporting is judged by its last words (NCCL's watchdog, say).
         self.stderr_tail: dict[int, str] = {}
-        #: This attempt's failures (the view shows the root cause as failed, the rest stopped).
-        self.failures = FailureLog(view)
         #: Whether any worker has started (so the rendezvous was reached).
-        self.started = False
+        self.workers_started = False
         self._closing = threading.Event()
         self._wake_read, self._wake_write = os.pipe()
         self._acceptor = threading.Thread(target=self._accept, name="nb_accel-accept", daemon=True)
         self._pump = threading.Thread(target=self._run, name="nb_accel-events", daemon=True)
         self._acceptor.start()
         self._pump.start()
+
+    @property
+    def results(self) -> dict[int, bytes]:
+        """This attempt's results (pickled), by rank."""
+        return self.events.results
+
+    @property
+    def failures(self) -> FailureLog:
+        """This attempt's failures (the view shows the root cause as failed, the rest
+        stopped)."""
+        return self.events.failures
 
     @property
     def attempt(self) -> int:
@@ -139,18 +148,14 @@ class NodeEvents:
 
     def _run(self) -> None:
         open_conns: list[Connection] = []
-        next_tick = time.monotonic() + TICK_S
         while True:
             with self._lock:
                 open_conns.extend(self._new)
                 self._new.clear()
             if self._closing.is_set() and not open_conns:
                 return
-            timeout = max(0.0, next_tick - time.monotonic())
-            if self._closing.is_set():
-                timeout = 0.0
-            if (due := self._on_output.flush_due()) is not None:
-                timeout = min(timeout, due)
+            due = self.events.wake()
+            timeout = 0.0 if self._closing.is_set() else max(0.0, due or 0.0)
             ready = wait([*open_conns, self._wake_read], timeout)
             for item in ready:
                 if item == self._wake_read:
@@ -164,53 +169,39 @@ class NodeEvents:
                 for conn in open_conns:
                     conn.close()
                 return
-            if time.monotonic() >= next_tick:
-                self._view.tick()
-                next_tick = time.monotonic() + TICK_S
 
     def _drain(self, conn: Connection) -> bool:
         """Handle the events waiting on ``conn``; False at its end."""
         try:
             while conn.poll():
-                self._handle(conn, decode(conn.recv_bytes()))
+                self.events.handle(decode(conn.recv_bytes()), conn)
         except (EOFError, OSError):
             return False
         return True
 
-    def _handle(self, conn: Connection, event: Event) -> None:
-        if isinstance(event, Output):
-            if event.stream == "stderr":
-                tail = self.stderr_tail.get(event.rank, "") + event.text
-                self.stderr_tail[event.rank] = tail[-TAIL_BYTES:]
-            self._on_output(event)
-            return
-        if isinstance(event, Started):
-            self.started = True
-            self._attempt_of[conn] = event.attempt
-            self._rank_of[conn] = event.rank
-            if event.attempt > self._attempt:
-                self._attempt = event.attempt
-                self.results.clear()
-                self.failures = FailureLog(self._view)
-            self._view.started(event.rank, event.pid)
-            return
-        if self._attempt_of.get(conn, -1) != self._attempt:
-            return  # a late word from an attempt the group was restarted after
-        if isinstance(event, Report):
-            self._view.report(event)
-        elif isinstance(event, Result):
-            self.results[event.rank] = event.data
-            self._view.returned(event.rank)
-        elif isinstance(event, Failure):
-            if not any(self._same(event, seen) for seen in self.failures.records):
-                self.failures.add_event(event)
-            sender = self._rank_of.get(conn, event.rank)
-            if sender != event.rank:  # it lost its peers and reports the failure that did it
-                self.failures.add_stopped(sender)
+    def _output(self, event: Output) -> None:
+        """Keep the end of each rank's stderr, and print."""
+        if event.stream == "stderr":
+            tail = self.stderr_tail.get(event.rank, "") + event.text
+            self.stderr_tail[event.rank] = tail[-TAIL_BYTES:]
+        self._printer(event)
 
-    @staticmethod
-    def _same(a: Failure, b: WorkerFailure) -> bool:
-        return (a.rank, a.type_name, a.message) == (b.rank, b.type_name, b.message)
+    def started(self, event: Started, sender: Any) -> None:
+        """Note the attempt of ``sender`` (the connection); a newer attempt starts afresh."""
+        self.workers_started = True
+        self._attempt_of[sender] = event.attempt
+        self._rank_of[sender] = event.rank
+        if event.attempt > self._attempt:
+            self._attempt = event.attempt
+            self.events.new_attempt()
+
+    def current(self, sender: Any) -> bool:
+        """Whether ``sender`` (a connection) belongs to the newest attempt."""
+        return self._attempt_of.get(sender, -1) == self._attempt
+
+    def rank_of(self, sender: Any) -> int | None:
+        """The rank that opened ``sender`` (a connection)."""
+        return self._rank_of.get(sender)
 
     def close(self) -> None:
         """Stop listening, hear out the open connections, and end both threads."""

@@ -1,13 +1,14 @@
 """Launching on XLA devices (TPUs) through ``torch_xla``'s ``xmp.spawn``.
 
 ``notebook_launcher`` hands over to :func:`launch_xla` when :func:`xla_requested` says the
-kernel runs on a TPU runtime. The workers are forked by ``xmp.spawn`` (one process per TPU
-chip, one rank per XLA device: :mod:`.tpu_plan`) and report over one pipe, with the events
-every launch uses: their output and progress reach the cell as they happen, results come back
-in rank order, and a worker's exception is re-raised in the kernel with its type, its traceback
-as the cause and its rank in a note. What a worker process writes to its file descriptors 1 and 2
-(the TPU runtime's C++ logs, ``os.write``) reaches the cell too, and explains its death
-(:mod:`.xla_output`).
+kernel runs on a TPU runtime; it runs an :class:`XlaLauncher`, the launcher interface's
+implementation for XLA devices. The workers are forked by ``xmp.spawn`` (one process per TPU
+chip, one rank per XLA device: :mod:`.tpu_plan`; :mod:`.spawner`) and report over one pipe,
+with the events every launch uses, passed to the shared dispatcher: their output and progress
+reach the cell as they happen, results come back in rank order, and a worker's exception is
+re-raised in the kernel with its type, its traceback as the cause and its rank in a note. What
+a worker process writes to its file descriptors 1 and 2 (the TPU runtime's C++ logs,
+``os.write``) reaches the cell too, and explains its death (:mod:`.output`).
 
 ``torch_xla`` is imported only here, inside :func:`launch_xla`, and in the workers.
 """
@@ -16,40 +17,36 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import pickle
-import signal
-import sys
-import threading
-import time
 from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import wait
 from typing import Any
 
-from ..._messages import Event, Failure, Output, Report, Result, Started, decode
+from ..._messages import Output, Started, decode
 from ...config import load_config
 from ...errors import LaunchError, WorkerDiedError
-from ..failures.failure_log import FailureLog
+from ..launchers.dispatch import DispatchHooks, EventDispatcher
+from ..launchers.interface import Launcher, run_launch
+from ..launchers.outcome import failure_outcome, load_result
+from ..launchers.stopping import stop_processes
+from ..launchers.view import make_view
 from ..payload import make_payload
 from ..views.output import OutputPrinter
-from ..views.text_view import TextView
-from ..views.view import LaunchView, NullView, view_factory
 from .output import ProcessOutputs
 from .settings import xla_worker_settings
+from .spawner import Spawner, new_children
 from .tpu_plan import XlaPlan, plan_xla, read_xla_facts
 
-__all__ = ["TPU_VARIABLES", "check_xla_matches_torch", "xla_requested", "launch_xla"]
+__all__ = ["TPU_VARIABLES", "XlaLauncher", "check_xla_matches_torch", "xla_requested", "launch_xla"]
 
 #: Environment variables that name a TPU: set by Colab (``COLAB_TPU_ADDR``, older runtimes),
 #: by Kaggle and Cloud TPU VMs (``TPU_NAME``, ``TPU_ACCELERATOR_TYPE``) and by the older XRT
 #: runtime (``XRT_TPU_CONFIG``).
 TPU_VARIABLES = ("COLAB_TPU_ADDR", "TPU_NAME", "TPU_ACCELERATOR_TYPE", "XRT_TPU_CONFIG")
-#: How long stopped workers get between SIGTERM and SIGKILL (seconds).
-STOP_GRACE_S = 1.0
-#: How often the launch view is ticked (seconds).
-TICK_S = 1.0
 #: How long stopped workers may take to be reaped by ``xmp.spawn`` (seconds).
 REAP_S = 30.0
+#: How often the watching loop looks whether ``xmp.spawn`` has returned (seconds).
+POLL_S = 0.05
 
 
 def _xla_reason() -> str | None:
@@ -149,154 +146,126 @@ def _check_options(num_processes: object, mixed_precision: str, start_method: st
         )
 
 
-class _Watch:
-    """What the workers reported: output and progress passed on as they come, results and
-    failures kept; what the worker processes wrote to their file descriptors 1 and 2 is
-    shown before a change of a rank's state."""
+class _FdFirst(DispatchHooks):
+    """What the worker processes wrote to their file descriptors 1 and 2 is shown before a
+    change of a rank's state; a started rank tells which process runs it."""
 
-    def __init__(self, printer: OutputPrinter, view: LaunchView, outputs: ProcessOutputs) -> None:
-        self.printer = printer
-        self.view = view
-        self.outputs = outputs
-        self.results: dict[int, bytes] = {}
-        self.failures = FailureLog(view)
+    def __init__(self, outputs: ProcessOutputs, show: Callable[[Output], None]) -> None:
+        self._outputs = outputs
+        self._show = show
 
-    def show(self, events: list[Output]) -> None:
-        """Pass on what the worker processes wrote to their file descriptors."""
-        for event in events:
-            self.printer(event)
+    def before_change(self, sender: Any) -> None:
+        """Show what every worker process wrote so far."""
+        for event in self._outputs.read_all():
+            self._show(event)
 
-    def handle(self, event: Event) -> None:
-        """Act on one event from a worker."""
-        if not isinstance(event, (Output, Report)):
-            self.show(self.outputs.read_all())
-        if isinstance(event, Output):
-            self.printer(event)
-        elif isinstance(event, Report):
-            self.view.report(event)
-        elif isinstance(event, Started):
-            self.outputs.started(event.rank, event.pid)
-            self.view.started(event.rank, event.pid)
-        elif isinstance(event, Result):
-            self.results[event.rank] = event.data
-            self.view.returned(event.rank)
-        elif isinstance(event, Failure):
-            self.failures.add_event(event)
+    def started(self, event: Started, sender: Any) -> None:
+        """Note the process of the started rank."""
+        self._outputs.started(event.rank, event.pid)
 
 
-class _Spawner(threading.Thread):
-    """Runs ``xmp.spawn`` off the kernel's main thread, which watches the workers meanwhile.
+class XlaLauncher(Launcher):
+    """The ranks of an XLA launch, forked by ``xmp.spawn`` (one process per TPU chip).
 
-    With one process, ``xmp.spawn(nprocs=1)`` would run the function in the calling process,
-    so it runs in a child forked here instead: the kernel never touches the XLA device.
+    The workers report over one pipe; the processes' file descriptors 1 and 2 are pipes of
+    their own (:class:`~nb_accel.launch.xla.output.ProcessOutputs`).
+
+    Args:
+        xmp: ``torch_xla``'s ``xla_multiprocessing`` module.
+        spawn_args: the worker's arguments (payload, settings, the kernel's pid).
+        plan: the devices, processes and ranks.
+        printer: writes the workers' output; its view is the launch's.
     """
 
     def __init__(
-        self, xmp: Any, target: Callable[..., None], args: tuple[Any, ...], nprocs: int | None
+        self, xmp: Any, spawn_args: tuple[Any, ...], plan: XlaPlan, printer: OutputPrinter
     ) -> None:
-        super().__init__(name="nb_accel-xla-spawn", daemon=True)
-        self._xmp = xmp
-        self._target = target
-        self._args = args
-        self._nprocs = nprocs
-        self.error: BaseException | None = None
-        self.exitcode: int | None = None
+        from ...runtime.xla.worker import run_xla_worker
 
-    def run(self) -> None:
-        """Spawn the workers and wait for them; keep what went wrong for the kernel."""
-        try:
-            if self._nprocs == 1:
-                child = multiprocessing.get_context("fork").Process(
-                    target=_spawn_one,
-                    args=(self._xmp, self._target, self._args),
-                    name="nb_accel-xla-worker",
-                )
-                child.start()
-                child.join()
-                self.exitcode = child.exitcode
-            else:
-                self._xmp.spawn(self._target, args=self._args, start_method="fork")
-        except BaseException as error:  # noqa: BLE001 - examined by the launching thread
-            self.error = error
-
-
-def _spawn_one(xmp: Any, target: Callable[..., None], args: tuple[Any, ...]) -> None:
-    xmp.spawn(target, args=args, nprocs=1, start_method="fork")
-
-
-def _stop(children: Sequence[multiprocessing.process.BaseProcess]) -> None:
-    """SIGTERM every worker (and what it started), a short grace, then SIGKILL."""
-    for sig, grace in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, 0.0)):
-        for child in children:
-            if child.pid is not None and child.exitcode is None:
-                try:
-                    os.killpg(child.pid, sig)
-                except OSError:
-                    try:
-                        os.kill(child.pid, sig)
-                    except OSError:
-                        pass
-        deadline = time.monotonic() + grace
-        while any(c.is_alive() for c in children) and time.monotonic() < deadline:
-            time.sleep(0.02)
-
-
-def _watch(reader: Any, spawner: _Spawner, watch: _Watch) -> None:
-    """Pass the workers' events and what they write to their file descriptors on until
-    ``xmp.spawn`` has returned and the event pipe is empty."""
-    next_tick = time.monotonic() + TICK_S
-    outputs = watch.outputs
-    while spawner.is_alive() or reader.poll(0):
-        ready = wait([reader, *outputs.fds], 0.05)
-        for item in ready:
-            if isinstance(item, int):
-                watch.show(outputs.read(item))
-        if reader in ready:
-            watch.handle(decode(reader.recv_bytes()))
-        outputs.track()
-        watch.printer.flush_due()
-        if time.monotonic() >= next_tick:
-            watch.view.tick()
-            next_tick = time.monotonic() + TICK_S
-
-
-def _outcome(watch: _Watch, spawner: _Spawner, expected: int) -> list[Any] | BaseException:
-    """The results in rank order, or the exception the kernel raises (call once every worker
-    has ended and its output is read)."""
-    for record in watch.outputs.deaths(watch.results, watch.failures.ranks):
-        watch.failures.add(record)
-    if watch.failures:
-        world = max(expected, *(rank + 1 for rank in watch.failures.ranks), len(watch.results))
-        status = {rank: "had already returned" for rank in watch.results}
-        watch.failures.settle(rank for rank in range(world) if rank not in watch.results)
-        return watch.failures.exception(world, status, 0.0)
-    if spawner.error is not None and not isinstance(spawner.error, BrokenProcessPool):
-        return spawner.error  # torch_xla itself failed (its own exception, as it raised it)
-    ranks = sorted(watch.results)
-    if spawner.error is not None or spawner.exitcode or ranks != list(range(len(ranks))):
-        how = f"exit code {spawner.exitcode}" if spawner.exitcode else f"{spawner.error!r}"
-        how = watch.outputs.unstarted() or how
-        return WorkerDiedError(
-            f"an XLA worker process ended without reporting ({how}); ranks that returned: "
-            f"{ranks or 'none'}",
-            [],
+        self._printer = printer
+        self.view = printer.view  # the held output first at each change of state
+        self._expected = plan.ranks
+        self._outputs = ProcessOutputs(plan.processes, plan.threads_per_process, plan.ranks)
+        self._events = EventDispatcher(
+            printer, self.view, _FdFirst(self._outputs, printer), printer.flush_due
         )
-    return [pickle.loads(watch.results[rank]) for rank in ranks]
+        self._context = multiprocessing.get_context("fork")
+        self._reader, self._writer = self._context.Pipe(duplex=False)
+        self._before = {child.pid for child in multiprocessing.active_children()}
+        self._spawner = Spawner(xmp, run_xla_worker, spawn_args, plan.spawn_nprocs)
+
+    def _show(self, events: list[Output]) -> None:
+        for event in events:
+            self._printer(event)
+
+    def start(self) -> None:
+        """Hand the workers their pipes, and run ``xmp.spawn`` in its thread."""
+        from ...runtime.workers.process_fds import set_process_pipes
+        from ...runtime.xla.worker import SharedWriter, set_launch_pipe
+
+        set_launch_pipe(SharedWriter(self._writer, self._context.Lock()))
+        set_process_pipes(self._outputs.pipes())
+        self._spawner.start()
+
+    def wait(self) -> list[Any] | BaseException:
+        """Pass the workers' events and what they write to their file descriptors on until
+        ``xmp.spawn`` has returned; the results in rank order, or the exception to raise."""
+        reader, outputs = self._reader, self._outputs
+        while self._spawner.is_alive() or reader.poll(0):
+            ready = wait([reader, *outputs.fds], POLL_S)
+            for item in ready:
+                if isinstance(item, int):
+                    self._show(outputs.read(item))
+            if reader in ready:
+                self._events.handle(decode(reader.recv_bytes()))
+            outputs.track()
+            self._events.wake()
+        self._show(outputs.finish())  # every worker has ended: this is all they wrote
+        return self._outcome()
+
+    def _outcome(self) -> list[Any] | BaseException:
+        """The results in rank order, or the exception the kernel raises."""
+        results, failures, spawner = self._events.results, self._events.failures, self._spawner
+        for record in self._outputs.deaths(results, failures.ranks):
+            failures.add(record)
+        if failures:
+            world = max(self._expected, *(rank + 1 for rank in failures.ranks), len(results))
+            unfinished = [rank for rank in range(world) if rank not in results]
+            return failure_outcome(failures, world, 0.0, list(results), unfinished)
+        if spawner.error is not None and not isinstance(spawner.error, BrokenProcessPool):
+            return spawner.error  # torch_xla itself failed (its own exception, as it raised it)
+        ranks = sorted(results)
+        if spawner.error is not None or spawner.exitcode or ranks != list(range(len(ranks))):
+            how = f"exit code {spawner.exitcode}" if spawner.exitcode else f"{spawner.error!r}"
+            how = self._outputs.unstarted() or how
+            return WorkerDiedError(
+                f"an XLA worker process ended without reporting ({how}); ranks that returned: "
+                f"{ranks or 'none'}",
+                [],
+            )
+        return [load_result(rank, results[rank]) for rank in ranks]
+
+    def stop(self, graceful: bool = False) -> None:
+        """Stop the workers if they still run (``xmp.spawn`` then returns), take the pipes
+        back and show what the workers wrote last."""
+        from ...runtime.workers.process_fds import set_process_pipes
+        from ...runtime.xla.worker import set_launch_pipe
+
+        if self._spawner.is_alive():  # interrupted: stop the workers; xmp.spawn then returns
+            stop_processes(new_children(self._before))
+        if self._spawner.ident is not None:
+            self._spawner.join(REAP_S)
+        set_launch_pipe(None)
+        set_process_pipes(None)
+        self._show(self._outputs.finish())  # an interrupted launch's last words
+        self._printer.flush()
+        self._reader.close()
+        self._writer.close()
 
 
 def _describe(plan: XlaPlan, mixed_precision: str) -> str:
     extras = "fork" + (f", {mixed_precision} mixed precision" if mixed_precision != "no" else "")
     return f"Launching {plan.describe()} (xla: xmp.spawn; {extras})"
-
-
-def _make_view(title: str, count: int, show_progress: bool, all_ranks: bool) -> LaunchView:
-    print(title, flush=True)
-    sys.stderr.flush()
-    if not show_progress:
-        return NullView()
-    factory = view_factory()
-    view = factory(title, count, all_ranks) if factory else None
-    return view if view is not None else TextView(count)
 
 
 def launch_xla(
@@ -352,45 +321,11 @@ def launch_xla(
     _check_kernel_is_clean()
     payload = make_payload(function, args, kwargs or {})
     settings = xla_worker_settings(precision, config.gradient_accumulation_steps)
-    view = _make_view(_describe(plan, precision), count, show_progress, all_ranks_metrics)
+    title = _describe(plan, precision)
+    view = make_view(title, count, show_progress, all_ranks_metrics, always_print_title=True)
     printer = OutputPrinter(count, prefix_output, view=view)
-    outputs = ProcessOutputs(plan.processes, plan.threads_per_process, count)
-    watch = _Watch(printer, printer.view, outputs)  # held output first at a change of state
-    outcome = _run(xmp, (payload, settings, os.getpid()), plan.spawn_nprocs, watch, count)
+    spawn_args = (payload, settings, os.getpid())
+    outcome = run_launch(XlaLauncher(xmp, spawn_args, plan, printer))
     if isinstance(outcome, BaseException):
         raise outcome  # the worker's exception; its worker-side traceback is its __cause__
     return outcome
-
-
-def _run(
-    xmp: Any, spawn_args: tuple[Any, ...], nprocs: int | None, watch: _Watch, expected: int
-) -> Any:
-    from ...runtime.workers.process_fds import set_process_pipes
-    from ...runtime.xla.worker import SharedWriter, run_xla_worker, set_launch_pipe
-
-    context = multiprocessing.get_context("fork")
-    reader, writer = context.Pipe(duplex=False)
-    before = {child.pid for child in multiprocessing.active_children()}
-    spawner = _Spawner(xmp, run_xla_worker, spawn_args, nprocs)
-    succeeded = False
-    try:
-        set_launch_pipe(SharedWriter(writer, context.Lock()))
-        set_process_pipes(watch.outputs.pipes())
-        spawner.start()
-        _watch(reader, spawner, watch)
-        watch.show(watch.outputs.finish())  # every worker has ended: this is all they wrote
-        outcome = _outcome(watch, spawner, expected)
-        succeeded = not isinstance(outcome, BaseException)
-        return outcome
-    finally:
-        watch.view.finished(succeeded)
-        if spawner.is_alive():  # interrupted: stop the workers; xmp.spawn then returns
-            _stop([c for c in multiprocessing.active_children() if c.pid not in before])
-        if spawner.ident is not None:
-            spawner.join(REAP_S)
-        set_launch_pipe(None)
-        set_process_pipes(None)
-        watch.show(watch.outputs.finish())  # an interrupted launch's last words
-        watch.printer.flush()
-        reader.close()
-        writer.close()

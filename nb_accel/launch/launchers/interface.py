@@ -1,0 +1,54 @@
+"""The launcher interface: start the worker group, hear it out, give the outcome, stop it."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import Any
+
+from ..views.view import LaunchView
+
+__all__ = ["Launcher", "run_launch"]
+
+
+class Launcher(ABC):
+    """One way of running a launch's ranks (on this machine, across nodes, on XLA devices, as
+    a persistent pool).
+
+    The workers' events go to the launcher's
+    :class:`~nb_accel.launch.launchers.dispatch.EventDispatcher`, which shows them on
+    :attr:`view` and keeps the results and failures.
+    """
+
+    #: The launch's view (held output is written before each change of a rank's state).
+    view: LaunchView
+
+    @abstractmethod
+    def start(self) -> None:
+        """Start the worker group with the launch's payload."""
+
+    @abstractmethod
+    def wait(self) -> Any:
+        """Pass the workers' events on until the outcome is known, and return it: the ranks'
+        results in rank order, or the exception the caller raises."""
+
+    @abstractmethod
+    def stop(self, graceful: bool = False) -> None:
+        """Stop every worker and release what the launch holds; with ``graceful`` (the
+        launch succeeded) the workers are first given time to exit on their own."""
+
+
+def run_launch(launcher: Launcher) -> Any:
+    """Run one launch: start, wait for the outcome, tell the view how it ended, stop.
+
+    Returns the outcome (the results, or the exception to raise); whatever ends it
+    (``KeyboardInterrupt`` included), no worker is left behind.
+    """
+    succeeded = False
+    try:
+        launcher.start()
+        outcome = launcher.wait()
+        succeeded = not isinstance(outcome, BaseException)
+        return outcome
+    finally:
+        launcher.view.finished(succeeded)  # the held output first
+        launcher.stop(graceful=succeeded)

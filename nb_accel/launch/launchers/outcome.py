@@ -1,0 +1,80 @@
+"""A launch's outcome: the ranks' results in rank order, or the exception the kernel raises.
+
+The exception is the root cause's (a worker's own exception, its death, a collective timeout),
+with the ranks it brought down named as stopped by it and what the other ranks did (``rank 1
+had already returned``) where it explains the failure; every launcher builds it here.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from ...errors import LaunchError
+from ..failures.failure_log import FailureLog
+
+__all__ = ["RETURNED", "failure_outcome", "launch_outcome", "load_result"]
+
+#: What a rank that returned before the failure is said to have done.
+RETURNED = "had already returned"
+
+
+def load_result(rank: int, data: bytes) -> Any:
+    """Rank ``rank``'s return value, or a :class:`LaunchError` saying it could not be loaded."""
+    try:
+        return pickle.loads(data)
+    except Exception as exc:
+        raise LaunchError(
+            f"rank {rank}'s return value could not be loaded in the kernel ({exc!r}); "
+            "return plain data (numbers, tensors, lists, dicts) instead"
+        ) from exc
+
+
+def failure_outcome(
+    failures: FailureLog,
+    world_size: int,
+    timeout_s: float,
+    finished: Iterable[int],
+    unfinished: Iterable[int] = (),
+    finished_as: str = RETURNED,
+) -> BaseException:
+    """The exception for ``failures`` (there is at least one), the launch being over.
+
+    Args:
+        failures: the launch's failures; the view is brought to the final verdict.
+        world_size: ranks in the launch.
+        timeout_s: the launch's collective timeout, quoted in timeout errors.
+        finished: ranks that finished their work (said to have done ``finished_as``).
+        unfinished: ranks that neither finished nor failed (the launcher stopped them): shown
+            stopped by the root cause.
+        finished_as: what the finished ranks are said to have done.
+    """
+    failures.settle(unfinished)
+    status = dict.fromkeys(finished, finished_as)
+    for record in failures.records:
+        status.setdefault(record.rank, f"failed with {record.first_line}")
+    return failures.exception(world_size, status, timeout_s)
+
+
+def launch_outcome(
+    results: Mapping[int, bytes],
+    failures: FailureLog,
+    ranks: Sequence[int],
+    world_size: int,
+    timeout_s: float,
+) -> list[Any] | BaseException:
+    """``ranks``' results in rank order, or the exception when any rank failed.
+
+    Args:
+        results: pickled results by rank.
+        failures: the launch's failures.
+        ranks: the ranks whose results are returned (this node's, in a multi-node launch).
+        world_size: ranks in the launch.
+        timeout_s: the launch's collective timeout.
+    """
+    if failures:
+        returned = [rank for rank in ranks if rank in results]
+        unfinished = [rank for rank in ranks if rank not in results]
+        return failure_outcome(failures, world_size, timeout_s, returned, unfinished)
+    return [load_result(rank, results[rank]) for rank in ranks]
