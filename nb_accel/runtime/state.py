@@ -62,7 +62,9 @@ class PartialState(_SharedState):
 
     Every instance shares one state (create as many as you like). Outside a launch it describes
     a single process; inside a worker it describes that worker's rank. Under ``torchrun`` (the
-    environment names a world but no group exists yet) it creates the process group.
+    environment names a world but no group exists yet) it creates the process group. Its
+    ``device_backend``, chosen when the state is built, answers for the rank's devices (see
+    :mod:`~nb_accel.runtime.device_backends`).
 
     Args:
         cpu: force the CPU even when GPUs are present.
