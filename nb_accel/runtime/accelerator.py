@@ -26,7 +26,7 @@ from .options import (
 )
 from .process_group import apply_process_group_options, init_process_group_kwargs
 from .process_methods import ProcessMethods
-from .state import AcceleratorState, DistributedType, GradientState, PartialState
+from .state import AcceleratorState, GradientState, PartialState
 from .tracking.methods import TrackingMethods
 from .training.accumulation import GradientAccumulator
 from .training.compile import DynamoBackend, TorchDynamoPlugin, dynamo_plugin_from
@@ -253,23 +253,14 @@ class Accelerator(
                 f"device_placement has {len(placements)} entries for {len(args)} objects"
             )
         result = list(args)
-        moved = None
-        if self.distributed_type == DistributedType.XLA:
-            from .xla.train import (
-                follow_moved_parameters,
-                parameters_by_model,
-                share_rank0_parameters,
-            )
-
-            moved = parameters_by_model(args)
+        finish = self.state.device_backend.prepare_objects(args)  # XLA: parameters move
         sharding = self.is_fsdp2
         for turn in (0, 1, 2):
             for index, (obj, place) in enumerate(zip(args, placements, strict=True)):
                 if _turn(obj, sharding) == turn:
                     result[index] = self._prepare_one(obj, place)
-        if moved is not None:  # moving to an XLA device gave the models new parameters
-            follow_moved_parameters(moved, result)
-            share_rank0_parameters(result)  # every rank starts from rank 0's values
+        if finish is not None:
+            finish(result)
         return result[0] if len(result) == 1 else tuple(result)
 
     def _prepare_one(self, obj: Any, device_placement: bool | None) -> Any:

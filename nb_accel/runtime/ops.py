@@ -2,9 +2,10 @@
 
 Every function is the identity (``reduce``: a copy) when the launch has a single process, so the
 same code runs with one process or many. Trees are nested lists, tuples and dicts of tensors.
-Tensors may be on any device: one the backend cannot run on (a CPU tensor under NCCL) goes to
-the rank's device for the collective, and results come back on the caller's tensor's device.
-Shapes are checked across processes in debug mode only (see :mod:`.collective_debug`).
+The worker's device backend (:mod:`.device_backends`) runs the collectives. Tensors may be on
+any device: one the backend cannot run on (a CPU tensor under NCCL) goes to the rank's device
+for the collective, and results come back on the caller's tensor's device. Shapes are checked
+across processes in debug mode only (see :mod:`.collective_debug`).
 """
 
 from __future__ import annotations
@@ -14,11 +15,10 @@ from collections.abc import Sequence
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
-from .collective_debug import DistributedOperationException, check_same_shapes, debug_mode
-from .collective_device import all_gather_rows, move_target
-from .state import DistributedType, GradientState, PartialState
+from .collective_debug import DistributedOperationException, debug_mode
+from .device_backends.base import DeviceBackend, leaves
+from .state import GradientState, PartialState
 from .tree import concatenate, find_device, has_only_tensors, recursively_apply, send_to_device
 
 __all__ = [
@@ -42,61 +42,9 @@ def _state() -> PartialState:
     return PartialState()
 
 
-def _distributed() -> bool:
-    return _state().num_processes > 1 and dist.is_available() and dist.is_initialized()
-
-
-def _xla() -> bool:
-    """True in an XLA launch, whose collectives go through :mod:`.xla_ops` (even on one
-    device, where they cost next to nothing)."""
-    return _state().distributed_type == DistributedType.XLA
-
-
-def _leaves(tree: Any, operation: str) -> list[torch.Tensor]:
-    found: list[torch.Tensor] = []
-
-    def collect(tensor: torch.Tensor) -> torch.Tensor:
-        found.append(tensor)
-        return tensor
-
-    collect.__name__ = operation
-    recursively_apply(collect, tree, error_on_other_type=True)
-    return found
-
-
-def _check_in_debug_mode(tree: Any, operation: str) -> None:
-    """In debug mode, raise on every process when the processes' tensors differ in shape."""
-    if debug_mode():
-        state = _state()
-        leaves = _leaves(tree, operation)
-        check_same_shapes(leaves, operation, state.backend, state.device, state.num_processes)
-
-
-def _all_gather_rows(tensor: torch.Tensor) -> list[torch.Tensor]:
-    state = _state()
-    return all_gather_rows(tensor, state.backend, state.device, state.num_processes)
-
-
-def _to_collective_device(tensor: torch.Tensor) -> torch.Tensor:
-    """``tensor`` where this launch's backend can run a collective on it (often itself)."""
-    state = _state()
-    target = move_target(tensor.device, state.backend, state.device)
-    return tensor if target is None else tensor.to(target)
-
-
-def _gather_one(one: torch.Tensor) -> torch.Tensor:
-    tensor = _to_collective_device(one[None] if one.dim() == 0 else one).contiguous()
-    world = _state().num_processes
-    if _state().backend == "nccl":
-        output = torch.empty(
-            (world * tensor.shape[0], *tensor.shape[1:]), dtype=tensor.dtype, device=tensor.device
-        )
-        dist.all_gather_into_tensor(output, tensor)
-    else:
-        parts = [torch.empty_like(tensor) for _ in range(world)]
-        dist.all_gather(parts, tensor)
-        output = torch.cat(parts, dim=0)
-    return output.to(one.device)
+def _backend() -> DeviceBackend:
+    """The device backend of this rank's state, which runs the collectives."""
+    return _state().device_backend
 
 
 def gather(tensor: Any) -> Any:
@@ -109,14 +57,7 @@ def gather(tensor: Any) -> Any:
     differ; otherwise mismatched shapes fail in the backend (see :mod:`.collective_debug`).
     Identity on a single process.
     """
-    if _xla():
-        from .xla import ops as xla_ops
-
-        return xla_ops.gather(tensor)
-    if not _distributed():
-        return tensor
-    _check_in_debug_mode(tensor, "gather")
-    return recursively_apply(_gather_one, tensor, error_on_other_type=True)
+    return _backend().gather(tensor)
 
 
 def gather_object(object: Any) -> Any:
@@ -126,17 +67,7 @@ def gather_object(object: Any) -> Any:
     process order (as in Accelerate); otherwise it is the list of the processes' objects.
     Identity on a single process.
     """
-    if _xla():
-        from .xla import ops as xla_ops
-
-        return xla_ops.gather_object(object)
-    if not _distributed():
-        return object
-    output: list[Any] = [None] * _state().num_processes
-    dist.all_gather_object(output, object)
-    if all(isinstance(item, (list, tuple)) for item in output):
-        return [x for item in output for x in item]
-    return output
+    return _backend().gather_object(object)
 
 
 def gather_object_among(obj: Any, ranks: Sequence[int]) -> list[Any]:
@@ -150,35 +81,10 @@ def gather_object_among(obj: Any, ranks: Sequence[int]) -> list[Any]:
     me = _state().process_index
     if me not in members:
         raise ValueError(f"process {me} is not among the ranks {members} it gathers from")
-    if (not _distributed() and not _xla()) or members == [me]:
+    backend = _backend()
+    if not backend.collectives_active or members == [me]:
         return [obj]
-    if _xla():
-        from .xla import ops as xla_ops
-
-        if len(members) < _state().num_processes:
-            raise NotImplementedError(
-                "on XLA every rank takes part in each collective: use even_batches=True "
-                "(the default) for loaders whose results go through gather_for_metrics"
-            )
-        return xla_ops.exchange_objects(obj, "nb_accel.gather_object_among")
-    if len(members) == _state().num_processes:
-        output: list[Any] = [None] * len(members)
-        dist.all_gather_object(output, obj)
-        return output
-    root = members[0]
-    if me != root:
-        dist.send_object_list([obj], dst=root)
-        box: list[Any] = [None]
-        dist.recv_object_list(box, src=root)
-        return list(box[0])
-    collected = [obj]
-    for rank in members[1:]:
-        box = [None]
-        dist.recv_object_list(box, src=rank)
-        collected.append(box[0])
-    for rank in members[1:]:
-        dist.send_object_list([collected], dst=rank)
-    return collected
+    return backend.gather_object_among(obj, members)
 
 
 def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
@@ -195,27 +101,7 @@ def reduce(tensor: Any, reduction: str = "mean", scale: float = 1.0) -> Any:
     """
     if reduction not in REDUCTIONS:
         raise ValueError(f"reduction={reduction!r} is not one of {REDUCTIONS}")
-    if _xla():
-        from .xla import ops as xla_ops
-
-        return xla_ops.reduce(tensor, reduction=reduction, scale=scale)
-    op = {"max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}.get(reduction, dist.ReduceOp.SUM)
-    distributed = _distributed()
-    world = _state().num_processes
-    if distributed:
-        _check_in_debug_mode(tensor, "reduce")
-
-    def _reduce(one: torch.Tensor) -> torch.Tensor:
-        result = one.clone()
-        if distributed:
-            moved = _to_collective_device(result)
-            dist.all_reduce(moved, op=op)
-            result = moved.to(one.device)
-        if reduction == "mean":
-            result = result / world if world > 1 else result
-        return result * scale if scale != 1.0 else result
-
-    return recursively_apply(_reduce, tensor, error_on_other_type=True)
+    return _backend().reduce(tensor, reduction, scale)
 
 
 def broadcast(tensor: Any, from_process: int = 0) -> Any:
@@ -225,22 +111,7 @@ def broadcast(tensor: Any, from_process: int = 0) -> Any:
     overwritten; checked in debug mode, as in :func:`gather`). Returns the tree. Identity on a
     single process.
     """
-    if _xla():
-        from .xla import ops as xla_ops
-
-        return xla_ops.broadcast(tensor, from_process=from_process)
-    if not _distributed():
-        return tensor
-    _check_in_debug_mode(tensor, "broadcast")
-
-    def _broadcast(one: torch.Tensor) -> torch.Tensor:
-        target = _to_collective_device(one).contiguous()
-        dist.broadcast(target, src=from_process)
-        if target is not one:
-            one.copy_(target)
-        return one
-
-    return recursively_apply(_broadcast, tensor, error_on_other_type=True)
+    return _backend().broadcast(tensor, from_process)
 
 
 def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list[Any]:
@@ -248,13 +119,7 @@ def broadcast_object_list(object_list: list[Any], from_process: int = 0) -> list
 
     Every process passes a list of the same length. Returns the same list.
     """
-    if _xla():
-        from .xla import ops as xla_ops
-
-        return xla_ops.broadcast_object_list(object_list, from_process=from_process)
-    if _distributed():
-        dist.broadcast_object_list(object_list, src=from_process)
-    return object_list
+    return _backend().broadcast_object_list(object_list, from_process)
 
 
 def _padded(
@@ -282,12 +147,13 @@ def pad_across_processes(
         pad_index: the value of the added entries.
         pad_first: pad at the start instead of the end.
     """
-    if not _distributed() and not _xla():
+    backend = _backend()
+    if not backend.collectives_active:
         return tensor
-    leaves = _leaves(tensor, "pad_across_processes")
+    found = leaves(tensor, "pad_across_processes")
     if debug_mode():  # every dimension but `dim`, and their number, must agree
-        shapes = [[0 if i == dim else n for i, n in enumerate(one.shape)] for one in leaves]
-        _check_in_debug_mode([torch.empty(shape) for shape in shapes], "pad_across_processes")
+        shapes = [[0 if i == dim else n for i, n in enumerate(one.shape)] for one in found]
+        backend.check_shapes([torch.empty(shape) for shape in shapes], "pad_across_processes")
 
     def _size(one: torch.Tensor) -> int:
         if getattr(one, "is_nested", False):
@@ -295,14 +161,8 @@ def pad_across_processes(
             return -1
         return int(one.shape[dim]) if dim < one.dim() else -1
 
-    sizes = torch.tensor([_size(one) for one in leaves], dtype=torch.int64)
-    if _xla():
-        from .xla import ops as xla_ops
-
-        largest = xla_ops.largest_sizes(sizes.tolist())
-    else:
-        largest = torch.stack(_all_gather_rows(sizes)).amax(dim=0).tolist() if leaves else []
-    targets = iter(largest)
+    sizes = torch.tensor([_size(one) for one in found], dtype=torch.int64)
+    targets = iter(backend.largest_sizes(sizes))
 
     def _pad(one: torch.Tensor) -> torch.Tensor:
         size = next(targets)

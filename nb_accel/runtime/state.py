@@ -14,8 +14,9 @@ from typing import Any, ClassVar, TypeVar
 import torch
 import torch.distributed as dist
 
-from .. import _env
 from .collective_debug import debug_mode, set_debug_mode
+from .device_backends.base import DeviceBackend
+from .device_backends.choice import choose as choose_device_backend
 from .enums import DistributedType
 from .rank_local import RankLocalDict
 
@@ -31,17 +32,6 @@ __all__ = [
 MIXED_PRECISION_CHOICES = ("no", "bf16", "fp16")
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-def _env_int(name: str, default: int) -> int:
-    value = os.environ.get(name)
-    return int(value) if value not in (None, "") else default
-
-
-def _use_cuda(cpu: bool) -> bool:
-    if cpu or os.environ.get("NB_ACCEL_USE_CPU") == "1":
-        return False
-    return _env.cuda_device_count() > 0
 
 
 class _SharedState:
@@ -72,7 +62,9 @@ class PartialState(_SharedState):
 
     Every instance shares one state (create as many as you like). Outside a launch it describes
     a single process; inside a worker it describes that worker's rank. Under ``torchrun`` (the
-    environment names a world but no group exists yet) it creates the process group.
+    environment names a world but no group exists yet) it creates the process group. Its
+    ``device_backend``, chosen when the state is built, answers for the rank's devices (see
+    :mod:`~nb_accel.runtime.device_backends`).
 
     Args:
         cpu: force the CPU even when GPUs are present.
@@ -80,43 +72,21 @@ class PartialState(_SharedState):
             others are accepted for compatibility with Accelerate and ignored.
     """
 
+    backend: str | None
+    num_processes: int
+    process_index: int
+    local_process_index: int
+    num_local_processes: int
+    device: torch.device
+    distributed_type: DistributedType
+
     def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
         self.__dict__ = self._shared_state
         if self._shared_state.get("initialized"):
             return
-        backend = os.environ.get("NB_ACCEL_BACKEND")
-        if backend == "xla":  # a worker of an XLA launch: ranks and device from torch_xla
-            from .xla.device import state_fields
-
-            self.__dict__.update(state_fields())
-            self.distributed_type = DistributedType.XLA
-            self._shared_state["initialized"] = True
-            return
-        world_size = _env_int("WORLD_SIZE", 1)
-        if dist.is_available() and dist.is_initialized():
-            world_size = dist.get_world_size()
-            backend = dist.get_backend()
-        elif world_size > 1 and dist.is_available():  # under torchrun: InitProcessGroupKwargs
-            options = {k: v for k, v in kwargs.items() if k in ("init_method", "timeout")}
-            backend = backend or kwargs.get("backend") or ("nccl" if _use_cuda(cpu) else "gloo")
-            dist.init_process_group(backend=backend, **options)
-        self.backend: str | None = backend if world_size > 1 else None
-        self.num_processes: int = world_size
-        self.process_index: int = dist.get_rank() if dist.is_initialized() else 0
-        self.local_process_index: int = _env_int("LOCAL_RANK", 0)
-        self.num_local_processes: int = _env_int("LOCAL_WORLD_SIZE", world_size)
-        use_cuda = backend == "nccl" or (
-            backend in (None, "gloo") and world_size == 1 and _use_cuda(cpu)
-        )
-        self.device = (
-            torch.device("cuda", self.local_process_index) if use_cuda else torch.device("cpu")
-        )
-        if world_size == 1:
-            self.distributed_type = DistributedType.NO
-        else:
-            self.distributed_type = (
-                DistributedType.MULTI_GPU if use_cuda else DistributedType.MULTI_CPU
-            )
+        device_backend = choose_device_backend(self)  # once per state: see device_backends
+        self.__dict__.update(device_backend.rank_fields(cpu, kwargs))
+        self.device_backend: DeviceBackend = device_backend
         self._shared_state["initialized"] = True
 
     @property
@@ -152,12 +122,7 @@ class PartialState(_SharedState):
 
     def wait_for_everyone(self) -> None:
         """Block until every process reaches this point (a barrier); no-op on one process."""
-        if self.distributed_type == DistributedType.XLA:
-            from .xla.ops import barrier
-
-            barrier()
-        elif self.use_distributed and dist.is_initialized():
-            dist.barrier()
+        self.device_backend.barrier()
 
     @contextmanager
     def _goes_first(self, is_first: bool) -> Iterator[None]:

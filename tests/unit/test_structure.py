@@ -211,8 +211,6 @@ def _unit_graph(lazy: bool) -> dict[str, set[str]]:
             target = _target(imported)
             if target is None or _unit(target) == source or _unit(target).startswith(source + "."):
                 continue
-            if lazy and _is_xla(target) and not _is_xla(source):
-                continue  # the XLA path, loaded on demand (see the next test)
             graph.setdefault(source, set()).add(_unit(target))
     return graph
 
@@ -234,6 +232,23 @@ def test_folders_import_one_way() -> None:
     for node in sorted(graph):
         if node not in state:
             visit(node, [])
+
+
+#: Outside the xla/ folders, the modules that may import from them: where a launcher is chosen
+#: and where a device backend is chosen.
+XLA_ENTRANCES = 2
+
+
+def test_few_modules_reach_into_the_xla_folders() -> None:
+    """The rest of the package reaches the XLA path through a launcher and a device backend,
+    chosen in one place each, rather than through branches everywhere (lazy imports count)."""
+    entrances = []
+    for path in ALL_MODULES:
+        module = _module_name(path)
+        targets = {_target(imported) for imported in _imports(path)} - {None}
+        if not _is_xla(module) and any(_is_xla(str(target)) for target in targets):
+            entrances.append(module)
+    assert len(entrances) <= XLA_ENTRANCES, f"modules that import from the xla folders: {entrances}"
 
 
 @functools.cache

@@ -14,7 +14,7 @@ from ..fsdp.sharding import is_fsdp_module
 from ..fsdp.state_dicts import full_model_state_dict
 from ..ops import broadcast_object_list, gather_object
 from ..options import ProjectConfiguration
-from ..state import DistributedType, GradientState, PartialState
+from ..state import GradientState, PartialState
 from ..training.accumulation import GradientAccumulator
 from ..training.model import unwrap_model
 from .contents import (
@@ -200,7 +200,7 @@ class CheckpointMethods(StateHookMethods):
         number = checkpoint_number(target)
         partial = self._partial
         error: BaseException | None = None
-        xla_random = None
+        device_random = None
         try:
             contents = self._contents(self._saved_models(str(staging)))
             if contents.sharded:  # collective: every process writes its shards first
@@ -212,14 +212,11 @@ class CheckpointMethods(StateHookMethods):
                     contents.sharded,
                     safe_serialization,
                 )
-            if partial.distributed_type == DistributedType.XLA:  # through the CPU, as xm.save
-                from ..xla.checkpoint import XlaRandomState, contents_on_cpu
-
-                contents = contents_on_cpu(contents)
-                xla_random = XlaRandomState()
+            contents = partial.device_backend.contents_to_save(contents)  # XLA: through the CPU
+            device_random = partial.device_backend.random_state()
             write_process_file(staging, contents, partial.process_index)
-            if xla_random is not None:
-                xla_random.write(staging, partial.process_index)
+            if device_random is not None:
+                device_random.write(staging, partial.process_index)
             if partial.is_main_process:
                 write_shared_files(staging, contents, partial.num_processes, safe_serialization)
         except Exception as problem:  # noqa: BLE001 - reported on every process below
@@ -240,8 +237,8 @@ class CheckpointMethods(StateHookMethods):
                 shutil.rmtree(staging, ignore_errors=True)
         if automatic and number is not None:
             self.project_configuration.iteration = number + 1
-        if xla_random is not None:
-            xla_random.resume()
+        if device_random is not None:
+            device_random.resume()
         return str(target)
 
     def _written_elsewhere(self, given: Path, target: Path) -> None:
@@ -305,10 +302,9 @@ class CheckpointMethods(StateHookMethods):
         self._accumulator.step = load_process_file(
             folder, contents, self._partial.process_index, load_kwargs
         )
-        if self._partial.distributed_type == DistributedType.XLA:
-            from ..xla.checkpoint import load_xla_random_state
-
-            load_xla_random_state(folder, self._partial.process_index, load_kwargs)
+        self._partial.device_backend.restore_random_state(
+            folder, self._partial.process_index, load_kwargs
+        )
         number = checkpoint_number(folder)
         if self.project_configuration.automatic_checkpoint_naming and number is not None:
             self.project_configuration.iteration = number + 1
@@ -332,10 +328,7 @@ class CheckpointMethods(StateHookMethods):
         if not self._partial.is_main_process:
             return
         state = state if sharded else inner.state_dict()
-        if self._partial.distributed_type == DistributedType.XLA:
-            from ..xla.checkpoint import on_cpu
-
-            state = on_cpu(state)
+        state = self._partial.device_backend.on_cpu(state)
         save_model_files(
             state,
             save_directory,
@@ -361,10 +354,7 @@ def save(
     state = PartialState()
     if not (state.is_local_main_process if save_on_each_node else state.is_main_process):
         return
-    if state.distributed_type == DistributedType.XLA:
-        from ..xla.checkpoint import on_cpu
-
-        obj = on_cpu(obj)
+    obj = state.device_backend.on_cpu(obj)
     if safe_serialization:
         from safetensors.torch import save_file
 

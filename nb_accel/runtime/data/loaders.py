@@ -15,7 +15,7 @@ import torch.distributed as dist
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
 from ..ops import broadcast_object_list
-from ..state import DistributedType, PartialState
+from ..state import PartialState
 from .loader_dispatch import DataLoaderDispatcher
 from .loader_resume import inherit_position
 from .loader_shard import DataLoaderShard, DataLoaderStateMixin, SkipDataLoader
@@ -63,7 +63,7 @@ def _agreed(seed: int, agree: bool) -> int:
     """Process 0's ``seed`` on every process (when ``agree`` and a group is up)."""
     if not agree:
         return seed
-    if not dist.is_initialized() and PartialState().distributed_type != DistributedType.XLA:
+    if not dist.is_initialized() and not PartialState().device_backend.collectives_active:
         return seed
     return int(broadcast_object_list([seed])[0])
 
@@ -170,13 +170,13 @@ def prepare_data_loader(
     parts = state.num_processes if num_processes is None else num_processes
     index = state.process_index if process_index is None else process_index
     iterable = isinstance(dataloader.dataset, IterableDataset)
-    on_xla = state.distributed_type == DistributedType.XLA
-    if on_xla and dispatch_batches:
+    dispatches = state.device_backend.dispatches_batches
+    if dispatch_batches and not dispatches:
         raise NotImplementedError(
-            "dispatch_batches=True is not available on XLA: every process loads its own shard "
-            "(leave dispatch_batches unset)"
+            f"dispatch_batches=True is not available on {state.device_backend.title}: every "
+            "process loads its own shard (leave dispatch_batches unset)"
         )
-    dispatch = (iterable and not on_xla) if dispatch_batches is None else dispatch_batches
+    dispatch = (iterable and dispatches) if dispatch_batches is None else dispatch_batches
     if split_batches:
         _check_split(dataloader, parts)
     source = _Source(dataloader, parts > 1 and not dispatch, use_seedable_sampler, data_seed)
@@ -197,11 +197,7 @@ def prepare_data_loader(
     if source.synced is None and "generator" in kinds:
         kinds.remove("generator")
     drops = dataloader.drop_last or bool(getattr(source.batch_sampler, "drop_last", False))
-    shard_class = DataLoaderShard
-    if on_xla:
-        from ..xla.loader import XlaDataLoaderShard
-
-        shard_class = XlaDataLoaderShard
+    shard_class = state.device_backend.shard_class(DataLoaderShard)
     return shard_class(
         source.dataset,
         device=device if put_on_device else None,

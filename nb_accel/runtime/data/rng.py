@@ -11,7 +11,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..state import DistributedType, PartialState
+from ..device_backends.choice import named_device_backend
+from ..state import PartialState
 
 __all__ = [
     "RNGType",
@@ -53,10 +54,8 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
     else:
         np.random.seed(seed % 2**32)
     torch.manual_seed(seed)  # also seeds every CUDA device (lazily when CUDA is not up yet)
-    if "torch_xla" in sys.modules and PartialState().distributed_type == DistributedType.XLA:
-        from ..xla.device import seed_device
-
-        seed_device(seed)
+    if named_device_backend() is not None:  # a launch's own devices (XLA) have a generator
+        PartialState().device_backend.seed_device(seed)
     if deterministic:
         torch.use_deterministic_algorithms(True)
 

@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from ..state import GradientState
+from ..state import GradientState, PartialState
 
 __all__ = ["AcceleratedOptimizer"]
 
@@ -56,8 +56,9 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self.device_placement = device_placement
         self._is_overflow = False
         self._unscaled = False
-        self._on_xla = device is not None and device.type == "xla"
-        self._gradients_reduced = False  # on XLA: averaged across ranks already this step
+        # the device backend steps the optimizer itself (XLA: no DDP, gradients reduced here)
+        self._device_steps = device is not None and PartialState().device_backend.steps_optimizers
+        self._gradients_reduced = False  # by the device backend already this step
         if device_placement and device is not None and optimizer.state:
             optimizer.load_state_dict(_move_state(optimizer.state_dict(), device))
 
@@ -123,12 +124,11 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         if not self.gradient_state.sync_gradients:
             return None
         self._unscaled = False
-        if self._on_xla:
-            from ..xla.train import optimizer_step
-
+        if self._device_steps:
             reduced, self._gradients_reduced = self._gradients_reduced, False
             self._is_overflow = False
-            return optimizer_step(self.optimizer, closure, reduced)
+            backend = PartialState().device_backend
+            return backend.optimizer_step(self.optimizer, closure, reduced)
         if self.scaler is None:
             self._is_overflow = False
             return self.optimizer.step(closure) if closure is not None else self.optimizer.step()
@@ -141,11 +141,11 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         return None
 
     def _reduce_xla_gradients(self) -> None:
-        """On XLA, average the gradients across ranks now (before clipping), once per step."""
-        if self._on_xla and not self._gradients_reduced and self.gradient_state.sync_gradients:
-            from ..xla.train import reduce_gradients
-
-            reduce_gradients(self.optimizer)
+        """Where the device backend steps optimizers (XLA), average the gradients across ranks
+        now (before clipping), once per step."""
+        reduce_now = not self._gradients_reduced and self.gradient_state.sync_gradients
+        if self._device_steps and reduce_now:
+            PartialState().device_backend.reduce_gradients(self.optimizer)
             self._gradients_reduced = True
 
     @property

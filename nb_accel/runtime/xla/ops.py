@@ -1,13 +1,13 @@
 """Collectives on tensor trees between the ranks of an XLA launch, with ``xm`` primitives.
 
-The XLA counterparts of :mod:`nb_accel.runtime.ops`, which calls them when the launch runs on
-XLA (same arguments, same results). Tensors that are not on the XLA device are moved there for
-the collective and the result is moved back. Python objects travel pickled (XLA tensors inside
-lists, tuples and dicts go as CPU tensors) in byte rows of a few fixed widths
-(:mod:`.object_rows`), so that gathering objects of ever new sizes reuses a few compiled graphs
-instead of compiling one per size as ``xm.rendezvous`` does. Every collective here builds the
-same graph on every rank, which XLA needs where one process runs several ranks (TPU v2/v3).
-Imported only on the XLA path.
+The XLA counterparts of :mod:`nb_accel.runtime.ops`, which reaches them through the XLA
+device backend (:mod:`.backend`) when the launch runs on XLA (same arguments, same results).
+Tensors that are not on the XLA device are moved there for the collective and the result is
+moved back. Python objects travel pickled (XLA tensors inside lists, tuples and dicts go as
+CPU tensors) in byte rows of a few fixed widths (:mod:`.object_rows`), so that gathering
+objects of ever new sizes reuses a few compiled graphs instead of compiling one per size as
+``xm.rendezvous`` does. Every collective here builds the same graph on every rank, which XLA
+needs where one process runs several ranks (TPU v2/v3). Imported only on the XLA path.
 """
 
 from __future__ import annotations
