@@ -18,13 +18,14 @@ from __future__ import annotations
 import dataclasses
 import io
 import pickle
-import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import cloudpickle
 import torch
 import torch.distributed as dist
+
+from ..sharding.registry import unwrap_once, worker_only_advice
 
 __all__ = ["WORKER_ONLY", "check_returnable", "cpu_reduction", "dumps_result", "find_worker_only"]
 
@@ -41,26 +42,7 @@ def _advice(value: Any) -> str | None:
         return advice
     if isinstance(value, dist.ProcessGroup):
         return "return plain data (numbers, tensors, lists, dicts): the kernel has no group"
-    return _sharded_advice(value)
-
-
-def _sharded_advice(value: Any) -> str | None:
-    """Advice for a sharded (FSDP) tensor or model; only looked for once FSDP is loaded."""
-    tensors = sys.modules.get("torch.distributed.tensor")
-    if tensors is not None and isinstance(value, tensors.DTensor):
-        return (
-            "it is one process's shard of a sharded (FSDP) tensor: return "
-            "`tensor.full_tensor()` (on every process), or the model's whole weights with "
-            "`accelerator.get_state_dict(model)` (filled on the main process)"
-        )
-    fsdp = sys.modules.get("torch.distributed.fsdp")
-    if fsdp is not None and isinstance(value, fsdp.FSDPModule):
-        return (
-            "it holds one process's shards of the model: return "
-            "`accelerator.get_state_dict(model)` (the whole weights, filled on the main process) "
-            "and load them into a plain model in the kernel"
-        )
-    return None
+    return worker_only_advice(value)  # a sharding strategy's part (a shard)
 
 
 def _children(value: Any) -> Iterator[tuple[str, Any]]:
@@ -129,7 +111,8 @@ def _on_cpu(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _unwrapped(module: torch.nn.Module) -> torch.nn.Module:
-    """What a pickled ``DistributedDataParallel`` becomes in the kernel: the model it wraps."""
+    """What a pickled strategy's wrapper (``DistributedDataParallel``) becomes in the kernel:
+    the model it wraps."""
     return module
 
 
@@ -148,8 +131,10 @@ def cpu_reduction(obj: Any, protocol: int = PROTOCOL) -> Any:
         if untyped.device.type in ("cpu", "meta"):
             return NotImplemented
         return obj.cpu().__reduce_ex__(protocol)
-    if isinstance(obj, torch.nn.parallel.DistributedDataParallel):
-        return _unwrapped, (obj.module,)
+    if isinstance(obj, torch.nn.Module):
+        inner = unwrap_once(obj)  # a strategy's wrapper, such as DistributedDataParallel
+        if inner is not None:
+            return _unwrapped, (inner,)
     return NotImplemented
 
 
