@@ -18,8 +18,7 @@ from .. import _env
 from .collective_debug import debug_mode, set_debug_mode
 from .enums import DistributedType
 from .rank_local import RankLocalDict
-from .sharding import ShardingStrategy, choose_strategy
-from .sharding.registry import default_strategy
+from .sharding import ShardingStrategy, choose_strategy, default_strategy
 
 __all__ = [
     "DistributedType",

@@ -2,7 +2,7 @@
 interface (``strategy.py``), data parallel (``ddp.py``), FSDP2 (``fsdp2.py``) and the one list
 of them by name (``registry.py``)."""
 
-from .registry import DEFAULT, STRATEGIES, choose_strategy, strategy_class
+from .registry import DEFAULT, STRATEGIES, choose_strategy, default_strategy, strategy_class
 from .strategy import ModelSetup, ShardingStrategy
 
 __all__ = [
@@ -11,5 +11,6 @@ __all__ = [
     "ModelSetup",
     "ShardingStrategy",
     "choose_strategy",
+    "default_strategy",
     "strategy_class",
 ]
