@@ -20,6 +20,7 @@ __all__ = [
     "STRATEGIES",
     "choose_strategy",
     "default_strategy",
+    "no_sync",
     "strategy_class",
     "sync_in_backward",
     "unwrap_once",
@@ -67,6 +68,16 @@ def unwrap_once(model: torch.nn.Module) -> torch.nn.Module | None:
         if inner is not None:
             return inner
     return None
+
+
+@contextlib.contextmanager
+def no_sync(model: torch.nn.Module) -> Iterator[None]:
+    """Keep the gradients of ``model``'s backward passes unsynchronised inside the block,
+    however it was prepared (each strategy acts on the models it prepared only)."""
+    with contextlib.ExitStack() as stack:
+        for strategy in STRATEGIES.values():
+            stack.enter_context(strategy.no_sync(model))
+        yield
 
 
 @contextlib.contextmanager

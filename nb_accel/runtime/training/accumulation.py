@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import torch
 
-from ..sharding import ShardingStrategy
+from ..sharding.registry import no_sync
 from ..state import GradientState
 
 __all__ = ["GradientAccumulator"]
@@ -38,12 +38,12 @@ class GradientAccumulator:
             state._set_sync_gradients(self.step % state.num_steps == 0)
 
     @contextlib.contextmanager
-    def accumulate(self, sharding: ShardingStrategy, *models: torch.nn.Module) -> Iterator[None]:
+    def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
         """One batch of accumulation: the gradients of ``models`` synchronised (as the
-        ``sharding`` strategy does) only on synchronising steps."""
+        strategy that prepared them does) only on synchronising steps."""
         self.advance()
         with contextlib.ExitStack() as stack:
             if not self.gradient_state.sync_gradients and not self.sync_each_batch:
                 for model in models:
-                    stack.enter_context(sharding.no_sync(model))
+                    stack.enter_context(no_sync(model))
             yield

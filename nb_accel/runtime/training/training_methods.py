@@ -13,7 +13,7 @@ from torch.distributed.algorithms.join import Join, Joinable
 
 from ..data.loader_shard import shard_sampler_of
 from ..options import AutocastKwargs, DataLoaderConfiguration
-from ..sharding.registry import sync_in_backward
+from ..sharding.registry import no_sync, sync_in_backward
 from ..state import AcceleratorState, DistributedType, GradientState, PartialState
 from .accumulation import GradientAccumulator
 from .optimizer import AcceleratedOptimizer
@@ -75,14 +75,14 @@ class TrainingMethods:
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
         """One batch under gradient accumulation: no gradient sync (DDP's all-reduce, FSDP's
         reduce-scatter) until a synchronising step."""
-        with self._accumulator.accumulate(self.state.sharding, *models):
+        with self._accumulator.accumulate(*models):
             yield
 
     @contextlib.contextmanager
     def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
         """Skip the gradient sync inside the block (DDP's all-reduce, FSDP's reduce-scatter):
         gradients accumulate locally."""
-        with self.state.sharding.no_sync(model):
+        with no_sync(model):
             yield
 
     @staticmethod
