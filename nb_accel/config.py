@@ -30,7 +30,9 @@ __all__ = [
     "save_config",
 ]
 
-#: Allowed values of the fields that take one of a few.
+#: Allowed values of the fields that take one of a few (``sharding``: the names of the sharding
+#: strategies registered in ``runtime/sharding/registry.py``, which this base module cannot
+#: import; a unit test keeps the two the same).
 CHOICES: dict[str, tuple[Any, ...]] = {
     "mixed_precision": ("no", "bf16", "fp16"),
     "sharding": ("ddp", "fsdp"),

@@ -9,8 +9,9 @@ import sys
 from dataclasses import dataclass
 
 from .. import _env, _nvml
-from ..config import CHOICES, MAX_TIMEOUT_S
+from ..config import MAX_TIMEOUT_S
 from ..errors import LaunchError
+from ..runtime.sharding import STRATEGIES, strategy_class
 from ..runtime.state import MIXED_PRECISION_CHOICES
 from .gpu_advice import advise
 from .processes import START_METHODS
@@ -51,7 +52,8 @@ class LaunchPlan:
     notes: tuple[str, ...] = ()
     #: Environment variables the workers get on top of the kernel's.
     worker_env: tuple[tuple[str, str], ...] = ()
-    #: ``"ddp"`` (every rank holds the whole model) or ``"fsdp"`` (sharded across the ranks).
+    #: The sharding strategy's name (``runtime/sharding/registry.py``): ``"ddp"`` (every rank
+    #: holds the whole model) or ``"fsdp"`` (sharded across the ranks).
     sharding: str = "ddp"
 
     def describe(self, world_size: int | None = None) -> str:
@@ -66,9 +68,9 @@ class LaunchPlan:
         extras = [f"{self.start_method}"]
         if self.mixed_precision != "no":
             extras.append(f"{self.mixed_precision} mixed precision")
-        if self.sharding == "fsdp":
-            shards = world_size or self.num_processes
-            extras.append(f"FSDP, {shards} shard{'s' if shards > 1 else ''}")
+        title = strategy_class(self.sharding).launch_title(world_size or self.num_processes)
+        if title:
+            extras.append(title)
         return (
             f"Launching {self.num_processes} process{plural} on {where} ({self.backend}; "
             + ", ".join(extras)
@@ -110,12 +112,11 @@ def _check_mixed_precision(value: object) -> str:
 
 
 def _check_sharding(value: object) -> str:
-    if value not in CHOICES["sharding"]:
+    if not isinstance(value, str) or value not in STRATEGIES:
         raise ValueError(
-            f"sharding={value!r} is not valid; use one of "
-            + ", ".join(repr(c) for c in CHOICES["sharding"])
+            f"sharding={value!r} is not valid; use one of " + ", ".join(map(repr, STRATEGIES))
         )
-    return str(value)
+    return value
 
 
 def sharding_for(fsdp: object, saved: str) -> str:

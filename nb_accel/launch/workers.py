@@ -6,6 +6,7 @@ import os
 
 from .. import _env
 from .._openmp import release_openmp_threads
+from ..runtime.sharding import strategy_class
 from ..runtime.workers.spec import WorkerArgs
 from .plan import LaunchPlan
 from .processes import WorkerProcess, send_start_data, start_worker
@@ -14,12 +15,11 @@ __all__ = ["start_workers", "sharding_env", "worker_env"]
 
 
 def sharding_env(sharding: str) -> dict[str, str]:
-    """What tells ``Accelerator()`` (nb_accel's and Accelerate's) to shard with FSDP2 under a
-    launch with ``sharding`` (``"fsdp"`` or ``"ddp"``). ``ACCELERATE_USE_FSDP`` is set either
-    way, so that a value left in the kernel's environment cannot contradict the launch."""
-    if sharding == "fsdp":
-        return {"ACCELERATE_USE_FSDP": "true", "FSDP_VERSION": "2"}
-    return {"ACCELERATE_USE_FSDP": "false"}
+    """What tells ``Accelerator()`` (nb_accel's and Accelerate's) to use the sharding strategy
+    named ``sharding`` (``"fsdp"``: FSDP2, ``"ddp"``), as the strategy says.
+    ``ACCELERATE_USE_FSDP`` is set either way, so that a value left in the kernel's
+    environment cannot contradict the launch."""
+    return strategy_class(sharding).worker_env()
 
 
 def worker_env(plan: LaunchPlan, single_node: bool = True) -> dict[str, str]:

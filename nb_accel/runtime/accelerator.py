@@ -18,7 +18,6 @@ from .checkpoint.methods import CheckpointMethods
 from .data import loaders
 from .options import (
     DataLoaderConfiguration,
-    DistributedDataParallelKwargs,
     GradientAccumulationPlugin,
     GradScalerKwargs,
     InitProcessGroupKwargs,
@@ -26,6 +25,7 @@ from .options import (
 )
 from .process_group import apply_process_group_options, init_process_group_kwargs
 from .process_methods import ProcessMethods
+from .sharding.fsdp2 import fsdp_plugin_from
 from .state import AcceleratorState, GradientState, PartialState
 from .tracking.methods import TrackingMethods
 from .training.accumulation import GradientAccumulator
@@ -35,7 +35,7 @@ from .training.optimizer import AcceleratedOptimizer
 from .training.precision import check_precision_for_device, make_grad_scaler
 from .training.profiling import ProfilingMethods
 from .training.scheduler import AcceleratedScheduler
-from .training.sharding_methods import ShardingMethods, fsdp_plugin_from
+from .training.sharding_methods import ShardingMethods
 from .training.training_methods import TrainingMethods
 
 __all__ = ["Accelerator"]
@@ -184,7 +184,7 @@ class Accelerator(
         self._schedulers: list[AcceleratedScheduler] = []
         self._dataloaders: list[Any] = []
         self._custom_objects: list[Any] = []
-        self._sharded: list[Any] = []  # what sharding each FSDP model changed
+        self._sharded: list[Any] = []  # what the strategy's wrap changed, per model
 
     @staticmethod
     def _reject_unsupported(kwargs: dict[str, Any]) -> None:
@@ -254,10 +254,10 @@ class Accelerator(
             )
         result = list(args)
         finish = self.state.device_backend.prepare_objects(args)  # XLA: parameters move
-        sharding = self.is_fsdp2
+        models_first = self._sharding.models_first
         for turn in (0, 1, 2):
             for index, (obj, place) in enumerate(zip(args, placements, strict=True)):
-                if _turn(obj, sharding) == turn:
+                if _turn(obj, models_first) == turn:
                     result[index] = self._prepare_one(obj, place)
         if finish is not None:
             finish(result)
@@ -281,21 +281,17 @@ class Accelerator(
         device_placement: bool | None = None,
         evaluation_mode: bool = False,
     ) -> torch.nn.Module:
-        """Device placement, autocast forward, DistributedDataParallel and ``torch.compile``
-        (with a dynamo backend) for ``model``; ``evaluation_mode`` leaves out DDP."""
+        """Device placement, autocast forward, the sharding strategy's wrap
+        (DistributedDataParallel, FSDP2) and ``torch.compile`` (with a dynamo backend) for
+        ``model``; ``evaluation_mode`` leaves out the wrap."""
         if any(model is m for m in self._models):
             return model
         place = self.device_placement if device_placement is None else device_placement
-        if self.is_fsdp2 and not evaluation_mode:
-            self._models.append(self._shard(model, self.mixed_precision))
-            return self._models[-1]
-        ddp_options = self._handler_kwargs(DistributedDataParallelKwargs)
         prepared = prepare_model(
             model,
-            self._partial,
-            self.mixed_precision,
+            self._sharding,
+            self._model_setup(self.mixed_precision),
             place,
-            ddp_options,
             wrap=not evaluation_mode,
             dynamo_plugin=self._dynamo_plugin,
         )
@@ -309,7 +305,7 @@ class Accelerator(
         shards of the models prepared before it)."""
         if isinstance(optimizer, AcceleratedOptimizer):
             return optimizer
-        self._onto_shards(optimizer)
+        self._sharding.prepare_optimizer(optimizer, self._model_setup(self.mixed_precision))
         place = self.device_placement if device_placement is None else device_placement
         wrapped = AcceleratedOptimizer(optimizer, place, self.scaler, self.device)
         self._optimizers.append(wrapped)
@@ -372,11 +368,12 @@ class Accelerator(
         return unwrap_model(model, keep_fp32_wrapper, keep_torch_compile)
 
 
-def _turn(obj: Any, sharding: bool) -> int:
-    """When ``prepare()`` takes ``obj``: schedulers last, and under FSDP models first."""
+def _turn(obj: Any, models_first: bool) -> int:
+    """When ``prepare()`` takes ``obj``: schedulers last, and models first where the strategy
+    says so (FSDP)."""
     if _is_scheduler(obj):
         return 2
-    return 0 if sharding and isinstance(obj, torch.nn.Module) else 1
+    return 0 if models_first and isinstance(obj, torch.nn.Module) else 1
 
 
 def _is_scheduler(obj: Any) -> bool:

@@ -19,6 +19,7 @@ from .device_backends.base import DeviceBackend
 from .device_backends.choice import choose as choose_device_backend
 from .enums import DistributedType
 from .rank_local import RankLocalDict
+from .sharding import ShardingStrategy, choose_strategy, default_strategy
 
 __all__ = [
     "DistributedType",
@@ -255,6 +256,7 @@ class AcceleratorState(_SharedState):
                 )
             if kwargs.get("fsdp_plugin") is not None:
                 self._shared_state["fsdp_plugin"] = kwargs["fsdp_plugin"]
+                self._shared_state["_sharding"] = choose_strategy(kwargs)
             return
         chosen = mixed_precision or os.environ.get("NB_ACCEL_MIXED_PRECISION")
         chosen = str(chosen or os.environ.get("ACCELERATE_MIXED_PRECISION", "no")).lower()
@@ -267,20 +269,33 @@ class AcceleratorState(_SharedState):
         self.mixed_precision: str = chosen
         self.dynamo_plugin: Any = kwargs.get("dynamo_plugin")
         self.fsdp_plugin: Any = kwargs.get("fsdp_plugin")
+        self._shared_state["_sharding"] = choose_strategy(kwargs)
         self._shared_state["initialized"] = True
 
     @property
     def distributed_type(self) -> DistributedType:
-        """``FSDP`` when models are sharded (a plugin, several processes), else the
-        :class:`PartialState`'s (or what was assigned, as Accelerate's tests do)."""
+        """What the sharding strategy reports on the :class:`PartialState`'s kind (or on what
+        was assigned, as Accelerate's tests do): ``FSDP`` when models are sharded."""
         kind = self._shared_state.get("distributed_type") or PartialState().distributed_type
-        multi = (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU)
-        sharded = self._shared_state.get("fsdp_plugin") is not None and kind in multi
-        return DistributedType.FSDP if sharded else kind
+        return self.chosen_sharding.distributed_type(kind)
 
     @distributed_type.setter
     def distributed_type(self, kind: DistributedType) -> None:
         self._shared_state["distributed_type"] = kind
+
+    @property
+    def chosen_sharding(self) -> ShardingStrategy:
+        """The sharding strategy chosen when the state was made (from ``fsdp_plugin``)."""
+        chosen = self._shared_state.get("_sharding")
+        return chosen if chosen is not None else default_strategy()
+
+    @property
+    def sharding(self) -> ShardingStrategy:
+        """The sharding strategy prepared models get: the chosen one where it runs on this
+        process's kind, else the default (data parallel; on one process, models as they are)."""
+        chosen = self.chosen_sharding
+        kind = self._shared_state.get("distributed_type") or PartialState().distributed_type
+        return chosen if chosen.runs_on(kind) else default_strategy()
 
     def __getattr__(self, name: str) -> Any:
         if name.startswith("__"):

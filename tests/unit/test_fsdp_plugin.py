@@ -188,7 +188,7 @@ def test_accelerates_own_plugin_is_taken_over() -> None:
     accelerate_utils = pytest.importorskip("accelerate.utils")
     from torch.distributed.fsdp import CPUOffload, CPUOffloadPolicy
 
-    from nb_accel.runtime.training.sharding_methods import fsdp_plugin_from
+    from nb_accel.runtime.sharding.fsdp2 import fsdp_plugin_from
 
     try:
         theirs = accelerate_utils.FullyShardedDataParallelPlugin(

@@ -10,11 +10,9 @@ from typing import Any
 
 import torch
 
-from ..fsdp.sharding import is_fsdp_module
-from ..fsdp.state_dicts import full_model_state_dict
 from ..ops import broadcast_object_list, gather_object
 from ..options import ProjectConfiguration
-from ..state import GradientState, PartialState
+from ..state import AcceleratorState, GradientState, PartialState
 from ..training.accumulation import GradientAccumulator
 from ..training.model import unwrap_model
 from .contents import (
@@ -36,7 +34,7 @@ from .folders import (
     prune,
 )
 from .model_io import save_model_files
-from .sharded_files import load_sharded_parts, save_sharded_parts, sharded_kind
+from .sharded_files import load_sharded_parts, save_sharded_parts
 from .state_hooks import StateHookMethods
 
 __all__ = ["CheckpointMethods"]
@@ -66,6 +64,7 @@ class CheckpointMethods(StateHookMethods):
     """Mixin of :class:`Accelerator`: saving and restoring the whole training state."""
 
     project_configuration: ProjectConfiguration
+    state: AcceleratorState
     scaler: Any | None
     _accumulator: GradientAccumulator
     _models: list[torch.nn.Module]
@@ -116,7 +115,7 @@ class CheckpointMethods(StateHookMethods):
             scaler=self.scaler,
             step=self._accumulator.step,
             accumulating=self._accumulator.step % self.gradient_state.num_steps != 0,
-            sharded=sharded_kind(models, getattr(self, "fsdp_plugin", None)),
+            sharded=self.state.sharding.checkpoint_layout(models),
         )
 
     def _checkpoints_folder(self) -> Path:
@@ -206,6 +205,7 @@ class CheckpointMethods(StateHookMethods):
             if contents.sharded:  # collective: every process writes its shards first
                 _check_not_accumulating(contents.accumulating)
                 save_sharded_parts(
+                    self.state.sharding,
                     staging,
                     contents.models,
                     contents.optimizers,
@@ -297,7 +297,13 @@ class CheckpointMethods(StateHookMethods):
         if contents.sharded:  # collective
             safe = bool(meta.get("safe_serialization", True))
             load_sharded_parts(
-                folder, contents.models, contents.optimizers, contents.sharded, safe, load_kwargs
+                self.state.sharding,
+                folder,
+                contents.models,
+                contents.optimizers,
+                contents.sharded,
+                safe,
+                load_kwargs,
             )
         self._accumulator.step = load_process_file(
             folder, contents, self._partial.process_index, load_kwargs
@@ -323,11 +329,9 @@ class CheckpointMethods(StateHookMethods):
         everywhere; read it back with :func:`load_checkpoint_in_model`. A sharded (FSDP)
         model is gathered first: call it on every process then."""
         inner = unwrap_model(model)
-        sharded = is_fsdp_module(inner)
-        state = full_model_state_dict(inner) if sharded else {}  # collective: to the main process
+        state = self.state.sharding.model_state_dict(inner)  # sharded: collective, to the main
         if not self._partial.is_main_process:
             return
-        state = state if sharded else inner.state_dict()
         state = self._partial.device_backend.on_cpu(state)
         save_model_files(
             state,

@@ -1,4 +1,5 @@
-"""The files of sharded (FSDP) models and their optimizers in a checkpoint.
+"""The files of sharded (FSDP) models and their optimizers in a checkpoint, written and read
+with the state dicts the sharding strategy gives (``runtime/sharding/``).
 
 With ``SHARDED_STATE_DICT`` every process writes its own shards through
 ``torch.distributed.checkpoint`` (Accelerate's folder names): ``pytorch_model_fsdp_<i>/`` and
@@ -20,30 +21,16 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..fsdp.sharding import is_fsdp_module
-from ..fsdp.state_dicts import (
-    full_model_state_dict,
-    model_of,
-    optimizer_state_dict,
-    set_model_state,
-    set_optimizer_state,
-    sharded_model_state_dict,
-)
+from ..fsdp.state_dicts import model_of
+from ..sharding import ShardingStrategy
 from .contents import model_file_name, numbered_name, safe_load
 from .model_io import load_state_dict_file, save_model_files
 
-__all__ = ["load_sharded_parts", "merge_fsdp_weights", "save_sharded_parts", "sharded_kind"]
+__all__ = ["load_sharded_parts", "merge_fsdp_weights", "save_sharded_parts"]
 
 _MODEL_DIR = "pytorch_model_fsdp"
 _OPTIMIZER_DIR = "optimizer"
 _NO_SPLIT = 2**62
-
-
-def sharded_kind(models: list[torch.nn.Module], plugin: Any) -> str | None:
-    """``"FULL_STATE_DICT"``/``"SHARDED_STATE_DICT"`` when some model is sharded, else None."""
-    if plugin is None or not any(is_fsdp_module(m) for m in models):
-        return None
-    return str(plugin.state_dict_type.name)
 
 
 def _owner(optimizer: Any, models: list[torch.nn.Module], index: int) -> torch.nn.Module:
@@ -57,18 +44,24 @@ def _owner(optimizer: Any, models: list[torch.nn.Module], index: int) -> torch.n
 
 
 def save_sharded_parts(
-    folder: Path, models: list[torch.nn.Module], optimizers: list[Any], kind: str, safe: bool
+    strategy: ShardingStrategy,
+    folder: Path,
+    models: list[torch.nn.Module],
+    optimizers: list[Any],
+    kind: str,
+    safe: bool,
 ) -> None:
-    """Collective: write every model's weights and every optimizer's state into ``folder``."""
+    """Collective: write every model's weights and every optimizer's state into ``folder``,
+    in the layout ``kind`` (the strategy's :meth:`~ShardingStrategy.checkpoint_layout`)."""
     import torch.distributed.checkpoint as dcp
 
     main = dist.get_rank() == 0
     for index, model in enumerate(models):
-        if kind == "SHARDED_STATE_DICT" and is_fsdp_module(model):
+        if kind == "SHARDED_STATE_DICT" and strategy.is_sharded(model):
             target = folder / f"{_MODEL_DIR}_{index}"
-            dcp.save({"model": sharded_model_state_dict(model)}, checkpoint_id=target)
+            dcp.save({"model": strategy.model_state_dict(model, full=False)}, checkpoint_id=target)
             continue
-        state = full_model_state_dict(model) if is_fsdp_module(model) else model.state_dict()
+        state = strategy.model_state_dict(model, full=True)
         if main:
             name = model_file_name(index, safe)
             save_model_files(
@@ -78,15 +71,16 @@ def save_sharded_parts(
         inner = getattr(optimizer, "optimizer", optimizer)
         model = _owner(optimizer, models, index)
         if kind == "SHARDED_STATE_DICT":
-            state = optimizer_state_dict(model, inner, full=False)
+            state = strategy.optimizer_state_dict(model, inner, full=False)
             dcp.save({"optimizer": state}, checkpoint_id=folder / f"{_OPTIMIZER_DIR}_{index}")
             continue
-        state = optimizer_state_dict(model, inner, full=True)
+        state = strategy.optimizer_state_dict(model, inner, full=True)
         if main:
             torch.save(state, folder / numbered_name("optimizer", index, ".bin"))
 
 
 def load_sharded_parts(
+    strategy: ShardingStrategy,
     folder: Path,
     models: list[torch.nn.Module],
     optimizers: list[Any],
@@ -98,26 +92,23 @@ def load_sharded_parts(
     import torch.distributed.checkpoint as dcp
 
     for index, model in enumerate(models):
-        if kind == "SHARDED_STATE_DICT" and is_fsdp_module(model):
-            state = {"model": sharded_model_state_dict(model)}
+        if kind == "SHARDED_STATE_DICT" and strategy.is_sharded(model):
+            state = {"model": strategy.model_state_dict(model, full=False)}
             dcp.load(state, checkpoint_id=_existing(folder / f"{_MODEL_DIR}_{index}"))
-            set_model_state(model, state["model"], full=False)
+            strategy.load_model_state_dict(model, state["model"], full=False)
             continue
         weights = load_state_dict_file(_existing(folder / model_file_name(index, safe)))
-        if is_fsdp_module(model):
-            set_model_state(model, weights, full=True)
-        else:
-            model.load_state_dict(weights)
+        strategy.load_model_state_dict(model, weights, full=True)
     for index, optimizer in enumerate(optimizers):
         inner = getattr(optimizer, "optimizer", optimizer)
         model = _owner(optimizer, models, index)
         if kind == "SHARDED_STATE_DICT":
-            state = {"optimizer": optimizer_state_dict(model, inner, full=False)}
+            state = {"optimizer": strategy.optimizer_state_dict(model, inner, full=False)}
             dcp.load(state, checkpoint_id=_existing(folder / f"{_OPTIMIZER_DIR}_{index}"))
-            set_optimizer_state(model, inner, state["optimizer"], full=False)
+            strategy.load_optimizer_state_dict(model, inner, state["optimizer"], full=False)
             continue
         saved = safe_load(folder / numbered_name("optimizer", index, ".bin"), load_kwargs)
-        set_optimizer_state(model, inner, saved, full=True)
+        strategy.load_optimizer_state_dict(model, inner, saved, full=True)
 
 
 def _existing(path: Path) -> Path:

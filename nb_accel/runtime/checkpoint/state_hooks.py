@@ -9,8 +9,7 @@ from typing import Any
 import torch
 from torch.utils.hooks import RemovableHandle
 
-from ..fsdp.sharding import is_fsdp_module
-from ..fsdp.state_dicts import full_model_state_dict
+from ..state import AcceleratorState
 from ..training.model import unwrap_model
 
 __all__ = ["StateHookMethods"]
@@ -21,6 +20,7 @@ class StateHookMethods:
     :meth:`get_state_dict`."""
 
     _models: list[torch.nn.Module]
+    state: AcceleratorState
 
     def _hooks(self, kind: str) -> OrderedDict[int, Callable[..., None]]:
         name = f"_nb_accel_{kind}_state_pre_hooks"
@@ -88,6 +88,7 @@ class StateHookMethods:
         the other processes get an empty dict. Call it on every process then.
         """
         inner = unwrap_model(model)
-        if is_fsdp_module(inner):
-            return full_model_state_dict(inner)
+        sharding = self.state.sharding
+        if sharding.is_sharded(inner):
+            return sharding.model_state_dict(inner)
         return (inner if unwrap else model).state_dict()

@@ -1,4 +1,5 @@
-"""Gradient accumulation: which steps synchronise gradients, and skipping DDP's all-reduce."""
+"""Gradient accumulation: which steps synchronise gradients, and skipping the sharding
+strategy's gradient sync (DDP's all-reduce, FSDP's reduce-scatter) on the others."""
 
 from __future__ import annotations
 
@@ -7,10 +8,8 @@ from collections.abc import Iterator
 
 import torch
 
-from ..fsdp.gradients import gradient_sync
-from ..fsdp.sharding import is_fsdp_module
+from ..sharding.registry import no_sync
 from ..state import GradientState
-from .compile import find_ddp
 
 __all__ = ["GradientAccumulator"]
 
@@ -40,26 +39,11 @@ class GradientAccumulator:
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
-        """One batch of accumulation: DDP's gradient all-reduce only on synchronising steps."""
+        """One batch of accumulation: the gradients of ``models`` synchronised (as the
+        strategy that prepared them does) only on synchronising steps."""
         self.advance()
         with contextlib.ExitStack() as stack:
             if not self.gradient_state.sync_gradients and not self.sync_each_batch:
                 for model in models:
                     stack.enter_context(no_sync(model))
             yield
-
-
-def no_sync(model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
-    """DDP's ``no_sync()`` for a wrapped model (compiled or not), no reduce-scatter for a
-    sharded one; a no-op context for anything else."""
-    sharded = sharded_module(model)
-    if sharded is not None:
-        return gradient_sync(sharded, False)
-    ddp = find_ddp(model)
-    return ddp.no_sync() if ddp is not None else contextlib.nullcontext()
-
-
-def sharded_module(model: torch.nn.Module) -> torch.nn.Module | None:
-    """The FSDP2 module of ``model`` (compiled or not), or None."""
-    inner = getattr(model, "_orig_mod", model)
-    return inner if is_fsdp_module(inner) else None

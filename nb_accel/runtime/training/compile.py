@@ -1,10 +1,9 @@
 """``torch.compile`` for prepared models: Accelerate's ``TorchDynamoPlugin`` and ``DynamoBackend``.
 
-A prepared model is compiled after it is wrapped in ``DistributedDataParallel``, as in
-Accelerate, so that torch's DDP optimizer splits the graph at the gradient buckets. Where torch
-would compile nothing (or fail) that way, the model is compiled first and then wrapped: with
-``fullgraph=True`` (DDP's own forward is not one graph) and for a model whose class is torch's
-own (``nn.Sequential``: torch leaves its forward uncompiled when DDP calls it).
+A prepared model is compiled after the sharding strategy wraps it (in
+``DistributedDataParallel``, as in Accelerate, so that torch's DDP optimizer splits the graph at
+the gradient buckets), or before where the strategy says so (see
+``DataParallelStrategy.compiles_before_wrap``).
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from ..._flags import env_flag
 from ..enums import _NamedEnum
@@ -25,9 +23,7 @@ __all__ = [
     "DynamoBackend",
     "TorchDynamoPlugin",
     "compile_model",
-    "compiles_inside_ddp",
     "dynamo_plugin_from",
-    "find_ddp",
     "is_compiled_module",
 ]
 
@@ -145,18 +141,6 @@ def is_compiled_module(module: Any) -> bool:
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
     optimized = getattr(eval_frame, "OptimizedModule", None)
     return optimized is not None and isinstance(module, optimized)
-
-
-def find_ddp(model: Any) -> DistributedDataParallel | None:
-    """The ``DistributedDataParallel`` of a prepared model, under a compiled wrapper or not."""
-    while is_compiled_module(model):
-        model = model._orig_mod
-    return model if isinstance(model, DistributedDataParallel) else None
-
-
-def compiles_inside_ddp(model: torch.nn.Module, plugin: TorchDynamoPlugin) -> bool:
-    """True when ``model`` is compiled before the DDP wrap rather than after it."""
-    return bool(plugin.fullgraph) or type(model).__module__.startswith("torch.")
 
 
 def compile_model(model: torch.nn.Module, plugin: TorchDynamoPlugin | None) -> torch.nn.Module:

@@ -12,11 +12,10 @@ import torch
 from torch.distributed.algorithms.join import Join, Joinable
 
 from ..data.loader_shard import shard_sampler_of
-from ..fsdp.gradients import clip_sharded_grad_norm_, gradient_sync
 from ..options import AutocastKwargs, DataLoaderConfiguration
+from ..sharding.registry import no_sync, sync_in_backward
 from ..state import AcceleratorState, DistributedType, GradientState, PartialState
-from .accumulation import GradientAccumulator, no_sync, sharded_module
-from .compile import find_ddp
+from .accumulation import GradientAccumulator
 from .optimizer import AcceleratedOptimizer
 from .precision import autocast_context, clip_scaled_grad_norm_, clip_scaled_grad_value_
 from .scheduler import AcceleratedScheduler
@@ -74,13 +73,15 @@ class TrainingMethods:
 
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
-        """One batch under gradient accumulation: no DDP all-reduce until a synchronising step."""
+        """One batch under gradient accumulation: no gradient sync (DDP's all-reduce, FSDP's
+        reduce-scatter) until a synchronising step."""
         with self._accumulator.accumulate(*models):
             yield
 
     @contextlib.contextmanager
     def no_sync(self, model: torch.nn.Module) -> Iterator[None]:
-        """Skip DDP's gradient all-reduce inside the block (gradients accumulate locally)."""
+        """Skip the gradient sync inside the block (DDP's all-reduce, FSDP's reduce-scatter):
+        gradients accumulate locally."""
         with no_sync(model):
             yield
 
@@ -90,25 +91,9 @@ class TrainingMethods:
         """Make the next backward pass of ``model`` all-reduce its gradients, even inside
         :meth:`no_sync` or a non-synchronising :meth:`accumulate` step (the forward pass may
         have run there). A no-op for a model neither wrapped in DistributedDataParallel nor
-        sharded."""
-        sharded = sharded_module(model)
-        if sharded is not None:
-            with gradient_sync(sharded, True):
-                yield
-            return
-        ddp = find_ddp(model)
-        if ddp is None:
+        sharded (each sharding strategy acts on the models it prepared)."""
+        with sync_in_backward(model):
             yield
-            return
-        model = ddp
-        saved = (model.require_backward_grad_sync, model.require_forward_param_sync)
-        model.require_backward_grad_sync = True
-        model.require_forward_param_sync = True
-        model.reducer.prepare_for_backward([])  # the forward pass under no_sync skipped it
-        try:
-            yield
-        finally:
-            model.require_backward_grad_sync, model.require_forward_param_sync = saved
 
     @contextlib.contextmanager
     def join_uneven_inputs(
@@ -155,7 +140,7 @@ class TrainingMethods:
                     stacklevel=3,
                 )
         try:
-            joined = [find_ddp(j) or j for j in joinables]
+            joined = [self.state.sharding.joinable(j) for j in joinables]
             with Join(joined, enable=not even_batches, throw_on_early_termination=False):
                 yield
         finally:
@@ -184,8 +169,9 @@ class TrainingMethods:
         """
         self.unscale_gradients()
         self._reduce_xla_gradients()
-        if self.state.distributed_type == DistributedType.FSDP:  # sharded gradients
-            return clip_sharded_grad_norm_(parameters, max_norm, norm_type)
+        clipped = self.state.sharding.clip_grad_norm_(parameters, max_norm, norm_type)
+        if clipped is not None:  # gradients the strategy holds its own way (shards)
+            return clipped
         if self._gradients_carry_loss_scale():
             return clip_scaled_grad_norm_(parameters, max_norm, norm_type, self.scaler)
         return torch.nn.utils.clip_grad_norm_(parameters, max_norm, norm_type=norm_type)
@@ -195,6 +181,8 @@ class TrainingMethods:
         under fp16, on every batch, as :meth:`clip_grad_norm_`)."""
         self.unscale_gradients()
         self._reduce_xla_gradients()
+        if self.state.sharding.clip_grad_value_(parameters, clip_value):
+            return
         if self._gradients_carry_loss_scale():
             clip_scaled_grad_value_(parameters, clip_value, self.scaler)
         else:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import dataclasses
 import io
 import pickle
-import sys
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -26,6 +25,7 @@ import cloudpickle
 import torch
 import torch.distributed as dist
 
+from ..sharding.registry import unwrap_once, worker_only_advice
 from ..tree import recursively_apply
 
 __all__ = [
@@ -50,26 +50,7 @@ def _advice(value: Any) -> str | None:
         return advice
     if isinstance(value, dist.ProcessGroup):
         return "return plain data (numbers, tensors, lists, dicts): the kernel has no group"
-    return _sharded_advice(value)
-
-
-def _sharded_advice(value: Any) -> str | None:
-    """Advice for a sharded (FSDP) tensor or model; only looked for once FSDP is loaded."""
-    tensors = sys.modules.get("torch.distributed.tensor")
-    if tensors is not None and isinstance(value, tensors.DTensor):
-        return (
-            "it is one process's shard of a sharded (FSDP) tensor: return "
-            "`tensor.full_tensor()` (on every process), or the model's whole weights with "
-            "`accelerator.get_state_dict(model)` (filled on the main process)"
-        )
-    fsdp = sys.modules.get("torch.distributed.fsdp")
-    if fsdp is not None and isinstance(value, fsdp.FSDPModule):
-        return (
-            "it holds one process's shards of the model: return "
-            "`accelerator.get_state_dict(model)` (the whole weights, filled on the main process) "
-            "and load them into a plain model in the kernel"
-        )
-    return None
+    return worker_only_advice(value)  # a sharding strategy's part (a shard)
 
 
 def _children(value: Any) -> Iterator[tuple[str, Any]]:
@@ -138,7 +119,8 @@ def _on_cpu(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _unwrapped(module: torch.nn.Module) -> torch.nn.Module:
-    """What a pickled ``DistributedDataParallel`` becomes in the kernel: the model it wraps."""
+    """What a pickled strategy's wrapper (``DistributedDataParallel``) becomes in the kernel:
+    the model it wraps."""
     return module
 
 
@@ -157,8 +139,10 @@ def cpu_reduction(obj: Any, protocol: int = PROTOCOL) -> Any:
         if untyped.device.type in ("cpu", "meta"):
             return NotImplemented
         return obj.cpu().__reduce_ex__(protocol)
-    if isinstance(obj, torch.nn.parallel.DistributedDataParallel):
-        return _unwrapped, (obj.module,)
+    if isinstance(obj, torch.nn.Module):
+        inner = unwrap_once(obj)  # a strategy's wrapper, such as DistributedDataParallel
+        if inner is not None:
+            return _unwrapped, (inner,)
     return NotImplemented
 
 
@@ -201,9 +185,8 @@ def dumps_result(value: Any) -> bytes:
 
 
 def _leaf_to_cpu(value: Any) -> Any:
-    if isinstance(value, torch.nn.parallel.DistributedDataParallel):
-        value = value.module
     if isinstance(value, torch.nn.Module):
+        value = unwrap_once(value) or value  # a strategy's wrapper: its model
         return value.to("cpu")
     return value if value.device.type == "cpu" else value.detach().cpu()
 

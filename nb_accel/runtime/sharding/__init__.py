@@ -1,0 +1,16 @@
+"""Sharding strategies: how prepared models are spread over the processes of a launch. The
+interface (``strategy.py``), data parallel (``ddp.py``), FSDP2 (``fsdp2.py``) and the one list
+of them by name (``registry.py``)."""
+
+from .registry import DEFAULT, STRATEGIES, choose_strategy, default_strategy, strategy_class
+from .strategy import ModelSetup, ShardingStrategy
+
+__all__ = [
+    "DEFAULT",
+    "STRATEGIES",
+    "ModelSetup",
+    "ShardingStrategy",
+    "choose_strategy",
+    "default_strategy",
+    "strategy_class",
+]
