@@ -140,7 +140,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         self._is_overflow = self.scaler.get_scale() < scale_before
         return None
 
-    def _reduce_xla_gradients(self) -> None:
+    def _reduce_gradients_before_clipping(self) -> None:
         """Where the device backend steps optimizers (XLA), average the gradients across ranks
         now (before clipping), once per step."""
         reduce_now = not self._gradients_reduced and self.gradient_state.sync_gradients

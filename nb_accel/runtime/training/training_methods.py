@@ -168,7 +168,7 @@ class TrainingMethods:
         carry the loss scale) the norm is measured and clipped as if they were unscaled.
         """
         self.unscale_gradients()
-        self._reduce_xla_gradients()
+        self._reduce_gradients_before_clipping()
         clipped = self.state.sharding.clip_grad_norm_(parameters, max_norm, norm_type)
         if clipped is not None:  # gradients the strategy holds its own way (shards)
             return clipped
@@ -180,7 +180,7 @@ class TrainingMethods:
         """Clip each gradient value to ``[-clip_value, clip_value]`` (of the unscaled gradient
         under fp16, on every batch, as :meth:`clip_grad_norm_`)."""
         self.unscale_gradients()
-        self._reduce_xla_gradients()
+        self._reduce_gradients_before_clipping()
         if self.state.sharding.clip_grad_value_(parameters, clip_value):
             return
         if self._gradients_carry_loss_scale():
@@ -194,10 +194,11 @@ class TrainingMethods:
             return False
         return not any(optimizer.gradients_unscaled for optimizer in self._optimizers)
 
-    def _reduce_xla_gradients(self) -> None:
-        """On XLA, gradients are clipped once averaged across ranks (as DDP has them)."""
+    def _reduce_gradients_before_clipping(self) -> None:
+        """Where the device backend steps optimizers, gradients are clipped once averaged
+        across ranks (as DDP has them)."""
         for optimizer in self._optimizers:
-            optimizer._reduce_xla_gradients()
+            optimizer._reduce_gradients_before_clipping()
 
     def autocast(
         self, autocast_handler: AutocastKwargs | None = None

@@ -33,6 +33,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from ..device_backends.choice import named_device_backend
 from ..tracking.live_chart import LiveChartTracker
 from .import_hooks import when_imported
 
@@ -108,9 +109,9 @@ def _describes_this_rank(state: dict[str, Any]) -> bool:
 
 
 def _group_ready() -> bool:
-    return os.environ.get("NB_ACCEL_BACKEND") == "xla" or (
-        dist.is_available() and dist.is_initialized()
-    )
+    """Whether this rank's process group is up (a device backend of its own runs it, or
+    torch.distributed's is initialised)."""
+    return named_device_backend() is not None or (dist.is_available() and dist.is_initialized())
 
 
 def _set_up(arguments: Any) -> None:
