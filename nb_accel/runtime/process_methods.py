@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import torch
 
-from . import ops
+from .collectives import ops
 from .state import GradientState, PartialState
 
 __all__ = ["ProcessMethods"]

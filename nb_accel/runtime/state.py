@@ -14,9 +14,9 @@ from typing import Any, ClassVar, TypeVar
 import torch
 import torch.distributed as dist
 
-from .collective_debug import debug_mode, set_debug_mode
 from .device_backends.base import DeviceBackend
 from .device_backends.choice import choose as choose_device_backend
+from .device_backends.shape_checks import debug_mode, set_debug_mode
 from .enums import DistributedType
 from .rank_local import RankLocalDict
 from .sharding import ShardingStrategy, choose_strategy, default_strategy

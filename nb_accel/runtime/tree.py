@@ -1,7 +1,7 @@
 """Tensor trees: nested lists, tuples (named or not) and mappings whose leaves are tensors.
 
 Local helpers only (no process group): walk, move, slice, concatenate and describe such trees.
-The collectives that act on them live in :mod:`nb_accel.runtime.ops`.
+The collectives that act on them live in :mod:`nb_accel.runtime.collectives.ops`.
 """
 
 from __future__ import annotations

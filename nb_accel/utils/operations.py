@@ -1,7 +1,6 @@
 """``nb_accel.utils.operations``: where ``accelerate.utils.operations`` names are."""
 
-from ..runtime.collective_debug import DistributedOperationException
-from ..runtime.ops import (
+from ..runtime.collectives.ops import (
     broadcast,
     broadcast_object_list,
     gather,
@@ -10,7 +9,8 @@ from ..runtime.ops import (
     pad_across_processes,
     reduce,
 )
-from ..runtime.tensor_sharing import copy_tensor_to_devices
+from ..runtime.collectives.tensor_sharing import copy_tensor_to_devices
+from ..runtime.device_backends.shape_checks import DistributedOperationException
 from ..runtime.tree import (
     concatenate,
     find_batch_size,

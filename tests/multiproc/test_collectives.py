@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 
 from nb_accel import PartialState, notebook_launcher
-from nb_accel.runtime.ops import (
+from nb_accel.runtime.collectives.ops import (
     DistributedOperationException,
     broadcast,
     broadcast_object_list,

@@ -20,10 +20,10 @@ from torch.utils.data import (
 )
 
 from nb_accel import notebook_launcher
+from nb_accel.runtime.collectives.ops import gather_for_metrics
 from nb_accel.runtime.data.loader_dispatch import DataLoaderDispatcher
 from nb_accel.runtime.data.loader_shard import DataLoaderShard
 from nb_accel.runtime.data.loaders import prepare_data_loader, skip_first_batches
-from nb_accel.runtime.ops import gather_for_metrics
 from nb_accel.runtime.state import GradientState, PartialState
 
 

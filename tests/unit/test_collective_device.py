@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nb_accel.runtime.collective_debug import DEBUG_VARIABLE, debug_mode
-from nb_accel.runtime.collective_device import move_target, served_device_types
+from nb_accel.runtime.device_backends.placement import move_target, served_device_types
+from nb_accel.runtime.device_backends.shape_checks import DEBUG_VARIABLE, debug_mode
 
 CPU, GPU0, GPU1 = torch.device("cpu"), torch.device("cuda", 0), torch.device("cuda", 1)
 

@@ -12,7 +12,7 @@ import pytest
 import torch
 
 from nb_accel import PartialState, set_seed
-from nb_accel.runtime import ops
+from nb_accel.runtime.collectives import ops
 from nb_accel.runtime.device_backends import choice
 from nb_accel.runtime.device_backends.base import DeviceBackend, Rank
 from nb_accel.runtime.device_backends.torch_distributed import TorchDistributedBackend

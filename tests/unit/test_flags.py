@@ -7,7 +7,7 @@ import pytest
 
 from nb_accel import FullyShardedDataParallelPlugin
 from nb_accel._flags import FALSE_WORDS, TRUE_WORDS, env_flag, parse_flag
-from nb_accel.runtime.collective_debug import debug_mode
+from nb_accel.runtime.device_backends.shape_checks import debug_mode
 from nb_accel.runtime.environment import is_rich_available
 from nb_accel.runtime.training.compile import TorchDynamoPlugin
 

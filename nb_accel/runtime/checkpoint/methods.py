@@ -10,7 +10,7 @@ from typing import Any
 
 import torch
 
-from ..ops import broadcast_object_list, gather_object
+from ..collectives.ops import broadcast_object_list, gather_object
 from ..options import ProjectConfiguration
 from ..state import AcceleratorState, GradientState, PartialState
 from ..training.accumulation import GradientAccumulator

@@ -23,7 +23,7 @@ from typing import Any
 
 import torch
 
-from ..ops import broadcast_object_list, gather_object
+from ..collectives.ops import broadcast_object_list, gather_object
 from ..state import PartialState
 from .wire import HEADER_BYTES, Header, Prepared, pack_targets, spec_bytes, unpack, write_packed
 

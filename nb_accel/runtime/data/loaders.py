@@ -14,7 +14,7 @@ import torch
 import torch.distributed as dist
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
-from ..ops import broadcast_object_list
+from ..collectives.ops import broadcast_object_list
 from ..state import PartialState
 from .loader_dispatch import DataLoaderDispatcher
 from .loader_resume import inherit_position

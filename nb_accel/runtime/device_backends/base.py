@@ -2,10 +2,10 @@
 
 A :class:`DeviceBackend` is built once, with the :class:`~nb_accel.runtime.state.PartialState`
 it serves (see :mod:`.choice`), and then reached as ``PartialState().device_backend``: the
-collectives in :mod:`nb_accel.runtime.ops`, the barrier, device seeding, the prepared loaders,
-the optimizer step and the checkpoint files ask it rather than asking which devices they run
-on. The methods with a body here are what torch.distributed needs (nothing, mostly); a backend
-overrides those its devices do differently.
+collectives in :mod:`nb_accel.runtime.collectives.ops`, the barrier, device seeding, the
+prepared loaders, the optimizer step and the checkpoint files ask it rather than asking which
+devices they run on. The methods with a body here are what torch.distributed needs (nothing,
+mostly); a backend overrides those its devices do differently.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from typing import Any, ClassVar, Protocol, TypeVar
 
 import torch
 
-from ..collective_debug import check_same_shapes, debug_mode
 from ..tree import recursively_apply
+from .shape_checks import check_same_shapes, debug_mode
 
 __all__ = ["Rank", "DeviceRandomState", "DeviceBackend", "leaves"]
 

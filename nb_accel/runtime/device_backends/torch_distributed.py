@@ -14,10 +14,10 @@ import torch
 import torch.distributed as dist
 
 from ... import _env
-from ..collective_device import all_gather_rows, move_target
 from ..enums import DistributedType
 from ..tree import recursively_apply
 from .base import DeviceBackend
+from .placement import all_gather_rows, move_target
 
 __all__ = ["TorchDistributedBackend"]
 

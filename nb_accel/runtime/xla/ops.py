@@ -1,6 +1,6 @@
 """Collectives on tensor trees between the ranks of an XLA launch, with ``xm`` primitives.
 
-The XLA counterparts of :mod:`nb_accel.runtime.ops`, which reaches them through the XLA
+The XLA counterparts of :mod:`nb_accel.runtime.collectives.ops`, which reaches them through the XLA
 device backend (:mod:`.backend`) when the launch runs on XLA (same arguments, same results).
 Tensors that are not on the XLA device are moved there for the collective and the result is
 moved back. Python objects travel pickled (XLA tensors inside lists, tuples and dicts go as

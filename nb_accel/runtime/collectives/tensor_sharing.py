@@ -5,8 +5,8 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from ..state import PartialState
 from .ops import broadcast_object_list, gather_object
-from .state import PartialState
 
 
 def copy_tensor_to_devices(tensor: torch.Tensor | None = None) -> torch.Tensor:

@@ -2,10 +2,11 @@
 
 Every function is the identity (``reduce``: a copy) when the launch has a single process, so the
 same code runs with one process or many. Trees are nested lists, tuples and dicts of tensors.
-The worker's device backend (:mod:`.device_backends`) runs the collectives. Tensors may be on
-any device: one the backend cannot run on (a CPU tensor under NCCL) goes to the rank's device
-for the collective, and results come back on the caller's tensor's device. Shapes are checked
-across processes in debug mode only (see :mod:`.collective_debug`).
+The worker's device backend (:mod:`~nb_accel.runtime.device_backends`) runs the collectives.
+Tensors may be on any device: one the backend cannot run on (a CPU tensor under NCCL) goes to
+the rank's device for the collective, and results come back on the caller's tensor's device.
+Shapes are checked across processes in debug mode only (see
+:mod:`~nb_accel.runtime.device_backends.shape_checks`).
 """
 
 from __future__ import annotations
@@ -16,10 +17,10 @@ from typing import Any
 
 import torch
 
-from .collective_debug import DistributedOperationException, debug_mode
-from .device_backends.base import DeviceBackend, leaves
-from .state import GradientState, PartialState
-from .tree import concatenate, find_device, has_only_tensors, recursively_apply, send_to_device
+from ..device_backends.base import DeviceBackend, leaves
+from ..device_backends.shape_checks import DistributedOperationException, debug_mode
+from ..state import GradientState, PartialState
+from ..tree import concatenate, find_device, has_only_tensors, recursively_apply, send_to_device
 
 __all__ = [
     "DistributedOperationException",
@@ -54,7 +55,8 @@ def gather(tensor: Any) -> Any:
     Every process must pass tensors of the same shapes (use :func:`pad_across_processes`
     first). In debug mode (``ACCELERATE_DEBUG_MODE=1``) this is checked, at the cost of one
     more collective, and every process raises :class:`DistributedOperationException` when they
-    differ; otherwise mismatched shapes fail in the backend (see :mod:`.collective_debug`).
+    differ; otherwise mismatched shapes fail in the backend (see
+    :mod:`~nb_accel.runtime.device_backends.shape_checks`).
     Identity on a single process.
     """
     return _backend().gather(tensor)

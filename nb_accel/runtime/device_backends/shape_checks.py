@@ -16,8 +16,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .._flags import env_flag
-from .collective_device import all_gather_rows
+from ..._flags import env_flag
+from .placement import all_gather_rows
 
 __all__ = [
     "DEBUG_VARIABLE",
