@@ -22,6 +22,7 @@ import yaml
 
 __all__ = [
     "CHOICES",
+    "SHARDING_STRATEGIES",
     "Config",
     "ConfigError",
     "config_path",
@@ -30,12 +31,19 @@ __all__ = [
     "save_config",
 ]
 
-#: Allowed values of the fields that take one of a few (``sharding``: the names of the sharding
-#: strategies registered in ``runtime/sharding/registry.py``, which this base module cannot
-#: import; a unit test keeps the two the same).
+#: Every sharding strategy, by name, with the class implementing it (``"module:Class"``, a
+#: module of ``nb_accel.runtime.sharding``, which the runtime's registry loads): the one list
+#: the saved configuration, the launch and the Accelerator go by. A new strategy is its module
+#: and one line here.
+SHARDING_STRATEGIES: dict[str, str] = {
+    "ddp": "nb_accel.runtime.sharding.ddp:DataParallelStrategy",
+    "fsdp": "nb_accel.runtime.sharding.fsdp2:FullyShardedStrategy",
+}
+
+#: Allowed values of the fields that take one of a few.
 CHOICES: dict[str, tuple[Any, ...]] = {
     "mixed_precision": ("no", "bf16", "fp16"),
-    "sharding": ("ddp", "fsdp"),
+    "sharding": tuple(SHARDING_STRATEGIES),
     "start_method": (None, "fork", "spawn", "forkserver"),
     "rdzv_backend": ("c10d",),
 }

@@ -1,18 +1,19 @@
 """The sharding strategies, by name: the one list the Accelerator, the launch plan and the saved
 configuration's names go by. A new strategy is a module implementing
 :class:`~nb_accel.runtime.sharding.strategy.ShardingStrategy` and one line in
-:data:`STRATEGIES`."""
+:data:`nb_accel.config.SHARDING_STRATEGIES`, from which :data:`STRATEGIES` is loaded."""
 
 from __future__ import annotations
 
 import contextlib
+import importlib
 from collections.abc import Iterator, Mapping
 from typing import Any
 
 import torch
 
+from ...config import SHARDING_STRATEGIES
 from .ddp import DataParallelStrategy
-from .fsdp2 import FullyShardedStrategy
 from .strategy import ShardingStrategy
 
 __all__ = [
@@ -27,10 +28,22 @@ __all__ = [
     "worker_only_advice",
 ]
 
-#: Every strategy, by the name the launch and the configuration use.
+
+def _load(name: str, where: str) -> type[ShardingStrategy]:
+    """The strategy class at ``where`` (``"module:Class"``), registered as ``name``."""
+    module, _, attribute = where.partition(":")
+    found = getattr(importlib.import_module(module), attribute)
+    if not (isinstance(found, type) and issubclass(found, ShardingStrategy)):
+        raise TypeError(f"sharding strategy {name!r}: {where} is not a ShardingStrategy")
+    if found.name != name:
+        raise TypeError(f"sharding strategy {name!r}: {where} calls itself {found.name!r}")
+    return found
+
+
+#: Every strategy, by the name the launch and the configuration use (the list itself is
+#: :data:`nb_accel.config.SHARDING_STRATEGIES`).
 STRATEGIES: dict[str, type[ShardingStrategy]] = {
-    DataParallelStrategy.name: DataParallelStrategy,
-    FullyShardedStrategy.name: FullyShardedStrategy,
+    name: _load(name, where) for name, where in SHARDING_STRATEGIES.items()
 }
 
 #: The strategy without options: data parallel (on one process, models as they are).
