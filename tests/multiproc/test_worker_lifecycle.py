@@ -1,11 +1,13 @@
 """Every worker finishes the trackers its function left open, on every way out: after a rank
 failed, its MLflow run ends ``FAILED`` and the TensorBoard events it logged can be read, in a
 single-node launch and in a launch over two nodes (two node processes on this machine, as in
-``test_multinode.py``). The XLA lane checks the same in ``tests/xla``."""
+``test_multinode.py``), and also when the rank holding the runs is stopped because another
+failed. The XLA lane checks the same in ``tests/xla``."""
 
 from __future__ import annotations
 
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -74,3 +76,26 @@ def test_a_failed_rank_finishes_its_trackers_on_two_nodes(tmp_path: Path, mlflow
         assert node.get("error") == "RuntimeError", node
         assert node["message"] == "stopped mid-run", node
     _assert_finished_as_failed(tmp_path / "two-nodes", mlflow_uri)
+
+
+def log_then_wait_for_a_failure(folder: str) -> None:
+    """The main process logs three steps, then waits in Python (not in a collective) while
+    rank 1 fails: the launch stops it with SIGTERM, in the middle of its function."""
+    accelerator = Accelerator(log_with=["tensorboard", "mlflow"], project_dir=folder)
+    accelerator.init_trackers("stopped", config={"lr": 0.1})
+    for step in range(3):
+        accelerator.log({"loss": float(step)}, step=step)
+    accelerator.wait_for_everyone()  # the runs are written before rank 1 fails
+    if accelerator.is_main_process:
+        time.sleep(120)  # stopped long before
+    raise RuntimeError("rank 1 failed")
+
+
+@pytest.mark.timeout(240)
+def test_a_rank_stopped_after_another_failed_finishes_its_trackers(
+    tmp_path: Path, mlflow_uri: str
+) -> None:
+    with pytest.raises(RuntimeError, match="rank 1 failed") as raised:
+        notebook_launcher(log_then_wait_for_a_failure, args=(str(tmp_path),), num_processes=2)
+    assert "rank 1" in "\n".join(getattr(raised.value, "__notes__", []))
+    _assert_finished_as_failed(tmp_path / "stopped", mlflow_uri)

@@ -11,6 +11,7 @@ The launchers: one node (:mod:`nb_accel.launch.single_node`), several nodes thro
 elastic agent (:mod:`nb_accel.launch.multinode.launcher`), XLA devices
 (:mod:`nb_accel.launch.xla.launcher`) and the ``%%distributed`` pool
 (:mod:`nb_accel.launch.pool`). ``notebook_launcher`` chooses one from its arguments
-(:mod:`nb_accel.launch.launcher`); another launcher is one more module implementing the
-interface and one more branch there.
+(:mod:`nb_accel.launch.launcher`: XLA devices when the kernel runs on a TPU runtime, through
+``launch_xla``, which checks the options only XLA has; else ``_launcher()``); another launcher
+is one more module implementing the interface and one more branch there.
 """

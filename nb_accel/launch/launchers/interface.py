@@ -50,5 +50,7 @@ def run_launch(launcher: Launcher) -> Any:
         succeeded = not isinstance(outcome, BaseException)
         return outcome
     finally:
-        launcher.view.finished(succeeded)  # the held output first
-        launcher.stop(graceful=succeeded)
+        try:
+            launcher.view.finished(succeeded)  # the held output first
+        finally:
+            launcher.stop(graceful=succeeded)

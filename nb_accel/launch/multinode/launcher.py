@@ -1,11 +1,12 @@
 """A launch over several machines: torch's elastic agent and its c10d rendezvous.
 
-Each node's kernel runs :func:`run_nodes` with the same ``num_nodes`` and ``rdzv_endpoint`` and
-its own ``node_rank``. The elastic agent (``torch.distributed.launcher``'s ``elastic_launch``,
-the engine behind ``torchrun``) meets the other nodes at the rendezvous, starts this node's
-workers, watches them and restarts the whole group after a failure while ``max_restarts``
-allows. Node 0 hosts the rendezvous store on the endpoint's port. Which address each node gives
-the others, and which interface its workers' sockets use, is decided by
+Each node's kernel runs a :class:`NodesLauncher` (``notebook_launcher`` with ``num_nodes``
+above 1) with the same ``num_nodes`` and ``rdzv_endpoint`` and its own ``node_rank``. The
+elastic agent (``torch.distributed.launcher``'s ``elastic_launch``, the engine behind
+``torchrun``) meets the other nodes at the rendezvous, starts this node's workers, watches them
+and restarts the whole group after a failure while ``max_restarts`` allows. Node 0 hosts the
+rendezvous store on the endpoint's port. Which address each node gives the others, and which
+interface its workers' sockets use, is decided by
 :class:`~nb_accel.launch.multinode.node_addresses.NodeNetwork`; nodes that could not meet stop
 before any worker starts, all with the same message.
 
@@ -30,7 +31,7 @@ from ..._openmp import release_openmp_threads
 from ...errors import LaunchError, WorkerFailure
 from ...runtime.workers.node_worker import NodeWorkerArgs, global_rank, node_worker_main
 from ..failures.verdict import died_failure
-from ..launchers.interface import Launcher, run_launch
+from ..launchers.interface import Launcher
 from ..launchers.outcome import launch_outcome
 from ..plan import LaunchPlan
 from ..scratch import make_scratch_dir
@@ -42,7 +43,7 @@ from .node_addresses import NodeNetwork
 from .node_events import NodeEvents, NodeView
 from .nodes import NodePlan
 
-__all__ = ["NodesLauncher", "run_nodes"]
+__all__ = ["NodesLauncher"]
 
 _SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 _ELASTIC_LOGGERS = (
@@ -278,12 +279,3 @@ class NodesLauncher(Launcher):
         if self._log_dir is not None:
             shutil.rmtree(self._log_dir, ignore_errors=True)
             self._log_dir = None
-
-
-def run_nodes(
-    plan: LaunchPlan, nodes: NodePlan, payload: bytes, prefix_output: bool, view: LaunchView
-) -> list[Any] | BaseException:
-    """Run this node's share of a multi-node launch; returns its ranks' results in rank order,
-    or the exception to raise (a worker's own, or a :class:`LaunchError` for the rendezvous).
-    """
-    return run_launch(NodesLauncher(plan, nodes, payload, prefix_output, view))

@@ -21,7 +21,7 @@ from typing import Any
 from ..._messages import Output, Report, Started, decode
 from ..captured import TAIL_BYTES
 from ..failures.failure_log import FailureLog
-from ..launchers.dispatch import DispatchHooks, EventDispatcher
+from ..launchers.dispatch import TICK_S, DispatchHooks, EventDispatcher
 from ..views.output import OutputPrinter
 from ..views.view import LaunchView
 
@@ -155,7 +155,7 @@ class NodeEvents(DispatchHooks):
             if self._closing.is_set() and not open_conns:
                 return
             due = self.events.wake()
-            timeout = 0.0 if self._closing.is_set() else max(0.0, due or 0.0)
+            timeout = 0.0 if self._closing.is_set() else max(0.0, TICK_S if due is None else due)
             ready = wait([*open_conns, self._wake_read], timeout)
             for item in ready:
                 if item == self._wake_read:

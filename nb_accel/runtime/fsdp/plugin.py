@@ -22,7 +22,6 @@ __all__ = [
     "FullyShardedDataParallelPlugin",
     "STATE_DICT_TYPES",
     "WRAP_POLICIES",
-    "parse_flag",
 ]
 
 #: The named wrap policies (``auto_wrap_policy`` as a string, or ``FSDP_AUTO_WRAP_POLICY``).

@@ -14,10 +14,11 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..._flags import parse_flag
 from ..enums import DistributedType
 from ..fsdp.gradients import clip_sharded_grad_norm_, gradient_sync
 from ..fsdp.optimizer_params import check_not_prepared_before, move_onto_shards
-from ..fsdp.plugin import FSDP1_ONLY, FullyShardedDataParallelPlugin, parse_flag
+from ..fsdp.plugin import FSDP1_ONLY, FullyShardedDataParallelPlugin
 from ..fsdp.sharding import is_fsdp_module, shard_model
 from ..fsdp.state_dicts import (
     full_model_state_dict,

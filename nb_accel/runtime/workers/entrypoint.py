@@ -17,6 +17,7 @@ import cloudpickle
 import torch.distributed as dist
 
 from ..._messages import Result
+from . import rank_group
 from .fd_forwarder import faulthandler_to_stderr
 from .lifecycle import RankStart, live_as_rank
 from .outcomes import failure_event, result_event
@@ -88,7 +89,7 @@ def run_worker(
     _write_to(output)
     start = RankStart(args.rank, args.rank_environment(), parent_pid)
     channel, outcome = live_as_rank(
-        start, lambda: conn, lambda: _run_function(args), own_files=(__file__,)
+        start, lambda: conn, lambda: _run_function(args), own_files=(__file__, rank_group.__file__)
     )
     ok = isinstance(outcome, Result)
     if ok:

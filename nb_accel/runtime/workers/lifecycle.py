@@ -47,6 +47,7 @@ from .trainer_support import support_trainer
 
 __all__ = [
     "RankStart",
+    "StopRequested",
     "Explain",
     "become_rank",
     "open_channel",
@@ -89,12 +90,36 @@ class RankStart:
     own_accelerate_state: bool = True
 
 
+class StopRequested(BaseException):
+    """Raised in a worker when its launch stops it (SIGTERM: another rank failed, the kernel
+    was interrupted, the elastic agent tears the group down): the function unwinds, so that
+    the trackers it left open are finished before the process ends. Nothing is reported for
+    it: the kernel already knows why it stops the worker."""
+
+
+#: The worker whose SIGTERM handler this is (a process the function forks inherits it).
+_rank_pid: list[int] = []
+
+
+def _stop_requested(signum: int, frame: object) -> None:
+    if not _rank_pid or os.getpid() != _rank_pid[0]:  # a loader's worker, say: as by default
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
+        return
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # once: finishing is not cut short
+    raise StopRequested
+
+
 def reset_signal_handlers() -> None:
-    """Undo Python-level signal handlers a forked worker inherited from the kernel."""
-    for name in ("SIGTERM", "SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"):
+    """Undo Python-level signal handlers a forked worker inherited from the kernel; SIGTERM
+    then raises :class:`StopRequested` in this process (and acts as by default in a process
+    forked from it)."""
+    for name in ("SIGHUP", "SIGQUIT", "SIGUSR1", "SIGUSR2"):
         if hasattr(signal, name):
             signal.signal(getattr(signal, name), signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+    _rank_pid[:] = [os.getpid()]
+    signal.signal(signal.SIGTERM, _stop_requested)
 
 
 def _no_input(prompt: object = "") -> str:
@@ -175,6 +200,8 @@ def _outcome(
 ) -> Outcome:
     try:
         return result_event(rank, function())
+    except StopRequested:
+        raise
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the kernel
         files = (__file__, *own_files)
         return explain(exc, files) if explain is not None else failure_event(rank, exc, files)
@@ -200,6 +227,10 @@ def report_outcome(
     Returns:
         The outcome, sent. Open trackers are finished on every way out, as failed unless
         the function's value is on its way to the kernel.
+
+    Raises:
+        StopRequested: the launch stopped the worker (its trackers are finished; nothing is
+            sent).
     """
     failed = True
     try:
@@ -224,8 +255,16 @@ def live_as_rank(
 ) -> tuple[EventChannel, Outcome]:
     """Become the rank, connect to the kernel (``connect``, once the process is the rank's),
     run ``function`` and report its outcome (see :func:`report_outcome`); returns the channel
-    and the outcome, for the worker main to leave its own way."""
+    and the outcome, for the worker main to leave its own way. A worker the launch stops
+    (:class:`StopRequested`) ends here, once its trackers are finished."""
     become_rank(start)
-    channel = open_channel(connect(), start)
-    outcome = report_outcome(channel, function, own_files=own_files, explain=explain, settle=settle)
+    try:
+        channel = open_channel(connect(), start)
+        outcome = report_outcome(
+            channel, function, own_files=own_files, explain=explain, settle=settle
+        )
+    except StopRequested:
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(128 + signal.SIGTERM)
     return channel, outcome

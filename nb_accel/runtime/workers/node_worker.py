@@ -32,6 +32,7 @@ import torch.distributed as dist
 
 from ..._messages import Failure
 from ...errors import LaunchError, is_peer_loss
+from . import rank_group
 from .accelerate_env import accelerate_environment
 from .fd_forwarder import forward_file_descriptors
 from .lifecycle import RankStart, live_as_rank
@@ -268,7 +269,7 @@ def node_worker_main(args: NodeWorkerArgs) -> None:
         start,
         lambda: _connect(node),
         lambda: _run_function(node),
-        own_files=(__file__,),
+        own_files=(__file__, rank_group.__file__),
         explain=lambda exc, files: _failure(node, exc, files),
         settle=lambda outcome: _settle(node, outcome),
     )

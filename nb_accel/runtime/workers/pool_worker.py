@@ -22,7 +22,7 @@ import cloudpickle
 
 from ..._messages import CellDone, Execute, Interrupt, Pull, Push, Stop
 from ..reporting.channel import EventChannel, current_channel
-from .lifecycle import send_flushed
+from .lifecycle import StopRequested, send_flushed
 from .outcomes import failure_event
 from .regroup import Settle, settle_process_group
 from .returns import dumps_result
@@ -117,6 +117,8 @@ def _outcome(
             return _perform(channel, command, space), False
         finally:
             _interrupts.running = False
+    except StopRequested:  # the pool is stopped: not a cell's failure
+        raise
     except BaseException as error:  # noqa: BLE001 - reported; the worker lives on
         failure = failure_event(channel.rank, error, (__file__,))
         stopped = isinstance(error, KeyboardInterrupt)
