@@ -27,6 +27,7 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
@@ -74,8 +75,9 @@ class RankStart:
         parent_pid: the kernel's pid (the worker exits at once if it is already gone);
             ``None`` when the parent is not the kernel (torch's elastic agent).
         attempt: how many times a multi-node launch restarted its workers before these.
-        own_signals: reset the signal handlers inherited from the kernel (a rank thread
-            cannot: they belong to the process's main thread).
+        own_signals: reset the signal handlers inherited from the kernel, and stop on
+            SIGTERM by :class:`StopRequested` (not where several ranks share the process;
+            only done in the process's main thread, which owns them).
         own_process_group: put the worker in a process group of its own.
         own_accelerate_state: forget Accelerate's process-wide state (which can describe
             one rank only: not where a process runs several).
@@ -158,8 +160,8 @@ def die_with_parent(parent_pid: int | None) -> None:
 def become_rank(start: RankStart) -> None:
     """Turn the process (a fork of the kernel or a fresh one) into rank ``start.rank``."""
     die_with_parent(start.parent_pid)
-    if start.own_signals:
-        reset_signal_handlers()
+    if start.own_signals and threading.current_thread() is threading.main_thread():
+        reset_signal_handlers()  # (only a process's main thread may set them)
     leave_the_kernel_shell()
     if start.own_process_group:
         try:

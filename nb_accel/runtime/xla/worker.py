@@ -63,8 +63,8 @@ def _rank_start(rank: int, settings: dict[str, str], threads: int, kernel_pid: i
     """How the worker becomes rank ``rank`` (``threads``: ranks this process runs; with more
     than one, the process-wide ``RANK`` and ``LOCAL_RANK`` could name only one of them and are
     left out: ``PartialState`` names each rank; Accelerate's state and the signal handlers are
-    the process's too, and left as they are; with one, SIGTERM stops the rank as in every
-    launch: trackers finished first)."""
+    the process's too, and left as they are; with one, they are the rank's, as in every launch,
+    where it runs in the process's main thread)."""
     world = world_size()
     processes = int(os.environ.get("PJRT_LOCAL_PROCESS_COUNT", "1"))
     names = {"RANK": str(rank), "LOCAL_RANK": os.environ.get("PJRT_LOCAL_PROCESS_RANK", "0")}
