@@ -286,13 +286,14 @@ class WorkerPool(Launcher):
                 self._died(group)
         self._waiting_for, self.view = targets, printer.view
         try:
-            outcome = self.wait()
+            self._wait(group, targets, printer.view, None)
         except KeyboardInterrupt:
             self._unsettled = True
             self._interrupt(group, targets, printer.view)
             raise
         finally:
-            printer.flush()
+            printer.flush()  # what the command printed, before its outcome is told
+        outcome = self._outcome(group, targets, printer.view)
         if isinstance(outcome, BaseException):
             raise outcome
         return outcome
