@@ -12,13 +12,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..config import config_path, load_config
+from ..runtime.workers.spec import Payload
 from .defaults import node_plan_with_defaults, plan_with_defaults
 from .failures.user_errors import for_the_user, meant_for_the_user
 from .launchers.interface import Launcher, run_launch
 from .launchers.view import make_view
 from .multinode.launcher import NodesLauncher
 from .multinode.nodes import NodePlan
-from .payload import check_arguments, make_payload
+from .payload import check_arguments, launch_payload
 from .plan import LaunchPlan, sharding_for, show_notes
 from .processes import multiprocessing_helpers
 from .single_node import SingleNodeLauncher
@@ -40,7 +41,7 @@ def _make_view(
 
 
 def _launcher(
-    plan: LaunchPlan, nodes: NodePlan, payload: bytes, prefix_output: bool, view: LaunchView
+    plan: LaunchPlan, nodes: NodePlan, payload: Payload, prefix_output: bool, view: LaunchView
 ) -> Launcher:
     """The launcher of a launch on CPUs or GPUs: across the nodes, or on this one."""
     if nodes.multi_node:
@@ -199,7 +200,9 @@ def notebook_launcher(
             single_node=False,
             fsdp=fsdp,
         )
-        payload = make_payload(function, args, kwargs or {})
+        # Forked workers on this machine inherit the call; the others get it pickled.
+        inherited = plan.start_method == "fork" and not nodes.multi_node
+        payload = launch_payload(function, args, kwargs or {}, inherited)
         show_notes(plan)
         view = _make_view(plan, nodes, show_progress, all_ranks_metrics)
         with multiprocessing_helpers(plan.start_method):

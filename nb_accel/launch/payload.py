@@ -1,4 +1,5 @@
-"""Serialising the launched function and its arguments with cloudpickle, with clear errors."""
+"""The launched function and its arguments on their way to the workers: inherited as they are
+by forked workers, serialised with cloudpickle (with clear errors) for the others."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ from typing import Any
 import cloudpickle
 
 from ..runtime.workers.code_files import dumps as dumps_keeping_files
+from ..runtime.workers.spec import InheritedCall, Payload
 
-__all__ = ["check_arguments", "make_payload"]
+__all__ = ["check_arguments", "make_payload", "launch_payload"]
 
 
 def _name_of(function: Callable[..., Any]) -> str:
@@ -76,3 +78,18 @@ def make_payload(
             f"{type(exc).__name__}: {exc}. Objects such as open files, locks, sockets, threads "
             "and generators cannot be pickled; create them inside the launched function instead."
         ) from None
+
+
+def launch_payload(
+    function: Callable[..., Any],
+    args: Sequence[Any],
+    kwargs: Mapping[str, Any],
+    inherited: bool,
+) -> Payload:
+    """What a launch's workers run: with ``inherited`` (workers forked from this process), the
+    call itself, which they inherit with the kernel's memory (nothing is pickled: a big global
+    or argument is not copied, and objects that cannot be pickled work too); else the
+    cloudpickled call (:func:`make_payload`)."""
+    if inherited:
+        return InheritedCall(function, tuple(args), dict(kwargs))
+    return make_payload(function, args, kwargs)

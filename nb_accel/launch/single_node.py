@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
+from ..runtime.workers.spec import Payload
 from .launchers.interface import Launcher
 from .plan import LaunchPlan
 from .processes import WorkerProcess
@@ -27,13 +28,14 @@ class SingleNodeLauncher(Launcher):
 
     Args:
         plan: the launch's plan.
-        payload: the pickled function and its arguments.
+        payload: the function and its arguments: the call itself, which forked workers
+            inherit, or pickled.
         prefix_output: prefix each line of output with its rank.
         view: the launch's view.
     """
 
     def __init__(
-        self, plan: LaunchPlan, payload: bytes, prefix_output: bool, view: LaunchView
+        self, plan: LaunchPlan, payload: Payload, prefix_output: bool, view: LaunchView
     ) -> None:
         self._plan = plan
         self._payload = payload

@@ -7,7 +7,7 @@ import os
 from .. import _env
 from .._openmp import release_openmp_threads
 from ..runtime.sharding import strategy_class
-from ..runtime.workers.spec import WorkerArgs
+from ..runtime.workers.spec import Payload, WorkerArgs
 from .plan import LaunchPlan
 from .processes import WorkerProcess, send_start_data, start_worker
 
@@ -41,7 +41,7 @@ def worker_env(plan: LaunchPlan, single_node: bool = True) -> dict[str, str]:
     return env
 
 
-def _worker_args(plan: LaunchPlan, store_path: str, payload: bytes) -> list[WorkerArgs]:
+def _worker_args(plan: LaunchPlan, store_path: str, payload: Payload) -> list[WorkerArgs]:
     env = worker_env(plan)
     return [
         WorkerArgs(
@@ -64,7 +64,7 @@ def _worker_args(plan: LaunchPlan, store_path: str, payload: bytes) -> list[Work
 
 
 def start_workers(
-    plan: LaunchPlan, store_dir: str, payload: bytes, workers: list[WorkerProcess]
+    plan: LaunchPlan, store_dir: str, payload: Payload, workers: list[WorkerProcess]
 ) -> None:
     """Start one worker per rank running ``payload``, appending each to ``workers`` as it
     starts (so the caller can stop those already started if a later one fails)."""

@@ -68,10 +68,18 @@ def test_function_must_be_callable() -> None:
         notebook_launcher(42, num_processes=2)  # type: ignore[arg-type]
 
 
-def test_unpicklable_argument_is_named(capsys: pytest.CaptureFixture[str]) -> None:
+@pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
+def test_unpicklable_argument_is_named(
+    capsys: pytest.CaptureFixture[str], start_method: str
+) -> None:
+    """Workers that do not inherit the kernel's memory get the call pickled: what cannot be
+    pickled is named before anything starts (forked workers take it as it is: see
+    tests/multiproc/test_payload_by_reference.py)."""
     lock = threading.Lock()
     with pytest.raises(TypeError) as info:
-        notebook_launcher(lambda x, y: x, args=(1, lock), num_processes=2)
+        notebook_launcher(
+            lambda x, y: x, args=(1, lock), num_processes=2, start_method=start_method
+        )
     assert "args[1] (a lock)" in str(info.value)
     assert "inside the launched function" in str(info.value)
     _assert_nothing_launched(capsys)
@@ -84,7 +92,7 @@ def test_unpicklable_closure_is_named(capsys: pytest.CaptureFixture[str]) -> Non
         return next(generator)
 
     with pytest.raises(TypeError, match="the function 'test_unpicklable_closure_is_named"):
-        notebook_launcher(uses_generator, num_processes=2)
+        notebook_launcher(uses_generator, num_processes=2, start_method="spawn")
     _assert_nothing_launched(capsys)
 
 

@@ -30,6 +30,7 @@ from typing import Any
 from ..._openmp import release_openmp_threads
 from ...errors import LaunchError, WorkerFailure
 from ...runtime.workers.node_worker import NodeWorkerArgs, global_rank, node_worker_main
+from ...runtime.workers.spec import Payload
 from ..failures.verdict import died_failure
 from ..launchers.interface import Launcher
 from ..launchers.outcome import launch_outcome
@@ -169,7 +170,7 @@ class NodesLauncher(Launcher):
     Args:
         plan: the launch's plan (``num_processes`` ranks on each node).
         nodes: the nodes and their rendezvous.
-        payload: the pickled function and its arguments.
+        payload: the function and its arguments (pickled, or the call itself).
         prefix_output: prefix each line of output with its rank.
         view: the launch's view, a row for each of this node's ranks.
     """
@@ -178,7 +179,7 @@ class NodesLauncher(Launcher):
         self,
         plan: LaunchPlan,
         nodes: NodePlan,
-        payload: bytes,
+        payload: Payload,
         prefix_output: bool,
         view: LaunchView,
     ) -> None:

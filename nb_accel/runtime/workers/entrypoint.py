@@ -13,7 +13,6 @@ from datetime import timedelta
 from multiprocessing.connection import Connection
 from typing import Any
 
-import cloudpickle
 import torch.distributed as dist
 
 from ..._messages import Result
@@ -22,7 +21,7 @@ from .fd_forwarder import faulthandler_to_stderr
 from .lifecycle import RankStart, live_as_rank
 from .outcomes import failure_event, result_event
 from .rank_group import leave_process_group, nccl_device, use_rank_device
-from .spec import WorkerArgs
+from .spec import WorkerArgs, unpack_payload
 from .trainer_support import set_up_training_arguments
 
 __all__ = ["run_worker", "spawn_main", "failure_event", "result_event"]
@@ -54,7 +53,7 @@ def _init_process_group(args: WorkerArgs) -> None:
 
 
 def _run_function(args: WorkerArgs) -> Any:
-    function, fargs, fkwargs = cloudpickle.loads(args.payload)
+    function, fargs, fkwargs = unpack_payload(args.payload)
     _init_process_group(args)
     set_up_training_arguments()  # 🤗 TrainingArguments made in the kernel: this rank's devices
     return function(*fargs, **fkwargs)

@@ -27,7 +27,6 @@ from datetime import timedelta
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
-import cloudpickle
 import torch.distributed as dist
 
 from ..._messages import Failure
@@ -38,6 +37,7 @@ from .fd_forwarder import forward_file_descriptors
 from .lifecycle import RankStart, live_as_rank
 from .outcomes import Outcome, failure_event
 from .rank_group import leave_process_group, nccl_device, use_rank_device
+from .spec import Payload, unpack_payload
 from .trainer_support import set_up_training_arguments
 
 __all__ = ["NodeWorkerArgs", "node_worker_main", "global_rank"]
@@ -61,7 +61,8 @@ class NodeWorkerArgs:
         device_type: ``"cpu"`` or ``"cuda"``.
         timeout_s: bound on every collective, in seconds.
         mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``.
-        payload: the cloudpickled ``(function, args, kwargs)``.
+        payload: the cloudpickled ``(function, args, kwargs)`` (or the call itself, for
+            workers forked from the process that holds it).
         env: extra environment variables set before anything else.
     """
 
@@ -73,7 +74,7 @@ class NodeWorkerArgs:
     device_type: str
     timeout_s: float
     mixed_precision: str
-    payload: bytes
+    payload: Payload
     env: dict[str, str] = field(default_factory=dict)
 
 
@@ -247,7 +248,7 @@ def _connect(node: _Node) -> Connection:
 
 
 def _run_function(node: _Node) -> Any:
-    function, fargs, fkwargs = cloudpickle.loads(node.args.payload)
+    function, fargs, fkwargs = unpack_payload(node.args.payload)
     node.check_layout()
     node.connect_store()
     node.claim_rank()

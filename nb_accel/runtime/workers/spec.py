@@ -1,12 +1,52 @@
-"""The worker's inputs: one small serialisable dataclass, built in the kernel."""
+"""The worker's inputs: one small serialisable dataclass, built in the kernel, and the launched
+call it carries: pickled bytes, or, for a forked worker, the call itself in inherited memory."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
+
+import cloudpickle
 
 from .accelerate_env import accelerate_environment
 
-__all__ = ["WorkerArgs"]
+__all__ = ["InheritedCall", "Payload", "WorkerArgs", "unpack_payload"]
+
+
+@dataclass(frozen=True)
+class InheritedCall:
+    """The launched function and its arguments, as the kernel holds them: what a forked worker
+    inherits with the kernel's memory, never pickled (a worker reads the kernel's objects, big
+    tensors and arrays included, without a copy; objects that cannot be pickled work too).
+
+    Attributes:
+        function: what every rank runs.
+        args: its positional arguments.
+        kwargs: its keyword arguments.
+    """
+
+    function: Callable[..., Any]
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+    def __reduce__(self) -> Any:
+        raise TypeError(
+            "an InheritedCall reaches forked workers only, with the kernel's memory; "
+            "a spawned worker needs the pickled payload"
+        )
+
+
+#: What a worker runs: the cloudpickled ``(function, args, kwargs)``, or the call itself.
+Payload = bytes | InheritedCall
+
+
+def unpack_payload(payload: Payload) -> tuple[Callable[..., Any], tuple[Any, ...], dict[str, Any]]:
+    """The function, positional and keyword arguments ``payload`` carries."""
+    if isinstance(payload, InheritedCall):
+        return payload.function, payload.args, payload.kwargs
+    function, args, kwargs = cloudpickle.loads(payload)
+    return function, args, kwargs
 
 
 @dataclass(frozen=True)
@@ -25,7 +65,8 @@ class WorkerArgs:
         timeout_s: bound on every collective, in seconds.
         mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``.
         env: extra environment variables the worker sets before anything else.
-        payload: the cloudpickled ``(function, args, kwargs)``.
+        payload: the cloudpickled ``(function, args, kwargs)``, or, for a forked worker, the
+            call itself (:class:`InheritedCall`).
         parent_pid: the kernel's pid; the worker exits if the kernel goes away.
     """
 
@@ -39,7 +80,7 @@ class WorkerArgs:
     device_type: str
     timeout_s: float
     mixed_precision: str
-    payload: bytes
+    payload: Payload
     parent_pid: int
     env: dict[str, str] = field(default_factory=dict)
 
