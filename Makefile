@@ -58,6 +58,7 @@ test-browser: $(BIN)/.nb_accel-browser-installed
 bench: setup
 	$(BIN)/python -m pip install --quiet $(ACCELERATE_PIN) $(TORCH_PIN)
 	$(BIN)/python benchmarks/launch.py
+	$(BIN)/python benchmarks/data.py
 	$(BIN)/python benchmarks/interrupt.py
 	$(BIN)/python benchmarks/loader.py
 	$(BIN)/python benchmarks/step.py
