@@ -22,7 +22,7 @@ from .lifecycle import RankStart, live_as_rank
 from .outcomes import failure_event, result_event
 from .rank_group import leave_process_group, nccl_device, use_rank_device
 from .spec import WorkerArgs, unpack_payload
-from .trainer_support import set_up_training_arguments
+from .trainer_support import reached_by, set_up_training_arguments
 
 __all__ = ["run_worker", "spawn_main", "failure_event", "result_event"]
 
@@ -55,7 +55,8 @@ def _init_process_group(args: WorkerArgs) -> None:
 def _run_function(args: WorkerArgs) -> Any:
     function, fargs, fkwargs = unpack_payload(args.payload)
     _init_process_group(args)
-    set_up_training_arguments()  # 🤗 TrainingArguments made in the kernel: this rank's devices
+    # 🤗 TrainingArguments made in the kernel: this rank's devices
+    set_up_training_arguments(reached_by(function, fargs, fkwargs))
     return function(*fargs, **fkwargs)
 
 

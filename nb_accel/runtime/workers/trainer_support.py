@@ -16,10 +16,11 @@ from; see :mod:`~nb_accel.runtime.workers.import_hooks`):
 
 ``TrainingArguments`` made in the kernel and passed to the launched function set up their
 devices there: one process, the kernel's device. Unpickled in a worker (once
-``transformers.training_args`` is adapted there), they drop that setup and make it again in the
-worker, once its process group exists (:func:`set_up_training_arguments`), as if they had been
-made in the launched function; a precision they do not set themselves (``fp16``/``bf16``) is
-the launch's.
+``transformers.training_args`` is adapted there), or inherited by a forked worker as an argument,
+a global or a closure's variable of the launched function, they drop that setup and make it
+again in the worker, once its process group exists (:func:`set_up_training_arguments`), as if
+they had been made in the launched function; a precision they do not set themselves
+(``fp16``/``bf16``) is the launch's.
 
 Nothing here imports Transformers: without it, a worker only leaves a finder waiting.
 """
@@ -28,7 +29,9 @@ from __future__ import annotations
 
 import importlib
 import os
-from types import ModuleType
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from types import CodeType, ModuleType
 from typing import Any
 
 import torch.distributed as dist
@@ -37,7 +40,13 @@ from ..device_backends.choice import named_device_backend
 from ..tracking.live_chart import LiveChartTracker
 from .import_hooks import when_imported
 
-__all__ = ["support_trainer", "set_up_training_arguments", "charted_logs", "CALLBACK_NAME"]
+__all__ = [
+    "support_trainer",
+    "set_up_training_arguments",
+    "reached_by",
+    "charted_logs",
+    "CALLBACK_NAME",
+]
 
 #: The module that holds the Trainer and its default callbacks.
 TRAINER_MODULE = "transformers.trainer"
@@ -118,16 +127,25 @@ def _set_up(arguments: Any) -> None:
     arguments._setup_devices  # noqa: B018 - Transformers' own setup, run on first read
 
 
+def _forget_kernel_setup(arguments: Any) -> bool:
+    """Make ``arguments``, set up in another process, forget that setup (their precision the
+    launch's unless they set one); False when there is none to forget."""
+    state = vars(arguments)
+    if "_setup_devices" not in state or _describes_this_rank(state):
+        return False
+    for name in _DEVICE_STATE:
+        state.pop(name, None)
+    if "mixed_precision" in state and not (state.get("fp16") or state.get("bf16")):
+        arguments.mixed_precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
+    return True
+
+
 def _setstate(self: Any, state: dict[str, Any]) -> None:
     """Restore unpickled ``TrainingArguments``; those set up in another process (the kernel)
     forget that setup and make it again in this worker."""
     self.__dict__.update(state)
-    if "_setup_devices" not in state or _describes_this_rank(state):
+    if not _forget_kernel_setup(self):
         return
-    for name in _DEVICE_STATE:
-        self.__dict__.pop(name, None)
-    if "mixed_precision" in state and not (state.get("fp16") or state.get("bf16")):
-        self.mixed_precision = os.environ.get("ACCELERATE_MIXED_PRECISION", "no")
     if _group_ready():
         _set_up(self)
     else:
@@ -141,11 +159,42 @@ def _adapt_training_args(module: ModuleType) -> None:
         arguments.__setstate__ = _setstate
 
 
-def set_up_training_arguments() -> None:
+def reached_by(
+    function: Callable[..., Any], args: Iterable[Any], kwargs: dict[str, Any]
+) -> Iterator[Any]:
+    """What the launched call reaches at its top: its arguments, the globals its code names
+    (its nested functions' too) and its closure's variables."""
+    yield from args
+    yield from kwargs.values()
+    code = getattr(function, "__code__", None)
+    names: set[str] = set()
+    stack = [code] if isinstance(code, CodeType) else []
+    while stack:
+        current = stack.pop()
+        names.update(current.co_names)
+        stack.extend(c for c in current.co_consts if isinstance(c, CodeType))
+    namespace = getattr(function, "__globals__", {})
+    yield from (namespace[name] for name in sorted(names) if name in namespace)
+    for cell in getattr(function, "__closure__", None) or ():
+        try:
+            yield cell.cell_contents
+        except ValueError:  # an empty cell
+            continue
+
+
+def set_up_training_arguments(reached: Iterable[Any] = ()) -> None:
     """Set up, in this worker, the devices of the ``TrainingArguments`` unpickled before its
-    process group existed (the launched function's arguments): call it once the group does."""
+    process group existed, and of those among ``reached`` (what the launched call reaches:
+    :func:`reached_by`) set up in another process (the kernel a forked worker inherited them
+    from): call it once the group exists."""
     while _waiting:
         _set_up(_waiting.pop(0))
+    module = sys.modules.get(ARGUMENTS_MODULE)
+    if module is None:
+        return
+    for value in reached:
+        if isinstance(value, module.TrainingArguments) and _forget_kernel_setup(value):
+            _set_up(value)
 
 
 def support_trainer() -> None:
