@@ -200,9 +200,9 @@ def notebook_launcher(
             single_node=False,
             fsdp=fsdp,
         )
-        # Forked workers on this machine inherit the call; the others get it pickled.
-        inherited = plan.start_method == "fork" and not nodes.multi_node
-        payload = launch_payload(function, args, kwargs or {}, inherited)
+        # Forked workers (on every node, the elastic agent forks them from the kernel)
+        # inherit the call; spawned ones get it pickled.
+        payload = launch_payload(function, args, kwargs or {}, plan.start_method == "fork")
         show_notes(plan)
         view = _make_view(plan, nodes, show_progress, all_ranks_metrics)
         with multiprocessing_helpers(plan.start_method):

@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -69,11 +71,23 @@ def work(scenario: str) -> dict[str, Any] | None:
     }
 
 
+def use_the_lock_and_the_generator(lock: Any, numbers: Any) -> dict[str, Any]:
+    """The ``unpicklable`` scenario: arguments that cannot be pickled, inherited by forked
+    workers on every node."""
+    with lock:
+        return {"rank": nb_accel.PartialState().process_index, "next": next(numbers)}
+
+
 def _launch(scenario: str, options: dict[str, Any]) -> dict[str, Any]:
     """One launch of this node's share; what it returned or raised, and how long it took."""
     started = time.monotonic()
+    function: Callable[..., Any] = work
+    arguments: tuple[Any, ...] = (scenario,)
+    if scenario == "unpicklable":
+        function = use_the_lock_and_the_generator
+        arguments = (threading.Lock(), (n for n in (7, 8, 9)))
     try:
-        results = nb_accel.notebook_launcher(work, (scenario,), num_processes=2, **options)
+        results = nb_accel.notebook_launcher(function, arguments, num_processes=2, **options)
         record: dict[str, Any] = {"results": results}
     except BaseException as error:  # noqa: BLE001 - recorded for the test to check
         record = {

@@ -5,8 +5,10 @@ return the same results."""
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import psutil
@@ -14,6 +16,11 @@ import pytest
 import torch
 
 from nb_accel import notebook_launcher
+
+sys.path.insert(0, str(Path(__file__).parent))
+from test_multinode import _two_nodes
+
+sys.path.remove(str(Path(__file__).parent))
 
 #: How many times a :class:`Counted` was pickled in this process.
 PICKLED: list[int] = []
@@ -62,6 +69,14 @@ def test_objects_that_cannot_be_pickled_work_under_fork() -> None:
     )
     assert results == [10, 10]
     assert next(numbers) == 10  # the kernel's own generator has not moved
+
+
+@pytest.mark.timeout(200)
+def test_objects_that_cannot_be_pickled_work_on_every_node(tmp_path: Path) -> None:
+    """Each node's kernel forks its workers (through torch's elastic agent) from its memory."""
+    node0, node1 = _two_nodes(tmp_path, "unpicklable", "num_nodes=2")
+    assert node0.get("results") == [{"rank": 0, "next": 7}, {"rank": 1, "next": 7}], node0
+    assert node1.get("results") == [{"rank": 2, "next": 7}, {"rank": 3, "next": 7}], node1
 
 
 #: A tensor of the kernel's that the launched function reaches as a global (200 MB, made by
