@@ -36,7 +36,7 @@ from .defaults import plan_with_defaults
 from .failures.failure_log import FailureLog
 from .launchers.interface import Launcher
 from .launchers.outcome import failure_outcome
-from .payload import make_payload
+from .payload import launch_payload
 from .plan import LaunchPlan, show_notes
 from .processes import WorkerProcess, multiprocessing_helpers
 from .scratch import make_scratch_dir
@@ -183,7 +183,8 @@ class WorkerPool(Launcher):
         self._store_dir = make_scratch_dir("pool")
         workers: list[WorkerProcess] = []
         try:
-            start_workers(self.plan, self._store_dir, make_payload(serve, (), {}), workers)
+            payload = launch_payload(serve, (), {}, self.plan.start_method == "fork")
+            start_workers(self.plan, self._store_dir, payload, workers)
         except BaseException:
             _PoolGroup(workers, self.plan.timeout_s).stop()
             self._release()
