@@ -25,12 +25,11 @@ import nb_accel
 TRACKERS_FOLDER = "NB_ACCEL_TEST_TRACKERS_FOLDER"
 
 
-def log_then_fail() -> None:
-    """TensorBoard and MLflow runs of three steps; then rank 0 raises, without ending them,
-    while the others wait for it."""
-    folder = os.environ[TRACKERS_FOLDER]
+def log_then_fail(folder: str, project: str) -> None:
+    """TensorBoard and MLflow runs of three steps (``project`` in ``folder``); then rank 0
+    raises, without ending them, while the others wait for it."""
     accelerator = nb_accel.Accelerator(log_with=["tensorboard", "mlflow"], project_dir=folder)
-    accelerator.init_trackers("two-nodes", config={"lr": 0.1})
+    accelerator.init_trackers(project, config={"lr": 0.1})
     for step in range(3):
         accelerator.log({"loss": float(step)}, step=step)
     if accelerator.is_main_process:
@@ -41,7 +40,7 @@ def log_then_fail() -> None:
 def work(scenario: str) -> dict[str, Any] | None:
     """Every rank: an all-reduce over all ranks, then the scenario's twist."""
     if scenario == "trackers":
-        log_then_fail()
+        log_then_fail(os.environ[TRACKERS_FOLDER], "two-nodes")
         return None
     accelerator = nb_accel.Accelerator()
     rank = accelerator.process_index

@@ -17,7 +17,7 @@ from nb_accel import Accelerator, notebook_launcher
 
 sys.path.insert(0, str(Path(__file__).parent))
 import tracker_files
-from multinode_node import TRACKERS_FOLDER
+from multinode_node import TRACKERS_FOLDER, log_then_fail
 from test_multinode import _two_nodes
 
 sys.path.remove(str(Path(__file__).parent))
@@ -41,18 +41,6 @@ def mlflow_uri(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return uri
 
 
-def log_then_fail(folder: str) -> None:
-    """TensorBoard and MLflow runs of three steps; then rank 0 raises, without ending them,
-    while the others wait for it."""
-    accelerator = Accelerator(log_with=["tensorboard", "mlflow"], project_dir=folder)
-    accelerator.init_trackers("one-node", config={"lr": 0.1})
-    for step in range(3):
-        accelerator.log({"loss": float(step)}, step=step)
-    if accelerator.is_main_process:
-        raise RuntimeError("stopped mid-run")
-    accelerator.wait_for_everyone()  # the other ranks fail when rank 0 is gone
-
-
 def _assert_finished_as_failed(run_folder: Path, mlflow_uri: str) -> None:
     assert tracker_files.tensorboard_scalars(run_folder) == LOGGED
     (run,) = tracker_files.mlflow_runs(mlflow_uri)
@@ -64,7 +52,7 @@ def _assert_finished_as_failed(run_folder: Path, mlflow_uri: str) -> None:
 @pytest.mark.timeout(240)
 def test_a_failed_rank_finishes_its_trackers_on_one_node(tmp_path: Path, mlflow_uri: str) -> None:
     with pytest.raises(RuntimeError, match="stopped mid-run"):
-        notebook_launcher(log_then_fail, args=(str(tmp_path),), num_processes=2)
+        notebook_launcher(log_then_fail, args=(str(tmp_path), "one-node"), num_processes=2)
     _assert_finished_as_failed(tmp_path / "one-node", mlflow_uri)
 
 
