@@ -41,6 +41,15 @@ def test_a_function_without_a_readable_signature_is_passed_through() -> None:
     assert notebook_launcher(max, (3, 5), 2, cpu=True) == [5, 5]  # max has no signature
 
 
+def _joined_group() -> dist.ProcessGroup:
+    """A new group that both ranks have finished connecting (gloo's ``new_group`` may return
+    on one rank while the other still connects: without the barrier, a rank that returns and
+    exits first would break its peer's connecting, a different failure)."""
+    group = dist.new_group([0, 1])
+    dist.barrier(group=group)
+    return group
+
+
 def returns(kind: str) -> object:
     accelerator = Accelerator()
     model = accelerator.prepare(torch.nn.Linear(2, 1))
@@ -52,7 +61,7 @@ def returns(kind: str) -> object:
         "optimizer": lambda: accelerator.prepare(torch.optim.SGD(model.parameters(), lr=0.1)),
         "state": lambda: {"metrics": [1.0], "state": accelerator.state},
         "model": lambda: model,
-        "group": lambda: (1.0, [dist.new_group([0, 1])]),
+        "group": lambda: (1.0, [_joined_group()]),
     }
     return values[kind]()
 
