@@ -12,14 +12,13 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..config import config_path, load_config
-from ..runtime.workers.spec import Payload
 from .defaults import node_plan_with_defaults, plan_with_defaults
 from .failures.user_errors import for_the_user, meant_for_the_user
 from .launchers.interface import Launcher, run_launch
 from .launchers.view import make_view
 from .multinode.launcher import NodesLauncher
 from .multinode.nodes import NodePlan
-from .payload import check_arguments, launch_payload
+from .payload import LaunchPayload, check_arguments, launch_payload
 from .plan import LaunchPlan, sharding_for, show_notes
 from .processes import multiprocessing_helpers
 from .single_node import SingleNodeLauncher
@@ -41,7 +40,7 @@ def _make_view(
 
 
 def _launcher(
-    plan: LaunchPlan, nodes: NodePlan, payload: Payload, prefix_output: bool, view: LaunchView
+    plan: LaunchPlan, nodes: NodePlan, payload: LaunchPayload, prefix_output: bool, view: LaunchView
 ) -> Launcher:
     """The launcher of a launch on CPUs or GPUs: across the nodes, or on this one."""
     if nodes.multi_node:

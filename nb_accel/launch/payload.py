@@ -1,5 +1,6 @@
 """The launched function and its arguments on their way to the workers: inherited as they are
-by forked workers, serialised with cloudpickle (with clear errors) for the others."""
+by forked workers; for the others, serialised with cloudpickle (with clear errors), their big
+buffers (tensors, arrays) kept aside to be written once into shared memory."""
 
 from __future__ import annotations
 
@@ -9,10 +10,14 @@ from typing import Any
 
 import cloudpickle
 
-from ..runtime.workers.code_files import dumps as dumps_keeping_files
+from ..runtime.transfer.pickling import Pickled, pickle_sharing
 from ..runtime.workers.spec import InheritedCall, Payload
 
-__all__ = ["check_arguments", "make_payload", "launch_payload"]
+__all__ = ["LaunchPayload", "check_arguments", "launch_payload", "make_payload", "sealed"]
+
+#: A launch's call on its way: inherited by forked workers, or pickled with its big buffers
+#: aside (sealed into bytes once the launch has its folder: :func:`sealed`).
+LaunchPayload = Pickled | InheritedCall
 
 
 def _name_of(function: Callable[..., Any]) -> str:
@@ -68,10 +73,11 @@ def check_arguments(
 
 def make_payload(
     function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]
-) -> bytes:
-    """Cloudpickle ``(function, args, kwargs)``; raise ``TypeError`` naming what cannot travel."""
+) -> Pickled:
+    """Cloudpickle ``(function, args, kwargs)``, big buffers aside; raise ``TypeError`` naming
+    what cannot travel."""
     try:
-        return dumps_keeping_files((function, tuple(args), dict(kwargs)))
+        return pickle_sharing((function, tuple(args), dict(kwargs)))
     except Exception as exc:  # noqa: BLE001 - any pickling error means "cannot travel"
         raise TypeError(
             f"notebook_launcher cannot send {_culprit(function, args, kwargs)} to the workers: "
@@ -85,7 +91,7 @@ def launch_payload(
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     inherited: bool,
-) -> Payload:
+) -> LaunchPayload:
     """What a launch's workers run: with ``inherited`` (workers forked from this process), the
     call itself, which they inherit with the kernel's memory (nothing is pickled: a big global
     or argument is not copied, and objects that cannot be pickled work too); else the
@@ -93,3 +99,10 @@ def launch_payload(
     if inherited:
         return InheritedCall(function, tuple(args), dict(kwargs))
     return make_payload(function, args, kwargs)
+
+
+def sealed(payload: LaunchPayload, folder: str | None) -> Payload:
+    """``payload`` as the workers receive it: a pickled call's big buffers written once into
+    a shared-memory segment in ``folder`` (the launch's, removed with it), which every worker
+    maps; without a folder they travel inside the bytes."""
+    return payload.seal(folder) if isinstance(payload, Pickled) else payload

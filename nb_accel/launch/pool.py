@@ -23,13 +23,14 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from .._messages import CellDone, Command, Event, Execute, Interrupt, Output, Pull, Push, Stop
 from ..errors import WorkerDiedError
-from ..runtime.workers.code_files import dumps as dumps_keeping_files
+from ..runtime.transfer.pickling import loads, pickle_sharing, segment_of
+from ..runtime.transfer.segments import remove_segment
 from ..runtime.workers.pool_worker import serve
 from ..runtime.workers.regroup import Settle
 from .defaults import plan_with_defaults
@@ -374,6 +375,7 @@ class WorkerPool(Launcher):
                 log.add_event(reply.failure)
         if log:
             self._unsettled = True
+            _discard_values(done.values())  # nobody will load them
             finished = [r for r, d in done.items() if d.failure is None]
             return failure_outcome(
                 log, self.world_size, self.plan.timeout_s, finished, finished_as="finished the cell"
@@ -399,9 +401,15 @@ class WorkerPool(Launcher):
 
     def push(self, values: dict[str, Any], ranks: Sequence[int] | None = None) -> None:
         """Set ``values`` as variables on ``ranks`` (cloudpickled, so functions and classes
-        defined in the notebook travel too)."""
-        data = dumps_keeping_files(values)
-        self.run(lambda cell: Push(cell, data), ranks)
+        defined in the notebook travel too; big tensors and arrays are written once into
+        shared memory, which every rank maps copy-on-write)."""
+        data = pickle_sharing(values).seal(self._store_dir)
+        try:
+            self.run(lambda cell: Push(cell, data), ranks)
+        finally:
+            segment = segment_of(data)
+            if segment is not None:  # every rank has mapped it (or will not)
+                remove_segment(segment)
 
     def pull(self, name: str, ranks: Sequence[int] | None = None) -> list[Any]:
         """The value of variable ``name`` on each of ``ranks``, in rank order."""
@@ -409,8 +417,16 @@ class WorkerPool(Launcher):
         return [load_value(d) for _, d in sorted(done.items())]
 
 
+def _discard_values(replies: Iterable[CellDone]) -> None:
+    """Remove the shared-memory segments of values that will not be loaded."""
+    for reply in replies:
+        segment = segment_of(reply.value) if reply.value is not None else None
+        if segment is not None:
+            remove_segment(segment)
+
+
 def load_value(done: CellDone) -> Any:
     """The value a rank sent back (its ``repr`` when it could not be pickled)."""
     if done.value is not None:
-        return pickle.loads(done.value)
+        return loads(done.value, consume=True)
     return done.value_repr

@@ -1,4 +1,6 @@
-"""Private scratch folders of launches and pools (the rendezvous file store lives there).
+"""Private scratch folders of launches and pools: the rendezvous file store and the
+shared-memory segments of big payloads and results live there, so the folders are made in
+``/dev/shm`` where the machine has one (memory, never the disk).
 
 A folder is named after the kernel's pid (``nb_accel-<kind>-<pid>-<random>``) and removed when
 its launch or pool ends. A kernel that is killed cannot remove its own, so each new folder's
@@ -12,6 +14,8 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+
+from ..runtime.transfer.segments import shared_root
 
 __all__ = ["make_scratch_dir"]
 
@@ -47,5 +51,6 @@ def _sweep(root: Path) -> None:
 
 def make_scratch_dir(kind: str) -> str:
     """A new private folder for a ``kind`` (``"launch"``, ``"pool"``) of this kernel."""
-    _sweep(Path(tempfile.gettempdir()))
-    return tempfile.mkdtemp(prefix=f"nb_accel-{kind}-{os.getpid()}-")
+    root = shared_root()
+    _sweep(Path(root))
+    return tempfile.mkdtemp(prefix=f"nb_accel-{kind}-{os.getpid()}-", dir=root)

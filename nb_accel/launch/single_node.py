@@ -10,8 +10,8 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
-from ..runtime.workers.spec import Payload
 from .launchers.interface import Launcher
+from .payload import LaunchPayload
 from .plan import LaunchPlan
 from .processes import WorkerProcess
 from .scratch import make_scratch_dir
@@ -35,7 +35,7 @@ class SingleNodeLauncher(Launcher):
     """
 
     def __init__(
-        self, plan: LaunchPlan, payload: Payload, prefix_output: bool, view: LaunchView
+        self, plan: LaunchPlan, payload: LaunchPayload, prefix_output: bool, view: LaunchView
     ) -> None:
         self._plan = plan
         self._payload = payload

@@ -7,7 +7,9 @@ import os
 from .. import _env
 from .._openmp import release_openmp_threads
 from ..runtime.sharding import strategy_class
-from ..runtime.workers.spec import Payload, WorkerArgs
+from ..runtime.transfer.segments import SHARE_DIR_ENV
+from ..runtime.workers.spec import WorkerArgs
+from .payload import LaunchPayload, sealed
 from .plan import LaunchPlan
 from .processes import WorkerProcess, send_start_data, start_worker
 
@@ -41,8 +43,10 @@ def worker_env(plan: LaunchPlan, single_node: bool = True) -> dict[str, str]:
     return env
 
 
-def _worker_args(plan: LaunchPlan, store_path: str, payload: Payload) -> list[WorkerArgs]:
-    env = worker_env(plan)
+def _worker_args(plan: LaunchPlan, store_dir: str, payload: LaunchPayload) -> list[WorkerArgs]:
+    env = {**worker_env(plan), SHARE_DIR_ENV: store_dir}  # where big results are written
+    sent = sealed(payload, store_dir)  # big buffers written once, there
+    store_path = os.path.join(store_dir, "store")
     return [
         WorkerArgs(
             rank=rank,
@@ -55,7 +59,7 @@ def _worker_args(plan: LaunchPlan, store_path: str, payload: Payload) -> list[Wo
             device_type=plan.device_type,
             timeout_s=plan.timeout_s,
             mixed_precision=plan.mixed_precision,
-            payload=payload,
+            payload=sent,
             parent_pid=os.getpid(),
             env=env,
         )
@@ -64,11 +68,13 @@ def _worker_args(plan: LaunchPlan, store_path: str, payload: Payload) -> list[Wo
 
 
 def start_workers(
-    plan: LaunchPlan, store_dir: str, payload: Payload, workers: list[WorkerProcess]
+    plan: LaunchPlan, store_dir: str, payload: LaunchPayload, workers: list[WorkerProcess]
 ) -> None:
     """Start one worker per rank running ``payload``, appending each to ``workers`` as it
-    starts (so the caller can stop those already started if a later one fails)."""
-    all_args = _worker_args(plan, os.path.join(store_dir, "store"), payload)
+    starts (so the caller can stop those already started if a later one fails). The launch's
+    folder ``store_dir`` holds the rendezvous store and the shared-memory segments of the
+    payload and of the results."""
+    all_args = _worker_args(plan, store_dir, payload)
     if plan.start_method == "fork":
         release_openmp_threads()  # else a worker's first multi-threaded region can hang
     for args in all_args:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 from nb_accel.launch.scratch import make_scratch_dir
+from nb_accel.runtime.transfer.segments import shared_root
 
 
 def test_folders_of_kernels_that_are_gone_are_swept(tmp_path: Path) -> None:
@@ -19,7 +19,7 @@ def test_folders_of_kernels_that_are_gone_are_swept(tmp_path: Path) -> None:
         check=True,
         timeout=60,
     )
-    root = Path(tempfile.gettempdir())
+    root = Path(shared_root())
     orphan = root / f"nb_accel-pool-{dead.stdout.strip()}-abc123"
     orphan.mkdir()
     (orphan / "store").write_text("left by a killed kernel")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import pickle
 import signal
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -16,6 +15,7 @@ from ...errors import (
     WorkerFailure,
     is_peer_loss,
 )
+from ...runtime.transfer.pickling import loads
 
 __all__ = [
     "failure_from_event",
@@ -36,7 +36,7 @@ def failure_from_event(event: Failure) -> tuple[WorkerFailure, bool]:
     exception: BaseException | None = None
     if event.data is not None:
         try:
-            loaded = pickle.loads(event.data)
+            loaded = loads(event.data)
             exception = loaded if isinstance(loaded, BaseException) else None
         except Exception:  # noqa: BLE001 - a broken exception object is still reported
             exception = None

@@ -7,11 +7,11 @@ had already returned``) where it explains the failure; every launcher builds it 
 
 from __future__ import annotations
 
-import pickle
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 from ...errors import LaunchError
+from ...runtime.transfer.pickling import loads
 from ..failures.failure_log import FailureLog
 
 __all__ = ["RETURNED", "failure_outcome", "launch_outcome", "load_result"]
@@ -21,9 +21,11 @@ RETURNED = "had already returned"
 
 
 def load_result(rank: int, data: bytes) -> Any:
-    """Rank ``rank``'s return value, or a :class:`LaunchError` saying it could not be loaded."""
+    """Rank ``rank``'s return value, or a :class:`LaunchError` saying it could not be loaded.
+    Its big tensors and arrays are mapped from the shared-memory segment the rank wrote (and
+    the segment's file removed: the mapping is the kernel's now)."""
     try:
-        return pickle.loads(data)
+        return loads(data, consume=True)
     except Exception as exc:
         raise LaunchError(
             f"rank {rank}'s return value could not be loaded in the kernel ({exc!r}); "

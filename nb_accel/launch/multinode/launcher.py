@@ -29,11 +29,12 @@ from typing import Any
 
 from ..._openmp import release_openmp_threads
 from ...errors import LaunchError, WorkerFailure
+from ...runtime.transfer.segments import SHARE_DIR_ENV
 from ...runtime.workers.node_worker import NodeWorkerArgs, global_rank, node_worker_main
-from ...runtime.workers.spec import Payload
 from ..failures.verdict import died_failure
 from ..launchers.interface import Launcher
 from ..launchers.outcome import launch_outcome
+from ..payload import LaunchPayload, sealed
 from ..plan import LaunchPlan
 from ..scratch import make_scratch_dir
 from ..views.output import OutputPrinter
@@ -179,7 +180,7 @@ class NodesLauncher(Launcher):
         self,
         plan: LaunchPlan,
         nodes: NodePlan,
-        payload: Payload,
+        payload: LaunchPayload,
         prefix_output: bool,
         view: LaunchView,
     ) -> None:
@@ -211,8 +212,8 @@ class NodesLauncher(Launcher):
             device_type=plan.device_type,
             timeout_s=plan.timeout_s,
             mixed_precision=plan.mixed_precision,
-            payload=self._payload,
-            env=worker_env(plan, single_node=False),
+            payload=sealed(self._payload, self._log_dir),  # big buffers in this node's folder
+            env={**worker_env(plan, single_node=False), SHARE_DIR_ENV: self._log_dir},
         )
         network = NodeNetwork(nodes.rdzv_endpoint or "", nodes.node_rank, plan.backend)
         config = _launch_config(plan, nodes, self._log_dir, network)

@@ -319,7 +319,7 @@ def launch_xla(
     plan = plan_xla(read_xla_facts(), num_processes)
     count = plan.ranks
     _check_kernel_is_clean()
-    payload = make_payload(function, args, kwargs or {})
+    payload = make_payload(function, args, kwargs or {}).seal(None)
     settings = xla_worker_settings(precision, config.gradient_accumulation_steps)
     title = _describe(plan, precision)
     view = make_view(title, count, show_progress, all_ranks_metrics, always_print_title=True)

@@ -52,7 +52,7 @@ def failure_event(rank: int, exc: BaseException, own_files: tuple[str, ...] = ()
     except Exception:  # noqa: BLE001 - any failure here is reported, never raised
         message = f"<str() of {type(exc).__name__} failed>"
     try:
-        data: bytes | None = dumps_result(exc)
+        data: bytes | None = dumps_result(exc, shared=False)
     except Exception:  # noqa: BLE001 - any failure here is reported, never raised
         data = None
     timed_out = is_timeout_error(exc)

@@ -18,10 +18,9 @@ import signal
 import time
 from typing import Any
 
-import cloudpickle
-
 from ..._messages import CellDone, Execute, Interrupt, Pull, Push, Stop
 from ..reporting.channel import EventChannel, current_channel
+from ..transfer.pickling import loads
 from .lifecycle import StopRequested, send_flushed
 from .outcomes import failure_event
 from .regroup import Settle, settle_process_group
@@ -62,7 +61,7 @@ def _perform(
         wanted = not command.value_ranks or channel.rank in command.value_ranks
         return _reply(channel, command.cell, value, command.want_value and wanted)
     if isinstance(command, Push):
-        space.update(cloudpickle.loads(command.data))
+        space.update(loads(command.data))
         return CellDone(channel.rank, command.cell)
     if isinstance(command, Settle):  # rank 0 tells the kernel what was rebuilt
         issued = settle_process_group(command)

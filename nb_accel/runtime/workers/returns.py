@@ -10,22 +10,28 @@ refuses them, naming where in the returned value they sit.
 What may travel is pickled by :func:`dumps_result`, which rebuilds every tensor, storage and
 model on the CPU wherever it sits (a dataclass field, a named tuple, an object's attribute or
 slot, any nesting): unpickling a CUDA tensor in the kernel would initialise CUDA there, and the
-next launch could not fork its workers.
+next launch could not fork its workers. Big tensors and arrays are written once into the
+launch's shared memory, which the kernel maps, instead of through the pipe.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import io
-import pickle
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-import cloudpickle
 import torch
 import torch.distributed as dist
 
 from ..sharding.registry import unwrap_once, worker_only_advice
+from ..transfer.pickling import (
+    PROTOCOL,
+    SharingCloudPickler,
+    SharingPickler,
+    pickle_sharing,
+    storage_reduction,
+)
+from ..transfer.segments import share_dir
 from ..tree import recursively_apply
 
 __all__ = [
@@ -101,10 +107,6 @@ def check_returnable(value: Any) -> None:
     )
 
 
-#: The pickle protocol of values sent to the kernel.
-PROTOCOL = pickle.HIGHEST_PROTOCOL
-
-
 def _on_cpu(tensor: torch.Tensor) -> torch.Tensor:
     """A CPU copy of ``tensor``, a ``Parameter`` again if it was one, with its ``requires_grad``
     and its Python attributes."""
@@ -127,8 +129,8 @@ def _unwrapped(module: torch.nn.Module) -> torch.nn.Module:
 def cpu_reduction(obj: Any, protocol: int = PROTOCOL) -> Any:
     """How to pickle ``obj`` so that it is rebuilt on the CPU (a ``__reduce__`` value) for a
     tensor or storage on another device and for a ``DistributedDataParallel`` (its model);
-    ``NotImplemented`` for anything else, which pickles as usual. Meta tensors, which hold no
-    data, stay meta."""
+    a storage's bytes as one buffer (:func:`storage_reduction`); ``NotImplemented`` for
+    anything else, which pickles as usual. Meta tensors, which hold no data, stay meta."""
     if isinstance(obj, torch.Tensor):
         if obj.device.type in ("cpu", "meta"):
             return NotImplemented
@@ -136,9 +138,9 @@ def cpu_reduction(obj: Any, protocol: int = PROTOCOL) -> Any:
     if isinstance(obj, (torch.UntypedStorage, torch.TypedStorage)):
         # A TypedStorage's own ``device`` warns that the class is deprecated; ask its bytes.
         untyped = obj if isinstance(obj, torch.UntypedStorage) else obj._untyped_storage
-        if untyped.device.type in ("cpu", "meta"):
+        if untyped.device.type == "meta":
             return NotImplemented
-        return obj.cpu().__reduce_ex__(protocol)
+        return storage_reduction(obj if untyped.device.type == "cpu" else obj.cpu())
     if isinstance(obj, torch.nn.Module):
         inner = unwrap_once(obj)  # a strategy's wrapper, such as DistributedDataParallel
         if inner is not None:
@@ -146,7 +148,7 @@ def cpu_reduction(obj: Any, protocol: int = PROTOCOL) -> Any:
     return NotImplemented
 
 
-class _CpuPickler(pickle.Pickler):
+class _CpuPickler(SharingPickler):
     """``pickle`` (by reference) with :func:`cpu_reduction`."""
 
     def reducer_override(self, obj: Any) -> Any:
@@ -154,7 +156,7 @@ class _CpuPickler(pickle.Pickler):
         return cpu_reduction(obj)
 
 
-class _CpuCloudPickler(cloudpickle.Pickler):  # type: ignore[misc]
+class _CpuCloudPickler(SharingCloudPickler):
     """``cloudpickle`` (classes and functions of the notebook by value) with
     :func:`cpu_reduction`."""
 
@@ -164,24 +166,20 @@ class _CpuCloudPickler(cloudpickle.Pickler):  # type: ignore[misc]
         return super().reducer_override(obj) if reduced is NotImplemented else reduced
 
 
-def _dumps(pickler: type[pickle.Pickler], value: Any) -> bytes:
-    buffer = io.BytesIO()
-    pickler(buffer, protocol=PROTOCOL).dump(value)
-    return buffer.getvalue()
-
-
-def dumps_result(value: Any) -> bytes:
+def dumps_result(value: Any, shared: bool = True) -> bytes:
     """Pickle ``value`` for the kernel, every tensor, storage and model in it on the CPU.
 
     By reference where that unpickles (class identity is kept), else by value (cloudpickle).
-    Raises what pickling raises for a value that cannot be sent.
+    With ``shared``, big buffers are written into the launch's shared memory (the kernel
+    loads the bytes with :func:`~nb_accel.runtime.transfer.pickling.loads`). Raises what
+    pickling raises for a value that cannot be sent.
     """
     try:
-        data = _dumps(_CpuPickler, value)
-        pickle.loads(data)
-        return data
+        pickled = pickle_sharing(value, _CpuPickler)
+        pickled.load()  # its big buffers are this process's own: no copy
     except Exception:  # noqa: BLE001 - by value instead
-        return _dumps(_CpuCloudPickler, value)
+        pickled = pickle_sharing(value, _CpuCloudPickler)
+    return pickled.seal(share_dir() if shared else None)
 
 
 def _leaf_to_cpu(value: Any) -> Any:

@@ -7,8 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import cloudpickle
-
+from ..transfer.pickling import loads
 from .accelerate_env import accelerate_environment
 
 __all__ = ["InheritedCall", "Payload", "WorkerArgs", "unpack_payload"]
@@ -37,7 +36,9 @@ class InheritedCall:
         )
 
 
-#: What a worker runs: the cloudpickled ``(function, args, kwargs)``, or the call itself.
+#: What a worker runs: the cloudpickled ``(function, args, kwargs)`` (its big buffers in a
+#: shared-memory segment it names: :func:`~nb_accel.runtime.transfer.pickling.loads`), or the
+#: call itself.
 Payload = bytes | InheritedCall
 
 
@@ -45,7 +46,7 @@ def unpack_payload(payload: Payload) -> tuple[Callable[..., Any], tuple[Any, ...
     """The function, positional and keyword arguments ``payload`` carries."""
     if isinstance(payload, InheritedCall):
         return payload.function, payload.args, payload.kwargs
-    function, args, kwargs = cloudpickle.loads(payload)
+    function, args, kwargs = loads(payload)
     return function, args, kwargs
 
 

@@ -20,10 +20,9 @@ import os
 from multiprocessing.connection import Connection
 from typing import Any, cast
 
-import cloudpickle
-
 from ..._messages import Failure
 from ..rank_local import become_rank_thread
+from ..transfer.pickling import loads
 from ..workers.lifecycle import RankStart, live_as_rank
 from ..workers.process_fds import write_to_process_pipes
 from ..workers.returns import to_cpu
@@ -86,7 +85,7 @@ def _rank_start(rank: int, settings: dict[str, str], threads: int, kernel_pid: i
 
 
 def _run_function(payload: bytes) -> Any:
-    function, fargs, fkwargs = cloudpickle.loads(payload)
+    function, fargs, fkwargs = loads(payload)
     value = function(*fargs, **fkwargs)
     mark_step()
     return to_cpu(value)

@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 import cloudpickle
 
-__all__ = ["dumps"]
+__all__ = ["CodePickler", "dumps"]
 
 #: What cloudpickle writes in place of a code object's file name.
 _PLACEHOLDER = "<dynamic-code>"
@@ -33,7 +33,7 @@ def _code_reduce(code: types.CodeType) -> Any:
     return constructor, args
 
 
-class _Pickler(cloudpickle.Pickler):  # type: ignore[misc]
+class CodePickler(cloudpickle.Pickler):  # type: ignore[misc]
     """cloudpickle, with code objects keeping their file names."""
 
     dispatch_table: ClassVar[ChainMap[Any, Any]] = ChainMap(
@@ -45,5 +45,5 @@ def dumps(obj: Any, protocol: int = pickle.HIGHEST_PROTOCOL) -> bytes:
     """``cloudpickle.dumps(obj)``, the code of functions pickled by value keeping its file
     names (a worker's traceback then names the user's cell or file)."""
     buffer = io.BytesIO()
-    _Pickler(buffer, protocol=protocol).dump(obj)
+    CodePickler(buffer, protocol=protocol).dump(obj)
     return buffer.getvalue()

@@ -1,0 +1,181 @@
+"""Pickling whose big buffers travel once, through shared memory, instead of inside the bytes.
+
+:func:`pickle_sharing` pickles with protocol 5: NumPy arrays and other buffer-protocol objects
+hand their memory over as out-of-band buffers, and so do tensor storages (see
+:func:`storage_reduction`); buffers of at least
+:data:`~nb_accel.runtime.transfer.segments.SHARE_MIN_BYTES` are kept out of the bytes. The
+resulting :class:`Pickled` holds views of the objects' own memory (no copy yet) and is sealed
+into bytes for a folder: its big buffers are written once into a segment there and the bytes
+name it. :func:`loads` maps the segment copy-on-write: every rank reads the same pages, none
+holds a private copy until it writes.
+
+Bytes sealed without big buffers are a plain pickle (``pickle.loads`` reads them).
+"""
+
+from __future__ import annotations
+
+import io
+import pickle
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from .code_files import CodePickler
+from .segments import SHARE_MIN_BYTES, map_segment, remove_segment, write_segment
+
+__all__ = [
+    "Pickled",
+    "SharingCloudPickler",
+    "SharingPickler",
+    "loads",
+    "pickle_sharing",
+    "segment_of",
+    "storage_reduction",
+]
+
+#: The pickle protocol of everything that travels (5: out-of-band buffers).
+PROTOCOL = 5
+
+#: How sealed bytes that carry their big buffers aside begin (no pickle begins so).
+_MAGIC = b"\x00nb_accel-buffers\x00"
+
+
+def _bytes_of(storage: torch.UntypedStorage) -> Any:
+    """A flat, writable byte array on a CPU storage's memory (no copy)."""
+    return torch.empty(0, dtype=torch.uint8).set_(storage).numpy()
+
+
+def _untyped_storage(buffer: Any) -> torch.UntypedStorage:
+    """Rebuild an untyped storage on ``buffer`` (no copy when it is writable)."""
+    view = memoryview(buffer).cast("B")
+    if view.nbytes == 0:
+        return torch.UntypedStorage(0)
+    if view.readonly:
+        view = memoryview(bytearray(view))
+    return torch.frombuffer(view, dtype=torch.uint8).untyped_storage()
+
+
+def _typed_storage(untyped: torch.UntypedStorage, dtype: torch.dtype) -> torch.TypedStorage:
+    return torch.TypedStorage(wrap_storage=untyped, dtype=dtype, _internal=True)
+
+
+def storage_reduction(obj: Any) -> Any:
+    """How to pickle a CPU tensor storage so that its bytes are one buffer (out of band when
+    big, and pickled once however many tensors view it); ``NotImplemented`` for anything else.
+
+    A tensor pickles its storage as a new ``TypedStorage`` each time; reducing that to its
+    untyped storage (one object per memory block) lets pickle's memo keep views and tied
+    weights sharing one storage.
+    """
+    if isinstance(obj, torch.TypedStorage):
+        untyped = obj._untyped_storage
+        if untyped.device.type != "cpu":
+            return NotImplemented
+        return _typed_storage, (untyped, obj.dtype)
+    if isinstance(obj, torch.UntypedStorage) and obj.device.type == "cpu":
+        return _untyped_storage, (pickle.PickleBuffer(_bytes_of(obj)),)
+    return NotImplemented
+
+
+class SharingPickler(pickle.Pickler):
+    """``pickle`` (classes and functions by reference), tensor storages as buffers."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        """See :func:`storage_reduction`."""
+        return storage_reduction(obj)
+
+
+class SharingCloudPickler(CodePickler):
+    """cloudpickle (the notebook's functions and classes by value, keeping their file names),
+    tensor storages as buffers."""
+
+    def reducer_override(self, obj: Any) -> Any:
+        """See :func:`storage_reduction`; cloudpickle's own handling for anything else."""
+        reduced = storage_reduction(obj)
+        return super().reducer_override(obj) if reduced is NotImplemented else reduced
+
+
+@dataclass(frozen=True)
+class Pickled:
+    """One pickled object whose big buffers are not in its bytes yet.
+
+    Attributes:
+        data: the pickle, without the big buffers.
+        buffers: the big buffers (on the objects' own memory), in the order the pickle takes
+            them.
+    """
+
+    data: bytes
+    buffers: tuple[pickle.PickleBuffer, ...]
+
+    def load(self) -> Any:
+        """Load a copy of the object in this process; its big buffers are the originals."""
+        return pickle.loads(self.data, buffers=self.buffers)
+
+    def seal(self, folder: str | None) -> bytes:
+        """The bytes that travel: the big buffers written once into a segment in ``folder``
+        and named, or, without a folder or room in it, carried inside the bytes."""
+        if not self.buffers:
+            return self.data
+        written = write_segment(folder, self.buffers) if folder else None
+        aside: Any = (None, list(self.buffers))
+        if written is not None:
+            aside = written
+        return _MAGIC + pickle.dumps((*aside, self.data), protocol=PROTOCOL)
+
+
+def pickle_sharing(obj: Any, pickler: type[pickle.Pickler] = SharingCloudPickler) -> Pickled:
+    """Pickle ``obj`` with ``pickler`` (one of this module's, or a subclass), keeping buffers of
+    at least :data:`SHARE_MIN_BYTES` out of the bytes. Raises what pickling raises."""
+    buffers: list[pickle.PickleBuffer] = []
+
+    def aside(buffer: pickle.PickleBuffer) -> bool:
+        # No view of a buffer outlives this call: a memoryview with exports that a garbage
+        # cycle reaches can free memory still in use (CPython's memoryview clear).
+        try:
+            with buffer.raw() as view:
+                size = view.nbytes
+        except BufferError:  # not contiguous: it stays in the pickle
+            return True
+        if size < SHARE_MIN_BYTES:
+            return True
+        buffers.append(buffer)
+        return False
+
+    out = io.BytesIO()
+    pickler(out, protocol=PROTOCOL, buffer_callback=aside).dump(obj)
+    return Pickled(out.getvalue(), tuple(buffers))
+
+
+def _unseal(data: bytes) -> tuple[str | None, Sequence[Any], bytes] | None:
+    if not data.startswith(_MAGIC):
+        return None
+    path, spans_or_buffers, main = pickle.loads(memoryview(data)[len(_MAGIC) :])
+    return path, spans_or_buffers, main
+
+
+def segment_of(data: bytes) -> str | None:
+    """The segment file that sealed ``data`` names, if any."""
+    unsealed = _unseal(data)
+    return None if unsealed is None else unsealed[0]
+
+
+def loads(data: bytes, consume: bool = False) -> Any:
+    """Load what :meth:`Pickled.seal` made (or a plain pickle).
+
+    The big buffers are mapped from their segment, copy-on-write; with ``consume`` (this
+    process is the only reader) the segment's file is removed once mapped.
+    """
+    unsealed = _unseal(data)
+    if unsealed is None:
+        return pickle.loads(data)
+    path, spans_or_buffers, main = unsealed
+    if path is None:
+        return pickle.loads(main, buffers=spans_or_buffers)
+    try:
+        return pickle.loads(main, buffers=map_segment(path, spans_or_buffers))
+    finally:
+        if consume:
+            remove_segment(path)
