@@ -51,7 +51,12 @@ class SingleNodeLauncher(Launcher):
         start_workers(self._plan, self._store_dir, self._payload, self._workers)
         printer = self._printer
         self._group = WorkerGroup(
-            self._workers, printer, self._plan.timeout_s, self.view, flush_output=printer.flush_due
+            self._workers,
+            printer,
+            self._plan.timeout_s,
+            self.view,
+            flush_output=printer.flush_due,
+            folder=self._store_dir,
         )
 
     def wait(self) -> list[Any] | BaseException:

@@ -18,6 +18,7 @@ from typing import Any
 from .._messages import Output, decode
 from .failures.failure_log import FailureLog
 from .failures.verdict import died_failure
+from .failures.whereabouts import take_stacks
 from .launchers.dispatch import DispatchHooks, EventDispatcher
 from .launchers.outcome import launch_outcome
 from .launchers.stopping import EXIT_GRACE_S, stop_processes
@@ -48,6 +49,7 @@ class WorkerGroup(DispatchHooks):
             once a second.
         flush_output: called whenever the loop wakes; writes held-back output when due and
             returns the seconds until more is due (``None``: nothing held), which bounds the wait.
+        folder: the launch's folder, where the workers write their stacks when asked.
     """
 
     def __init__(
@@ -57,8 +59,10 @@ class WorkerGroup(DispatchHooks):
         timeout_s: float,
         view: LaunchView | None = None,
         flush_output: Callable[[], float | None] | None = None,
+        folder: str | None = None,
     ) -> None:
         self.workers = workers
+        self._folder = folder
         self.events = EventDispatcher(on_output, view, self, flush_output)
         self._timeout_s = timeout_s
         self._exited: set[int] = set()
@@ -167,10 +171,21 @@ class WorkerGroup(DispatchHooks):
                     break
             self._watch_once(remaining)
         ranks = range(self.world_size)
-        outcome = launch_outcome(results, self._failures, ranks, self.world_size, self._timeout_s)
+        outcome = launch_outcome(
+            results, self._failures, ranks, self.world_size, self._timeout_s, self.where
+        )
         if isinstance(outcome, BaseException):
             self.stop()
         return outcome
+
+    def where(self, ranks: list[int]) -> dict[int, str]:
+        """Where each of ``ranks`` is (its main thread's stack, in one line), taken without
+        stopping it; ranks that cannot say are left out."""
+        if self._folder is None:
+            return {}
+        pids = {rank: self.workers[rank].pid for rank in ranks if rank not in self._exited}
+        stacks = take_stacks(self._folder, pids)
+        return {rank: stack.summary() for rank, stack in stacks.items()}
 
     def stop(self, graceful: bool = False) -> None:
         """Stop every worker and reap it: SIGTERM, a short grace, then SIGKILL.

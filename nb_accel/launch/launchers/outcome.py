@@ -7,7 +7,7 @@ had already returned``) where it explains the failure; every launcher builds it 
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ...errors import LaunchError
@@ -40,6 +40,7 @@ def failure_outcome(
     finished: Iterable[int],
     unfinished: Iterable[int] = (),
     finished_as: str = RETURNED,
+    where: Mapping[int, str] | None = None,
 ) -> BaseException:
     """The exception for ``failures`` (there is at least one), the launch being over.
 
@@ -51,9 +52,13 @@ def failure_outcome(
         unfinished: ranks that neither finished nor failed (the launcher stopped them): shown
             stopped by the root cause.
         finished_as: what the finished ranks are said to have done.
+        where: where unfinished ranks were (their stacks' summaries), by rank.
     """
+    unfinished = list(unfinished)
     failures.settle(unfinished)
     status = dict.fromkeys(finished, finished_as)
+    for rank, place in (where or {}).items():
+        status[rank] = f"was still running, {place}"
     for record in failures.records:
         status.setdefault(record.rank, f"failed with {record.first_line}")
     return failures.exception(world_size, status, timeout_s)
@@ -65,6 +70,7 @@ def launch_outcome(
     ranks: Sequence[int],
     world_size: int,
     timeout_s: float,
+    where: Callable[[list[int]], Mapping[int, str]] | None = None,
 ) -> list[Any] | BaseException:
     """``ranks``' results in rank order, or the exception when any rank failed.
 
@@ -74,9 +80,13 @@ def launch_outcome(
         ranks: the ranks whose results are returned (this node's, in a multi-node launch).
         world_size: ranks in the launch.
         timeout_s: the launch's collective timeout.
+        where: called with the ranks still running after a collective timed out: where each
+            one is (its stack's summary), said in the timeout's error.
     """
     if failures:
         returned = [rank for rank in ranks if rank in results]
         unfinished = [rank for rank in ranks if rank not in results]
-        return failure_outcome(failures, world_size, timeout_s, returned, unfinished)
+        running = [rank for rank in unfinished if rank not in failures.ranks]
+        places = where(running) if where and running and failures.timeout_ranks else None
+        return failure_outcome(failures, world_size, timeout_s, returned, unfinished, where=places)
     return [load_result(rank, results[rank]) for rank in ranks]

@@ -8,8 +8,8 @@ The rest happens here, in this order:
 
 1. :func:`become_rank`: die with the parent, default signal handlers, out of the kernel's
    IPython shell, a process group of its own (so that stopping the launch reaches what the
-   worker starts), the rank's environment, every state object fresh, and a process group
-   inherited from the kernel by fork forgotten.
+   worker starts), the rank's environment, its stacks written on the kernel's request, every
+   state object fresh, and a process group inherited from the kernel by fork forgotten.
 2. :func:`open_channel`: the event channel, ``sys.stdout``/``sys.stderr`` relayed over it,
    plain tqdm bars and the 🤗 Trainer's logs as rows of the launch view, then ``Started``.
 3. :func:`report_outcome`: the function's outcome, then, whatever it was, the trackers it left
@@ -39,8 +39,10 @@ from ..reporting.channel import EventChannel, set_current_channel
 from ..reporting.foreign_bars import report_plain_bars
 from ..reporting.relay import RelayStream
 from ..reporting.reporter import flush_reporter
+from ..reporting.stacks import answer_stack_requests
 from ..state import reset_all_states
 from ..tracking.open_runs import finish_open_trackers
+from ..transfer.segments import share_dir
 from .accelerate_env import forget_accelerate_state
 from .outcomes import Outcome, failure_event, result_event
 from .rank_group import forget_inherited_process_group
@@ -169,6 +171,13 @@ def become_rank(start: RankStart) -> None:
         except OSError:
             pass
     os.environ.update(start.environment)
+    folder = share_dir()
+    if (
+        folder is not None
+        and start.own_signals
+        and threading.current_thread() is threading.main_thread()
+    ):
+        answer_stack_requests(folder, start.rank)  # where the rank is, when the kernel asks
     reset_all_states()
     if start.own_accelerate_state:
         forget_accelerate_state()

@@ -1,0 +1,58 @@
+"""A rank's stacks as faulthandler writes them, read back and said in one line."""
+
+from __future__ import annotations
+
+import faulthandler
+import sysconfig
+import threading
+from pathlib import Path
+
+import pytest
+
+from nb_accel.launch.failures.whereabouts import parse_stacks
+from nb_accel.runtime.reporting.stacks import MAIN_THREAD
+
+pytestmark = pytest.mark.timeout(30)
+
+
+def inner(path: Path, ready: threading.Event, done: threading.Event) -> None:
+    with path.open("w") as stream:
+        faulthandler.dump_traceback(stream, all_threads=True)
+    ready.set()
+    done.wait(10)
+
+
+def outer(path: Path, ready: threading.Event, done: threading.Event) -> None:
+    inner(path, ready, done)
+
+
+def test_the_main_thread_is_found_and_summarised_in_the_user_s_frames(tmp_path: Path) -> None:
+    dump = tmp_path / "dump"
+    ready, done = threading.Event(), threading.Event()
+    helper = threading.Thread(target=outer, args=(dump, ready, done), name="helper")
+    helper.start()
+    try:
+        assert ready.wait(10)
+        header = f"{MAIN_THREAD}0x{helper.ident:x}"  # call the helper the main thread
+        stack = parse_stacks(3, header, dump.read_text())
+    finally:
+        done.set()
+        helper.join(10)
+    assert stack.main is not None and len(stack.threads) >= 2
+    summary = stack.summary()
+    assert summary.startswith("at `inner` (test_whereabouts_parsing.py, line ")
+    assert "← `outer` (line " in summary
+    text = stack.text()
+    assert text.startswith("main thread:\n") and "in inner" in text
+
+
+def test_a_rank_only_in_library_code_is_idle() -> None:
+    dump = (
+        "Current thread 0x0000000000000abc (most recent call first):\n"
+        '  File "/usr/lib/python3.11/threading.py", line 320 in wait\n'
+    )
+    header = f"{MAIN_THREAD}0xabc"
+    stdlib = sysconfig.get_paths()["stdlib"]
+    stack = parse_stacks(0, header, dump.replace("/usr/lib/python3.11", stdlib))
+    assert stack.summary() == "idle"
+    assert parse_stacks(0, "", dump).summary() == "somewhere without Python frames"
