@@ -21,8 +21,10 @@ from .errors import (
 )
 from .launch import debug_launcher, notebook_launcher
 from .launch.failures.user_errors import register_traceback_renderer
+from .launch.failures.whereabouts import register_place_namer
 from .launch.views.view import register_view_factory
 from .notebook.launch_view import notebook_view
+from .notebook.tracebacks import cell_place
 from .notebook.tracebacks import render as render_traceback
 from .runtime.accelerator import Accelerator
 from .runtime.checkpoint.model_io import load_checkpoint_in_model
@@ -58,6 +60,7 @@ __version__ = "0.1.0"
 
 register_view_factory(notebook_view)
 register_traceback_renderer(render_traceback)
+register_place_namer(cell_place)
 
 
 def __getattr__(name: str) -> object:

@@ -35,6 +35,7 @@ from ..runtime.workers.pool_worker import serve
 from ..runtime.workers.regroup import Settle
 from .defaults import plan_with_defaults
 from .failures.failure_log import FailureLog
+from .failures.whereabouts import RankStack, take_stacks
 from .launchers.interface import Launcher
 from .launchers.outcome import failure_outcome
 from .payload import launch_payload
@@ -235,6 +236,15 @@ class WorkerPool(Launcher):
             )
             for w in self._group.workers
         ]
+
+    def where(self, ranks: Sequence[int] | None = None) -> dict[int, RankStack]:
+        """Every rank's stacks (all threads), taken without stopping it; ranks that cannot
+        say (dead, or not answering within a second) are left out."""
+        if self._group is None or self._store_dir is None:
+            return {}
+        workers = self._group.workers
+        pids = {r: workers[r].pid for r in self._targets(ranks) if workers[r].poll() is None}
+        return take_stacks(self._store_dir, pids)
 
     def _targets(self, ranks: Sequence[int] | None) -> list[int]:
         chosen = sorted(set(range(self.world_size) if ranks is None else ranks))

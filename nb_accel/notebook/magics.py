@@ -12,8 +12,8 @@ worker keeps across cells, preloaded with ``accelerator``, ``rank`` and ``world_
     next(model.parameters()).sum()     # rank 0's value is displayed
 
 The line magic manages the pool and moves values: ``%distributed start -n 2``, ``stop``,
-``restart``, ``status``, ``push a b`` (kernel variables to every worker), ``pull name``
-(a per-rank list).
+``restart``, ``status``, ``where`` (every rank's stack, each thread's), ``push a b`` (kernel
+variables to every worker), ``pull name`` (a per-rank list).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ import argparse
 import atexit
 import functools
 import re
+import textwrap
 from collections.abc import Callable
 from typing import Any
 
@@ -138,7 +139,7 @@ _FSDP_HELP = "shard the model across the ranks with FSDP2{}; --no-fsdp: DDP (def
 
 
 @magic_arguments()
-@argument("command", choices=["start", "stop", "restart", "status", "push", "pull"])
+@argument("command", choices=["start", "stop", "restart", "status", "where", "push", "pull"])
 @argument("names", nargs="*", help="variables to push, or the one to pull")
 @argument("-n", "--num-processes", type=int, help="number of ranks (start, restart)")
 @argument("--ranks", help="ranks to push to or pull from, e.g. 0,1 (default: all)")
@@ -147,7 +148,7 @@ _FSDP_HELP = "shard the model across the ranks with FSDP2{}; --no-fsdp: DDP (def
 @argument("--cpu", action="store_true", help="use the CPU even when GPUs are present")
 @argument("--fsdp", action=argparse.BooleanOptionalAction, help=_FSDP_HELP.format(""))
 def _line_usage(line: str) -> None:
-    """%distributed start|stop|restart|status|push NAMES|pull NAME: manage the pool."""
+    """%distributed start|stop|restart|status|where|push NAMES|pull NAME: manage the pool."""
 
 
 #: The kernel's pool; module-wide, so reloading the extension keeps (and can stop) it.
@@ -327,6 +328,8 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             self._start(args)
         elif args.command == "status":
             return self._status()
+        elif args.command == "where":
+            return self._where(args)
         elif args.command == "push":
             return self._push(args)
         else:
@@ -349,6 +352,23 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             print(
                 f"{rank.rank:>4}  {rank.pid:>7}  {'yes' if rank.alive else 'no':<5}  "
                 f"{rank.device:<7}  {memory:>9}"
+            )
+
+    def _where(self, args: Any) -> None:
+        pool = self._existing_pool()
+        stacks = pool.where(_ranks(args.ranks))
+        for rank in _ranks(args.ranks) or range(pool.world_size):
+            stack = stacks.get(rank)
+            if stack is None:
+                print(f"rank {rank}: did not answer (dead, or its signals are blocked)")
+                continue
+            summary = stack.summary()
+            if summary == "idle":
+                summary = "idle (waiting for a cell)"
+            threads = stack.text(idle_main=False)
+            print(
+                f"rank {rank}: {summary}"
+                + ("\n" + textwrap.indent(threads, "  ") if threads else "")
             )
 
     def _push(self, args: Any) -> None:

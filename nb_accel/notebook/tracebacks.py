@@ -19,7 +19,7 @@ from typing import Any
 
 from ..errors import RemoteTraceback
 
-__all__ = ["name_cells", "render", "user_traceback"]
+__all__ = ["cell_place", "name_cells", "render", "user_traceback"]
 
 #: Modules whose frames are plumbing, not the user's code.
 HIDDEN_MODULES = (
@@ -66,6 +66,21 @@ def name_cells(text: str, shell: Any) -> str:
         return f"{label[0]} {label[1]}, line {match.group(2)}" if label else match.group(0)
 
     return _FRAME.sub(named, text)
+
+
+def cell_place(path: str) -> str | None:
+    """The running shell's name for the file of one of its cells (``Cell In[7]``), or
+    ``None`` (no shell, or not a cell)."""
+    from IPython import get_ipython
+
+    shell = get_ipython()
+    if shell is None:
+        return None
+    try:
+        label = shell.compile.format_code_name(path)
+    except Exception:  # noqa: BLE001 - an unknown file keeps its own name
+        return None
+    return f"{label[0]} {label[1]}" if label else None
 
 
 def render(error: BaseException, kernel_frames: bool = True) -> list[str]:

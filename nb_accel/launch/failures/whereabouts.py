@@ -10,17 +10,23 @@ from __future__ import annotations
 
 import os
 import re
-import sys
 import sysconfig
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from ...runtime.reporting.stacks import MAIN_THREAD, STACK_SIGNAL, stack_file
 
-__all__ = ["Frame", "RankStack", "ThreadStack", "parse_stacks", "take_stacks"]
+__all__ = [
+    "Frame",
+    "PlaceNamer",
+    "RankStack",
+    "ThreadStack",
+    "parse_stacks",
+    "register_place_namer",
+    "take_stacks",
+]
 
 #: How long the kernel waits for a rank's stacks.
 STACK_WAIT_S = 1.0
@@ -40,6 +46,9 @@ _LIBRARY_ROOTS = tuple(
     }
 )
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
+#: The worker's own code: frames older than its outermost one are the kernel's (a forked
+#: worker's stack still holds the frames it was forked in).
+_WORKER_ROOT = os.path.join(_PACKAGE_ROOT, "runtime")
 
 
 @dataclass(frozen=True)
@@ -111,38 +120,44 @@ class RankStack:
             text += f", inside {inner}"
         return text
 
-    def text(self) -> str:
-        """Every thread's frames, the main thread first, innermost frame last (as Python
-        prints a traceback)."""
+    def text(self, idle_main: bool = True) -> str:
+        """Every thread's frames but nb_accel's own, the main thread first, innermost frame
+        last (as Python prints a traceback); without ``idle_main``, the main thread is left
+        out when it is idle."""
         blocks = []
         ordered = sorted(self.threads, key=lambda t: t is not self.main)
         for thread in ordered:
+            if thread is self.main and not idle_main and self.summary() == "idle":
+                continue
             title = "main thread" if thread is self.main else f"thread 0x{thread.ident:x}"
-            lines = [f"  {_place(f.path)}, line {f.line}, in {f.function}" for f in thread.frames]
+            lines = [
+                f"  {_place(f.path)}, line {f.line}, in {f.function}"
+                for f in thread.frames
+                if f.library != "nb_accel"
+            ]
             blocks.append(f"{title}:\n" + "\n".join(reversed(lines)))
         return "\n".join(blocks)
 
 
+#: Names a file as the user knows it (a notebook's cell: ``Cell In[3]``), or ``None``.
+PlaceNamer = Callable[[str], str | None]
+
+_namers: list[PlaceNamer] = []
+
+
+def register_place_namer(namer: PlaceNamer) -> None:
+    """Name files with ``namer`` first (the notebook layer names its shell's cells)."""
+    _namers[:] = [namer]
+
+
 def _place(path: str) -> str:
-    """A file as the user knows it: a notebook cell as IPython names it (``Cell In[3]``), a
-    file by its name."""
-    shell = _shell()
-    if shell is not None:
-        try:
-            label = shell.compile.format_code_name(path)
-        except Exception:  # noqa: BLE001 - an unknown file keeps its name
-            label = None
-        if label:
-            return f"{label[0]} {label[1]}"
+    """A file as the user knows it: a notebook cell as its shell names it, a file by its
+    name."""
+    for namer in _namers:
+        named = namer(path)
+        if named:
+            return named
     return os.path.basename(path) or path
-
-
-def _shell() -> Any:
-    if "IPython" not in sys.modules:
-        return None
-    from IPython import get_ipython
-
-    return get_ipython()
 
 
 def parse_stacks(rank: int, header: str, dump: str) -> RankStack:
@@ -154,8 +169,17 @@ def parse_stacks(rank: int, header: str, dump: str) -> RankStack:
             threads.append(ThreadStack(int(found.group(2), 16)))
         elif (frame := _FRAME.match(line)) and threads:
             threads[-1].frames.append(Frame(frame.group(1), int(frame.group(2)), frame.group(3)))
+    for thread in threads:
+        thread.frames = _in_the_worker(thread.frames)
     main = next((t for t in threads if t.ident == main_ident), None)
     return RankStack(rank, main, threads)
+
+
+def _in_the_worker(frames: list[Frame]) -> list[Frame]:
+    """``frames`` (innermost first) up to the worker's outermost own frame: older ones were
+    inherited from the kernel by fork."""
+    own = [i for i, f in enumerate(frames) if f.path.startswith(_WORKER_ROOT + os.sep)]
+    return frames[: own[-1] + 1] if own else frames
 
 
 def _size(path: str) -> int:
