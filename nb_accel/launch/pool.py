@@ -32,7 +32,7 @@ from ..errors import WorkerDiedError
 from ..runtime.transfer.pickling import loads, pickle_sharing, segment_of
 from ..runtime.transfer.segments import remove_segment
 from ..runtime.workers.pool_worker import serve
-from ..runtime.workers.regroup import Settle
+from ..runtime.workers.regroup import Release, Settle
 from .defaults import plan_with_defaults
 from .failures.failure_log import FailureLog
 from .failures.whereabouts import RankStack, take_stacks
@@ -53,10 +53,13 @@ __all__ = ["INTERRUPT_GRACE_S", "RankStatus", "WorkerPool"]
 INTERRUPT_GRACE_S = 10.0
 #: Said when the workers rebuilt their process group (``{issued}``: collectives per rank).
 REBUILT_NOTE = (
-    "The process group was rebuilt: the failed or interrupted cell left a collective unmatched "
-    "(collectives issued per rank: {issued}), which would have paired with the next one; "
-    "objects prepared before (DDP models) keep the old group: prepare them again"
+    "The process group was rebuilt after the failed or interrupted cell: prepare models "
+    "wrapped before it again (accelerator.prepare)"
 )
+
+#: How often, once a rank's command failed, the kernel looks whether the ranks still running
+#: it wait inside torch (a collective with the failed rank, most likely).
+RELEASE_CHECK_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -321,15 +324,53 @@ class WorkerPool(Launcher):
     def _wait(
         self, group: _PoolGroup, targets: list[int], view: LaunchView | None, until: float | None
     ) -> bool:
-        """Wait for every target's :class:`CellDone`; False when ``until`` passed first."""
+        """Wait for every target's :class:`CellDone`; False when ``until`` passed first.
+
+        When a target's command failed (or was interrupted) while others still run it, and one
+        of those waits inside torch (a collective with the failed rank, most likely: its stack
+        says so, every :data:`RELEASE_CHECK_S`), the failed ranks are released
+        (:class:`Release`): the collective then fails at once instead of at the timeout.
+        """
+        check_at: float | None = None
+        released = False
         while any(rank not in group.done for rank in targets):
             if group.dead_ranks():
                 self._died(group)
-            remaining = None if until is None else until - time.monotonic()
+            now = time.monotonic()
+            failed = [r for r in targets if r in group.done and group.done[r].failure is not None]
+            if failed and not released:
+                if check_at is None:
+                    check_at = now + RELEASE_CHECK_S  # identical failures arrive meanwhile
+                elif now >= check_at:
+                    running = [r for r in targets if r not in group.done]
+                    released = self._waiting_in_torch(group, running)
+                    if released:
+                        self._release_failed(group, failed)
+                    check_at = time.monotonic() + RELEASE_CHECK_S
+            remaining = None if until is None else until - now
             if remaining is not None and remaining <= 0:
                 return False
+            if check_at is not None and not released:
+                wake = max(check_at - now, 0.0)
+                remaining = wake if remaining is None else min(remaining, wake)
             group.watch(view, remaining)
         return True
+
+    def _waiting_in_torch(self, group: _PoolGroup, ranks: list[int]) -> bool:
+        """Whether one of ``ranks``' main thread is inside torch (its innermost frame)."""
+        if self._store_dir is None:
+            return False
+        pids = {r: group.workers[r].pid for r in ranks}
+        stacks = take_stacks(self._store_dir, pids).values()
+        return any(stack.innermost_library == "torch" for stack in stacks)
+
+    def _release_failed(self, group: _PoolGroup, ranks: list[int]) -> None:
+        """Have ``ranks`` (done with the current command) abort their process group."""
+        self._unsettled = True  # the next command first makes a new group
+        data = pickle.dumps(Release(group.cell), protocol=pickle.HIGHEST_PROTOCOL)
+        for rank in ranks:
+            with contextlib.suppress(OSError):  # a worker that died is noticed by the loop
+                group.workers[rank].conn.send_bytes(data)
 
     def _settle(self) -> None:
         """Have the workers rebuild their process group if a collective was left unmatched."""
@@ -342,7 +383,7 @@ class WorkerPool(Launcher):
             raise
         issued = load_value(done[0])
         if issued is not None:
-            print(REBUILT_NOTE.format(issued=", ".join(map(str, issued))), file=sys.stderr)
+            print(REBUILT_NOTE, file=sys.stderr)
 
     def _died(self, group: _PoolGroup) -> None:
         error = group._failures.exception(self.world_size, {}, self.plan.timeout_s)
@@ -368,11 +409,15 @@ class WorkerPool(Launcher):
                 continue
         if not finished:
             stuck = [rank for rank in targets if rank not in group.done]
+            stacks = self.where(stuck)
+            places = "".join(
+                f"\n  rank {rank} is {stacks[rank].summary()}" for rank in stuck if rank in stacks
+            )
             self.stop(graceful=False)
             raise KeyboardInterrupt(
                 f"rank(s) {stuck} did not stop within {INTERRUPT_GRACE_S:.0f} s of the "
                 "interrupt (stuck in a collective?); the pool was stopped: "
-                "%distributed restart starts it again"
+                f"%distributed restart starts it again{places}"
             )
 
     def _outcome(

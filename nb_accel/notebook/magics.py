@@ -22,6 +22,7 @@ import argparse
 import atexit
 import functools
 import re
+import sys
 import textwrap
 from collections.abc import Callable
 from typing import Any
@@ -151,6 +152,28 @@ def _line_usage(line: str) -> None:
     """%distributed start|stop|restart|status|where|push NAMES|pull NAME: manage the pool."""
 
 
+def _running_cell_number(shell: Any) -> int:
+    """The number the shell gives the cell running now (as its tracebacks say: ``Cell
+    In[5]``), read from the frame that runs the cell's code."""
+    frame = sys._getframe(1)
+    while frame is not None:
+        label = shell.compile.format_code_name(frame.f_code.co_filename)
+        found = re.fullmatch(r"In\[(\d+)\]", label[1]) if label else None
+        if found:
+            return int(found.group(1))
+        frame = frame.f_back  # type: ignore[assignment]
+    return int(shell.execution_count)
+
+
+def _cell_file(shell: Any, cell: str) -> str:
+    """The file name a ``%%distributed`` cell's code runs under on the workers: the cell cached
+    by the shell under the running cell's number, so that tracebacks and stacks name it as
+    the shell names the cell (``Cell In[5], line 2``)."""
+    if shell is None:
+        return ""
+    return str(shell.compile.cache(cell, _running_cell_number(shell)))
+
+
 #: The kernel's pool; module-wide, so reloading the extension keeps (and can stop) it.
 _pool: WorkerPool | None = None
 
@@ -266,11 +289,12 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         ranks = _ranks(args.ranks)
         shown = min(ranks) if ranks else 0  # the rank whose value is the cell's result
         view = _CellView(pool.plan.describe(), pool.world_size, bool(args.all_ranks))
-        name = f"In[{self.shell.execution_count}]" if self.shell is not None else ""
+        source = "\n" + cell  # below the magic's line: line numbers as the notebook shows them
+        name = _cell_file(self.shell, source)
         ok = False
         try:
             done = pool.execute(
-                cell,
+                source,
                 ranks,
                 want_value=bool(args.output) or not _silenced(cell),
                 name=name,

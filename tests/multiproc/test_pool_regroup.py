@@ -80,7 +80,6 @@ def test_the_next_cell_after_an_interrupted_collective_computes_the_right_sum(
         assert _sum_of_ranks(pool) == [3.0, 3.0]
         err = capsys.readouterr().err
         assert err.count("The process group was rebuilt") == 1
-        assert "collectives issued per rank: " in err
         assert _sum_of_ranks(pool) == [3.0, 3.0]  # and it stays right
         assert "rebuilt" not in capsys.readouterr().err
     finally:

@@ -155,13 +155,19 @@ def test_a_big_result_is_mapped_from_shared_memory_not_sent_through_the_pipe() -
     assert in_pickle is None or not in_pickle.startswith(shared_root()), in_pickle
 
 
-def _shared_entries() -> set[str]:
-    """What this machine's shared-memory folder holds, files inside nb_accel's folders too."""
+def _shared_entries(*pids: int) -> set[str]:
+    """What the shared-memory folder holds for this process's launches (and those of
+    ``pids``): nb_accel's folders and the files in them (other programs' entries come and
+    go on their own)."""
     root = Path(shared_root())
+    owners = {os.getpid(), *pids}
     entries = set()
     for entry in root.iterdir():
-        entries.add(entry.name)
-        if entry.name.startswith("nb_accel-") and entry.is_dir():
+        parts = entry.name.split("-")
+        if len(parts) < 3 or parts[0] != "nb_accel" or not parts[2].isdigit():
+            continue
+        if int(parts[2]) in owners:
+            entries.add(entry.name)
             entries.update(f"{entry.name}/{inner.name}" for inner in entry.iterdir())
     return entries
 
@@ -246,13 +252,14 @@ def test_the_next_launch_removes_what_a_sigkilled_kernel_left(
         kernel.wait(timeout=60)
         _, alive = psutil.wait_procs(workers, timeout=60)  # they die with their kernel
         assert alive == []
-        left = _shared_entries() - shared_memory_is_left_as_found
+        left = _shared_entries(kernel.pid) - shared_memory_is_left_as_found
         assert any(name.startswith(f"nb_accel-launch-{kernel.pid}-") for name in left), left
     finally:
         if kernel.poll() is None:
             kernel.kill()
             kernel.wait(timeout=60)
     assert notebook_launcher(big_result, args=(10,), num_processes=2)[1].sum() == 10.0
+    assert _shared_entries(kernel.pid) == shared_memory_is_left_as_found
 
 
 @pytest.fixture

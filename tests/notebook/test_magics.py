@@ -104,28 +104,59 @@ def test_a_killed_worker_is_reported_and_restart_brings_the_pool_back() -> None:
     assert alive == []
 
 
-STUCK = """%%distributed
-import signal, time
+#: Rank 1 waits in a collective that rank 0 (sleeping, so interruptible) never joins.
+ONE_IN_A_COLLECTIVE = """%%distributed
+import time, torch, torch.distributed as dist
 print('waiting', flush=True)
-if rank == 1:  # like a rank inside a collective: the interrupt cannot reach its code
-    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-time.sleep(60)
+if rank == 1:
+    dist.recv(torch.zeros(1), src=0)
+else:
+    time.sleep(60)
+"""
+
+#: Both ranks wait in a receive from the other: no interrupt reaches either.
+BOTH_IN_A_COLLECTIVE = """%%distributed
+import torch, torch.distributed as dist
+print('waiting', flush=True)
+dist.recv(torch.zeros(1), src=1 - rank)
 """
 
 
-def test_a_rank_stuck_in_a_collective_is_named_and_the_pool_stopped() -> None:
+def test_an_interrupt_while_a_rank_waits_in_a_collective_keeps_the_pool() -> None:
+    with running_kernel() as (manager, client):
+        _ok(client, "%load_ext nb_accel")
+        _ok(client, "%%distributed -n 2\nkept = rank + 40")
+        msg_id = start_cell(client, ONE_IN_A_COLLECTIVE)
+        collect(client, msg_id, until=("waiting",))
+        manager.interrupt_kernel()
+        interrupted = collect(client, msg_id)
+        assert interrupted.status == "error" and interrupted.ename == "KeyboardInterrupt"
+        summed = _ok(
+            client,
+            "%%distributed -o sums\nvalue = torch.full((1,), float(rank + 1))\n"
+            "dist.all_reduce(value)\n(value.item(), kept)",
+        )
+        assert "rebuilt" in summed.stderr  # the interrupted rank released its group
+        assert _plain(_ok(client, "sums")) == "[(3.0, 40), (3.0, 41)]"
+
+
+def test_ranks_that_no_interrupt_reaches_are_named_and_the_pool_stopped() -> None:
     with running_kernel() as (manager, client):
         _ok(
             client,
             "%load_ext nb_accel\nimport nb_accel.launch.pool as pool\npool.INTERRUPT_GRACE_S = 2",
         )
         _ok(client, "%%distributed -n 2\nrank")
-        msg_id = start_cell(client, STUCK)
+        msg_id = start_cell(client, BOTH_IN_A_COLLECTIVE)
         collect(client, msg_id, until=("waiting",))
         manager.interrupt_kernel()
         interrupted = collect(client, msg_id)
         assert interrupted.status == "error" and interrupted.ename == "KeyboardInterrupt"
-        assert "rank(s) [1] did not stop" in interrupted.evalue
+        assert "rank(s) [0, 1] did not stop" in interrupted.evalue
+        for rank in (0, 1):  # where each one was
+            assert f"rank {rank} is at `<module>` (Cell In[1], line 4), inside torch" in (
+                interrupted.evalue
+            )
         assert "restart" in interrupted.evalue
         _ok(client, "%distributed restart")
         assert _plain(_ok(client, "%%distributed\nworld_size")) == "2"

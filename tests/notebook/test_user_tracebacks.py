@@ -97,7 +97,7 @@ def test_a_distributed_cell_error_names_the_cell_and_suggests_push() -> None:
         run_cell(client, "%distributed stop")
     text = _shown(run)
     assert run.ename == "NameError"
-    assert re.search(r'File "In\[\d+\]", line 2, in <module>', text), text
+    assert re.search(r"Cell In\[\d+\], line 3, in <module>", text), text  # as the notebook
     assert "<cell" not in text
     assert "`threshold` is defined in the kernel" in text
     assert "%distributed push threshold" in text

@@ -5,7 +5,7 @@ rank is in."""
 from __future__ import annotations
 
 from jupyter_client.blocking import BlockingKernelClient
-from kernel_driver import CellRun, run_cell, running_kernel
+from kernel_driver import CellRun, collect, run_cell, running_kernel
 
 #: Rank 1 leaves a thread waiting in a function of the cell.
 BACKGROUND = """%%distributed -n 2
@@ -63,3 +63,18 @@ def test_a_timeout_names_the_cell_the_missing_rank_is_in() -> None:
         failed = run_cell(client, "notebook_launcher(train, num_processes=2, timeout=3)")
         assert failed.ename == "CollectiveTimeoutError", failed.evalue
         assert "at `stuck_here_forever` (Cell In[1], line 7) ← `train` (line 11)" in (failed.evalue)
+
+
+def _numbered(client: BlockingKernelClient, code: str) -> CellRun:
+    """Run ``code`` as a notebook does: numbered, in the history."""
+    return collect(client, client.execute(code, store_history=True))
+
+
+def test_a_worker_s_traceback_and_stack_name_the_cell_as_its_prompt_does() -> None:
+    with running_kernel() as (_, client):
+        assert _numbered(client, "%load_ext nb_accel").status == "ok"  # In [1]
+        assert _numbered(client, "%%distributed -n 2\nx = 1").status == "ok"  # In [2]
+        failed = _numbered(client, "%%distributed\nx = 2\n1 / 0")  # In [3]
+        traceback = "\n".join(failed.traceback)
+        assert failed.ename == "ZeroDivisionError"
+        assert "Cell In[3], line 3" in traceback and "In[4]" not in traceback

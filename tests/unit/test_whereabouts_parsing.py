@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from nb_accel.launch.failures.whereabouts import parse_stacks
+from nb_accel.launch.failures.whereabouts import Frame, parse_stacks
 from nb_accel.runtime.reporting.stacks import MAIN_THREAD
 
 pytestmark = pytest.mark.timeout(30)
@@ -56,3 +56,13 @@ def test_a_rank_only_in_library_code_is_idle() -> None:
     stack = parse_stacks(0, header, dump.replace("/usr/lib/python3.11", stdlib))
     assert stack.summary() == "idle"
     assert parse_stacks(0, "", dump).summary() == "somewhere without Python frames"
+
+
+def test_installed_packages_are_named_before_the_standard_library() -> None:
+    """A virtual environment's packages lie inside its own ``platstdlib``: still packages."""
+    paths = sysconfig.get_paths()
+    for key in ("purelib", "platlib"):
+        torch_file = f"{paths[key]}/torch/distributed/distributed_c10d.py"
+        assert Frame(torch_file, 1, "recv").library == "torch"
+    assert Frame(f"{paths['stdlib']}/threading.py", 1, "wait").library == "Python"
+    assert Frame("/home/me/train.py", 1, "train").library is None

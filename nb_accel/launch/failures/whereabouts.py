@@ -37,13 +37,18 @@ _POLL_S = 0.01
 _THREAD = re.compile(r"^(Current thread|Thread) 0x([0-9a-fA-F]+) ")
 _FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
 
-#: Folders of code that is not the user's: the standard library, installed packages, nb_accel.
+#: Folders of code that is not the user's: installed packages, the standard library; the
+#: longest first (a virtual environment's packages lie inside its own ``platstdlib``).
 _LIBRARY_ROOTS = tuple(
-    {
-        os.path.realpath(path)
-        for key in ("stdlib", "platstdlib", "purelib", "platlib")
-        if (path := sysconfig.get_paths().get(key))
-    }
+    sorted(
+        {
+            os.path.realpath(path)
+            for key in ("stdlib", "platstdlib", "purelib", "platlib")
+            if (path := sysconfig.get_paths().get(key))
+        },
+        key=len,
+        reverse=True,
+    )
 )
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 #: The worker's own code: frames older than its outermost one are the kernel's (a forked
@@ -98,6 +103,14 @@ class RankStack:
     rank: int
     main: ThreadStack | None
     threads: list[ThreadStack]
+
+    @property
+    def innermost_library(self) -> str | None:
+        """The package the main thread's innermost frame belongs to (``"torch"``: waiting
+        in a collective, say); ``None`` for the user's code or no frame."""
+        if self.main is None or not self.main.frames:
+            return None
+        return self.main.frames[0].library
 
     def summary(self) -> str:
         """Where the main thread is, in the user's code first: ``at `f` (Cell In[3], line 4)

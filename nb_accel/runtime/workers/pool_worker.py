@@ -23,7 +23,7 @@ from ..reporting.channel import EventChannel, current_channel
 from ..transfer.pickling import loads
 from .lifecycle import StopRequested, send_flushed
 from .outcomes import failure_event
-from .regroup import Settle, settle_process_group
+from .regroup import Release, Settle, release_process_group, settle_process_group
 from .returns import dumps_result
 
 __all__ = ["run_code", "serve"]
@@ -161,6 +161,9 @@ def serve() -> None:
             return
         if isinstance(command, Interrupt):  # for a command that has ended
             _interrupts.take(0 if command.cell == interrupted else SIGNAL_WAIT_S)
+            continue
+        if isinstance(command, Release):  # ranks still wait for this one's failed command
+            release_process_group(command)
             continue
         if _interrupted_before_start(channel, command.cell):
             failure = failure_event(channel.rank, KeyboardInterrupt())

@@ -6,6 +6,10 @@ the wrong tensors (and the rest hang). After a failed or interrupted cell the ke
 :class:`Settle`; every rank tells the others, through the group's store (which no queued
 collective can hold up), how many collectives it has issued on the group. When the counts
 differ, the group is aborted (dropping what is queued) and made anew on every rank.
+
+A rank whose cell failed while others still run theirs is sent :class:`Release`: it aborts its
+group at once, so that a collective the others wait in with it fails now (its connections
+close) instead of at the timeout. The next :class:`Settle` then makes a new group everywhere.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ from torch.distributed import distributed_c10d as c10d
 
 from .rank_group import nccl_device
 
-__all__ = ["Settle", "settle_process_group"]
+__all__ = ["Release", "Settle", "release_process_group", "settle_process_group"]
 
 
 @dataclass(frozen=True)
@@ -32,29 +36,78 @@ class Settle:
     timeout_s: float
 
 
-def _issued_per_rank(store: dist.Store, prefix: str) -> tuple[int, ...]:
-    group = c10d._get_default_group()
-    issued = group._get_sequence_number_for_group()  # type: ignore[attr-defined]
-    store.set(f"{prefix}/{dist.get_rank()}", str(issued))
-    return tuple(int(store.get(f"{prefix}/{rank}")) for rank in range(dist.get_world_size()))
+@dataclass(frozen=True)
+class Release:
+    """Kernel to persistent worker whose command failed while other ranks still run theirs:
+    abort the process group now (``cell``: the failed command)."""
+
+    cell: int
+
+
+@dataclass(frozen=True)
+class _Group:
+    """What a new process group is made from: the old one's store, backend, rank and size."""
+
+    store: dist.Store
+    backend: str
+    rank: int
+    world_size: int
+
+
+#: The group this rank released, until the next :class:`Settle` replaces it.
+_released: list[_Group] = []
+
+
+def _current() -> _Group:
+    return _Group(
+        c10d._get_default_store(), dist.get_backend(), dist.get_rank(), dist.get_world_size()
+    )
+
+
+def _abort() -> None:
+    abort = getattr(c10d, "_abort_process_group", None)
+    if abort is not None:
+        abort()  # drops the queued collectives at once, closes the connections
+    else:
+        dist.destroy_process_group()
+
+
+def release_process_group(release: Release) -> None:
+    """Abort this rank's process group: a collective another rank waits in with this one fails
+    at once. The next :func:`settle_process_group` makes a new group."""
+    if not dist.is_initialized():
+        return
+    _released[:] = [_current()]
+    _abort()
+
+
+def _issued_per_rank(group: _Group, prefix: str) -> tuple[int, ...]:
+    issued = -1  # released: its group is gone, a new one is needed
+    if dist.is_initialized():
+        default = c10d._get_default_group()
+        issued = default._get_sequence_number_for_group()  # type: ignore[attr-defined]
+    group.store.set(f"{prefix}/{group.rank}", str(issued))
+    return tuple(int(group.store.get(f"{prefix}/{rank}")) for rank in range(group.world_size))
 
 
 def settle_process_group(settle: Settle) -> tuple[int, ...] | None:
-    """Compare the collectives every rank has issued; when they differ, abort the process group
-    and make a new one, and return the counts (rank by rank). ``None``: nothing to do."""
-    if not dist.is_initialized():
-        return None
-    store = c10d._get_default_store()
-    prefix = f"nb_accel/settle/{settle.cell}"
-    issued = _issued_per_rank(store, prefix)
-    if len(set(issued)) == 1:
-        return None
-    backend, rank, world_size = dist.get_backend(), dist.get_rank(), dist.get_world_size()
-    abort = getattr(c10d, "_abort_process_group", None)
-    if abort is not None:
-        abort()  # drops the queued collectives at once
+    """Compare the collectives every rank has issued; when they differ (or a rank released its
+    group), abort the process group and make a new one, and return the counts (rank by rank;
+    -1 for a released group). ``None``: nothing to do."""
+    if dist.is_initialized():
+        group = _current()
+    elif _released:
+        group = _released[0]
     else:
-        dist.destroy_process_group()
+        return None
+    prefix = f"nb_accel/settle/{settle.cell}"
+    issued = _issued_per_rank(group, prefix)
+    if len(set(issued)) == 1 and issued[0] >= 0:
+        return None
+    if dist.is_initialized():
+        _abort()
+    _released.clear()
+    store, backend, rank, world_size = group.store, group.backend, group.rank, group.world_size
     dist.init_process_group(
         backend,
         store=dist.PrefixStore(f"{prefix}/group", store),
