@@ -288,7 +288,8 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         pool = self._running_pool(args)
         ranks = _ranks(args.ranks)
         shown = min(ranks) if ranks else 0  # the rank whose value is the cell's result
-        view = _CellView(pool.plan.describe(), pool.world_size, bool(args.all_ranks))
+        title = "%%distributed on " + pool.plan.describe().removeprefix("Launching ")
+        view = _CellView(title, pool.world_size, bool(args.all_ranks))
         source = "\n" + cell  # below the magic's line: line numbers as the notebook shows them
         name = _cell_file(self.shell, source)
         ok = False

@@ -126,7 +126,7 @@ def test_collective_timeout_names_the_missing_rank() -> None:
         notebook_launcher(skips_the_barrier, num_processes=2, timeout=2)
     message = str(info.value)
     assert "timed out after 2 s on rank 0 of 2" in message
-    assert "Rank 1 did not arrive (was still running)" in message
+    assert "Rank 1 did not arrive (was still running, at `skips_the_barrier` (" in message
 
 
 def test_rank_that_returned_early_is_named_when_a_collective_breaks() -> None:

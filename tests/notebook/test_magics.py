@@ -172,7 +172,10 @@ def test_progress_and_metrics_show_up_in_a_distributed_cell() -> None:
             "%%distributed\nfrom nb_accel import tqdm\n"
             "for i in tqdm(range(20)):\n    accelerator.log({'v': float(i)})",
         )
-        assert any("application/vnd.jupyter.widget-view+json" in r for r in shown.results)
+        widgets = [r for r in shown.results if "application/vnd.jupyter.widget-view+json" in r]
+        assert widgets
+        title = str(widgets[0].get("text/plain", ""))  # the view's title, a pool's cell's
+        assert "%%distributed on 2 processes on CPU" in title and "Launching" not in title
 
 
 def test_the_saved_configuration_sizes_the_pool(tmp_path: Path) -> None:
