@@ -28,6 +28,7 @@ from .notebook.tracebacks import cell_place
 from .notebook.tracebacks import render as render_traceback
 from .runtime.accelerator import Accelerator
 from .runtime.checkpoint.model_io import load_checkpoint_in_model
+from .runtime.cuda_origin import watch_cuda_initialisation
 from .runtime.data.loaders import (
     DataLoaderDispatcher,
     DataLoaderShard,
@@ -61,6 +62,7 @@ __version__ = "0.1.0"
 register_view_factory(notebook_view)
 register_traceback_renderer(render_traceback)
 register_place_namer(cell_place)
+watch_cuda_initialisation()  # a kernel that initialises CUDA is told which line did it
 
 
 def __getattr__(name: str) -> object:

@@ -7,12 +7,15 @@ import numbers
 import os
 import sys
 from dataclasses import dataclass
+from pathlib import Path
 
 from .. import _env, _nvml
 from ..config import MAX_TIMEOUT_S
 from ..errors import LaunchError
+from ..runtime.cuda_origin import first_cuda_call
 from ..runtime.sharding import STRATEGIES, strategy_class
 from ..runtime.state import MIXED_PRECISION_CHOICES
+from .failures.whereabouts import Frame
 from .gpu_advice import advise
 from .processes import START_METHODS
 
@@ -23,6 +26,7 @@ __all__ = [
     "show_notes",
     "DEFAULT_TIMEOUT_S",
     "FORK_FALLBACK_NOTE",
+    "cuda_culprit",
 ]
 
 #: Default bound on one collective, in seconds (as torch.distributed's default).
@@ -31,10 +35,31 @@ DEFAULT_TIMEOUT_S = 1800.0
 #: Said when workers cannot be forked because CUDA was initialised in the kernel (``{method}``:
 #: the start method used instead).
 FORK_FALLBACK_NOTE = (
-    "CUDA was initialised in this kernel (torch.cuda.is_available() ran before nb_accel was "
-    "imported?); starting workers with {method} instead of fork: about 2 s more per launch "
-    "(each launch starts a fresh interpreter that imports torch)"
+    "CUDA was initialised in this kernel ({culprit}); starting workers with {method} instead "
+    "of fork: about 2 s more per launch (each launch starts a fresh interpreter that imports "
+    "torch)"
 )
+
+
+def cuda_culprit() -> str:
+    """Who initialised CUDA in this kernel, in words: the first call that could have, and
+    where in the user's code it was made; or how to find out."""
+    call = first_cuda_call()
+    if call is None:
+        return (
+            "before nb_accel was imported, so where cannot be told: make `import nb_accel` the "
+            "notebook's first import and run again to have the line named"
+        )
+    frames = [Frame(path, line, function) for path, line, function in call.stack]
+    mine = [frame for frame in frames if frame.library is None]
+    caller = frames[-1] if frames else None
+    text = f"by {call.function}"
+    if caller is None:
+        return text
+    if caller.library is None:
+        return f"{text} at {caller.place}"
+    text += f" in {caller.library} ({Path(caller.path).name}, line {caller.line})"
+    return f"{text}, reached from {mine[-1].place}" if mine else text
 
 
 @dataclass(frozen=True)
@@ -202,7 +227,7 @@ def _start_method_for_cuda(method: str, explicit: bool) -> tuple[str, tuple[str,
         return method, ()
     if explicit:
         raise LaunchError(
-            "CUDA is already initialised in this kernel (torch.cuda.is_available() counts), so "
+            f"CUDA is already initialised in this kernel ({cuda_culprit()}), so "
             "forked workers cannot use the GPU. Restart the kernel and keep every CUDA call "
             "(.cuda(), .to('cuda'), torch.cuda.*) inside the launched function, or pass "
             "start_method='spawn' or 'forkserver' (or leave it unset: nb_accel then starts "
@@ -210,7 +235,7 @@ def _start_method_for_cuda(method: str, explicit: bool) -> tuple[str, tuple[str,
         )
     available = multiprocessing.get_all_start_methods()
     instead = "forkserver" if "forkserver" in available else "spawn"
-    return instead, (FORK_FALLBACK_NOTE.format(method=instead),)
+    return instead, (FORK_FALLBACK_NOTE.format(culprit=cuda_culprit(), method=instead),)
 
 
 def show_notes(plan: LaunchPlan) -> None:

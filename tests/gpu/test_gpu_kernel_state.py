@@ -267,3 +267,26 @@ def test_a_queued_nccl_collective_does_not_pair_with_the_next_cell(tmp_path: Pat
     assert done.returncode == 0, done.stdout + done.stderr
     assert "interrupted" in done.stdout and "sums: [3.0, 3.0]" in done.stdout
     assert "The process group was rebuilt" in done.stderr
+
+
+TENSOR_AFTER_IMPORT = """
+import nb_accel
+
+
+def load_model():
+    return torch.zeros(1, device="cuda")  # line 29 of the script: CUDA initialised here
+
+
+if __name__ == "__main__":
+    load_model()
+    launch(start_method="fork")   # refused, naming the line
+    launch()                      # falls back, naming it too
+"""
+
+
+@pytest.mark.timeout(300)
+def test_the_line_that_initialised_cuda_is_named(tmp_path: Path) -> None:
+    done = _kernel(tmp_path, TENSOR_AFTER_IMPORT)
+    named = "by the first use of CUDA at kernel.py, line "
+    assert named in done.stdout and named in done.stderr, done.stdout + done.stderr
+    assert "reached from" not in done.stdout

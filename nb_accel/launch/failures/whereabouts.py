@@ -65,6 +65,11 @@ class Frame:
     function: str
 
     @property
+    def place(self) -> str:
+        """Where it is, as the user knows it: ``Cell In[3], line 4``, ``train.py, line 8``."""
+        return f"{_place(self.path)}, line {self.line}"
+
+    @property
     def library(self) -> str | None:
         """The installed package (or ``"Python"``) the frame's code belongs to; ``None`` for
         the user's code."""
