@@ -154,6 +154,17 @@ class WorkerGroup(DispatchHooks):
         Returns the ranks' values in rank order, or the exception that the caller should raise
         (the group is stopped already then).
         """
+        try:
+            return self._wait()
+        except KeyboardInterrupt as interrupt:
+            running = [r for r in range(self.world_size) if not self._settled(r)]
+            places = self.where(running) if running else {}
+            if places and hasattr(interrupt, "add_note"):  # where the ranks were, before they stop
+                lines = [f"  rank {rank} was {places[rank]}" for rank in sorted(places)]
+                interrupt.add_note("Interrupted while:\n" + "\n".join(lines))
+            raise
+
+    def _wait(self) -> list[Any] | BaseException:
         first_failure: float | None = None
         results = self.events.results
         while True:

@@ -1,9 +1,13 @@
 """Where a rank is: a collective timeout names the function the missing rank was in (its
-stack, taken without stopping it), under fork and spawn."""
+stack, taken without stopping it), under fork and spawn; an interrupted launch says where
+every rank was."""
 
 from __future__ import annotations
 
+import os
+import signal
 import threading
+from pathlib import Path
 
 import pytest
 import torch
@@ -33,3 +37,36 @@ def test_a_timeout_says_where_the_missing_rank_is(start_method: str) -> None:
     message = str(info.value)
     assert "Rank 1 did not arrive (was still running, at `stuck_here_forever` (" in message
     assert "test_whereabouts.py, line" in message and "← `train` (line" in message
+
+
+def waiting_here(marker: str) -> None:
+    Path(marker).touch()  # the test interrupts the kernel once every rank is here
+    threading.Event().wait(120)
+
+
+def both_wait(folder: str) -> None:
+    waiting_here(os.path.join(folder, f"rank{dist.get_rank()}"))
+
+
+def _interrupt_once_both_wait(folder: Path, done: threading.Event) -> None:
+    while not done.is_set():
+        if all((folder / f"rank{rank}").exists() for rank in (0, 1)):
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        done.wait(0.02)
+
+
+def test_an_interrupted_launch_says_where_each_rank_was(tmp_path: Path) -> None:
+    done = threading.Event()
+    interrupter = threading.Thread(target=_interrupt_once_both_wait, args=(tmp_path, done))
+    interrupter.start()
+    try:
+        with pytest.raises(KeyboardInterrupt) as info:
+            notebook_launcher(both_wait, args=(str(tmp_path),), num_processes=2)
+    finally:
+        done.set()
+        interrupter.join()
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    for rank in (0, 1):
+        assert f"rank {rank} was at `waiting_here` (test_whereabouts.py, line " in notes, notes
+    assert "← `both_wait` (line " in notes
