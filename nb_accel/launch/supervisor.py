@@ -23,6 +23,7 @@ from .launchers.dispatch import DispatchHooks, EventDispatcher
 from .launchers.outcome import launch_outcome
 from .launchers.stopping import EXIT_GRACE_S, stop_processes
 from .processes import WorkerProcess
+from .views.stall import locating
 from .views.view import LaunchView
 
 __all__ = ["WorkerGroup"]
@@ -155,7 +156,8 @@ class WorkerGroup(DispatchHooks):
         (the group is stopped already then).
         """
         try:
-            return self._wait()
+            with locating(self._where_one):
+                return self._wait()
         except KeyboardInterrupt as interrupt:
             running = [r for r in range(self.world_size) if not self._settled(r)]
             places = self.where(running) if running else {}
@@ -197,6 +199,9 @@ class WorkerGroup(DispatchHooks):
         pids = {rank: self.workers[rank].pid for rank in ranks if rank not in self._exited}
         stacks = take_stacks(self._folder, pids)
         return {rank: stack.summary() for rank, stack in stacks.items()}
+
+    def _where_one(self, rank: int) -> str | None:
+        return self.where([rank]).get(rank) if 0 <= rank < self.world_size else None
 
     def stop(self, graceful: bool = False) -> None:
         """Stop every worker and reap it: SIGTERM, a short grace, then SIGKILL.

@@ -24,7 +24,7 @@ from typing import Any
 import ipywidgets
 
 from .._messages import Report
-from ..launch.views.stall import ProgressClock
+from ..launch.views.stall import ProgressClock, locate_stalled
 from ..launch.views.stall import stall_after_s as default_stall_after_s
 from .meter_text import duration_text, format_interval, format_meter
 from .metrics_chart import MetricsChart
@@ -264,6 +264,8 @@ class ProgressWidget:
         for index, state in enumerate(self.ranks):
             stalled = self._progress.stalled_for(index, now, self.stall_after_s)
             if stalled != state.stalled_for:
+                if stalled is not None and state.stalled_for is None:  # newly stalled
+                    state.place = locate_stalled(index)
                 state.stalled_for = stalled
                 row = self._row_of.get(index)
                 if row is not None:

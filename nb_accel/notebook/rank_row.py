@@ -90,6 +90,8 @@ class RankState:
         self.pid: int | None = None
         self.summary = ""
         self.stalled_for: float | None = None
+        #: Where the rank was when it was marked stalled (its stack's summary), if known.
+        self.place: str | None = None
         self.bars: dict[int, BarState] = {}
 
     @property
@@ -135,7 +137,8 @@ class RankState:
         if self.status == STOPPED:
             return (f"stopped ({self.summary})" if self.summary else "stopped"), "muted"
         if self.stalled_for is not None:
-            return f"stalled for {duration_text(self.stalled_for)}", "warning"
+            place = f", {self.place}" if self.place else ""
+            return f"stalled for {duration_text(self.stalled_for)}{place}", "warning"
         if self.status == STARTING:
             return "starting…", "muted"
         if not self.bars:

@@ -95,6 +95,7 @@ def test_the_widget_flags_the_stuck_rank_and_never_the_finished_one(
     assert (tmp_path / "seen").exists(), "rank 1 was never marked stalled"
     assert {rank for rank, _ in view.marked} == {1}, view.marked
     assert all(note.startswith("stalled for ") for _, note in view.marked)
+    assert ", at `stuck_after_two` (test_stalled_ranks.py, line " in view.marked[0][1]  # where
     assert [row.bar.bar_style for row in view.rows] == ["success", "success"]
 
 
@@ -142,4 +143,5 @@ def test_the_text_view_prints_a_line_for_the_stuck_rank_only(tmp_path: Path) -> 
     assert "results [0, 1]" in stdout
     stalled = [line for line in lines if "made no progress" in line]
     assert len(stalled) == 1 and stalled[0].startswith("rank 1 has made no progress for "), lines
+    assert ", at `stuck_after_two` (" in stalled[0], stalled  # where it was
     assert "rank 1 is making progress again" in lines

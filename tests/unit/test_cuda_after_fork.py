@@ -40,7 +40,9 @@ def test_a_default_launch_falls_back_to_forkserver_and_says_so(
     plan = make_plan(2, "no", None, 60, cpu=False)
     assert (plan.start_method, plan.device_type, plan.num_processes) == ("forkserver", "cuda", 2)
     [note] = plan.notes
-    assert note.startswith("CUDA was initialised in this kernel (torch.cuda.is_available()")
+    assert note.startswith(
+        "CUDA was initialised in this kernel ("
+    )  # who did it: see test_cuda_origin
     assert "forkserver instead of fork: about 2 s more per launch" in note
     assert "\n" not in note
 

@@ -6,17 +6,48 @@ monitor thread redraws a bar that has not been drawn for ten seconds (its ``maxi
 and a bar redraws on ``refresh()`` or a new postfix, all with the same count, while the rank
 may be stuck. A rank that returned, failed or was stopped is never stalled.
 
-The threshold is :data:`STALL_AFTER_S` seconds, or ``$NB_ACCEL_STALL_AFTER_S``.
+The threshold is :data:`STALL_AFTER_S` seconds, or ``$NB_ACCEL_STALL_AFTER_S``. A view that
+marks a rank stalled asks :func:`locate_stalled` where it is: the running launch answers
+(:func:`locating`) with its stack's summary.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
+from collections.abc import Callable, Iterator
 
 from ..._messages import Report
 
-__all__ = ["STALL_AFTER_ENV", "STALL_AFTER_S", "ProgressClock", "stall_after_s"]
+__all__ = [
+    "STALL_AFTER_ENV",
+    "STALL_AFTER_S",
+    "ProgressClock",
+    "locate_stalled",
+    "locating",
+    "stall_after_s",
+]
+
+#: How the running launch says where a rank is (innermost launch last).
+_locators: list[Callable[[int], str | None]] = []
+
+
+@contextlib.contextmanager
+def locating(locate: Callable[[int], str | None]) -> Iterator[None]:
+    """While the block runs, :func:`locate_stalled` asks ``locate`` (a view's rank index to
+    where that rank is, or ``None``)."""
+    _locators.append(locate)
+    try:
+        yield
+    finally:
+        _locators.remove(locate)
+
+
+def locate_stalled(rank: int) -> str | None:
+    """Where the running launch's rank ``rank`` (a view's index) is, in one line, when the
+    launch can say."""
+    return _locators[-1](rank) if _locators else None
 
 #: Seconds without progress after which a rank is shown as stalled.
 STALL_AFTER_S = 30.0

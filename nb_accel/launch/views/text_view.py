@@ -17,7 +17,7 @@ from typing import TextIO
 from tqdm.std import tqdm as std_tqdm
 
 from ..._messages import BarState, Report
-from .stall import ProgressClock
+from .stall import ProgressClock, locate_stalled
 from .stall import stall_after_s as default_stall_after
 
 __all__ = ["TextView"]
@@ -193,8 +193,12 @@ class TextView:
             if silent is None or rank in self._stall_noted:
                 continue
             self._stall_noted.add(rank)
+            place = locate_stalled(rank)
             self._end_line()
-            self._write(f"rank {self.first_rank + rank} has made no progress for {silent:.0f} s\n")
+            self._write(
+                f"rank {self.first_rank + rank} has made no progress for {silent:.0f} s"
+                f"{', ' + place if place else ''}\n"
+            )
 
     def finished(self, ok: bool) -> None:
         """The final bar line."""
