@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 from jupyter_client.blocking import BlockingKernelClient
+from jupyter_client.manager import KernelManager
 from kernel_driver import CellRun, collect, run_cell, running_kernel, start_cell
 
 
@@ -122,15 +123,22 @@ dist.recv(torch.zeros(1), src=1 - rank)
 """
 
 
+def _interrupted(manager: KernelManager, client: BlockingKernelClient, cell: str) -> CellRun:
+    """Run ``cell``, interrupt the kernel once it printed "waiting", and return the cell's
+    run, which must end with ``KeyboardInterrupt``."""
+    msg_id = start_cell(client, cell)
+    collect(client, msg_id, until=("waiting",))
+    manager.interrupt_kernel()
+    interrupted = collect(client, msg_id)
+    assert interrupted.status == "error" and interrupted.ename == "KeyboardInterrupt"
+    return interrupted
+
+
 def test_an_interrupt_while_a_rank_waits_in_a_collective_keeps_the_pool() -> None:
     with running_kernel() as (manager, client):
         _ok(client, "%load_ext nb_accel")
         _ok(client, "%%distributed -n 2\nkept = rank + 40")
-        msg_id = start_cell(client, ONE_IN_A_COLLECTIVE)
-        collect(client, msg_id, until=("waiting",))
-        manager.interrupt_kernel()
-        interrupted = collect(client, msg_id)
-        assert interrupted.status == "error" and interrupted.ename == "KeyboardInterrupt"
+        _interrupted(manager, client, ONE_IN_A_COLLECTIVE)
         summed = _ok(
             client,
             "%%distributed -o sums\nvalue = torch.full((1,), float(rank + 1))\n"
@@ -147,11 +155,7 @@ def test_ranks_that_no_interrupt_reaches_are_named_and_the_pool_stopped() -> Non
             "%load_ext nb_accel\nimport nb_accel.launch.pool as pool\npool.INTERRUPT_GRACE_S = 2",
         )
         _ok(client, "%%distributed -n 2\nrank")
-        msg_id = start_cell(client, BOTH_IN_A_COLLECTIVE)
-        collect(client, msg_id, until=("waiting",))
-        manager.interrupt_kernel()
-        interrupted = collect(client, msg_id)
-        assert interrupted.status == "error" and interrupted.ename == "KeyboardInterrupt"
+        interrupted = _interrupted(manager, client, BOTH_IN_A_COLLECTIVE)
         assert "rank(s) [0, 1] did not stop" in interrupted.evalue
         for rank in (0, 1):  # where each one was
             assert f"rank {rank} is at `<module>` (Cell In[1], line 4), inside torch" in (
