@@ -51,7 +51,7 @@ __all__ = ["INTERRUPT_GRACE_S", "RankStatus", "WorkerPool"]
 
 #: How long interrupted ranks may take to stop their code before the pool is stopped (seconds).
 INTERRUPT_GRACE_S = 10.0
-#: Said when the workers rebuilt their process group (``{issued}``: collectives per rank).
+#: Said when the workers rebuilt their process group (one line: what the user must do).
 REBUILT_NOTE = (
     "The process group was rebuilt after the failed or interrupted cell: prepare models "
     "wrapped before it again (accelerator.prepare)"
@@ -373,7 +373,8 @@ class WorkerPool(Launcher):
                 group.workers[rank].conn.send_bytes(data)
 
     def _settle(self) -> None:
-        """Have the workers rebuild their process group if a collective was left unmatched."""
+        """Have the workers rebuild their process group if a collective was left unmatched or
+        a rank released its group."""
         self._unsettled = False
         try:
             done = self.run(lambda cell: Settle(cell, self.plan.timeout_s))
