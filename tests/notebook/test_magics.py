@@ -52,7 +52,7 @@ def test_cells_share_state_stream_output_and_move_values() -> None:
 def test_an_error_names_its_rank_and_the_pool_lives_on() -> None:
     with running_kernel() as (_, client):
         _ok(client, "%load_ext nb_accel")
-        _ok(client, "%%distributed -n 2\nkept = rank + 40")
+        _ok(client, "%%distributed -n 2\nkept = rank + 40\n" + SAY_WHEN_RECEIVING)
         failed = run_cell(
             client, "%%distributed\nif rank == 1:\n    raise KeyError('missing column')"
         )
@@ -105,21 +105,29 @@ def test_a_killed_worker_is_reported_and_restart_brings_the_pool_back() -> None:
     assert alive == []
 
 
+#: Says "waiting" from a thread once the main thread is inside a receive (a collective).
+SAY_WHEN_RECEIVING = """import sys, threading, time, torch, torch.distributed as dist
+def say_when_receiving(main):
+    while sys._current_frames()[main].f_code.co_name != "recv":
+        time.sleep(0.01)
+    print("waiting", flush=True)
+def receive_from(source):
+    threading.Thread(target=say_when_receiving, args=(threading.get_ident(),)).start()
+    dist.recv(torch.zeros(1), src=source)
+"""
+
 #: Rank 1 waits in a collective that rank 0 (sleeping, so interruptible) never joins.
-ONE_IN_A_COLLECTIVE = """%%distributed
-import time, torch, torch.distributed as dist
-print('waiting', flush=True)
+ONE_IN_A_COLLECTIVE = """%%distributed --all-ranks
 if rank == 1:
-    dist.recv(torch.zeros(1), src=0)
+    receive_from(0)
 else:
+    print("waiting", flush=True)
     time.sleep(60)
 """
 
 #: Both ranks wait in a receive from the other: no interrupt reaches either.
-BOTH_IN_A_COLLECTIVE = """%%distributed
-import torch, torch.distributed as dist
-print('waiting', flush=True)
-dist.recv(torch.zeros(1), src=1 - rank)
+BOTH_IN_A_COLLECTIVE = """%%distributed --all-ranks
+receive_from(1 - rank)
 """
 
 
@@ -127,7 +135,7 @@ def _interrupted(manager: KernelManager, client: BlockingKernelClient, cell: str
     """Run ``cell``, interrupt the kernel once it printed "waiting", and return the cell's
     run, which must end with ``KeyboardInterrupt``."""
     msg_id = start_cell(client, cell)
-    collect(client, msg_id, until=("waiting",))
+    collect(client, msg_id, until=("[rank 0] waiting", "[rank 1] waiting"))
     manager.interrupt_kernel()
     interrupted = collect(client, msg_id)
     assert interrupted.status == "error" and interrupted.ename == "KeyboardInterrupt"
@@ -137,11 +145,12 @@ def _interrupted(manager: KernelManager, client: BlockingKernelClient, cell: str
 def test_an_interrupt_while_a_rank_waits_in_a_collective_keeps_the_pool() -> None:
     with running_kernel() as (manager, client):
         _ok(client, "%load_ext nb_accel")
-        _ok(client, "%%distributed -n 2\nkept = rank + 40")
+        _ok(client, "%%distributed -n 2\nkept = rank + 40\n" + SAY_WHEN_RECEIVING)
         _interrupted(manager, client, ONE_IN_A_COLLECTIVE)
         summed = _ok(
             client,
-            "%%distributed -o sums\nvalue = torch.full((1,), float(rank + 1))\n"
+            "%%distributed -o sums\nimport torch, torch.distributed as dist\n"
+            "value = torch.full((1,), float(rank + 1))\n"
             "dist.all_reduce(value)\n(value.item(), kept)",
         )
         assert "rebuilt" in summed.stderr  # the interrupted rank released its group
@@ -154,11 +163,11 @@ def test_ranks_that_no_interrupt_reaches_are_named_and_the_pool_stopped() -> Non
             client,
             "%load_ext nb_accel\nimport nb_accel.launch.pool as pool\npool.INTERRUPT_GRACE_S = 2",
         )
-        _ok(client, "%%distributed -n 2\nrank")
+        _ok(client, "%%distributed -n 2\n" + SAY_WHEN_RECEIVING)
         interrupted = _interrupted(manager, client, BOTH_IN_A_COLLECTIVE)
         assert "rank(s) [0, 1] did not stop" in interrupted.evalue
         for rank in (0, 1):  # where each one was
-            assert f"rank {rank} is at `<module>` (Cell In[1], line 4), inside torch" in (
+            assert f"rank {rank} is at `receive_from` (Cell In[1], line 9) ← `<module>` (" in (
                 interrupted.evalue
             )
         assert "restart" in interrupted.evalue
