@@ -94,7 +94,7 @@ def main() -> None:
     finally:
         wide.stop(graceful=False)
     print(f"\n%%distributed out of a hang; CPU pool (gloo); {args.rounds} rounds, medians")
-    print(f"{'what':<58}  {'seconds':>8}  target")
+    print(f"{'what':<62}  {'seconds':>8}  target")
     rows = [
         ("a cell that sums with all_reduce (baseline)", statistics.median(normal), ""),
         ("the same cell, rank 1 raising first", statistics.median(failing), ""),
@@ -115,7 +115,7 @@ def main() -> None:
     if stacks:
         rows.append(("8 ranks' stacks (%distributed where)", statistics.median(stacks), "<= 0.2 s"))
     for name, seconds, target in rows:
-        print(f"{name:<58}  {seconds:8.3f}  {target}")
+        print(f"{name:<62}  {seconds:8.4f}  {target}")
 
 
 if __name__ == "__main__":
