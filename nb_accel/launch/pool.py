@@ -343,7 +343,7 @@ class WorkerPool(Launcher):
                     check_at = now + RELEASE_CHECK_S  # identical failures arrive meanwhile
                 elif now >= check_at:
                     running = [r for r in targets if r not in group.done]
-                    released = self._waiting_in_torch(group, running)
+                    released = self._waiting_in_torch(running)
                     if released:
                         self._release_failed(group, failed)
                     check_at = time.monotonic() + RELEASE_CHECK_S
@@ -356,13 +356,9 @@ class WorkerPool(Launcher):
             group.watch(view, remaining)
         return True
 
-    def _waiting_in_torch(self, group: _PoolGroup, ranks: list[int]) -> bool:
+    def _waiting_in_torch(self, ranks: list[int]) -> bool:
         """Whether one of ``ranks``' main thread is inside torch (its innermost frame)."""
-        if self._store_dir is None:
-            return False
-        pids = {r: group.workers[r].pid for r in ranks}
-        stacks = take_stacks(self._store_dir, pids).values()
-        return any(stack.innermost_library == "torch" for stack in stacks)
+        return any(stack.innermost_library == "torch" for stack in self.where(ranks).values())
 
     def _release_failed(self, group: _PoolGroup, ranks: list[int]) -> None:
         """Have ``ranks`` (done with the current command) abort their process group."""

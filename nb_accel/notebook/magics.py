@@ -387,9 +387,7 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             if stack is None:
                 print(f"rank {rank}: did not answer (dead, or its signals are blocked)")
                 continue
-            summary = stack.summary()
-            if summary == "idle":
-                summary = "idle (waiting for a cell)"
+            summary = "idle (waiting for a cell)" if stack.idle else stack.summary()
             threads = stack.text(idle_main=False)
             print(
                 f"rank {rank}: {summary}"

@@ -117,15 +117,21 @@ class RankStack:
             return None
         return self.main.frames[0].library
 
+    @property
+    def idle(self) -> bool:
+        """Whether the main thread has frames but none of them is the user's."""
+        frames = self.main.frames if self.main is not None else []
+        return bool(frames) and all(f.library is not None for f in frames)
+
     def summary(self) -> str:
         """Where the main thread is, in the user's code first: ``at `f` (Cell In[3], line 4)
         ← `train` (line 8), inside torch``; ``idle`` when none of its frames is the user's."""
         if self.main is None or not self.main.frames:
             return "somewhere without Python frames"
+        if self.idle:
+            return "idle"
         frames = self.main.frames
         mine = [f for f in frames if f.library is None]
-        if not mine:
-            return "idle"
         parts, last = [], ""
         for frame in mine[:3]:
             place = _place(frame.path)
@@ -145,7 +151,7 @@ class RankStack:
         blocks = []
         ordered = sorted(self.threads, key=lambda t: t is not self.main)
         for thread in ordered:
-            if thread is self.main and not idle_main and self.summary() == "idle":
+            if thread is self.main and not idle_main and self.idle:
                 continue
             title = "main thread" if thread is self.main else f"thread 0x{thread.ident:x}"
             lines = [

@@ -49,6 +49,7 @@ def locate_stalled(rank: int) -> str | None:
     launch can say."""
     return _locators[-1](rank) if _locators else None
 
+
 #: Seconds without progress after which a rank is shown as stalled.
 STALL_AFTER_S = 30.0
 #: The environment variable that overrides :data:`STALL_AFTER_S` (seconds, a positive number).
