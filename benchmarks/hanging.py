@@ -5,8 +5,11 @@ Run from the repository root: ``.venv/bin/python benchmarks/hanging.py``. A two-
 and the same cell whose rank 1 raises first (rank 0 then waits in the collective for it). The
 failing cell is timed until the kernel raises; the next cell (which rebuilds the process group)
 is timed too. Then rank 1 waits in a receive while rank 0 sleeps, the kernel is interrupted,
-and the time from the signal to ``KeyboardInterrupt`` is taken. Last, an 8-rank pool's stacks
-are taken (``%distributed where``), and an empty cell's time gives the normal path's cost.
+and the time from the signal to ``KeyboardInterrupt`` is taken. Then an 8-rank pool's stacks
+and last collectives are taken (``%distributed where``), and an empty cell's time gives the
+normal path's cost. Last, the cost of torch's flight recorder (on in every worker): two pools
+at once, one with it turned off (``TORCH_FR_BUFFER_SIZE=0``, the baseline), alternately run a
+cell of 500 small all-reduces.
 """
 
 from __future__ import annotations
@@ -20,9 +23,11 @@ import time
 from collections.abc import Callable
 
 from nb_accel.launch.pool import WorkerPool
+from nb_accel.runtime.reporting.collective_trail import FLIGHT_RECORDER_ENV
 
 SUM = "x = torch.ones(1)\ndist.all_reduce(x)"
 FAILING = "x = torch.ones(1)\nif rank == 1:\n    raise ValueError('bad')\ndist.all_reduce(x)"
+MANY = "for _ in range(500):\n    dist.all_reduce(torch.ones(4))"
 STUCK = (
     "import time\nif rank == 1:\n    dist.recv(torch.zeros(1), src=0)\n"
     "else:\n    open(marker, 'w').close()\n    time.sleep(60)"
@@ -61,6 +66,27 @@ def _interrupt(pool: WorkerPool, folder: str, index: int) -> float:
     return ended - sent[0]
 
 
+def _recorder_cost(rounds: int) -> tuple[float, float]:
+    """Seconds per all-reduce with the flight recorder off (baseline) and on."""
+    pools: dict[bool, WorkerPool] = {}
+    try:
+        for recording in (False, True):
+            if not recording:
+                os.environ[FLIGHT_RECORDER_ENV] = "0"  # the workers keep the user's choice
+            pools[recording] = WorkerPool(2, cpu=True)
+            pools[recording].start()
+            os.environ.pop(FLIGHT_RECORDER_ENV, None)
+            pools[recording].execute("import torch, torch.distributed as dist")
+        times: dict[bool, list[float]] = {False: [], True: []}
+        for index in range(rounds):
+            for recording in (False, True) if index % 2 == 0 else (True, False):
+                times[recording].append(_timed(lambda p=pools[recording]: p.execute(MANY)) / 500)
+        return statistics.median(times[False]), statistics.median(times[True])
+    finally:
+        for pool in pools.values():
+            pool.stop(graceful=False)
+
+
 def main() -> None:
     """Measure and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -93,6 +119,7 @@ def main() -> None:
         empty_eight = statistics.median(_timed(lambda: wide.execute("pass")) for _ in range(20))
     finally:
         wide.stop(graceful=False)
+    off, on = _recorder_cost(args.rounds * 4)
     print(f"\n%%distributed out of a hang; CPU pool (gloo); {args.rounds} rounds, medians")
     print(f"{'what':<62}  {'seconds':>8}  target")
     rows = [
@@ -113,7 +140,12 @@ def main() -> None:
         ("an empty cell, 8 ranks", empty_eight, ""),
     ]
     if stacks:
-        rows.append(("8 ranks' stacks (%distributed where)", statistics.median(stacks), "<= 0.2 s"))
+        where = "8 ranks' stacks and last collectives (%distributed where)"
+        rows.append((where, statistics.median(stacks), "<= 0.2 s"))
+    rows += [
+        ("an all_reduce of 4 floats, flight recorder off (baseline)", off, ""),
+        ("the same, flight recorder on", on, f"{on / off:.2f}x"),
+    ]
     for name, seconds, target in rows:
         print(f"{name:<62}  {seconds:8.4f}  {target}")
 

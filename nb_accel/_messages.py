@@ -61,7 +61,8 @@ class Failure:
     ``is_timeout`` marks errors raised by a collective that timed out. ``host`` names the
     machine of a multi-node launch the rank ran on (empty on a single node). ``timeout_s`` is
     the collective timeout the function itself chose (``InitProcessGroupKwargs``), when it
-    replaced the launch's.
+    replaced the launch's. ``collective`` says, for a timeout, which collective the rank was in
+    (``"all_reduce #3"``, from torch's flight recorder; empty when unknown).
     """
 
     rank: int
@@ -72,6 +73,7 @@ class Failure:
     is_timeout: bool = False
     host: str = ""
     timeout_s: float | None = None
+    collective: str = ""
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ _PEER_LOSS_MARKERS = (
     "broken pipe",
     "went away",
     "remote process exited",
+    "because another rank failed",
 )
 
 
@@ -58,6 +59,8 @@ class WorkerFailure:
         host: the machine the rank ran on, in a multi-node launch (``None`` on one node).
         timeout_s: for a collective timeout, the timeout the function chose itself
             (``InitProcessGroupKwargs``), when it replaced the launch's; else ``None``.
+        collective: for a collective timeout, the collective the rank was in
+            (``"all_reduce #3"``), when torch's flight recorder knew it; else ``None``.
     """
 
     rank: int
@@ -69,6 +72,7 @@ class WorkerFailure:
     exitcode: int | None = None
     host: str | None = None
     timeout_s: float | None = None
+    collective: str | None = None
 
     @property
     def short_type(self) -> str:

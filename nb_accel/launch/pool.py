@@ -35,7 +35,7 @@ from ..runtime.workers.pool_worker import serve
 from ..runtime.workers.regroup import Release, Settle
 from .defaults import plan_with_defaults
 from .failures.failure_log import FailureLog
-from .failures.whereabouts import RankStack, take_stacks
+from .failures.whereabouts import RankStack, abort_collectives, take_stacks
 from .launchers.interface import Launcher
 from .launchers.outcome import failure_outcome
 from .payload import launch_payload
@@ -240,14 +240,17 @@ class WorkerPool(Launcher):
             for w in self._group.workers
         ]
 
-    def where(self, ranks: Sequence[int] | None = None) -> dict[int, RankStack]:
-        """Every rank's stacks (all threads), taken without stopping it; ranks that cannot
-        say (dead, or not answering within a second) are left out."""
+    def where(
+        self, ranks: Sequence[int] | None = None, collectives: bool = True
+    ) -> dict[int, RankStack]:
+        """Every rank's stacks (all threads), taken without stopping it, with the last
+        collective each entered (unless ``collectives`` is false); ranks that cannot say (dead,
+        or not answering within a second) are left out."""
         if self._group is None or self._store_dir is None:
             return {}
         workers = self._group.workers
         pids = {r: workers[r].pid for r in self._targets(ranks) if workers[r].poll() is None}
-        return take_stacks(self._store_dir, pids)
+        return take_stacks(self._store_dir, pids, collectives=collectives)
 
     def _targets(self, ranks: Sequence[int] | None) -> list[int]:
         chosen = sorted(set(range(self.world_size) if ranks is None else ranks))
@@ -343,9 +346,12 @@ class WorkerPool(Launcher):
                     check_at = now + RELEASE_CHECK_S  # identical failures arrive meanwhile
                 elif now >= check_at:
                     running = [r for r in targets if r not in group.done]
-                    released = self._waiting_in_torch(running)
-                    if released:
+                    waiting = self._waiting_for_collective(running)
+                    released = waiting is not None
+                    if waiting is not None:
                         self._release_failed(group, failed)
+                        if waiting and self._store_dir is not None:  # NCCL: theirs too
+                            abort_collectives(self._store_dir, waiting)
                     check_at = time.monotonic() + RELEASE_CHECK_S
             remaining = None if until is None else until - now
             if remaining is not None and remaining <= 0:
@@ -356,9 +362,16 @@ class WorkerPool(Launcher):
             group.watch(view, remaining)
         return True
 
-    def _waiting_in_torch(self, ranks: list[int]) -> bool:
-        """Whether one of ``ranks``' main thread is inside torch (its innermost frame)."""
-        return any(stack.innermost_library == "torch" for stack in self.where(ranks).values())
+    def _waiting_for_collective(self, ranks: list[int]) -> list[int] | None:
+        """Whether one of ``ranks`` waits in a collective: ``None`` if not; else the ranks
+        that must abort their own collectives to be freed (NCCL's, whose flight recorder says
+        they wait). A gloo rank waiting in one is inside torch (its innermost frame)."""
+        nccl = self.plan.backend == "nccl"
+        stacks = self.where(ranks, collectives=nccl)
+        waiting = [r for r, s in stacks.items() if s.collective and s.collective.waiting]
+        if waiting or any(s.innermost_library == "torch" for s in stacks.values()):
+            return waiting
+        return None
 
     def _release_failed(self, group: _PoolGroup, ranks: list[int]) -> None:
         """Have ``ranks`` (done with the current command) abort their process group."""

@@ -192,12 +192,12 @@ class WorkerGroup(DispatchHooks):
         return outcome
 
     def where(self, ranks: list[int]) -> dict[int, str]:
-        """Where each of ``ranks`` is (its main thread's stack, in one line), taken without
-        stopping it; ranks that cannot say are left out."""
+        """Where each of ``ranks`` is (its main thread's stack and its last collective, in
+        one line), taken without stopping it; ranks that cannot say are left out."""
         if self._folder is None:
             return {}
         pids = {rank: self.workers[rank].pid for rank in ranks if rank not in self._exited}
-        stacks = take_stacks(self._folder, pids)
+        stacks = take_stacks(self._folder, pids, collectives=True)
         return {rank: stack.summary() for rank, stack in stacks.items()}
 
     def _where_one(self, rank: int) -> str | None:

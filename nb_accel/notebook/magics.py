@@ -37,6 +37,7 @@ from ..launch.failures.user_errors import for_the_user, meant_for_the_user
 from ..launch.pool import WorkerPool, load_value
 from ..launch.views.view import LaunchView
 from .launch_view import notebook_view
+from .tracebacks import check_syntax, show_cell_syntax_errors
 
 __all__ = [
     "DistributedMagics",
@@ -285,13 +286,14 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         if cell is None:
             return self._line(line)
         args = parse_argstring(self.distributed, line)
+        source = "\n" + cell  # below the magic's line: line numbers as the notebook shows them
+        name = _cell_file(self.shell, source)
+        check_syntax(source, name or "<%%distributed cell>")  # before any rank runs it
         pool = self._running_pool(args)
         ranks = _ranks(args.ranks)
         shown = min(ranks) if ranks else 0  # the rank whose value is the cell's result
         title = "%%distributed on " + pool.plan.describe().removeprefix("Launching ")
         view = _CellView(title, pool.world_size, bool(args.all_ranks))
-        source = "\n" + cell  # below the magic's line: line numbers as the notebook shows them
-        name = _cell_file(self.shell, source)
         ok = False
         try:
             done = pool.execute(
@@ -387,7 +389,7 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             if stack is None:
                 print(f"rank {rank}: did not answer (dead, or its signals are blocked)")
                 continue
-            summary = "idle (waiting for a cell)" if stack.idle else stack.summary()
+            summary = stack.summary(idle="idle (waiting for a cell)")
             threads = stack.text(idle_main=False)
             print(
                 f"rank {rank}: {summary}"
@@ -422,6 +424,7 @@ class DistributedMagics(Magics):  # type: ignore[misc]
 def load_ipython_extension(ipython: Any) -> None:
     """``%load_ext nb_accel``: register the ``%distributed`` / ``%%distributed`` magics."""
     ipython.register_magics(DistributedMagics)
+    show_cell_syntax_errors(ipython)
 
 
 def unload_ipython_extension(ipython: Any) -> None:

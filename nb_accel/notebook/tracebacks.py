@@ -9,6 +9,12 @@ traitlets, comm, zmq, tornado, asyncio): what remains are the user's own frames,
 and the chained cause (a worker's traceback, its frames in notebook cells named as IPython
 names them: ``Cell In[7], line 3``). ``%xmode --show`` (show hidden frames) shows every frame
 the exception still has.
+
+A ``%%distributed`` cell is compiled in the kernel before it is sent (:func:`check_syntax`): its
+syntax error is shown as IPython shows any cell's, the line and the caret, without the frames
+of the magic that found it (IPython shows a syntax error raised by running code with every
+frame, and asks no ``_render_traceback_`` of it; a handler of the shell's custom exceptions,
+:func:`show_cell_syntax_errors`, shows it instead).
 """
 
 from __future__ import annotations
@@ -19,7 +25,15 @@ from typing import Any
 
 from ..errors import RemoteTraceback
 
-__all__ = ["cell_place", "name_cells", "render", "user_traceback"]
+__all__ = [
+    "CellSyntaxError",
+    "cell_place",
+    "check_syntax",
+    "name_cells",
+    "render",
+    "show_cell_syntax_errors",
+    "user_traceback",
+]
 
 #: Modules whose frames are plumbing, not the user's code.
 HIDDEN_MODULES = (
@@ -101,3 +115,48 @@ def render(error: BaseException, kernel_frames: bool = True) -> list[str]:
         cause.text = name_cells(cause.text, shell)
     lines: list[str] = shell.InteractiveTB.structured_traceback(type(error), error, tb, tb_offset=0)
     return lines
+
+
+class CellSyntaxError(SyntaxError):
+    """A ``%%distributed`` cell's syntax error, found in the kernel before any rank ran it."""
+
+
+def check_syntax(source: str, filename: str) -> None:
+    """Raise :class:`CellSyntaxError` when ``source`` (a cell, run under ``filename``) does not
+    compile; the workers would fail on it the same way."""
+    try:
+        compile(source, filename, "exec", dont_inherit=True)
+    except SyntaxError as error:
+        found = CellSyntaxError(
+            error.msg,
+            (
+                error.filename,
+                error.lineno,
+                error.offset,
+                error.text,
+                error.end_lineno,
+                error.end_offset,
+            ),
+        )
+        raise found from None
+
+
+def show_cell_syntax_errors(shell: Any) -> None:
+    """Have ``shell`` show a :class:`CellSyntaxError` as it shows a cell's own syntax error;
+    the custom exceptions already registered there keep their handler."""
+    previous_types = tuple(shell.custom_exceptions)
+    if CellSyntaxError in previous_types:
+        return
+    previous = shell.CustomTB if previous_types else None
+
+    def handler(
+        self: Any, etype: type, value: BaseException, tb: Any, tb_offset: int | None = None
+    ) -> list[str] | None:
+        if previous is not None and not issubclass(etype, CellSyntaxError):
+            return previous(etype, value, tb, tb_offset=tb_offset)  # type: ignore[no-any-return]
+        # shown (and named in the kernel's reply) as the SyntaxError it is to the user
+        lines: list[str] = self.SyntaxTB.structured_traceback(SyntaxError, value, [])
+        self._showtraceback(SyntaxError, value, lines)
+        return lines
+
+    shell.set_custom_exc((*previous_types, CellSyntaxError), handler)

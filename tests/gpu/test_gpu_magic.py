@@ -1,5 +1,7 @@
-"""%%distributed on NCCL through a real kernel (skipped without CUDA): an interrupted cell that
-was busy in collectives leaves the next cell's collectives right."""
+"""%%distributed on NCCL (skipped without CUDA): an interrupted cell that was busy in
+collectives leaves the next cell's collectives right (through a real kernel); a failing rank
+frees the ranks that wait for it in an NCCL collective, and the next cell runs on a rebuilt
+group."""
 
 from __future__ import annotations
 
@@ -84,3 +86,49 @@ def test_an_interrupted_cell_in_collectives_leaves_the_next_cell_right() -> None
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)
+
+
+#: Rank 1 fails before the all-reduce the others wait in: NCCL runs it apart from Python, so
+#: those ranks wait in ``.item()``, not inside torch; their flight recorder says they wait.
+FAILING = """
+import torch, torch.distributed as dist
+value = torch.ones(1, device=accelerator.device)
+if rank == 1:
+    undefined_name
+dist.all_reduce(value)
+value.item()
+"""
+
+two_gpus = pytest.mark.skipif(_env.cuda_device_count() < 2, reason="needs two CUDA GPUs")
+
+
+@two_gpus
+@pytest.mark.timeout(300)
+def test_a_failing_rank_frees_the_ranks_waiting_in_an_nccl_collective() -> None:
+    from nb_accel.launch.pool import WorkerPool, load_value
+    from nb_accel.launch.views.view import NullView
+
+    class Shown(NullView):
+        def __init__(self) -> None:
+            self.rows: dict[int, tuple[str, str]] = {}
+
+        def failed(self, rank: int, summary: str) -> None:
+            self.rows[rank] = ("failed", summary)
+
+        def stopped(self, rank: int, reason: str) -> None:
+            self.rows[rank] = ("stopped", reason)
+
+    count = _env.cuda_device_count()
+    pool = WorkerPool(count, timeout=600)  # the test's own timeout fails a hang long before
+    pool.start()
+    shown = Shown()
+    try:
+        with pytest.raises(NameError, match="undefined_name"):
+            pool.execute(FAILING, view=shown)
+        assert shown.rows[1][0] == "failed"
+        assert all(shown.rows[r] == ("stopped", "rank 1 failed") for r in range(count) if r != 1)
+        done = pool.execute(CHECK.split("\n", 1)[1], want_value=True)  # a rebuilt group
+        expected = [float(count * (count + 1) / 2)] * 4
+        assert [load_value(done[r]) for r in range(count)] == [expected] * count
+    finally:
+        pool.stop()

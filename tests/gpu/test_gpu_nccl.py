@@ -1,10 +1,17 @@
 """NCCL process groups (skipped without CUDA): each is bound to its rank's GPU and made at once,
 its store waits as long as the launch's timeout, a rank that reaches the first collective late
-is waited for, and a collective that NCCL's watchdog times out is a ``CollectiveTimeoutError``."""
+is waited for, a collective that NCCL's watchdog times out is a ``CollectiveTimeoutError`` that
+says which collective the rank that did not come last entered (torch's flight recorder, on
+for every worker)."""
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -70,7 +77,49 @@ def rank_one_never_arrives() -> float:
 def test_a_collective_the_watchdog_times_out_is_a_collective_timeout_error(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    with pytest.raises(CollectiveTimeoutError, match=r"timed out after 10 s on rank 0 of 2"):
+    with pytest.raises(
+        CollectiveTimeoutError, match=r"timed out after 10 s on rank 0 of 2"
+    ) as info:
         notebook_launcher(rank_one_never_arrives, num_processes=2, timeout=10)
     err = capsys.readouterr().err
     assert "[rank 0] " in err and "Watchdog caught collective operation timeout" in err
+    message = str(info.value)  # rank 1 sleeps after the first all-reduce: its last collective
+    assert "Rank 1 did not arrive (was still running, at `rank_one_never_arrives`" in message
+    assert re.search(r"; last collective: all_reduce #\d+", message), message
+
+
+#: A one-rank NCCL group runs an all-reduce; the trail says it, and once NCCL is done with it,
+#: says it finished (gloo cannot tell).
+NCCL_TRAIL = """
+import json, sys, time
+import torch, torch.distributed as dist
+from nb_accel.runtime.reporting.collective_trail import enable_flight_recorder, last_collective
+enable_flight_recorder()
+dist.init_process_group(
+    "nccl", init_method="file://" + sys.argv[1], rank=0, world_size=1,
+    device_id=torch.device("cuda:0"),
+)
+dist.all_reduce(torch.ones(1, device="cuda:0"))
+torch.cuda.synchronize()
+found = last_collective()
+deadline = time.monotonic() + 30
+while found is not None and found.state != "completed" and time.monotonic() < deadline:
+    time.sleep(0.1)  # NCCL's watchdog marks it finished
+    found = last_collective()
+print(json.dumps([found.describe() if found else None, found.state if found else None]))
+dist.destroy_process_group()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_nccl_s_flight_recorder_names_the_last_collective_and_its_end(tmp_path: Path) -> None:
+    output = subprocess.run(
+        [sys.executable, "-c", NCCL_TRAIL, str(tmp_path / "store")],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=True,
+    ).stdout
+    said, state = json.loads(output.strip().splitlines()[-1])
+    assert said is not None and said.startswith("all_reduce #1"), said
+    assert state in ("completed", "started", "scheduled")

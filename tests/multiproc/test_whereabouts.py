@@ -1,10 +1,11 @@
 """Where a rank is: a collective timeout names the function the missing rank was in (its
-stack, taken without stopping it), under fork and spawn; an interrupted launch says where
-every rank was."""
+stack, taken without stopping it) and the collective each rank last entered (torch's flight
+recorder), under fork and spawn; an interrupted launch says where every rank was."""
 
 from __future__ import annotations
 
 import os
+import re
 import signal
 import threading
 from pathlib import Path
@@ -25,6 +26,7 @@ def stuck_here_forever(release: threading.Event) -> None:
 
 
 def train() -> None:
+    dist.broadcast(torch.ones(1), 0)
     if dist.get_rank() == 1:
         stuck_here_forever(threading.Event())  # nobody sets it: only the launch's end stops it
     dist.all_reduce(torch.ones(1))
@@ -37,6 +39,11 @@ def test_a_timeout_says_where_the_missing_rank_is(start_method: str) -> None:
     message = str(info.value)
     assert "Rank 1 did not arrive (was still running, at `stuck_here_forever` (" in message
     assert "test_whereabouts.py, line" in message and "← `train` (line" in message
+    # rank 0 waits in the all-reduce that follows the broadcast rank 1 last entered
+    waiting = re.search(r"on rank 0 of 2 \(in all_reduce #(\d+)\)", message)
+    behind = re.search(r"; last collective: broadcast #(\d+)\)", message)
+    assert waiting and behind, message
+    assert int(waiting.group(1)) == int(behind.group(1)) + 1
 
 
 def waiting_here(marker: str) -> None:

@@ -41,7 +41,7 @@ def running_kernel() -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
         yield manager, client
     finally:
         client.stop_channels()
-        manager.shutdown_kernel(now=True)
+        manager.shutdown_kernel(now=False)  # at exit, it stops its pool and removes its folder
 
 
 def start_cell(client: BlockingKernelClient, code: str) -> str:

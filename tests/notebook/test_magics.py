@@ -1,9 +1,11 @@
-"""%%distributed through a real kernel: state across cells, output, values, errors, interrupts."""
+"""%%distributed through a real kernel: state across cells, output, values, errors, interrupts,
+syntax errors."""
 
 from __future__ import annotations
 
 import ast
 import os
+import re
 import signal
 import time
 from pathlib import Path
@@ -273,3 +275,37 @@ def test_an_interrupt_that_reaches_a_rank_still_reading_the_cell_stops_it_there(
         _ok(client, "%%distributed -o notes\nnote, globals().get('started')")
         # rank 1 never ran the cell it was reading; both namespaces are intact
         assert _ok(client, "print(notes)").stdout.strip() == "[('kept', 1), ('kept', None)]"
+
+
+#: A handler the user registered for their own exceptions before loading the extension.
+OWN_HANDLER = """
+class Mine(Exception):
+    pass
+def shown_mine(self, etype, value, tb, tb_offset=None):
+    print("handled by mine:", value)
+get_ipython().set_custom_exc((Mine,), shown_mine)
+"""
+
+
+def test_a_syntax_error_in_a_cell_is_shown_as_in_any_cell_before_any_rank_starts() -> None:
+    with running_kernel() as (_, client):
+        _ok(client, OWN_HANDLER)
+        _ok(client, "%load_ext nb_accel")
+        failed = collect(
+            client, client.execute("%%distributed -n 2\nx = 1\ny = (2,", store_history=True)
+        )
+        shown = "\n".join(failed.traceback)
+        assert failed.ename == "SyntaxError" and "was never closed" in failed.evalue
+        assert "Cell In[1], line 3" in _plain_text(shown) and "y = (2," in _plain_text(shown)
+        for plumbing in ("magics.py", "interactiveshell", "ast.py", "run_cell_magic", "In[2]"):
+            assert plumbing not in shown, shown
+        assert "no pool" in _ok(client, "%distributed status").stdout  # nothing was started
+        outside = collect(client, client.execute("%%distributed\nreturn 5", store_history=True))
+        assert outside.ename == "SyntaxError" and "'return' outside function" in outside.evalue
+        assert "Cell In[2], line 2" in _plain_text("\n".join(outside.traceback))
+        assert "handled by mine: theirs" in run_cell(client, "raise Mine('theirs')").stdout
+
+
+def _plain_text(text: str) -> str:
+    """``text`` without its terminal colours."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", text)

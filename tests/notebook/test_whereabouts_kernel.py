@@ -1,15 +1,18 @@
 """Where ranks are, through a real kernel: `%distributed where` shows every rank's stacks, each
-thread's, taken without stopping the ranks; a collective timeout names the cell a missing
-rank is in."""
+thread's, taken without stopping the ranks, and the collective each last entered; a collective
+timeout names the cell a missing rank is in."""
 
 from __future__ import annotations
 
 from jupyter_client.blocking import BlockingKernelClient
 from kernel_driver import CellRun, collect, run_cell, running_kernel
 
-#: Rank 1 leaves a thread waiting in a function of the cell.
+#: Rank 1 leaves a thread waiting in a function of the cell, after an all-reduce.
 BACKGROUND = """%%distributed -n 2
 import threading
+import torch
+import torch.distributed as dist
+dist.all_reduce(torch.ones(1))
 release = threading.Event()
 def waiting_in_background():
     release.wait(120)
@@ -29,8 +32,8 @@ def test_where_shows_every_rank_and_every_thread() -> None:
         _ok(client, "%load_ext nb_accel")
         _ok(client, BACKGROUND)
         where = _ok(client, "%distributed where").stdout
-        assert "rank 0: idle (waiting for a cell)" in where
-        assert "rank 1: idle (waiting for a cell)" in where
+        assert "rank 0: idle (waiting for a cell); last collective: all_reduce #" in where
+        assert "rank 1: idle (waiting for a cell); last collective: all_reduce #" in where
         rank1 = where[where.index("rank 1:") :]
         assert (
             "in waiting_in_background" in rank1

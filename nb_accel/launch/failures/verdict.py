@@ -48,6 +48,7 @@ def failure_from_event(event: Failure) -> tuple[WorkerFailure, bool]:
         exception=exception,
         host=event.host or None,
         timeout_s=event.timeout_s,
+        collective=event.collective or None,
     ), event.is_timeout
 
 
@@ -206,7 +207,8 @@ def _timeout_error(
     seconds = timeout_s if chosen is None else chosen
     knob = "`timeout=`" if chosen is None else "the timeout of `InitProcessGroupKwargs`"
     message = (
-        f"A collective timed out after {seconds:g} s on {rank_list(timed_out)} of {world_size}."
+        f"A collective timed out after {seconds:g} s on {rank_list(timed_out)} of {world_size}"
+        f"{_inside(root)}."
         f"{absent} Make sure every rank calls the same collectives in the same order, or raise "
         f"{knob} if the work between two collectives legitimately takes longer."
     )
@@ -214,6 +216,16 @@ def _timeout_error(
         if record.type_name == WATCHDOG:  # the backend's own words name the collective
             message += "\n" + record.message
     return CollectiveTimeoutError(message, root)
+
+
+def _inside(root: list[WorkerFailure]) -> str:
+    """`` (in all_reduce #3)``: the collective the timed-out ranks were in, where known."""
+    known = {f.rank: f.collective for f in root if f.collective}
+    if not known:
+        return ""
+    if len(set(known.values())) == 1 and len(known) == len(root):
+        return f" (in {next(iter(known.values()))})"
+    return " (" + ", ".join(f"rank {r} in {c}" for r, c in sorted(known.items())) + ")"
 
 
 def _decorate(

@@ -8,6 +8,7 @@ says where the main thread is in the user's code: ``at `stuck_here` (Cell In[3],
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import sysconfig
@@ -16,6 +17,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ...runtime.reporting.collective_trail import (
+    ABORT,
+    ASK,
+    LastCollective,
+    answer_file,
+    request_file,
+)
 from ...runtime.reporting.stacks import MAIN_THREAD, STACK_SIGNAL, stack_file
 
 __all__ = [
@@ -23,6 +31,7 @@ __all__ = [
     "PlaceNamer",
     "RankStack",
     "ThreadStack",
+    "abort_collectives",
     "parse_stacks",
     "register_place_namer",
     "take_stacks",
@@ -103,11 +112,13 @@ class RankStack:
         rank: the rank.
         main: the main thread's stack (``None`` when it was not found).
         threads: every thread's, as written.
+        collective: the collective the rank last entered, when it was asked and could say.
     """
 
     rank: int
     main: ThreadStack | None
     threads: list[ThreadStack]
+    collective: LastCollective | None = None
 
     @property
     def innermost_library(self) -> str | None:
@@ -123,13 +134,19 @@ class RankStack:
         frames = self.main.frames if self.main is not None else []
         return bool(frames) and all(f.library is not None for f in frames)
 
-    def summary(self) -> str:
+    def summary(self, idle: str = "idle") -> str:
         """Where the main thread is, in the user's code first: ``at `f` (Cell In[3], line 4)
-        ← `train` (line 8), inside torch``; ``idle`` when none of its frames is the user's."""
+        ← `train` (line 8), inside torch``; ``idle`` when none of its frames is the user's;
+        then the last collective it entered, when known (``; last collective: all_reduce
+        #3``). ``idle`` is what an idle rank is said to be."""
+        text = idle if self.idle else self._in_user_code()
+        if self.collective is not None:
+            text += f"; last collective: {self.collective.describe()}"
+        return text
+
+    def _in_user_code(self) -> str:
         if self.main is None or not self.main.frames:
             return "somewhere without Python frames"
-        if self.idle:
-            return "idle"
         frames = self.main.frames
         mine = [f for f in frames if f.library is None]
         parts, last = [], ""
@@ -145,9 +162,9 @@ class RankStack:
         return text
 
     def text(self, idle_main: bool = True) -> str:
-        """Every thread's frames but nb_accel's own, the main thread first, innermost frame
-        last (as Python prints a traceback); without ``idle_main``, the main thread is left
-        out when it is idle."""
+        """Every thread's frames but nb_accel's own (and its threads), the main thread first,
+        innermost frame last (as Python prints a traceback); without ``idle_main``, the main
+        thread is left out when it is idle."""
         blocks = []
         ordered = sorted(self.threads, key=lambda t: t is not self.main)
         for thread in ordered:
@@ -159,6 +176,8 @@ class RankStack:
                 for f in thread.frames
                 if f.library != "nb_accel"
             ]
+            if not lines and thread is not self.main:
+                continue  # one of nb_accel's own threads (the collective trail's, say)
             blocks.append(f"{title}:\n" + "\n".join(reversed(lines)))
         return "\n".join(blocks)
 
@@ -214,10 +233,13 @@ def _size(path: str) -> int:
 
 
 def take_stacks(
-    folder: str, pids: Mapping[int, int], wait_s: float = STACK_WAIT_S
+    folder: str, pids: Mapping[int, int], wait_s: float = STACK_WAIT_S, collectives: bool = False
 ) -> dict[int, RankStack]:
     """Every rank's stacks (rank -> pid in ``pids``), from the launch's ``folder``; a rank
-    that cannot be asked or does not answer within ``wait_s`` is left out."""
+    that cannot be asked or does not answer within ``wait_s`` is left out. With
+    ``collectives``, each rank is also asked the last collective it entered
+    (:attr:`RankStack.collective`), in the same wait."""
+    asked = [rank for rank in pids if collectives and _ask_collective(folder, rank)]
     starts: dict[int, int] = {}
     for rank, pid in pids.items():
         size = _size(stack_file(folder, rank))
@@ -247,4 +269,58 @@ def take_stacks(
             stream.seek(begin)
             dump = stream.read()
         stacks[rank] = parse_stacks(rank, header, dump)
+    for rank, collective in _read_collectives(folder, asked, deadline).items():
+        if rank in stacks:
+            stacks[rank].collective = collective
     return stacks
+
+
+def abort_collectives(folder: str, ranks: list[int]) -> None:
+    """Have ``ranks`` abort their collectives (an NCCL rank waiting for a failed peer is freed
+    only so); a rank that is not listening is left as it is."""
+    for rank in ranks:
+        _request(folder, rank, ABORT)
+
+
+def _ask_collective(folder: str, rank: int) -> bool:
+    """Ask ``rank`` for its last collective; ``False`` when it is not listening."""
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(answer_file(folder, rank))  # an earlier answer
+    return _request(folder, rank, ASK)
+
+
+def _request(folder: str, rank: int, request: bytes) -> bool:
+    """Write ``request`` to ``rank``'s pipe; ``False`` when nobody reads it now."""
+    try:
+        pipe = os.open(request_file(folder, rank), os.O_WRONLY | os.O_NONBLOCK)
+    except OSError:  # no pipe (not started, or an old worker), or nobody reading it now
+        return False
+    try:
+        os.write(pipe, request)
+    except OSError:
+        return False
+    finally:
+        os.close(pipe)
+    return True
+
+
+def _read_collectives(folder: str, ranks: list[int], deadline: float) -> dict[int, LastCollective]:
+    """The answers of ``ranks`` that come by ``deadline`` (a rank that knows none is left
+    out)."""
+    answers: dict[int, LastCollective] = {}
+    pending = set(ranks)
+    while pending:
+        for rank in list(pending):
+            try:
+                with open(answer_file(folder, rank), encoding="utf-8") as stream:
+                    text = stream.read()
+            except OSError:
+                continue
+            pending.discard(rank)
+            if (found := LastCollective.from_json(text)) is not None:
+                answers[rank] = found
+        if pending and time.monotonic() >= deadline:
+            break
+        if pending:
+            time.sleep(_POLL_S)
+    return answers

@@ -36,6 +36,7 @@ from typing import Any
 from ..._messages import Event, Failure, Started
 from ..rank_local import install_stream
 from ..reporting.channel import EventChannel, set_current_channel
+from ..reporting.collective_trail import answer_collective_requests, enable_flight_recorder
 from ..reporting.foreign_bars import report_plain_bars
 from ..reporting.relay import RelayStream
 from ..reporting.reporter import flush_reporter
@@ -46,6 +47,7 @@ from ..transfer.segments import share_dir
 from .accelerate_env import forget_accelerate_state
 from .outcomes import Outcome, failure_event, result_event
 from .rank_group import forget_inherited_process_group
+from .regroup import abort_for_failed_peer
 from .trainer_support import support_trainer
 
 __all__ = [
@@ -171,6 +173,7 @@ def become_rank(start: RankStart) -> None:
         except OSError:
             pass
     os.environ.update(start.environment)
+    enable_flight_recorder()  # before the process group: which collective each rank entered
     folder = share_dir()
     if (
         folder is not None
@@ -178,6 +181,8 @@ def become_rank(start: RankStart) -> None:
         and threading.current_thread() is threading.main_thread()
     ):
         answer_stack_requests(folder, start.rank)  # where the rank is, when the kernel asks
+    if folder is not None:
+        answer_collective_requests(folder, start.rank, abort_for_failed_peer)
     reset_all_states()
     if start.own_accelerate_state:
         forget_accelerate_state()

@@ -12,6 +12,7 @@ import torch.distributed as dist
 
 from ..._messages import Failure, Result
 from ..process_group import applied_timeout_s
+from ..reporting.collective_trail import last_collective
 from .returns import check_returnable, dumps_result
 
 __all__ = ["Outcome", "failure_event", "result_event", "is_timeout_error"]
@@ -56,6 +57,7 @@ def failure_event(rank: int, exc: BaseException, own_files: tuple[str, ...] = ()
     except Exception:  # noqa: BLE001 - any failure here is reported, never raised
         data = None
     timed_out = is_timeout_error(exc)
+    found = last_collective() if timed_out else None
     return Failure(
         rank=rank,
         type_name=f"{type(exc).__module__}.{type(exc).__qualname__}",
@@ -64,6 +66,7 @@ def failure_event(rank: int, exc: BaseException, own_files: tuple[str, ...] = ()
         data=data,
         is_timeout=timed_out,
         timeout_s=applied_timeout_s() if timed_out else None,
+        collective=found.describe() if found else "",
     )
 
 

@@ -23,7 +23,14 @@ from ..reporting.channel import EventChannel, current_channel
 from ..transfer.pickling import loads
 from .lifecycle import StopRequested, send_flushed
 from .outcomes import failure_event
-from .regroup import Release, Settle, release_process_group, settle_process_group
+from .regroup import (
+    Release,
+    Settle,
+    forget_abort_for_peer,
+    release_process_group,
+    settle_process_group,
+    take_abort_for_peer,
+)
 from .returns import dumps_result
 
 __all__ = ["run_code", "serve"]
@@ -108,6 +115,7 @@ def _outcome(
 ) -> tuple[CellDone, bool]:
     """Perform ``command`` with interrupts let through; the reply says what it returned or
     raised, and whether an interrupt stopped it."""
+    forget_abort_for_peer()
     try:
         _interrupts.running = True
         try:
@@ -119,6 +127,7 @@ def _outcome(
     except StopRequested:  # the pool is stopped: not a cell's failure
         raise
     except BaseException as error:  # noqa: BLE001 - reported; the worker lives on
+        error = take_abort_for_peer(error)
         failure = failure_event(channel.rank, error, (__file__,))
         stopped = isinstance(error, KeyboardInterrupt)
         return CellDone(channel.rank, command.cell, failure=failure), stopped

@@ -10,11 +10,15 @@ differ, the group is aborted (dropping what is queued) and made anew on every ra
 A rank whose cell failed while others still run theirs is sent :class:`Release`: it aborts its
 group at once, so that a collective the others wait in with it fails now (its connections
 close) instead of at the timeout. The next :class:`Settle` then makes a new group everywhere.
+An NCCL rank's collective runs apart from its connections to the failed rank: the kernel has
+the waiting rank abort its own communicator too (:func:`abort_for_failed_peer`, run by another
+thread, since the main thread is the one waiting).
 """
 
 from __future__ import annotations
 
 import os
+import threading
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -23,7 +27,20 @@ from torch.distributed import distributed_c10d as c10d
 
 from .rank_group import nccl_device
 
-__all__ = ["Release", "Settle", "release_process_group", "settle_process_group"]
+__all__ = [
+    "PeerFailed",
+    "Release",
+    "Settle",
+    "abort_for_failed_peer",
+    "forget_abort_for_peer",
+    "release_process_group",
+    "settle_process_group",
+    "take_abort_for_peer",
+]
+
+
+class PeerFailed(RuntimeError):
+    """A collective this rank waited in was aborted: another rank's command had failed."""
 
 
 @dataclass(frozen=True)
@@ -57,6 +74,9 @@ class _Group:
 #: The group this rank released, until the next :class:`Settle` replaces it.
 _released: list[_Group] = []
 
+#: Set when the kernel aborted this rank's collectives because a peer failed.
+_aborted_for_peer = threading.Event()
+
 
 def _current() -> _Group:
     return _Group(
@@ -79,6 +99,37 @@ def release_process_group(release: Release) -> None:
         return
     _released[:] = [_current()]
     _abort()
+
+
+def abort_for_failed_peer() -> None:
+    """Abort this rank's NCCL process group while its main thread waits in a collective that a
+    failed rank will never join (called from another thread: NCCL's abort is made for that).
+    A gloo rank is freed by the failed rank's own abort, so nothing is done there."""
+    if not dist.is_initialized() or dist.get_backend() != "nccl":
+        return
+    _released[:] = [_current()]
+    _aborted_for_peer.set()
+    _abort()
+
+
+def forget_abort_for_peer() -> None:
+    """Clear the mark of an abort that came between two commands (the next :class:`Settle`
+    rebuilds the group; the next command's failure is its own)."""
+    _aborted_for_peer.clear()
+
+
+def take_abort_for_peer(error: BaseException) -> BaseException:
+    """``error``, the one a command raised, or :class:`PeerFailed` when the kernel aborted this
+    rank's collectives meanwhile (the backend's words then are a consequence); the mark is
+    cleared."""
+    if not _aborted_for_peer.is_set():
+        return error
+    _aborted_for_peer.clear()
+    aborted = PeerFailed(
+        "the collective this rank waited in was aborted because another rank failed"
+    )
+    aborted.__cause__ = error
+    return aborted
 
 
 def _issued_per_rank(group: _Group, prefix: str) -> tuple[int, ...]:
