@@ -35,7 +35,7 @@ from ..runtime.workers.pool_worker import serve
 from ..runtime.workers.regroup import Release, Settle
 from .defaults import plan_with_defaults
 from .failures.failure_log import FailureLog
-from .failures.whereabouts import RankStack, abort_collectives, take_stacks
+from .failures.whereabouts import RankStack, abort_collectives, stacks_note, take_stacks
 from .launchers.interface import Launcher
 from .launchers.outcome import failure_outcome
 from .payload import launch_payload
@@ -424,11 +424,14 @@ class WorkerPool(Launcher):
                 f"\n  rank {rank} is {stacks[rank].summary()}" for rank in stuck if rank in stacks
             )
             self.stop(graceful=False)
-            raise KeyboardInterrupt(
+            interrupt = KeyboardInterrupt(
                 f"rank(s) {stuck} did not stop within {INTERRUPT_GRACE_S:.0f} s of the "
                 "interrupt (stuck in a collective?); the pool was stopped: "
                 f"%distributed restart starts it again{places}"
             )
+            if stacks and hasattr(interrupt, "add_note"):
+                interrupt.add_note(stacks_note(stacks))
+            raise interrupt
 
     def _outcome(
         self, group: _PoolGroup, targets: list[int], view: LaunchView | None = None

@@ -18,12 +18,12 @@ from typing import Any
 from .._messages import Output, decode
 from .failures.failure_log import FailureLog
 from .failures.verdict import died_failure
-from .failures.whereabouts import take_stacks
+from .failures.whereabouts import RankStack, stacks_note, take_stacks
 from .launchers.dispatch import DispatchHooks, EventDispatcher
 from .launchers.outcome import launch_outcome
 from .launchers.stopping import EXIT_GRACE_S, stop_processes
 from .processes import WorkerProcess
-from .views.stall import locating
+from .views.stall import Location, locating
 from .views.view import LaunchView
 
 __all__ = ["WorkerGroup"]
@@ -160,10 +160,11 @@ class WorkerGroup(DispatchHooks):
                 return self._wait()
         except KeyboardInterrupt as interrupt:
             running = [r for r in range(self.world_size) if not self._settled(r)]
-            places = self.where(running) if running else {}
-            if places and hasattr(interrupt, "add_note"):  # where the ranks were, before they stop
-                lines = [f"  rank {rank} was {places[rank]}" for rank in sorted(places)]
+            stacks = self.where(running) if running else {}
+            if stacks and hasattr(interrupt, "add_note"):  # where the ranks were, before they stop
+                lines = [f"  rank {rank} was {stacks[rank].summary()}" for rank in sorted(stacks)]
                 interrupt.add_note("Interrupted while:\n" + "\n".join(lines))
+                interrupt.add_note(stacks_note(stacks))
             raise
 
     def _wait(self) -> list[Any] | BaseException:
@@ -191,17 +192,17 @@ class WorkerGroup(DispatchHooks):
             self.stop()
         return outcome
 
-    def where(self, ranks: list[int]) -> dict[int, str]:
-        """Where each of ``ranks`` is (its main thread's stack and its last collective, in
-        one line), taken without stopping it; ranks that cannot say are left out."""
+    def where(self, ranks: list[int]) -> dict[int, RankStack]:
+        """Where each of ``ranks`` is: its stacks and its last collective, taken without
+        stopping it; ranks that cannot say are left out."""
         if self._folder is None:
             return {}
         pids = {rank: self.workers[rank].pid for rank in ranks if rank not in self._exited}
-        stacks = take_stacks(self._folder, pids, collectives=True)
-        return {rank: stack.summary() for rank, stack in stacks.items()}
+        return take_stacks(self._folder, pids, collectives=True)
 
-    def _where_one(self, rank: int) -> str | None:
-        return self.where([rank]).get(rank) if 0 <= rank < self.world_size else None
+    def _where_one(self, rank: int) -> Location | None:
+        stack = self.where([rank]).get(rank) if 0 <= rank < self.world_size else None
+        return Location(stack.summary(), stack.text()) if stack is not None else None
 
     def stop(self, graceful: bool = False) -> None:
         """Stop every worker and reap it: SIGTERM, a short grace, then SIGKILL.

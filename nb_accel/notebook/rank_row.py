@@ -14,6 +14,7 @@ from typing import Any
 import ipywidgets
 
 from .._messages import BarState
+from ..launch.views.stall import Location
 from .meter_text import count_text, duration_text, format_meter, known_total
 
 __all__ = [
@@ -90,8 +91,8 @@ class RankState:
         self.pid: int | None = None
         self.summary = ""
         self.stalled_for: float | None = None
-        #: Where the rank was when it was marked stalled (its stack's summary), if known.
-        self.place: str | None = None
+        #: Where the rank was when it was marked stalled (its stack), if known.
+        self.place: Location | None = None
         self.bars: dict[int, BarState] = {}
 
     @property
@@ -137,7 +138,7 @@ class RankState:
         if self.status == STOPPED:
             return (f"stopped ({self.summary})" if self.summary else "stopped"), "muted"
         if self.stalled_for is not None:
-            place = f", {self.place}" if self.place else ""
+            place = f", {self.place.summary}" if self.place else ""
             return f"stalled for {duration_text(self.stalled_for)}{place}", "warning"
         if self.status == STARTING:
             return "starting…", "muted"
@@ -146,6 +147,14 @@ class RankState:
                 return "done", "success"
             return (f"running (pid {self.pid})" if self.pid else "running"), "muted"
         return "", "muted"
+
+    def tooltip(self) -> str | None:
+        """What the status note shows on hover: a failure whole, a stalled rank's stack."""
+        if self.status == FAILED:
+            return self.note()[0]
+        if self.stalled_for is not None and self.place is not None and self.place.stack:
+            return self.place.stack
+        return None
 
     def style(self, state: BarState | None, is_main: bool) -> str:
         """The bar style of ``state`` (the row's main bar when ``is_main``) in this rank."""
@@ -247,7 +256,7 @@ class RankRow:
         set_changed(self.label, value=f"rank {state.rank}")
         self._show_bar(self.line, main, True, "" if self.detailed else _inner_text(inner))
         note, color = state.note()
-        set_changed(self.note, value=note, tooltip=note if state.status == FAILED else None)
+        set_changed(self.note, value=note, tooltip=state.tooltip())
         set_changed(self.note.style, text_color=COLORS[color])
         if self.detailed:
             self._render_inner(inner)

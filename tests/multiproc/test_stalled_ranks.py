@@ -56,6 +56,7 @@ class WatchedWidget(ProgressWidget):
         super().__init__(*args, **kwargs)  # type: ignore[arg-type]
         self.folder = folder
         self.marked: list[tuple[int, str]] = []
+        self.stacks: list[str] = []  # what the stalled rows offer on hover
 
     def returned(self, rank: int) -> None:
         super().returned(rank)
@@ -67,6 +68,7 @@ class WatchedWidget(ProgressWidget):
         for row in self.rows:
             if row.stalled_for is not None:
                 self.marked.append((row.rank, row.note.value))
+                self.stacks.append(row.note.tooltip or "")
         if any(rank == 1 for rank, _ in self.marked):
             (self.folder / "seen").touch()
 
@@ -96,6 +98,7 @@ def test_the_widget_flags_the_stuck_rank_and_never_the_finished_one(
     assert {rank for rank, _ in view.marked} == {1}, view.marked
     assert all(note.startswith("stalled for ") for _, note in view.marked)
     assert ", at `stuck_after_two` (test_stalled_ranks.py, line " in view.marked[0][1]  # where
+    assert "main thread:" in view.stacks[0] and ", in stuck_after_two" in view.stacks[0]
     assert [row.bar.bar_style for row in view.rows] == ["success", "success"]
 
 

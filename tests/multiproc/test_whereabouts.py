@@ -44,6 +44,10 @@ def test_a_timeout_says_where_the_missing_rank_is(start_method: str) -> None:
     behind = re.search(r"; last collective: broadcast #(\d+)\)", message)
     assert waiting and behind, message
     assert int(waiting.group(1)) == int(behind.group(1)) + 1
+    notes = "\n".join(getattr(info.value, "__notes__", []))  # its every thread, innermost last
+    stacks = notes[notes.index("Rank 1's stacks:") :]
+    assert "main thread:" in stacks
+    assert stacks.index(", in train") < stacks.index(", in stuck_here_forever"), stacks
 
 
 def waiting_here(marker: str) -> None:
@@ -77,3 +81,6 @@ def test_an_interrupted_launch_says_where_each_rank_was(tmp_path: Path) -> None:
     for rank in (0, 1):
         assert f"rank {rank} was at `waiting_here` (test_whereabouts.py, line " in notes, notes
     assert "← `both_wait` (line " in notes
+    for rank in (0, 1):
+        stacks = notes[notes.index(f"Rank {rank}'s stacks:") :]
+        assert ", in waiting_here" in stacks.split("'s stacks:")[1], notes

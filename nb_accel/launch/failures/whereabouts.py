@@ -12,6 +12,7 @@ import contextlib
 import os
 import re
 import sysconfig
+import textwrap
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -34,6 +35,7 @@ __all__ = [
     "abort_collectives",
     "parse_stacks",
     "register_place_namer",
+    "stacks_note",
     "take_stacks",
 ]
 
@@ -180,6 +182,16 @@ class RankStack:
                 continue  # one of nb_accel's own threads (the collective trail's, say)
             blocks.append(f"{title}:\n" + "\n".join(reversed(lines)))
         return "\n".join(blocks)
+
+
+def stacks_note(stacks: Mapping[int, RankStack]) -> str:
+    """Every thread's frames of each rank in ``stacks``, under a line naming the rank, for a
+    note on an exception."""
+    blocks = []
+    for rank in sorted(stacks):
+        text = stacks[rank].text()
+        blocks.append(f"Rank {rank}'s stacks:\n" + textwrap.indent(text or "(no frames)", "  "))
+    return "\n".join(blocks)
 
 
 #: Names a file as the user knows it (a notebook's cell: ``Cell In[3]``), or ``None``.

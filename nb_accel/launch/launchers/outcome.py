@@ -13,6 +13,7 @@ from typing import Any
 from ...errors import LaunchError
 from ...runtime.transfer.pickling import loads
 from ..failures.failure_log import FailureLog
+from ..failures.whereabouts import RankStack, stacks_note
 
 __all__ = ["RETURNED", "failure_outcome", "launch_outcome", "load_result"]
 
@@ -40,7 +41,7 @@ def failure_outcome(
     finished: Iterable[int],
     unfinished: Iterable[int] = (),
     finished_as: str = RETURNED,
-    where: Mapping[int, str] | None = None,
+    where: Mapping[int, RankStack] | None = None,
 ) -> BaseException:
     """The exception for ``failures`` (there is at least one), the launch being over.
 
@@ -52,16 +53,20 @@ def failure_outcome(
         unfinished: ranks that neither finished nor failed (the launcher stopped them): shown
             stopped by the root cause.
         finished_as: what the finished ranks are said to have done.
-        where: where unfinished ranks were (their stacks' summaries), by rank.
+        where: where unfinished ranks were (their stacks), by rank: each one's summary is
+            said with its status, and every thread's frames in a note.
     """
     unfinished = list(unfinished)
     failures.settle(unfinished)
     status = dict.fromkeys(finished, finished_as)
-    for rank, place in (where or {}).items():
-        status[rank] = f"was still running, {place}"
+    for rank, stack in (where or {}).items():
+        status[rank] = f"was still running, {stack.summary()}"
     for record in failures.records:
         status.setdefault(record.rank, f"failed with {record.first_line}")
-    return failures.exception(world_size, status, timeout_s)
+    error = failures.exception(world_size, status, timeout_s)
+    if where and hasattr(error, "add_note"):
+        error.add_note(stacks_note(where))
+    return error
 
 
 def launch_outcome(
@@ -70,7 +75,7 @@ def launch_outcome(
     ranks: Sequence[int],
     world_size: int,
     timeout_s: float,
-    where: Callable[[list[int]], Mapping[int, str]] | None = None,
+    where: Callable[[list[int]], Mapping[int, RankStack]] | None = None,
 ) -> list[Any] | BaseException:
     """``ranks``' results in rank order, or the exception when any rank failed.
 
@@ -81,12 +86,12 @@ def launch_outcome(
         world_size: ranks in the launch.
         timeout_s: the launch's collective timeout.
         where: called with the ranks still running after a collective timed out: where each
-            one is (its stack's summary), said in the timeout's error.
+            one is (its stacks), said in the timeout's error.
     """
     if failures:
         returned = [rank for rank in ranks if rank in results]
         unfinished = [rank for rank in ranks if rank not in results]
         running = [rank for rank in unfinished if rank not in failures.ranks]
-        places = where(running) if where and running and failures.timeout_ranks else None
-        return failure_outcome(failures, world_size, timeout_s, returned, unfinished, where=places)
+        stacks = where(running) if where and running and failures.timeout_ranks else None
+        return failure_outcome(failures, world_size, timeout_s, returned, unfinished, where=stacks)
     return [load_result(rank, results[rank]) for rank in ranks]

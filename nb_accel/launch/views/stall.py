@@ -8,7 +8,7 @@ may be stuck. A rank that returned, failed or was stopped is never stalled.
 
 The threshold is :data:`STALL_AFTER_S` seconds, or ``$NB_ACCEL_STALL_AFTER_S``. A view that
 marks a rank stalled asks :func:`locate_stalled` where it is: the running launch answers
-(:func:`locating`) with its stack's summary.
+(:func:`locating`) with a :class:`Location`, its stack's summary and every thread's frames.
 """
 
 from __future__ import annotations
@@ -17,24 +17,36 @@ import contextlib
 import math
 import os
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 from ..._messages import Report
 
 __all__ = [
     "STALL_AFTER_ENV",
     "STALL_AFTER_S",
+    "Location",
     "ProgressClock",
     "locate_stalled",
     "locating",
     "stall_after_s",
 ]
 
+
+@dataclass(frozen=True)
+class Location:
+    """Where a rank is: ``summary`` in one line (``at `f` (Cell In[3], line 4)``), ``stack``
+    every thread's frames (empty when unknown)."""
+
+    summary: str
+    stack: str = ""
+
+
 #: How the running launch says where a rank is (innermost launch last).
-_locators: list[Callable[[int], str | None]] = []
+_locators: list[Callable[[int], Location | None]] = []
 
 
 @contextlib.contextmanager
-def locating(locate: Callable[[int], str | None]) -> Iterator[None]:
+def locating(locate: Callable[[int], Location | None]) -> Iterator[None]:
     """While the block runs, :func:`locate_stalled` asks ``locate`` (a view's rank index to
     where that rank is, or ``None``)."""
     _locators.append(locate)
@@ -44,9 +56,9 @@ def locating(locate: Callable[[int], str | None]) -> Iterator[None]:
         _locators.remove(locate)
 
 
-def locate_stalled(rank: int) -> str | None:
-    """Where the running launch's rank ``rank`` (a view's index) is, in one line, when the
-    launch can say."""
+def locate_stalled(rank: int) -> Location | None:
+    """Where the running launch's rank ``rank`` (a view's index) is, when the launch can
+    say."""
     return _locators[-1](rank) if _locators else None
 
 

@@ -197,7 +197,7 @@ class TextView:
             self._end_line()
             self._write(
                 f"rank {self.first_rank + rank} has made no progress for {silent:.0f} s"
-                f"{', ' + place if place else ''}\n"
+                f"{', ' + place.summary if place else ''}\n"
             )
 
     def finished(self, ok: bool) -> None:
