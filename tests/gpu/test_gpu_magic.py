@@ -105,23 +105,14 @@ two_gpus = pytest.mark.skipif(_env.cuda_device_count() < 2, reason="needs two CU
 @two_gpus
 @pytest.mark.timeout(300)
 def test_a_failing_rank_frees_the_ranks_waiting_in_an_nccl_collective() -> None:
+    from shown_rows import ShownRows
+
     from nb_accel.launch.pool import WorkerPool, load_value
-    from nb_accel.launch.views.view import NullView
-
-    class Shown(NullView):
-        def __init__(self) -> None:
-            self.rows: dict[int, tuple[str, str]] = {}
-
-        def failed(self, rank: int, summary: str) -> None:
-            self.rows[rank] = ("failed", summary)
-
-        def stopped(self, rank: int, reason: str) -> None:
-            self.rows[rank] = ("stopped", reason)
 
     count = _env.cuda_device_count()
     pool = WorkerPool(count, timeout=600)  # the test's own timeout fails a hang long before
     pool.start()
-    shown = Shown()
+    shown = ShownRows()
     try:
         with pytest.raises(NameError, match="undefined_name"):
             pool.execute(FAILING, view=shown)

@@ -8,29 +8,15 @@ from collections.abc import Iterator
 import pytest
 import torch
 import torch.distributed as dist
+from shown_rows import ShownRows
 
 from nb_accel import notebook_launcher
-from nb_accel.launch.views.view import NullView, register_view_factory, view_factory
-
-
-class FinalState(NullView):
-    """A launch view that keeps what each rank was last shown as."""
-
-    def __init__(self) -> None:
-        self.rows: dict[int, tuple[str, str]] = {}
-
-    def failed(self, rank: int, summary: str) -> None:
-        """Keep it."""
-        self.rows[rank] = ("failed", summary)
-
-    def stopped(self, rank: int, reason: str) -> None:
-        """Keep it."""
-        self.rows[rank] = ("stopped", reason)
+from nb_accel.launch.views.view import register_view_factory, view_factory
 
 
 @pytest.fixture
-def view() -> Iterator[FinalState]:
-    recorder = FinalState()
+def view() -> Iterator[ShownRows]:
+    recorder = ShownRows()
     previous = view_factory()
     register_view_factory(lambda *args, **kwargs: recorder)
     try:
@@ -49,7 +35,7 @@ def rank_one_has_a_typo() -> int:
 
 @pytest.mark.parametrize("world_size", [2, 3])
 def test_the_cause_is_raised_and_the_others_are_shown_stopped(
-    view: FinalState, world_size: int
+    view: ShownRows, world_size: int
 ) -> None:
     with pytest.raises(NameError, match="undefined_name") as info:
         notebook_launcher(rank_one_has_a_typo, num_processes=world_size, cpu=True)
@@ -72,7 +58,7 @@ def lost_connection_reaches_the_kernel_first() -> None:
     raise ValueError("sample 13 is corrupt")
 
 
-def test_the_cause_wins_when_a_lost_connection_arrives_before_it(view: FinalState) -> None:
+def test_the_cause_wins_when_a_lost_connection_arrives_before_it(view: ShownRows) -> None:
     with pytest.raises(ValueError, match="sample 13 is corrupt") as info:
         notebook_launcher(lost_connection_reaches_the_kernel_first, num_processes=2, cpu=True)
     notes = "\n".join(info.value.__notes__)

@@ -4,9 +4,9 @@ shown stopped by it."""
 from __future__ import annotations
 
 import pytest
+from shown_rows import ShownRows
 
 from nb_accel.launch.pool import WorkerPool
-from nb_accel.launch.views.view import NullView
 
 CELL = """
 import torch
@@ -17,26 +17,11 @@ dist.all_reduce(torch.ones(1))  # the other ranks wait here for rank 1 until the
 """
 
 
-class Shown(NullView):
-    """What each rank was last shown as."""
-
-    def __init__(self) -> None:
-        self.rows: dict[int, tuple[str, str]] = {}
-
-    def failed(self, rank: int, summary: str) -> None:
-        """Keep it."""
-        self.rows[rank] = ("failed", summary)
-
-    def stopped(self, rank: int, reason: str) -> None:
-        """Keep it."""
-        self.rows[rank] = ("stopped", reason)
-
-
 @pytest.mark.timeout(120)
 def test_a_rank_that_timed_out_waiting_for_a_failed_rank_is_shown_stopped() -> None:
     pool = WorkerPool(3, cpu=True, timeout=3)
     pool.start()
-    shown = Shown()
+    shown = ShownRows()
     try:
         with pytest.raises(NameError, match="undefined_name") as info:
             pool.execute(CELL, view=shown)
