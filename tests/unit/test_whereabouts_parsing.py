@@ -1,4 +1,5 @@
-"""A rank's stacks as faulthandler writes them, read back and said in one line."""
+"""A rank's stacks as faulthandler writes them, read back and said in one line; nb_accel's own
+threads are left out."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from nb_accel.launch.failures.whereabouts import Frame, parse_stacks
+from nb_accel.runtime.reporting import collective_trail
 from nb_accel.runtime.reporting.stacks import MAIN_THREAD
 
 pytestmark = pytest.mark.timeout(30)
@@ -66,3 +68,25 @@ def test_installed_packages_are_named_before_the_standard_library() -> None:
         assert Frame(torch_file, 1, "recv").library == "torch"
     assert Frame(f"{paths['stdlib']}/threading.py", 1, "wait").library == "Python"
     assert Frame("/home/me/train.py", 1, "train").library is None
+
+
+def test_nb_accel_s_own_threads_are_left_out_even_inside_the_standard_library() -> None:
+    stdlib = sysconfig.get_paths()["stdlib"]
+    trail = Path(collective_trail.__file__)
+    dump = (
+        "Thread 0x0000000000000def (most recent call first):\n"
+        f'  File "{stdlib}/json/encoder.py", line 254 in iterencode\n'
+        f'  File "{trail}", line 190 in answer_once\n'
+        f'  File "{trail}", line 170 in _answer_forever\n'
+        f'  File "{stdlib}/threading.py", line 975 in run\n'
+        "\n"
+        "Thread 0x0000000000000123 (most recent call first):\n"
+        f'  File "{stdlib}/threading.py", line 320 in wait\n'
+        '  File "/home/me/train.py", line 12 in watch_loss\n'
+        "\n"
+        "Current thread 0x0000000000000abc (most recent call first):\n"
+        '  File "/home/me/train.py", line 30 in main\n'
+    )
+    text = parse_stacks(0, f"{MAIN_THREAD}0xabc", dump).text()
+    assert "train.py, line 30, in main" in text and "in watch_loss" in text  # the user's thread
+    assert "encoder.py" not in text and "0xdef" not in text, text

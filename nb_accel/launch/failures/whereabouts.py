@@ -172,6 +172,12 @@ class RankStack:
         for thread in ordered:
             if thread is self.main and not idle_main and self.idle:
                 continue
+            if (
+                thread is not self.main
+                and thread.frames
+                and thread.frames[-1].library == "nb_accel"
+            ):
+                continue  # one of nb_accel's own threads (the collective trail's, say)
             title = "main thread" if thread is self.main else f"thread 0x{thread.ident:x}"
             lines = [
                 f"  {_place(f.path)}, line {f.line}, in {f.function}"
@@ -179,7 +185,7 @@ class RankStack:
                 if f.library != "nb_accel"
             ]
             if not lines and thread is not self.main:
-                continue  # one of nb_accel's own threads (the collective trail's, say)
+                continue
             blocks.append(f"{title}:\n" + "\n".join(reversed(lines)))
         return "\n".join(blocks)
 
