@@ -7,7 +7,7 @@ TORCH_PIN := torch==2.13.0
 # The Accelerate release the compatibility lane runs the tests of (and the benchmarks compare with).
 ACCELERATE_PIN := accelerate==1.15.0
 
-.PHONY: setup demo test test-accelerate test-xla test-browser bench clean
+.PHONY: setup hosts-setup demo test test-accelerate test-xla test-browser bench clean
 
 $(BIN)/.nb_accel-installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -21,8 +21,18 @@ setup: $(BIN)/.nb_accel-installed
 demo: setup
 	$(BIN)/python tools/run_notebook.py notebooks/quickstart.ipynb
 
-test: setup
+test: setup hosts-setup
 	$(BIN)/python -m pytest
+
+# The SSH hosts of the tests (network namespaces, root only): Debian's OpenSSH server, and the
+# folder its privilege separation needs.
+hosts-setup:
+	@if [ "$$(id -u)" = 0 ] && [ ! -x /usr/sbin/sshd ]; then \
+		export DEBIAN_FRONTEND=noninteractive; \
+		apt-get install -y -q openssh-server >/dev/null 2>&1 \
+		|| (apt-get update -q >/dev/null && apt-get install -y -q openssh-server >/dev/null); \
+	fi
+	@if [ "$$(id -u)" = 0 ]; then mkdir -p /run/sshd; fi
 
 # Opt-in lane: Accelerate's own tests (its multi-process scripts from the installed package, its
 # unit tests from its source distribution), run on Accelerate and, imports swapped, on nb_accel.

@@ -8,12 +8,15 @@ the kernel runs on a TPU runtime (:mod:`.xla.launcher`), torch's elastic agent a
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from ..config import config_path, load_config
 from .defaults import node_plan_with_defaults, plan_with_defaults
 from .failures.user_errors import for_the_user, meant_for_the_user
+from .hosts.launcher import HostPlan, HostsLauncher
+from .hosts.plan import make_host_plan
 from .launchers.interface import Launcher, run_launch
 from .launchers.view import make_view
 from .multinode.launcher import NodesLauncher
@@ -37,6 +40,15 @@ def _make_view(
         title += "; " + nodes.describe(plan.num_processes)
     first_rank = nodes.node_rank * plan.num_processes
     return make_view(title, plan.num_processes, show_progress, all_ranks_metrics, first_rank)
+
+
+def _hosts_view(
+    plan: LaunchPlan, hosts: HostPlan, show_progress: bool, all_ranks_metrics: bool
+) -> LaunchView:
+    """The view of a launch across ``hosts``: a row for every rank."""
+    world = len(hosts.hosts) * plan.num_processes
+    title = plan.describe(world_size=world) + " " + hosts.describe(plan.num_processes)
+    return make_view(title, world, show_progress, all_ranks_metrics)
 
 
 def _launcher(
@@ -97,6 +109,9 @@ def notebook_launcher(
     max_restarts: int | None = None,
     rdzv_timeout: float | None = None,
     fsdp: bool | None = None,
+    hosts: str | Sequence[str] | None = None,
+    ssh_config: str | os.PathLike[str] | None = None,
+    remote_python: str | None = None,
 ) -> list[Any]:
     """Run ``function(*args, **kwargs)`` on ``num_processes`` worker processes and wait.
 
@@ -152,10 +167,22 @@ def notebook_launcher(
             given, as with ``Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())``.
             ``None`` takes the saved configuration's ``sharding`` (built-in default False,
             DDP). The launch's title says ``"FSDP, N shards"``. CPUs and GPUs only, not XLA.
+        hosts: run ``num_processes`` ranks on each of these machines, driven from here: a node
+            process is started on each over SSH (the system's ``ssh``, with the user's own
+            configuration or ``ssh_config``), or with ``"slurm"`` on each node of the current
+            SLURM allocation by ``srun``. Each runs torch's elastic agent; they meet at a c10d
+            rendezvous on the first host. The function and its arguments travel over the same
+            channel (no shared filesystem is needed), and so does everything the workers
+            report. The hosts must have the kernel's Python, torch and nb_accel versions
+            (checked first).
+        ssh_config: an OpenSSH client configuration file for ``hosts`` (default: the user's
+            own, ``~/.ssh/config``).
+        remote_python: the Python interpreter the ``hosts`` run (default: the kernel's own
+            path, as on a cluster whose machines share their software).
 
     Returns:
         Each rank's return value, in rank order (tensors moved to the CPU); in a multi-node
-        launch, this machine's ranks' values.
+        launch, this machine's ranks' values (with ``hosts``, every rank's).
 
     Raises:
         TypeError, ValueError: bad arguments, before any process starts.
@@ -189,6 +216,12 @@ def notebook_launcher(
         nodes = node_plan_with_defaults(
             config, num_nodes, node_rank, rdzv_endpoint, rdzv_backend, max_restarts, rdzv_timeout
         )
+        given_nodes = any(v is not None for v in (num_nodes, node_rank, rdzv_endpoint))
+        on_hosts = (
+            make_host_plan(hosts, ssh_config, nodes, given_nodes, remote_python)
+            if hosts is not None
+            else None
+        )
         plan = plan_with_defaults(
             num_processes,
             mixed_precision,
@@ -201,11 +234,18 @@ def notebook_launcher(
         )
         # Forked workers (on every node, the elastic agent forks them from the kernel)
         # inherit the call; spawned ones get it pickled.
-        payload = launch_payload(function, args, kwargs or {}, plan.start_method == "fork")
+        # Workers on other hosts always get it pickled.
+        inherited = plan.start_method == "fork" and on_hosts is None
+        payload = launch_payload(function, args, kwargs or {}, inherited, on_hosts is not None)
         show_notes(plan)
-        view = _make_view(plan, nodes, show_progress, all_ranks_metrics)
+        if on_hosts is not None:
+            view = _hosts_view(plan, on_hosts, show_progress, all_ranks_metrics)
+            launcher: Launcher = HostsLauncher(plan, on_hosts, payload, prefix_output, view)
+        else:
+            view = _make_view(plan, nodes, show_progress, all_ranks_metrics)
+            launcher = _launcher(plan, nodes, payload, prefix_output, view)
         with multiprocessing_helpers(plan.start_method):
-            outcome = run_launch(_launcher(plan, nodes, payload, prefix_output, view))
+            outcome = run_launch(launcher)
         if isinstance(outcome, BaseException):
             raise outcome
     except BaseException as error:

@@ -5,6 +5,10 @@ buffers (tensors, arrays) kept aside to be written once into shared memory."""
 from __future__ import annotations
 
 import inspect
+import os
+import sys
+import sysconfig
+import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -91,14 +95,39 @@ def launch_payload(
     args: Sequence[Any],
     kwargs: Mapping[str, Any],
     inherited: bool,
+    elsewhere: bool = False,
 ) -> LaunchPayload:
     """What a launch's workers run: with ``inherited`` (workers forked from this process), the
     call itself, which they inherit with the kernel's memory (nothing is pickled: a big global
     or argument is not copied, and objects that cannot be pickled work too); else the
-    cloudpickled call (:func:`make_payload`)."""
+    cloudpickled call (:func:`make_payload`). With ``elsewhere`` (workers on other machines,
+    which may not have the user's files), the function's own module travels by value unless
+    it is an installed package's."""
     if inherited:
         return InheritedCall(function, tuple(args), dict(kwargs))
-    return make_payload(function, args, kwargs)
+    module = sys.modules.get(getattr(function, "__module__", "") or "")
+    if not elsewhere or module is None or not _users_own(module):
+        return make_payload(function, args, kwargs)
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        return make_payload(function, args, kwargs)
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+
+
+def _users_own(module: types.ModuleType) -> bool:
+    """Whether ``module`` is the user's own file (a script, a test, a module next to the
+    notebook), not the standard library's or an installed package's."""
+    path = getattr(module, "__file__", None)
+    if module.__name__ == "__main__" or not path:
+        return False  # the notebook's own code is pickled by value anyway
+    real = os.path.realpath(path)
+    installed = {
+        os.path.realpath(p)
+        for key in ("stdlib", "platstdlib", "purelib", "platlib")
+        if (p := sysconfig.get_paths().get(key))
+    }
+    return not any(real.startswith(root + os.sep) for root in installed)
 
 
 def sealed(payload: LaunchPayload, folder: str | None) -> Payload:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import signal
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -92,13 +93,20 @@ def _watchdog_failure(rank: int, pid: int, exitcode: int, last_words: str) -> Wo
     return WorkerFailure(rank, WATCHDOG, message, "", signal_name="SIGABRT", exitcode=exitcode)
 
 
-def died_failure(rank: int, pid: int, exitcode: int | None, last_words: str = "") -> WorkerFailure:
+def died_failure(
+    rank: int, pid: int, exitcode: int | None, last_words: str = "", host: str | None = None
+) -> WorkerFailure:
     """The record for a worker that ended without reporting.
 
     ``last_words``: the end of what it wrote to its stderr; a worker that NCCL's watchdog
     aborted is recorded with the watchdog's reason (:func:`is_watchdog_timeout` tells a
-    collective's timeout).
+    collective's timeout). ``host``: the machine it ran on, in a launch across hosts.
     """
+    record = _died(rank, pid, exitcode, last_words, f" on {host}" if host else "")
+    return dataclasses.replace(record, host=host) if host else record
+
+
+def _died(rank: int, pid: int, exitcode: int | None, last_words: str, on: str) -> WorkerFailure:
     if exitcode is not None and exitcode < 0:
         if -exitcode == signal.SIGABRT and last_words:
             record = _watchdog_failure(rank, pid, exitcode, last_words)
@@ -113,10 +121,10 @@ def died_failure(rank: int, pid: int, exitcode: int | None, last_words: str = ""
             "SIGSEGV": " (a crash in native code)",
             "SIGBUS": " (often a full /dev/shm: use fewer DataLoader workers)",
         }.get(name, "")
-        message = f"worker for rank {rank} (pid {pid}) was killed by {name}{hint}"
+        message = f"worker for rank {rank} (pid {pid}{on}) was killed by {name}{hint}"
         return WorkerFailure(rank, "signal", message, "", signal_name=name, exitcode=exitcode)
     message = (
-        f"worker for rank {rank} (pid {pid}) exited with code {exitcode} without reporting "
+        f"worker for rank {rank} (pid {pid}{on}) exited with code {exitcode} without reporting "
         "a result (os._exit() or a crash in native code?)"
     )
     return WorkerFailure(rank, "exit", message, "", exitcode=exitcode)

@@ -45,7 +45,7 @@ from .node_addresses import NodeNetwork
 from .node_events import NodeEvents, NodeView
 from .nodes import NodePlan
 
-__all__ = ["NodesLauncher"]
+__all__ = ["NodesLauncher", "node_launch_config", "with_env"]
 
 _SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 _ELASTIC_LOGGERS = (
@@ -144,7 +144,9 @@ def _outcome(
     return launch_outcome(events.results, log, ranks, world, plan.timeout_s)
 
 
-def _launch_config(plan: LaunchPlan, nodes: NodePlan, log_dir: str, network: NodeNetwork) -> Any:
+def node_launch_config(
+    plan: LaunchPlan, nodes: NodePlan, log_dir: str, network: NodeNetwork
+) -> Any:
     """This node's ``LaunchConfig``, advertising the address ``network`` chose."""
     return launch_config(
         nodes.num_nodes,
@@ -160,7 +162,7 @@ def _launch_config(plan: LaunchPlan, nodes: NodePlan, log_dir: str, network: Nod
     )
 
 
-def _with_env(args: NodeWorkerArgs, extra: dict[str, str]) -> tuple[NodeWorkerArgs]:
+def with_env(args: NodeWorkerArgs, extra: dict[str, str]) -> tuple[NodeWorkerArgs]:
     """The entrypoint's arguments: ``args`` with the variables ``extra`` added for the workers."""
     return (dataclasses.replace(args, env={**args.env, **extra}),)
 
@@ -216,8 +218,8 @@ class NodesLauncher(Launcher):
             env={**worker_env(plan, single_node=False), SHARE_DIR_ENV: self._log_dir},
         )
         network = NodeNetwork(nodes.rdzv_endpoint or "", nodes.node_rank, plan.backend)
-        config = _launch_config(plan, nodes, self._log_dir, network)
-        make_args = functools.partial(_with_env, args)
+        config = node_launch_config(plan, nodes, self._log_dir, network)
+        make_args = functools.partial(with_env, args)
         self._run = functools.partial(
             run_agent, config, node_worker_main, make_args, nodes.node_rank == 0, network
         )

@@ -1,8 +1,9 @@
 """Kernel side of a multi-node launch: this node's workers' events, heard in the background.
 
 The elastic agent keeps the kernel's main thread while the workers run, so a background thread
-accepts the workers' connections (a Unix socket in the abstract namespace, with an
-authentication key only this launch's workers know) and handles their events as they come:
+(:class:`WorkerListener`) accepts the workers' connections (a Unix socket in the abstract
+namespace, with an authentication key only this launch's workers know) and
+:class:`NodeEvents` handles their events as they come:
 output is printed, progress goes to the launch view, results and failures are kept for the end.
 A restarted worker group opens new connections; events of an earlier attempt are then only
 printed.
@@ -25,7 +26,7 @@ from ..launchers.dispatch import TICK_S, DispatchHooks, EventDispatcher
 from ..views.output import OutputPrinter
 from ..views.view import LaunchView
 
-__all__ = ["NodeEvents", "NodeView"]
+__all__ = ["NodeEvents", "NodeHooks", "NodeView", "WorkerListener"]
 
 
 class NodeView:
@@ -75,61 +76,41 @@ class NodeView:
         self._view.finished(ok)
 
 
-class NodeEvents(DispatchHooks):
-    """Listens for one node's workers and keeps what they report.
-
-    Their events go to an :class:`~nb_accel.launch.launchers.dispatch.EventDispatcher`, this
-    object being its hooks: events are told apart by connection, and a connection of an attempt
-    the group was restarted after counts no more.
+class WorkerListener:
+    """Accepts one node's workers' connections (a Unix socket in the abstract namespace, with
+    an authentication key only this launch's workers know) and reads their frames in the
+    background; what is done with each frame is :meth:`on_frame`'s (a subclass's).
 
     Args:
-        on_output: given each :class:`Output` event (and asked to write held-back output
-            whenever the loop wakes).
-        view: told of starts, progress reports and failures.
         authkey: the secret the workers authenticate with.
 
     Attributes:
         address: where the workers connect.
     """
 
-    def __init__(self, on_output: OutputPrinter, view: LaunchView, authkey: bytes) -> None:
+    def __init__(self, authkey: bytes) -> None:
         self.address = f"\0nb_accel-node-{os.getpid()}-{secrets.token_hex(8)}"
         self._authkey = authkey
-        self._printer = on_output
-        self.events = EventDispatcher(self._output, view, self, on_output.flush_due)
         self._listener = Listener(self.address, family="AF_UNIX", authkey=authkey)
         self._lock = threading.Lock()
         self._new: list[Connection] = []
-        self._attempt_of: dict[Connection, int] = {}
-        self._rank_of: dict[Connection, int] = {}
-        self._attempt = 0
-        #: The end of what each rank wrote to stderr (its file descriptor 2 included): a rank
-        #: that died without reporting is judged by its last words (NCCL's watchdog, say).
-        self.stderr_tail: dict[int, str] = {}
-        #: Whether any worker has started (so the rendezvous was reached).
-        self.workers_started = False
         self._closing = threading.Event()
         self._wake_read, self._wake_write = os.pipe()
         self._acceptor = threading.Thread(target=self._accept, name="nb_accel-accept", daemon=True)
         self._pump = threading.Thread(target=self._run, name="nb_accel-events", daemon=True)
+
+    def listen(self) -> None:
+        """Start accepting and reading (call once the subclass is ready for frames)."""
         self._acceptor.start()
         self._pump.start()
 
-    @property
-    def results(self) -> dict[int, bytes]:
-        """This attempt's results (pickled), by rank."""
-        return self.events.results
+    def on_frame(self, data: bytes, conn: Connection) -> None:
+        """One frame a worker sent on ``conn``."""
 
-    @property
-    def failures(self) -> FailureLog:
-        """This attempt's failures (the view shows the root cause as failed, the rest
-        stopped)."""
-        return self.events.failures
-
-    @property
-    def attempt(self) -> int:
-        """The newest attempt (restart count) a worker has reported from."""
-        return self._attempt
+    def on_wake(self) -> float | None:
+        """Called whenever the reading loop wakes: seconds until it must wake again (``None``:
+        at the next tick)."""
+        return None
 
     def _accept(self) -> None:
         while not self._closing.is_set():
@@ -154,7 +135,7 @@ class NodeEvents(DispatchHooks):
                 self._new.clear()
             if self._closing.is_set() and not open_conns:
                 return
-            due = self.events.wake()
+            due = self.on_wake()
             timeout = 0.0 if self._closing.is_set() else max(0.0, TICK_S if due is None else due)
             ready = wait([*open_conns, self._wake_read], timeout)
             for item in ready:
@@ -171,37 +152,13 @@ class NodeEvents(DispatchHooks):
                 return
 
     def _drain(self, conn: Connection) -> bool:
-        """Handle the events waiting on ``conn``; False at its end."""
+        """Pass on the frames waiting on ``conn``; False at its end."""
         try:
             while conn.poll():
-                self.events.handle(decode(conn.recv_bytes()), conn)
+                self.on_frame(conn.recv_bytes(), conn)
         except (EOFError, OSError):
             return False
         return True
-
-    def _output(self, event: Output) -> None:
-        """Keep the end of each rank's stderr, and print."""
-        if event.stream == "stderr":
-            tail = self.stderr_tail.get(event.rank, "") + event.text
-            self.stderr_tail[event.rank] = tail[-TAIL_BYTES:]
-        self._printer(event)
-
-    def started(self, event: Started, sender: Any) -> None:
-        """Note the attempt of ``sender`` (the connection); a newer attempt starts afresh."""
-        self.workers_started = True
-        self._attempt_of[sender] = event.attempt
-        self._rank_of[sender] = event.rank
-        if event.attempt > self._attempt:
-            self._attempt = event.attempt
-            self.events.new_attempt()
-
-    def current(self, sender: Any) -> bool:
-        """Whether ``sender`` (a connection) belongs to the newest attempt."""
-        return self._attempt_of.get(sender, -1) == self._attempt
-
-    def rank_of(self, sender: Any) -> int | None:
-        """The rank that opened ``sender`` (a connection)."""
-        return self._rank_of.get(sender)
 
     def close(self) -> None:
         """Stop listening, hear out the open connections, and end both threads."""
@@ -216,3 +173,90 @@ class NodeEvents(DispatchHooks):
         self._pump.join(5)
         os.close(self._wake_read)
         os.close(self._wake_write)
+
+
+class NodeHooks(DispatchHooks):
+    """The dispatch of one multi-node launch's events, wherever they are read: events are told
+    apart by their sender (a connection), and a sender of an attempt the group was restarted
+    after counts no more; the end of each rank's stderr is kept.
+
+    Args:
+        on_output: given each :class:`Output` event (and asked to write held-back output
+            whenever the loop wakes).
+        view: told of starts, progress reports and failures.
+    """
+
+    def __init__(self, on_output: OutputPrinter, view: LaunchView) -> None:
+        self._printer = on_output
+        self.events = EventDispatcher(self._output, view, self, on_output.flush_due)
+        self._attempt_of: dict[Any, int] = {}
+        self._rank_of: dict[Any, int] = {}
+        self._attempt = 0
+        #: The end of what each rank wrote to stderr (its file descriptor 2 included): a rank
+        #: that died without reporting is judged by its last words (NCCL's watchdog, say).
+        self.stderr_tail: dict[int, str] = {}
+        #: Whether any worker has started (so the rendezvous was reached).
+        self.workers_started = False
+
+    @property
+    def results(self) -> dict[int, bytes]:
+        """This attempt's results (pickled), by rank."""
+        return self.events.results
+
+    @property
+    def failures(self) -> FailureLog:
+        """This attempt's failures (the view shows the root cause as failed, the rest
+        stopped)."""
+        return self.events.failures
+
+    @property
+    def attempt(self) -> int:
+        """The newest attempt (restart count) a worker has reported from."""
+        return self._attempt
+
+    def _output(self, event: Output) -> None:
+        """Keep the end of each rank's stderr, and print."""
+        if event.stream == "stderr":
+            tail = self.stderr_tail.get(event.rank, "") + event.text
+            self.stderr_tail[event.rank] = tail[-TAIL_BYTES:]
+        self._printer(event)
+
+    def started(self, event: Started, sender: Any) -> None:
+        """Note the attempt of ``sender``; a newer attempt starts afresh."""
+        self.workers_started = True
+        self._attempt_of[sender] = event.attempt
+        self._rank_of[sender] = event.rank
+        if event.attempt > self._attempt:
+            self._attempt = event.attempt
+            self.events.new_attempt()
+
+    def current(self, sender: Any) -> bool:
+        """Whether ``sender`` belongs to the newest attempt."""
+        return self._attempt_of.get(sender, -1) == self._attempt
+
+    def rank_of(self, sender: Any) -> int | None:
+        """The rank that opened ``sender``."""
+        return self._rank_of.get(sender)
+
+
+class NodeEvents(WorkerListener, NodeHooks):
+    """Listens for this node's workers and keeps what they report (see :class:`NodeHooks`).
+
+    Args:
+        on_output: given each :class:`Output` event.
+        view: told of starts, progress reports and failures.
+        authkey: the secret the workers authenticate with.
+    """
+
+    def __init__(self, on_output: OutputPrinter, view: LaunchView, authkey: bytes) -> None:
+        WorkerListener.__init__(self, authkey)
+        NodeHooks.__init__(self, on_output, view)
+        self.listen()
+
+    def on_frame(self, data: bytes, conn: Connection) -> None:
+        """Handle the event."""
+        self.events.handle(decode(data), conn)
+
+    def on_wake(self) -> float | None:
+        """Write held-back output when due."""
+        return self.events.wake()

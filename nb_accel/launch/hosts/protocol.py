@@ -1,0 +1,172 @@
+"""What the kernel and a host's node process say to each other over the host's channel (the
+standard input and output of ``ssh`` or ``srun``): length-prefixed pickled messages.
+
+The node speaks first (:class:`Hello`: its versions, and a free port for the rendezvous should
+it be node 0); the kernel answers with the :class:`NodeJob` or :class:`StopNode`. While the
+workers run, the node forwards every frame a worker sends (:class:`Forwarded`), unread, and
+ends with :class:`AgentEnded`. The end of the channel stops the node and its workers.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import platform
+import socket
+import sys
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from typing import Any
+
+from ..multinode.nodes import NodePlan
+from ..plan import LaunchPlan
+
+__all__ = [
+    "AgentEnded",
+    "Forwarded",
+    "Hello",
+    "NodeJob",
+    "StopNode",
+    "Versions",
+    "free_port",
+    "hello",
+    "local_versions",
+    "receive",
+    "send",
+    "stdio_channel",
+]
+
+
+@dataclass(frozen=True)
+class Versions:
+    """What must match between the kernel and a host: Python (major.minor), torch, nb_accel."""
+
+    python: str
+    torch: str
+    nb_accel: str
+
+    def differences(self, other: Versions) -> list[str]:
+        """``"torch 2.13.0 (here 2.12.1)"`` for each field that differs from ``other``'s (the
+        kernel's)."""
+        return [
+            f"{name} {getattr(self, name)} (the kernel has {getattr(other, name)})"
+            for name in ("python", "torch", "nb_accel")
+            if getattr(self, name) != getattr(other, name)
+        ]
+
+
+def local_versions() -> Versions:
+    """This interpreter's :class:`Versions`."""
+    import torch
+
+    from ... import __version__
+
+    return Versions(
+        python=".".join(platform.python_version_tuple()[:2]),
+        torch=str(torch.__version__),
+        nb_accel=__version__,
+    )
+
+
+@dataclass(frozen=True)
+class Hello:
+    """Node to kernel, first: who it is, what it runs, and a port free on it. It travels as a
+    plain dict (:meth:`as_dict`), which any nb_accel can read: a host with another version is
+    told apart by it, not by a failure to unpickle."""
+
+    hostname: str
+    versions: Versions
+    free_port: int
+    executable: str
+
+    def as_dict(self) -> dict[str, Any]:
+        """The hello as plain data."""
+        return {
+            "hostname": self.hostname,
+            "free_port": self.free_port,
+            "executable": self.executable,
+            **vars(self.versions),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Hello:
+        """The hello a node sent (missing fields read as ``"?"``)."""
+        versions = Versions(*(str(data.get(name, "?")) for name in ("python", "torch", "nb_accel")))
+        return cls(
+            str(data.get("hostname", "?")),
+            versions,
+            int(data.get("free_port", 0)),
+            str(data.get("executable", "?")),
+        )
+
+
+@dataclass(frozen=True)
+class NodeJob:
+    """Kernel to node: run this node's share of the launch."""
+
+    plan: LaunchPlan
+    nodes: NodePlan
+    payload: bytes
+    env: dict[str, str]
+
+
+@dataclass(frozen=True)
+class StopNode:
+    """Kernel to node: stop the workers (or do not start them) and exit."""
+
+
+@dataclass(frozen=True)
+class Forwarded:
+    """Node to kernel: a frame worker connection ``sender`` (numbered by the node) sent."""
+
+    sender: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class AgentEnded:
+    """Node to kernel, last: how its agent ended.
+
+    Attributes:
+        died: workers that ended without reporting, as ``(local rank, pid, exit code)``.
+        problem: the error that stopped the node before or between its workers (the nodes
+            could not meet, the rendezvous was lost), in words; empty when there was none.
+        stopped: the node was told to stop (or its channel ended).
+    """
+
+    died: list[tuple[int, int, int]] = field(default_factory=list)
+    problem: str = ""
+    stopped: bool = False
+
+
+def send(conn: Connection, message: Any) -> None:
+    """Write one message on ``conn``."""
+    conn.send_bytes(pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL))
+
+
+def receive(conn: Connection) -> Any:
+    """Read one message from ``conn`` (``EOFError`` at its end)."""
+    return pickle.loads(conn.recv_bytes())
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])
+
+
+def hello() -> Hello:
+    """This node's :class:`Hello`."""
+    return Hello(socket.gethostname(), local_versions(), free_port(), sys.executable)
+
+
+def stdio_channel() -> tuple[Connection, Connection]:
+    """The channel to the kernel, over this process's standard input and output: (reader,
+    writer). File descriptor 1 then goes to standard error, so that nothing printed here
+    (by torch, by the agent) can break the channel's frames."""
+    reader = Connection(os.dup(0), writable=False)
+    writer = Connection(os.dup(1), readable=False)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    return reader, writer

@@ -1,0 +1,140 @@
+"""Launches across SSH hosts driven from the kernel: two machines (network namespaces with real
+OpenSSH servers), a node process on each started over ``ssh``, results in rank order, failures
+naming their host, versions checked first, an unreachable host named, nothing left behind."""
+
+from __future__ import annotations
+
+import socket
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+from ssh_hosts import SshMachines, require_ssh_machines
+
+from nb_accel import notebook_launcher
+from nb_accel.errors import LaunchError, WorkerDiedError
+
+pytestmark = pytest.mark.timeout(240)
+
+
+@pytest.fixture
+def machines(tmp_path: Path, request: pytest.FixtureRequest) -> SshMachines:
+    """Two SSH hosts, ``node0`` and ``node1``, in the test's ``ssh_config``."""
+    require_ssh_machines()
+    return SshMachines(tmp_path, request.addfinalizer)
+
+
+def sum_of_ranks(offset: int) -> tuple[int, int, float]:
+    value = torch.tensor([float(dist.get_rank() + offset)])
+    dist.all_reduce(value)
+    return dist.get_rank(), dist.get_world_size(), value.item()
+
+
+def test_two_hosts_train_together_and_return_every_rank_s_result(
+    machines: SshMachines, capfd: pytest.CaptureFixture[str]
+) -> None:
+    results = notebook_launcher(
+        sum_of_ranks,
+        (1,),
+        num_processes=2,
+        cpu=True,
+        hosts=["node0", "node1"],
+        ssh_config=machines.ssh_config,
+    )
+    assert results == [(rank, 4, 10.0) for rank in range(4)]  # 1 + 2 + 3 + 4
+    title = "Launching 2 processes on CPU (gloo; fork) on each of 2 hosts over ssh (node0, node1)"
+    assert f"{title}, 4 ranks" in capfd.readouterr().out
+    assert machines.processes() == []  # the node processes and their workers have ended
+
+
+def fails_on_rank_three() -> str:
+    if dist.get_rank() == 3:
+        raise KeyError("only on rank 3")
+    dist.barrier()
+    return socket.gethostname()
+
+
+def test_an_exception_comes_back_with_its_type_rank_and_host(machines: SshMachines) -> None:
+    with pytest.raises(KeyError, match="only on rank 3") as info:
+        notebook_launcher(
+            fails_on_rank_three,
+            num_processes=2,
+            cpu=True,
+            hosts=["node0", "node1"],
+            ssh_config=machines.ssh_config,
+            timeout=600,  # the barrier must not time out: the others are released
+        )
+    notes = "\n".join(info.value.__notes__)
+    assert "Raised on rank 3 of 4 (host node1)" in notes, notes
+    assert machines.processes() == []
+
+
+def killed_on_rank_two() -> None:
+    import os
+    import signal
+
+    if dist.get_rank() == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+
+
+def test_a_killed_remote_worker_names_its_rank_and_host(machines: SshMachines) -> None:
+    with pytest.raises(WorkerDiedError, match=r"rank 2 \(pid \d+ on node1\) was killed by SIGKILL"):
+        notebook_launcher(
+            killed_on_rank_two,
+            num_processes=2,
+            cpu=True,
+            hosts=["node0", "node1"],
+            ssh_config=machines.ssh_config,
+        )
+    assert machines.processes() == []
+
+
+def test_an_unreachable_host_is_named_and_nothing_stays_on_the_others(
+    machines: SshMachines,
+) -> None:
+    config = machines.ssh_config
+    config.write_text(
+        config.read_text() + "Host nowhere\n  HostName 192.168.214.77\n  ConnectTimeout 2\n"
+    )
+    with pytest.raises(LaunchError, match="host nowhere could not be reached over ssh"):
+        notebook_launcher(
+            sum_of_ranks,
+            (0,),
+            num_processes=1,
+            cpu=True,
+            hosts=["node0", "nowhere"],
+            ssh_config=config,
+        )
+    assert machines.processes() == []
+
+
+def test_a_host_with_other_versions_is_refused_before_anything_starts(
+    machines: SshMachines, tmp_path: Path
+) -> None:
+    other = tmp_path / "other-python"  # the kernel's interpreter, with another torch version
+    other.write_text(
+        "#!/bin/sh\n"
+        f"exec {sys.executable} -c \"import torch; torch.__version__ = '2.0.0'; import runpy; "
+        "runpy.run_module('nb_accel.launch.hosts.remote_node', run_name='__main__')\"\n"
+    )
+    other.chmod(0o755)
+    with pytest.raises(LaunchError) as info:
+        notebook_launcher(
+            sum_of_ranks,
+            (0,),
+            num_processes=1,
+            cpu=True,
+            hosts=["node0", "node1"],
+            ssh_config=machines.ssh_config,
+            remote_python=str(other),
+        )
+    message = str(info.value)
+    assert (
+        f"host node0 ({sys.executable}): torch 2.0.0 (the kernel has {torch.__version__})"
+        in message
+    )
+    assert "host node1" in message and "nothing was started" in message
+    assert machines.processes() == []
