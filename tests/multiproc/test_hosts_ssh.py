@@ -1,11 +1,17 @@
 """Launches across SSH hosts driven from the kernel: two machines (network namespaces with real
-OpenSSH servers), a node process on each started over ``ssh``, results in rank order, failures
-naming their host, versions checked first, an unreachable host named, nothing left behind."""
+OpenSSH servers), a node process on each started over ``ssh``, results in rank order, output
+prefixed with host and rank, failures naming their host, versions checked first, an unreachable
+host named; after an interrupt or the kernel's death nothing is left on the hosts."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
+import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -27,6 +33,7 @@ def machines(tmp_path: Path, request: pytest.FixtureRequest) -> SshMachines:
 
 
 def sum_of_ranks(offset: int) -> tuple[int, int, float]:
+    print("summing", flush=True)
     value = torch.tensor([float(dist.get_rank() + offset)])
     dist.all_reduce(value)
     return dist.get_rank(), dist.get_world_size(), value.item()
@@ -45,7 +52,9 @@ def test_two_hosts_train_together_and_return_every_rank_s_result(
     )
     assert results == [(rank, 4, 10.0) for rank in range(4)]  # 1 + 2 + 3 + 4
     title = "Launching 2 processes on CPU (gloo; fork) on each of 2 hosts over ssh (node0, node1)"
-    assert f"{title}, 4 ranks" in capfd.readouterr().out
+    out = capfd.readouterr().out
+    assert f"{title}, 4 ranks" in out
+    assert "[node0 rank 1] summing" in out and "[node1 rank 2] summing" in out, out
     assert machines.processes() == []  # the node processes and their workers have ended
 
 
@@ -137,4 +146,77 @@ def test_a_host_with_other_versions_is_refused_before_anything_starts(
         in message
     )
     assert "host node1" in message and "nothing was started" in message
+    assert machines.processes() == []
+
+
+def waits_for_ever(folder: str) -> None:
+    Path(folder, f"rank{dist.get_rank()}").touch()  # the machines share this filesystem
+    threading.Event().wait(600)
+
+
+def _interrupt_once_all_wait(folder: Path, ranks: int, done: threading.Event) -> None:
+    while not done.is_set():
+        if all((folder / f"rank{rank}").exists() for rank in range(ranks)):
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        done.wait(0.05)
+
+
+def test_an_interrupt_stops_every_host_s_workers(machines: SshMachines, tmp_path: Path) -> None:
+    done = threading.Event()
+    interrupter = threading.Thread(target=_interrupt_once_all_wait, args=(tmp_path, 4, done))
+    interrupter.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            notebook_launcher(
+                waits_for_ever,
+                (str(tmp_path),),
+                num_processes=2,
+                cpu=True,
+                hosts=["node0", "node1"],
+                ssh_config=machines.ssh_config,
+            )
+    finally:
+        done.set()
+        interrupter.join()
+    assert machines.processes() == []
+
+
+#: A kernel of its own, killed while its launch runs.
+KERNEL = """
+import sys, threading
+from pathlib import Path
+from nb_accel import notebook_launcher
+
+def waits_for_ever(folder):
+    import torch.distributed as dist
+    Path(folder, f"rank{dist.get_rank()}").touch()
+    threading.Event().wait(600)
+
+notebook_launcher(
+    waits_for_ever, (sys.argv[1],), num_processes=1, cpu=True, hosts=["node0", "node1"],
+    ssh_config=sys.argv[2],
+)
+"""
+
+
+def test_a_kernel_that_dies_leaves_nothing_on_the_hosts(
+    machines: SshMachines, tmp_path: Path
+) -> None:
+    script = tmp_path / "kernel.py"
+    script.write_text(KERNEL)
+    kernel = subprocess.Popen(
+        [sys.executable, str(script), str(tmp_path), str(machines.ssh_config)]
+    )
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"rank{r}").exists() for r in (0, 1)):
+            assert kernel.poll() is None and time.monotonic() < deadline, "the launch did not start"
+            time.sleep(0.05)
+    finally:
+        kernel.kill()
+        kernel.wait()
+    deadline = time.monotonic() + 30  # the channels close; each host stops its agent
+    while machines.processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert machines.processes() == []

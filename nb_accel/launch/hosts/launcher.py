@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import os
+import shutil
 import signal
 import subprocess
 import threading
@@ -97,6 +98,14 @@ class HostPlan:
         )
 
 
+def _dying_with_the_kernel(command: list[str]) -> list[str]:
+    """``command`` run so that it is killed when the kernel dies (util-linux's ``setpriv
+    --pdeathsig``, kept across ``exec``), which ends the channel, which stops the host's node
+    and its workers; as it is where ``setpriv`` is missing."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *command] if setpriv else command
+
+
 class _Node:
     """The kernel's end of one host's node process."""
 
@@ -108,7 +117,7 @@ class _Node:
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            start_new_session=True,  # the kernel's interrupt is ours to pass on, not the shell's
+            start_new_session=True,  # the kernel's interrupt is the kernel's to pass on
         )
         assert self.process.stdin and self.process.stdout and self.process.stderr
         self.reader = Connection(os.dup(self.process.stdout.fileno()), writable=False)
@@ -177,7 +186,10 @@ class HostsLauncher(Launcher):
         self._hosts = hosts
         self._payload = payload
         world = plan.num_processes * len(hosts.hosts)
-        self._printer = OutputPrinter(world, prefix_output, view=view)
+        per_host = plan.num_processes
+        self._printer = OutputPrinter(
+            world, prefix_output, view=view, place_of=lambda rank: hosts.hosts[rank // per_host]
+        )
         self.view = self._printer.view
         self._events = NodeHooks(self._printer, self.view)
         self._nodes: list[_Node] = []
@@ -191,7 +203,8 @@ class HostsLauncher(Launcher):
         """Start every host's node process, check their versions, and send the jobs."""
         transport = self._hosts.transport
         for index, host in enumerate(self._hosts.hosts):
-            self._nodes.append(_Node(index, host, transport.command(host, self._hosts.python)))
+            command = _dying_with_the_kernel(transport.command(host, self._hosts.python))
+            self._nodes.append(_Node(index, host, command))
         for node in self._nodes:
             self._greet(node)
         mismatched = self._mismatched(local_versions())

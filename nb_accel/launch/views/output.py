@@ -55,6 +55,8 @@ class OutputPrinter:
         interval: shortest time between two writes (seconds; default
             :data:`FLUSH_INTERVAL_S`, read when the printer is made).
         clock: time source (seconds).
+        place_of: names the machine of a rank, for the prefix (``[node1 rank 2] ``), in a
+            launch across hosts.
     """
 
     def __init__(
@@ -65,8 +67,10 @@ class OutputPrinter:
         view: LaunchView | None = None,
         interval: float | None = None,
         clock: Callable[[], float] = time.monotonic,
+        place_of: Callable[[int], str] | None = None,
     ) -> None:
         self._prefix = prefix and world_size > 1
+        self._place_of = place_of
         self._bar = _bar_line(view)
         self._interval = FLUSH_INTERVAL_S if interval is None else interval
         self._clock = clock
@@ -114,7 +118,8 @@ class OutputPrinter:
             self._at_line_start[(holder, event.stream)] = True
             self._open_line[event.stream] = None
         if self._prefix:
-            tag = f"[rank {event.rank}] "
+            place = f"{self._place_of(event.rank)} " if self._place_of else ""
+            tag = f"[{place}rank {event.rank}] "
             start = self._at_line_start.get(key, True)
             lines = text.splitlines(keepends=True)
             text = "".join((tag if (i > 0 or start) else "") + line for i, line in enumerate(lines))
