@@ -429,8 +429,8 @@ class WorkerPool(Launcher):
                 "interrupt (stuck in a collective?); the pool was stopped: "
                 f"%distributed restart starts it again{places}"
             )
-            if stacks and hasattr(interrupt, "add_note"):
-                interrupt.add_note(stacks_note(stacks))
+            if (note := stacks_note(stacks)) and hasattr(interrupt, "add_note"):
+                interrupt.add_note(note)
             raise interrupt
 
     def _outcome(

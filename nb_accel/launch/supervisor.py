@@ -164,7 +164,8 @@ class WorkerGroup(DispatchHooks):
             if stacks and hasattr(interrupt, "add_note"):  # where the ranks were, before they stop
                 lines = [f"  rank {rank} was {stacks[rank].summary()}" for rank in sorted(stacks)]
                 interrupt.add_note("Interrupted while:\n" + "\n".join(lines))
-                interrupt.add_note(stacks_note(stacks))
+                if note := stacks_note(stacks):
+                    interrupt.add_note(note)
             raise
 
     def _wait(self) -> list[Any] | BaseException:

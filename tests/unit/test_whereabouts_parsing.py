@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from nb_accel.launch.failures import whereabouts
 from nb_accel.launch.failures.whereabouts import Frame, parse_stacks
 from nb_accel.runtime.reporting import collective_trail
 from nb_accel.runtime.reporting.stacks import MAIN_THREAD
@@ -90,3 +91,43 @@ def test_nb_accel_s_own_threads_are_left_out_even_inside_the_standard_library() 
     text = parse_stacks(0, f"{MAIN_THREAD}0xabc", dump).text()
     assert "train.py, line 30, in main" in text and "in watch_loss" in text  # the user's thread
     assert "encoder.py" not in text and "0xdef" not in text, text
+
+
+def _dump(main_frames: list[str], other: list[str] | None = None) -> str:
+    """A faulthandler dump: another thread first (when given), the main thread last."""
+    text = ""
+    if other is not None:
+        text += "Thread 0x0000000000000123 (most recent call first):\n" + "".join(other) + "\n"
+    return (
+        text
+        + "Current thread 0x0000000000000abc (most recent call first):\n"
+        + "".join(main_frames)
+    )
+
+
+WORKER = Path(whereabouts.__file__).parents[2] / "runtime" / "workers" / "entrypoint.py"
+USER = '  File "/home/me/train.py", line 30 in train\n'
+WORKER_FRAME = f'  File "{WORKER}", line 10 in main\n'
+
+
+def test_a_dump_is_whole_once_the_main_thread_reaches_the_worker_s_own_frames() -> None:
+    header = f"{MAIN_THREAD}0xabc"
+    partial = _dump([USER])  # the rank was paused while writing
+    assert not whereabouts._whole(parse_stacks(0, header, partial))
+    assert not whereabouts._whole(parse_stacks(0, header, ""))
+    assert whereabouts._whole(parse_stacks(0, header, _dump([USER, WORKER_FRAME])))
+
+
+def test_a_note_gives_the_stacks_that_say_more_than_the_summary() -> None:
+    header = f"{MAIN_THREAD}0xabc"
+    stdlib = sysconfig.get_paths()["stdlib"]
+    waiting = f'  File "{stdlib}/threading.py", line 320 in wait\n'
+    plain = parse_stacks(0, header, _dump([USER, WORKER_FRAME]))
+    deeper = parse_stacks(1, header, _dump([waiting, USER, WORKER_FRAME]))
+    threaded = parse_stacks(2, header, _dump([USER, WORKER_FRAME], [USER]))
+    assert plain.told_by_summary and not deeper.told_by_summary
+    assert not threaded.told_by_summary
+    note = whereabouts.stacks_note({0: plain, 1: deeper, 2: threaded})
+    assert "Rank 0" not in note and "Rank 1's stacks:" in note and "Rank 2's stacks:" in note
+    assert "threading.py, line 320, in wait" in note and "thread 0x123:" in note
+    assert whereabouts.stacks_note({0: plain}) == ""

@@ -39,6 +39,9 @@ __all__ = [
     "take_stacks",
 ]
 
+#: How many of the user's frames a summary names.
+_SUMMARISED = 3
+
 #: How long the kernel waits for a rank's stacks.
 STACK_WAIT_S = 1.0
 
@@ -152,7 +155,7 @@ class RankStack:
         frames = self.main.frames
         mine = [f for f in frames if f.library is None]
         parts, last = [], ""
-        for frame in mine[:3]:
+        for frame in mine[:_SUMMARISED]:
             place = _place(frame.path)
             where = f"line {frame.line}" if place == last else f"{place}, line {frame.line}"
             parts.append(f"`{frame.function}` ({where})")
@@ -163,21 +166,15 @@ class RankStack:
             text += f", inside {inner}"
         return text
 
-    def text(self, idle_main: bool = True) -> str:
+    def text(self, idle_main: bool = True, users_threads: bool = False) -> str:
         """Every thread's frames but nb_accel's own (and its threads), the main thread first,
         innermost frame last (as Python prints a traceback); without ``idle_main``, the main
-        thread is left out when it is idle."""
+        thread is left out when it is idle; with ``users_threads``, the other threads only when
+        they run the user's code."""
         blocks = []
-        ordered = sorted(self.threads, key=lambda t: t is not self.main)
-        for thread in ordered:
+        for thread in self._shown_threads(users_threads):
             if thread is self.main and not idle_main and self.idle:
                 continue
-            if (
-                thread is not self.main
-                and thread.frames
-                and thread.frames[-1].library == "nb_accel"
-            ):
-                continue  # one of nb_accel's own threads (the collective trail's, say)
             title = "main thread" if thread is self.main else f"thread 0x{thread.ident:x}"
             lines = [
                 f"  {_place(f.path)}, line {f.line}, in {f.function}"
@@ -189,13 +186,36 @@ class RankStack:
             blocks.append(f"{title}:\n" + "\n".join(reversed(lines)))
         return "\n".join(blocks)
 
+    def _shown_threads(self, users_threads: bool) -> list[ThreadStack]:
+        """The main thread first, then the others but nb_accel's own (and, with
+        ``users_threads``, those that run none of the user's code)."""
+        shown = [self.main] if self.main is not None else []
+        for thread in self.threads:
+            if thread is self.main or (thread.frames and thread.frames[-1].library == "nb_accel"):
+                continue  # one of nb_accel's own threads (the collective trail's, say)
+            if users_threads and all(f.library is not None for f in thread.frames):
+                continue
+            shown.append(thread)
+        return shown
+
+    @property
+    def told_by_summary(self) -> bool:
+        """Whether :meth:`summary` says all the stack would: the main thread alone, in the
+        user's code only, in no more frames than the summary names."""
+        main = [f for f in (self.main.frames if self.main else []) if f.library != "nb_accel"]
+        others = self._shown_threads(users_threads=True)[1:]
+        return not others and all(f.library is None for f in main) and len(main) <= _SUMMARISED
+
 
 def stacks_note(stacks: Mapping[int, RankStack]) -> str:
-    """Every thread's frames of each rank in ``stacks``, under a line naming the rank, for a
-    note on an exception."""
+    """The stacks of each rank in ``stacks`` that say more than its summary (the main
+    thread's frames, and the other threads that run the user's code), under a line naming the
+    rank, for a note on an exception; ``""`` when none does."""
     blocks = []
     for rank in sorted(stacks):
-        text = stacks[rank].text()
+        if stacks[rank].told_by_summary:
+            continue
+        text = stacks[rank].text(users_threads=True)
         blocks.append(f"Rank {rank}'s stacks:\n" + textwrap.indent(text or "(no frames)", "  "))
     return "\n".join(blocks)
 
@@ -269,6 +289,7 @@ def take_stacks(
             continue
         starts[rank] = size
     seen: dict[int, int] = {}
+    stacks: dict[int, RankStack] = {}
     pending = set(starts)
     deadline = time.monotonic() + wait_s
     while pending and time.monotonic() < deadline:
@@ -276,21 +297,36 @@ def take_stacks(
         for rank in list(pending):
             size = _size(stack_file(folder, rank))
             if size > starts[rank] and seen.get(rank) == size:
-                pending.discard(rank)
+                stacks[rank] = _read_dump(folder, rank, starts[rank])
+                if _whole(stacks[rank]):
+                    pending.discard(rank)
             seen[rank] = size
-    stacks: dict[int, RankStack] = {}
-    for rank, begin in starts.items():
-        if seen.get(rank, begin) <= begin:
-            continue  # no answer
-        with open(stack_file(folder, rank), encoding="utf-8", errors="replace") as stream:
-            header = stream.readline().strip()
-            stream.seek(begin)
-            dump = stream.read()
-        stacks[rank] = parse_stacks(rank, header, dump)
+    for rank in pending:  # the deadline passed: what they wrote so far
+        if seen.get(rank, starts[rank]) > starts[rank]:
+            stacks[rank] = _read_dump(folder, rank, starts[rank])
     for rank, collective in _read_collectives(folder, asked, deadline).items():
         if rank in stacks:
             stacks[rank].collective = collective
     return stacks
+
+
+def _read_dump(folder: str, rank: int, begin: int) -> RankStack:
+    """The dump ``rank`` wrote to its stack file from offset ``begin``."""
+    with open(stack_file(folder, rank), encoding="utf-8", errors="replace") as stream:
+        header = stream.readline().strip()
+        stream.seek(begin)
+        dump = stream.read()
+    return parse_stacks(rank, header, dump)
+
+
+def _whole(stack: RankStack) -> bool:
+    """Whether a dump is written whole: its main thread (written last) reaches the worker's
+    own frames, outside every frame of the user's. A pause of the writing rank (a busy
+    machine) can make a dump look finished before it is."""
+    if stack.main is None:
+        return False
+    frames = stack.main.frames
+    return bool(frames) and frames[-1].path.startswith(_WORKER_ROOT + os.sep)
 
 
 def abort_collectives(folder: str, ranks: list[int]) -> None:

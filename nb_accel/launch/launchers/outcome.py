@@ -64,8 +64,8 @@ def failure_outcome(
     for record in failures.records:
         status.setdefault(record.rank, f"failed with {record.first_line}")
     error = failures.exception(world_size, status, timeout_s)
-    if where and hasattr(error, "add_note"):
-        error.add_note(stacks_note(where))
+    if (note := stacks_note(where or {})) and hasattr(error, "add_note"):
+        error.add_note(note)
     return error
 
 

@@ -1,0 +1,182 @@
+"""A launch over two SSH hosts from the kernel, against starting the same two nodes by hand.
+
+Run as root from the repository root: ``.venv/bin/python benchmarks/hosts.py``. Two machines
+are made as the tests make them (network namespaces on a bridge, each with a real OpenSSH
+server). Each round, alternating the order, times until every rank's result is back:
+
+- by hand (the baseline): ``ssh nodeK python node.py K host0:port`` for both hosts at once,
+  each running the existing multi-node call (``notebook_launcher(fn, num_processes=2,
+  num_nodes=2, node_rank=K, rdzv_endpoint=...)``);
+- nb_accel: ``notebook_launcher(fn, num_processes=2, hosts=["node0", "node1"])`` in this
+  process.
+
+Then, from the kernel, the time until an exception raised at once on rank 3 is re-raised, and
+from an interrupt to the launch's end with nothing left on the hosts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "multiproc"))
+
+from ssh_hosts import SshMachines
+
+from nb_accel import notebook_launcher
+
+BY_HAND = """
+import sys
+from nb_accel import notebook_launcher
+
+def summed():
+    import torch, torch.distributed as dist
+    value = torch.ones(1)
+    dist.all_reduce(value)
+    return value.item()
+
+notebook_launcher(
+    summed, num_processes=2, cpu=True, num_nodes=2, node_rank=int(sys.argv[1]),
+    rdzv_endpoint=sys.argv[2], show_progress=False,
+)
+"""
+
+
+def summed() -> float:
+    import torch
+    import torch.distributed as dist
+
+    value = torch.ones(1)
+    dist.all_reduce(value)
+    return value.item()
+
+
+def fails_at_once() -> None:
+    import torch.distributed as dist
+
+    if dist.get_rank() == 3:
+        raise ValueError("rank 3")
+    dist.barrier()
+
+
+def waits(folder: str) -> None:
+    import threading
+    from pathlib import Path
+
+    import torch.distributed as dist
+
+    Path(folder, f"rank{dist.get_rank()}").touch()
+    threading.Event().wait(600)
+
+
+def _by_hand(machines: SshMachines, script: Path, port: int) -> float:
+    endpoint = f"{machines.hosts[0].address}:{port}"
+    started = time.perf_counter()
+    ssh = ["ssh", "-F", str(machines.ssh_config)]
+    nodes = [
+        subprocess.Popen(
+            [*ssh, host.name, sys.executable, str(script), str(index), endpoint],
+            stdout=subprocess.DEVNULL,
+        )
+        for index, host in enumerate(machines.hosts)
+    ]
+    for node in nodes:
+        if node.wait() != 0:
+            raise RuntimeError("a node started by hand failed")
+    return time.perf_counter() - started
+
+
+def _from_kernel(machines: SshMachines, function: Callable[..., object], *args: object) -> float:
+    started = time.perf_counter()
+    try:
+        notebook_launcher(
+            function,
+            args,
+            num_processes=2,
+            cpu=True,
+            hosts=[host.name for host in machines.hosts],
+            ssh_config=machines.ssh_config,
+            show_progress=False,
+        )
+    except ValueError:
+        pass
+    return time.perf_counter() - started
+
+
+def _interrupt(machines: SshMachines, folder: Path, round_: int) -> float:
+    """Seconds from the interrupt to the launch's end, nothing being left on the hosts."""
+    marks = folder / f"round{round_}"
+    marks.mkdir()
+    sent: list[float] = []
+
+    def interrupt() -> None:
+        while not all((marks / f"rank{rank}").exists() for rank in range(4)):
+            time.sleep(0.01)
+        sent.append(time.perf_counter())
+        os.kill(os.getpid(), signal.SIGINT)
+
+    thread = threading.Thread(target=interrupt)
+    thread.start()
+    try:
+        _from_kernel(machines, waits, str(marks))
+    except KeyboardInterrupt:
+        pass
+    thread.join()
+    if machines.processes():
+        raise RuntimeError(f"left on the hosts: {machines.processes()}")
+    return time.perf_counter() - sent[0]
+
+
+def main() -> None:
+    """Measure and print the table."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    args = parser.parse_args()
+    cleanups: list[Callable[[], None]] = []
+    with tempfile.TemporaryDirectory() as folder:
+        try:
+            machines = SshMachines(Path(folder), cleanups.append)
+            script = Path(folder) / "node.py"
+            script.write_text(BY_HAND)
+            _from_kernel(machines, summed)  # warm-up: the page cache, the hosts' keys
+            hand, kernel, failing, interrupts = [], [], [], []
+            for index in range(args.rounds):
+                order = [True, False] if index % 2 == 0 else [False, True]
+                for manual in order:
+                    if manual:
+                        hand.append(_by_hand(machines, script, 29600 + index))
+                    else:
+                        kernel.append(_from_kernel(machines, summed))
+                failing.append(_from_kernel(machines, fails_at_once))
+                interrupts.append(_interrupt(machines, Path(folder), index))
+        finally:
+            for cleanup in reversed(cleanups):
+                cleanup()
+    base, ours = statistics.median(hand), statistics.median(kernel)
+    print(f"\nTwo SSH hosts, 2 CPU ranks each; {args.rounds} rounds, medians")
+    print(f"{'what':<58}  {'seconds':>8}  vs baseline")
+    rows = [
+        ("by hand: ssh to each host, multi-node call (baseline)", base, "1.00x"),
+        ("nb_accel: notebook_launcher(hosts=[node0, node1])", ours, f"{ours / base:.2f}x"),
+        ("nb_accel: rank 3 raises at once, until re-raised", statistics.median(failing), ""),
+        (
+            "interrupt to the launch's end, nothing left on the hosts",
+            statistics.median(interrupts),
+            "",
+        ),
+    ]
+    for name, seconds, ratio in rows:
+        print(f"{name:<58}  {seconds:8.3f}  {ratio}")
+
+
+if __name__ == "__main__":
+    main()
