@@ -53,8 +53,15 @@ class _Forwarder(WorkerListener):
             send(self._writer, Forwarded(number, data))
 
 
+#: Set while the agent runs: only then does a stop request end it (afterwards this process is
+#: sending its last words, and ends by itself).
+_agent_running = threading.Event()
+#: Set once the kernel asked this node to stop (an agent not started yet then never starts).
+_stopping = threading.Event()
+
+
 def _watch_kernel(reader: Connection) -> None:
-    """Stop this node (SIGTERM: the agent stops its workers) on :class:`StopNode` or at the
+    """Stop this node's agent (SIGTERM: it stops its workers) on :class:`StopNode` or at the
     end of the channel."""
     while True:
         try:
@@ -63,7 +70,9 @@ def _watch_kernel(reader: Connection) -> None:
             break
         if isinstance(message, StopNode):
             break
-    os.kill(os.getpid(), signal.SIGTERM)
+    _stopping.set()
+    if _agent_running.is_set():
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def _run(job: NodeJob, writer: Connection, lock: threading.Lock) -> AgentEnded:
@@ -91,6 +100,9 @@ def _run(job: NodeJob, writer: Connection, lock: threading.Lock) -> AgentEnded:
         network = NodeNetwork(nodes.rdzv_endpoint or "", nodes.node_rank, plan.backend)
         config = node_launch_config(plan, nodes, log_dir, network)
         make_args = functools.partial(with_env, args)
+        _agent_running.set()
+        if _stopping.is_set():  # told to stop before the agent began (see _watch_kernel)
+            return AgentEnded(stopped=True)
         try:
             result = run_agent(config, node_worker_main, make_args, nodes.node_rank == 0, network)
         except SignalException:
@@ -105,6 +117,7 @@ def _run(job: NodeJob, writer: Connection, lock: threading.Lock) -> AgentEnded:
             ]
         return AgentEnded(died=died)
     finally:
+        _agent_running.clear()
         forwarder.close()
         shutil.rmtree(log_dir, ignore_errors=True)
 

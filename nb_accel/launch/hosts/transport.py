@@ -108,7 +108,22 @@ class SrunTransport(Transport):
         ]
 
     def address(self, host: str) -> str:
-        """The node's name (SLURM's names are resolvable between its nodes)."""
+        """The node's ``NodeAddr`` (``scontrol show node``; its name when SLURM gives none)."""
+        scontrol = shutil.which("scontrol") or "scontrol"
+        try:
+            shown = subprocess.run(
+                [scontrol, "show", "node", "--oneliner", host],
+                capture_output=True,
+                text=True,
+                timeout=30,
+                check=False,
+            ).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            return host
+        for field in shown.split():
+            key, _, value = field.partition("=")
+            if key == "NodeAddr" and value:
+                return value
         return host
 
 

@@ -1,0 +1,141 @@
+"""Machines for tests: network namespaces joined by a bridge (the kernel's address on it is the
+machines' gateway), each one's processes listed and ended at teardown. The SSH hosts
+(:mod:`ssh_hosts`) and the SLURM cluster (:mod:`slurm_cluster`) are made of them.
+
+Needs root and ``ip``; the tests say why they skip where these are missing (in CI, where
+``make test`` installs what they need, they fail instead).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+SUBNET = "192.168.214"
+#: The kernel's address on the bridge (the machines' gateway).
+KERNEL_ADDRESS = f"{SUBNET}.254"
+
+
+def run(*command: str) -> subprocess.CompletedProcess[str]:
+    """Run ``command`` (30 s at most); its result, whatever its exit code."""
+    return subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
+
+
+def require(tools: list[str], files: list[str]) -> None:
+    """Skip, saying why, where ``tools`` (on PATH) or ``files`` are missing or this is not
+    root; in CI (``CI`` set) fail instead."""
+    missing = [tool for tool in ["ip", *tools] if shutil.which(tool) is None]
+    missing += [path for path in files if not os.path.exists(path)]
+    reason = ""
+    if missing:
+        reason = f"needs {', '.join(missing)} (`make test` installs them as root)"
+    elif os.geteuid() != 0:
+        reason = "needs root to create network namespaces (ip netns add)"
+    if reason and os.environ.get("CI"):
+        pytest.fail(reason)
+    if reason:
+        pytest.skip(reason)
+
+
+@dataclass
+class Host:
+    """One machine: its name, namespace and address."""
+
+    name: str
+    namespace: str
+    address: str
+
+
+class BridgedMachines:
+    """``count`` machines named ``{prefix}0``, ``{prefix}1``, ...; everything made for them is
+    removed at teardown (``cleanup`` registers what to run then, last first)."""
+
+    #: Programs of the machinery itself, not of a launch (left out of :meth:`processes`).
+    daemons: tuple[str, ...] = ()
+
+    def __init__(
+        self,
+        tmp_path: Path,
+        cleanup: Callable[[Callable[[], None]], None],
+        count: int = 2,
+        prefix: str = "node",
+    ) -> None:
+        tag = secrets.token_hex(3)
+        self.folder = tmp_path / "machines"
+        self.folder.mkdir()
+        self._daemons: list[subprocess.Popen[bytes]] = []
+        cleanup(self._stop_daemons)  # runs last: after the namespaces are gone it has no work
+        self.hosts = [
+            Host(f"{prefix}{i}", f"nbm-{tag}-{i}", f"{SUBNET}.{i + 1}") for i in range(count)
+        ]
+        bridge = f"nbbr{tag}"
+        self._ip("link", "add", bridge, "type", "bridge")
+        cleanup(lambda: run("ip", "link", "del", bridge))
+        self._ip("addr", "add", f"{KERNEL_ADDRESS}/24", "dev", bridge)
+        self._ip("link", "set", bridge, "up")
+        for index, host in enumerate(self.hosts):
+            self._ip("netns", "add", host.namespace)
+            cleanup(lambda name=host.namespace: run("ip", "netns", "del", name))
+            outside, inside = f"nbv{tag}{index}", f"nbw{tag}{index}"
+            self._ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+            cleanup(lambda link=outside: run("ip", "link", "del", link))
+            self._ip("link", "set", outside, "master", bridge)
+            self._ip("link", "set", outside, "up")
+            self._ip("link", "set", inside, "netns", host.namespace)
+            self._ip("-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", inside)
+            self._ip("-n", host.namespace, "link", "set", inside, "up")
+            self._ip("-n", host.namespace, "link", "set", "lo", "up")
+            self._ip("-n", host.namespace, "route", "add", "default", "via", KERNEL_ADDRESS)
+
+    @staticmethod
+    def _ip(*arguments: str) -> None:
+        done = run("ip", *arguments)
+        if done.returncode != 0:
+            if arguments[:2] in (("netns", "add"), ("link", "add")):
+                pytest.skip(f"cannot make the machines: ip {' '.join(arguments)}: {done.stderr}")
+            raise RuntimeError(f"ip {' '.join(arguments)}: {done.stderr.strip()}")
+
+    def daemon(
+        self, command: list[str], env: dict[str, str] | None = None
+    ) -> subprocess.Popen[bytes]:
+        """Start ``command`` (a daemon of the machinery, in the foreground), ended at teardown."""
+        process = subprocess.Popen(
+            command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env
+        )
+        self._daemons.append(process)
+        return process
+
+    def _stop_daemons(self) -> None:
+        """End the daemons and whatever still runs on the machines (a test's assertion on
+        what is left behind looks before this)."""
+        for process in reversed(self._daemons):
+            process.kill()
+            process.communicate()
+        for host in self.hosts:
+            for pid in run("ip", "netns", "pids", host.namespace).stdout.split():
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(int(pid), signal.SIGKILL)
+
+    def processes(self) -> list[str]:
+        """The command lines of the processes running on the machines now, the daemons' left
+        out."""
+        found = []
+        for host in self.hosts:
+            for pid in run("ip", "netns", "pids", host.namespace).stdout.split():
+                try:
+                    command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+                except OSError:
+                    continue
+                text = command.decode(errors="replace").strip()
+                if not any(daemon in text for daemon in self.daemons):
+                    found.append(f"{host.name}: {text}")
+        return found

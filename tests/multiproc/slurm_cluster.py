@@ -1,0 +1,112 @@
+"""A real SLURM cluster on one machine, for tests: Debian's ``slurm-wlm`` and ``munge``.
+
+``munged`` and ``slurmctld`` run in the root namespace (the kernel's side of the bridge), one
+``slurmd -N snK`` in each machine's network namespace with its ``NodeAddr``; every daemon reads
+the same absolute ``SLURM_CONF`` and its files live in the test's folder. Node names are
+``sn0``, ``sn1``, ...; it comes up in about a second.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from machines import KERNEL_ADDRESS, BridgedMachines, require
+
+
+def require_slurm_cluster() -> None:
+    """Skip (in CI: fail), saying why, where the cluster cannot be made."""
+    require(["munged", "slurmctld", "slurmd", "salloc", "srun", "scontrol", "sinfo"], [])
+
+
+class SlurmCluster(BridgedMachines):
+    """``count`` SLURM nodes; everything made for them is removed at teardown."""
+
+    daemons = ("slurmd", "slurmstepd", "slurmctld", "munged")
+
+    def __init__(
+        self, tmp_path: Path, cleanup: Callable[[Callable[[], None]], None], count: int = 2
+    ) -> None:
+        super().__init__(tmp_path, cleanup, count, prefix="sn")
+        folder = self.folder
+        key = folder / "munge.key"
+        key.write_bytes(os.urandom(1024))
+        key.chmod(0o600)
+        socket_path = folder / "munge.socket"
+        self.daemon(
+            [
+                *("munged", "--foreground", "--force", f"--key-file={key}"),
+                f"--socket={socket_path}",
+                f"--pid-file={folder / 'munged.pid'}",
+                f"--log-file={folder / 'munged.log'}",
+                f"--seed-file={folder / 'munged.seed'}",
+            ]
+        )
+        (folder / "state").mkdir()
+        self.conf = folder / "slurm.conf"
+        nodes = "".join(
+            f"NodeName={host.name} NodeAddr={host.address} CPUs=2 State=UNKNOWN\n"
+            for host in self.hosts
+        )
+        self.conf.write_text(
+            "ClusterName=nbaccel\n"
+            f"SlurmctldHost={socket.gethostname()}({KERNEL_ADDRESS})\n"
+            "SlurmUser=root\nSlurmdUser=root\n"
+            f"AuthType=auth/munge\nAuthInfo=socket={socket_path}\nCredType=cred/munge\n"
+            f"StateSaveLocation={folder / 'state'}\n"
+            f"SlurmdSpoolDir={folder}/spool-%n\n"
+            f"SlurmctldPidFile={folder / 'slurmctld.pid'}\n"
+            f"SlurmdPidFile={folder}/slurmd-%n.pid\n"
+            f"SlurmctldLogFile={folder / 'slurmctld.log'}\n"
+            f"SlurmdLogFile={folder}/slurmd-%n.log\n"
+            "SlurmctldPort=6817\nSlurmdPort=6818\n"
+            "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
+            "JobAcctGatherType=jobacct_gather/none\nReturnToService=2\nMpiDefault=none\n"
+            f"{nodes}"
+            "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP\n"
+        )
+        (folder / "cgroup.conf").write_text("CgroupPlugin=cgroup/v1\n")
+        self.env = {**os.environ, "SLURM_CONF": str(self.conf)}
+        self._wait_for(socket_path.exists, "munged did not make its socket")
+        self.daemon(["slurmctld", "-D", "-i", "-f", str(self.conf)], env=self.env)
+        for host in self.hosts:
+            command = ["slurmd", "-D", "-N", host.name, "-f", str(self.conf)]
+            self.daemon(["ip", "netns", "exec", host.namespace, *command], env=self.env)
+        self._wait_for(self._all_idle, "the nodes did not come up")
+
+    def _all_idle(self) -> bool:
+        shown = subprocess.run(
+            ["sinfo", "--noheader", "--format=%n %t"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=30,
+            check=False,
+        ).stdout
+        return shown.count("idle") == len(self.hosts)
+
+    def _wait_for(self, ready: Callable[[], bool], failure: str) -> None:
+        deadline = time.monotonic() + 60
+        while not ready():
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{failure} within 60 s; see {self.folder}")
+            time.sleep(0.1)  # polling the daemons' state, not ordering events
+
+    def in_allocation(
+        self, script: Path, *args: str, timeout: float = 180
+    ) -> subprocess.CompletedProcess[str]:
+        """Run ``python script args`` as a kernel inside ``salloc -N <all nodes>``."""
+        command = ["salloc", f"--nodes={len(self.hosts)}", sys.executable, str(script), *args]
+        return subprocess.run(
+            command, env=self.env, capture_output=True, text=True, timeout=timeout, check=False
+        )
+
+    def start_in_allocation(self, script: Path, *args: str) -> subprocess.Popen[str]:
+        """Start ``python script args`` inside ``salloc``; the caller waits for it."""
+        command = ["salloc", f"--nodes={len(self.hosts)}", sys.executable, str(script), *args]
+        return subprocess.Popen(command, env=self.env, text=True)

@@ -1,0 +1,98 @@
+"""Launches across the nodes of a SLURM allocation (``hosts="slurm"``): a real cluster on one
+machine (``slurmctld``, a ``slurmd`` per network namespace, ``munge``); the kernel runs inside
+``salloc -N 2`` and starts a node process on each node with ``srun``. Results in rank order,
+a failure naming its node, nothing left on the nodes after the kernel dies."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+from slurm_cluster import SlurmCluster, require_slurm_cluster
+
+pytestmark = pytest.mark.timeout(300)
+
+#: The kernel: a launch over the allocation's nodes, its outcome printed as JSON.
+KERNEL = """
+import json, sys
+from pathlib import Path
+from nb_accel import notebook_launcher
+
+def summed(folder, failing):
+    import socket, threading
+    import torch, torch.distributed as dist
+    value = torch.ones(1) * (dist.get_rank() + 1)
+    dist.all_reduce(value)
+    if folder:  # wait there, for the test to kill the kernel
+        Path(folder, f"rank{dist.get_rank()}").touch()
+        threading.Event().wait(600)
+    if dist.get_rank() == failing:
+        raise KeyError(f"only on rank {dist.get_rank()}")
+    return dist.get_rank(), value.item()
+
+try:
+    arguments = (sys.argv[1], int(sys.argv[2]))
+    results = notebook_launcher(summed, arguments, num_processes=2, cpu=True, hosts="slurm")
+    print("OUTCOME", json.dumps({"results": results}))
+except KeyError as error:
+    print("OUTCOME", json.dumps({"error": str(error), "notes": error.__notes__}))
+"""
+
+
+@pytest.fixture
+def cluster(tmp_path: Path, request: pytest.FixtureRequest) -> SlurmCluster:
+    """Two SLURM nodes, ``sn0`` and ``sn1``."""
+    require_slurm_cluster()
+    return SlurmCluster(tmp_path, request.addfinalizer)
+
+
+def _outcome(cluster: SlurmCluster, tmp_path: Path, failing_rank: int) -> dict[str, object]:
+    script = tmp_path / "kernel.py"
+    script.write_text(KERNEL)
+    done = cluster.in_allocation(script, "", str(failing_rank))
+    lines = [line for line in done.stdout.splitlines() if line.startswith("OUTCOME ")]
+    assert lines, done.stdout + done.stderr
+    outcome: dict[str, object] = json.loads(lines[-1].removeprefix("OUTCOME "))
+    outcome["stdout"] = done.stdout
+    return outcome
+
+
+def test_the_allocation_s_nodes_train_together(cluster: SlurmCluster, tmp_path: Path) -> None:
+    outcome = _outcome(cluster, tmp_path, failing_rank=-1)
+    assert outcome.get("results") == [[rank, 10.0] for rank in range(4)], outcome
+    assert "on each of 2 hosts over srun (sn0, sn1), 4 ranks" in str(outcome["stdout"])
+    assert cluster.processes() == []
+
+
+def test_a_failure_names_its_rank_and_node(cluster: SlurmCluster, tmp_path: Path) -> None:
+    outcome = _outcome(cluster, tmp_path, failing_rank=2)
+    assert outcome.get("error") == "'only on rank 2'", outcome
+    assert "Raised on rank 2 of 4 (host sn1)" in "\n".join(outcome["notes"])  # type: ignore[arg-type]
+    assert cluster.processes() == []
+
+
+def test_a_kernel_that_dies_leaves_nothing_on_the_nodes(
+    cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    script = tmp_path / "kernel.py"
+    script.write_text(KERNEL)
+    allocation = cluster.start_in_allocation(script, str(tmp_path), "-1")
+    try:
+        deadline = time.monotonic() + 120
+        while not all((tmp_path / f"rank{rank}").exists() for rank in range(4)):
+            assert allocation.poll() is None and time.monotonic() < deadline, "no launch"
+            time.sleep(0.05)
+        for kernel in psutil.Process(allocation.pid).children():  # the python inside salloc
+            kernel.kill()
+        allocation.wait(60)
+    finally:
+        if allocation.poll() is None:
+            allocation.kill()
+            allocation.wait()
+    deadline = time.monotonic() + 30  # the srun clients died with it; SLURM ends the steps
+    while cluster.processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert cluster.processes() == []
