@@ -24,13 +24,15 @@ demo: setup
 test: setup hosts-setup
 	$(BIN)/python -m pytest
 
-# The SSH hosts of the tests (network namespaces, root only): Debian's OpenSSH server, and the
-# folder its privilege separation needs.
+# The SSH hosts and the SLURM cluster of the tests (network namespaces, root only): Debian's
+# OpenSSH server, SLURM and munge, and the folder sshd's privilege separation needs.
+HOSTS_PACKAGES := openssh-server slurm-wlm munge
 hosts-setup:
-	@if [ "$$(id -u)" = 0 ] && [ ! -x /usr/sbin/sshd ]; then \
+	@if [ "$$(id -u)" = 0 ] && { [ ! -x /usr/sbin/sshd ] || [ ! -x /usr/sbin/slurmd ] \
+		|| [ ! -x /usr/sbin/munged ]; }; then \
 		export DEBIAN_FRONTEND=noninteractive; \
-		apt-get install -y -q openssh-server >/dev/null 2>&1 \
-		|| (apt-get update -q >/dev/null && apt-get install -y -q openssh-server >/dev/null); \
+		apt-get install -y -q $(HOSTS_PACKAGES) >/dev/null 2>&1 \
+		|| (apt-get update -q >/dev/null && apt-get install -y -q $(HOSTS_PACKAGES) >/dev/null); \
 	fi
 	@if [ "$$(id -u)" = 0 ]; then mkdir -p /run/sshd; fi
 
