@@ -77,6 +77,9 @@ class Config:
         rdzv_backend: the rendezvous backend (``"c10d"``).
         rdzv_timeout: seconds to wait for every node to join.
         max_restarts: times the worker group is restarted after a failure (multi-node).
+        hosts: machines a launch runs on, driven from this kernel: host names as ssh knows
+            them, or ``"slurm"`` for the nodes of the current SLURM allocation.
+        ssh_config: an OpenSSH client configuration file for ``hosts`` (``None``: yours).
     """
 
     num_processes: int | None = None
@@ -92,6 +95,8 @@ class Config:
     rdzv_backend: str = "c10d"
     rdzv_timeout: float = 900.0
     max_restarts: int = 0
+    hosts: str | list[str] | None = None
+    ssh_config: str | None = None
 
     def __post_init__(self) -> None:
         problems = self.problems()
@@ -134,6 +139,15 @@ class Config:
             and self.node_rank >= self.num_nodes
         ):
             found["node_rank"] = f"must be below num_nodes ({self.num_nodes}), got {self.node_rank}"
+        hosts_problem = _hosts_problem(self.hosts)
+        if hosts_problem:
+            found["hosts"] = hosts_problem
+        elif self.hosts is not None and self.num_nodes > 1:
+            found["hosts"] = "leave num_nodes at 1 with hosts: there is one node per host"
+        if self.ssh_config is not None and (
+            not isinstance(self.ssh_config, str) or not self.ssh_config.strip()
+        ):
+            found["ssh_config"] = f"must be a file's path, got {self.ssh_config!r}"
         if self.num_nodes > 1 and not _is_endpoint(self.rdzv_endpoint):
             found["rdzv_endpoint"] = (
                 f"must be 'host:port' when num_nodes > 1, got {self.rdzv_endpoint!r}"
@@ -147,6 +161,18 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain data (what the YAML file holds)."""
         return dataclasses.asdict(self)
+
+
+def _hosts_problem(hosts: object) -> str:
+    """What is wrong with ``hosts`` ("" when nothing)."""
+    if hosts is None or hosts == "slurm":
+        return ""
+    if isinstance(hosts, str) or not isinstance(hosts, (list, tuple)) or not hosts:
+        return f'must be a list of host names or "slurm", got {hosts!r}'
+    if not all(isinstance(name, str) and name.strip() for name in hosts):
+        return f"must hold host names, got {list(hosts)!r}"
+    repeated = sorted({name for name in hosts if list(hosts).count(name) > 1})
+    return f"names {', '.join(repeated)} more than once" if repeated else ""
 
 
 def _is_endpoint(value: object) -> bool:

@@ -176,7 +176,8 @@ def notebook_launcher(
             report. The hosts must have the kernel's Python, torch and nb_accel versions
             (checked first).
         ssh_config: an OpenSSH client configuration file for ``hosts`` (default: the user's
-            own, ``~/.ssh/config``).
+            own, ``~/.ssh/config``). Both take the saved configuration's when left out (unless
+            ``num_nodes``, ``node_rank`` or ``rdzv_endpoint`` is given).
         remote_python: the Python interpreter the ``hosts`` run (default: the kernel's own
             path, as on a cluster whose machines share their software).
 
@@ -217,6 +218,9 @@ def notebook_launcher(
             config, num_nodes, node_rank, rdzv_endpoint, rdzv_backend, max_restarts, rdzv_timeout
         )
         given_nodes = any(v is not None for v in (num_nodes, node_rank, rdzv_endpoint))
+        if hosts is None and not given_nodes:  # the saved hosts, unless nodes were given
+            hosts = config.hosts
+            ssh_config = config.ssh_config if ssh_config is None else ssh_config
         on_hosts = (
             make_host_plan(hosts, ssh_config, nodes, given_nodes, remote_python)
             if hosts is not None

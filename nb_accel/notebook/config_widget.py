@@ -35,7 +35,7 @@ from ..config import (
 )
 from ..launch.gpu_advice import bf16_note
 
-__all__ = ["ConfigWidget", "LABELS", "MULTI_NODE_FIELDS", "field_help"]
+__all__ = ["ConfigWidget", "LABELS", "MULTI_NODE_FIELDS", "field_help", "hosts_from_text"]
 
 #: Fields that matter only when ``num_nodes > 1``; their rows are hidden otherwise.
 MULTI_NODE_FIELDS = ("node_rank", "rdzv_endpoint", "rdzv_backend", "rdzv_timeout", "max_restarts")
@@ -58,6 +58,8 @@ LABELS = {
     "rdzv_backend": "Rendezvous backend",
     "rdzv_timeout": "Rendezvous timeout (s)",
     "max_restarts": "Restarts at most",
+    "hosts": "Hosts",
+    "ssh_config": "SSH config file",
 }
 DESCRIPTION_WIDTH = "16em"
 ERROR_COLOR = "#d32f2f"
@@ -65,6 +67,15 @@ OK_COLOR = "#2e7d32"
 PENDING_COLOR = "#ef6c00"
 
 Options = list[tuple[str, Any]]
+
+
+def hosts_from_text(text: str) -> str | list[str] | None:
+    """The hosts a form's text names: ``"slurm"``, host names split at commas and spaces, or
+    ``None`` for none."""
+    names = [name for name in text.replace(",", " ").split() if name]
+    if names == ["slurm"]:
+        return "slurm"
+    return names or None
 
 
 def field_help(cls: type = Config) -> dict[str, str]:
@@ -209,6 +220,8 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
             ),
             "rdzv_timeout": ipywidgets.FloatText(),
             "max_restarts": whole(min=0, max=MAX_INT),
+            "hosts": ipywidgets.Text(placeholder="gpu0, gpu1  (or: slurm)"),
+            "ssh_config": ipywidgets.Text(placeholder="~/.ssh/config"),
         }
         missing = {f.name for f in fields(Config)} - set(made)
         assert not missing, f"no control for {sorted(missing)}"
@@ -235,6 +248,8 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
                 values[name] = None
         endpoint = values["rdzv_endpoint"].strip()
         values["rdzv_endpoint"] = endpoint or None
+        values["hosts"] = hosts_from_text(values["hosts"])
+        values["ssh_config"] = values["ssh_config"].strip() or None
         return values
 
     def _fill(self, config: Config) -> None:
@@ -266,6 +281,11 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
             ):
                 self.controls[name].value = getattr(config, name)
             self.controls["rdzv_endpoint"].value = config.rdzv_endpoint or ""
+            hosts = config.hosts
+            self.controls["hosts"].value = (
+                hosts if isinstance(hosts, str) else ", ".join(hosts or [])
+            )
+            self.controls["ssh_config"].value = config.ssh_config or ""
             self.controls["cpu"].value = True if self.gpu_count == 0 else config.cpu
         finally:
             self._filling = False

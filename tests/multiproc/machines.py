@@ -20,9 +20,18 @@ from pathlib import Path
 
 import pytest
 
-SUBNET = "192.168.214"
-#: The kernel's address on the bridge (the machines' gateway).
-KERNEL_ADDRESS = f"{SUBNET}.254"
+#: The machines' networks are ``10.213.N.0/24``, N chosen free per instance (runs side by side
+#: on one machine must not share addresses).
+NETWORK_PREFIX = "10.213"
+
+
+def _free_subnet() -> str:
+    used = run("ip", "-4", "addr").stdout
+    for _ in range(100):
+        subnet = f"{NETWORK_PREFIX}.{secrets.randbelow(254) + 1}"
+        if f"{subnet}." not in used:
+            return subnet
+    raise RuntimeError(f"no free {NETWORK_PREFIX}.N.0/24 network for the test machines")
 
 
 def run(*command: str) -> subprocess.CompletedProcess[str]:
@@ -74,13 +83,16 @@ class BridgedMachines:
         self.folder.mkdir()
         self._daemons: list[subprocess.Popen[bytes]] = []
         cleanup(self._stop_daemons)  # runs last: after the namespaces are gone it has no work
+        subnet = _free_subnet()
+        #: The kernel's address on the bridge (the machines' gateway).
+        self.kernel_address = f"{subnet}.254"
         self.hosts = [
-            Host(f"{prefix}{i}", f"nbm-{tag}-{i}", f"{SUBNET}.{i + 1}") for i in range(count)
+            Host(f"{prefix}{i}", f"nbm-{tag}-{i}", f"{subnet}.{i + 1}") for i in range(count)
         ]
         bridge = f"nbbr{tag}"
         self._ip("link", "add", bridge, "type", "bridge")
         cleanup(lambda: run("ip", "link", "del", bridge))
-        self._ip("addr", "add", f"{KERNEL_ADDRESS}/24", "dev", bridge)
+        self._ip("addr", "add", f"{self.kernel_address}/24", "dev", bridge)
         self._ip("link", "set", bridge, "up")
         for index, host in enumerate(self.hosts):
             self._ip("netns", "add", host.namespace)
@@ -94,7 +106,7 @@ class BridgedMachines:
             self._ip("-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", inside)
             self._ip("-n", host.namespace, "link", "set", inside, "up")
             self._ip("-n", host.namespace, "link", "set", "lo", "up")
-            self._ip("-n", host.namespace, "route", "add", "default", "via", KERNEL_ADDRESS)
+            self._ip("-n", host.namespace, "route", "add", "default", "via", self.kernel_address)
 
     @staticmethod
     def _ip(*arguments: str) -> None:

@@ -16,7 +16,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from machines import KERNEL_ADDRESS, BridgedMachines, require
+from machines import BridgedMachines, require
 
 
 def require_slurm_cluster() -> None:
@@ -55,7 +55,7 @@ class SlurmCluster(BridgedMachines):
         )
         self.conf.write_text(
             "ClusterName=nbaccel\n"
-            f"SlurmctldHost={socket.gethostname()}({KERNEL_ADDRESS})\n"
+            f"SlurmctldHost={socket.gethostname()}({self.kernel_address})\n"
             "SlurmUser=root\nSlurmdUser=root\n"
             f"AuthType=auth/munge\nAuthInfo=socket={socket_path}\nCredType=cred/munge\n"
             f"StateSaveLocation={folder / 'state'}\n"
@@ -64,7 +64,7 @@ class SlurmCluster(BridgedMachines):
             f"SlurmdPidFile={folder}/slurmd-%n.pid\n"
             f"SlurmctldLogFile={folder / 'slurmctld.log'}\n"
             f"SlurmdLogFile={folder}/slurmd-%n.log\n"
-            "SlurmctldPort=6817\nSlurmdPort=6818\n"
+            f"SlurmctldPort={_free_port()}\nSlurmdPort=6818\n"  # slurmd: one per namespace
             "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
             "JobAcctGatherType=jobacct_gather/none\nReturnToService=2\nMpiDefault=none\n"
             f"{nodes}"
@@ -110,3 +110,10 @@ class SlurmCluster(BridgedMachines):
         """Start ``python script args`` inside ``salloc``; the caller waits for it."""
         command = ["salloc", f"--nodes={len(self.hosts)}", sys.executable, str(script), *args]
         return subprocess.Popen(command, env=self.env, text=True)
+
+
+def _free_port() -> int:
+    """A TCP port free in this namespace now (for slurmctld: runs side by side differ)."""
+    with socket.socket() as probe:
+        probe.bind(("", 0))
+        return int(probe.getsockname()[1])

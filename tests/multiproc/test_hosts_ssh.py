@@ -19,7 +19,7 @@ import torch
 import torch.distributed as dist
 from ssh_hosts import SshMachines, require_ssh_machines
 
-from nb_accel import notebook_launcher
+from nb_accel import Config, notebook_launcher, save_config
 from nb_accel.errors import LaunchError, WorkerDiedError
 
 pytestmark = pytest.mark.timeout(240)
@@ -105,8 +105,9 @@ def test_an_unreachable_host_is_named_and_nothing_stays_on_the_others(
     machines: SshMachines,
 ) -> None:
     config = machines.ssh_config
+    nobody = machines.kernel_address.rsplit(".", 1)[0] + ".77"  # no machine has it
     config.write_text(
-        config.read_text() + "Host nowhere\n  HostName 192.168.214.77\n  ConnectTimeout 2\n"
+        config.read_text() + f"Host nowhere\n  HostName {nobody}\n  ConnectTimeout 2\n"
     )
     with pytest.raises(LaunchError, match="host nowhere could not be reached over ssh"):
         notebook_launcher(
@@ -219,4 +220,16 @@ def test_a_kernel_that_dies_leaves_nothing_on_the_hosts(
     deadline = time.monotonic() + 30  # the channels close; each host stops its agent
     while machines.processes() and time.monotonic() < deadline:
         time.sleep(0.1)
+    assert machines.processes() == []
+
+
+def test_saved_hosts_are_the_launch_s_default(
+    machines: SshMachines, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NB_ACCEL_CONFIG_FILE", str(tmp_path / "config.yaml"))
+    save_config(Config(hosts=["node0", "node1"], ssh_config=str(machines.ssh_config)))
+    assert notebook_launcher(sum_of_ranks, (1,), num_processes=1, cpu=True) == [
+        (0, 2, 3.0),
+        (1, 2, 3.0),
+    ]
     assert machines.processes() == []

@@ -105,3 +105,21 @@ def test_the_command_line_prints_the_configuration_and_the_environment(tmp_path:
     file.write_text("cpu: maybe\n")
     bad = _cli("config", file, check=False)
     assert bad.returncode == 1 and "cpu: must be true or false" in bad.stderr
+
+
+def test_hosts_are_a_list_of_names_or_slurm_and_survive_the_file(tmp_path: Path) -> None:
+    for bad, said in (
+        ("gpu0", 'must be a list of host names or "slurm"'),
+        ([], 'must be a list of host names or "slurm"'),
+        (["gpu0", ""], "must hold host names"),
+        (["gpu0", "gpu0"], "names gpu0 more than once"),
+    ):
+        with pytest.raises(ConfigError, match=f"hosts: {said}"):
+            Config(hosts=bad)
+    with pytest.raises(ConfigError, match="hosts: leave num_nodes at 1"):
+        Config(hosts=["a", "b"], num_nodes=2, rdzv_endpoint="a:29500")
+    path = tmp_path / "config.yaml"
+    saved = Config(hosts=["gpu0", "gpu1"], ssh_config="~/cluster/ssh_config")
+    save_config(saved, path)
+    assert load_config(path) == saved
+    assert Config(hosts="slurm").hosts == "slurm"

@@ -11,7 +11,7 @@ import yaml
 
 from nb_accel import _env
 from nb_accel.config import Config, ConfigError, load_config, save_config
-from nb_accel.notebook.config_widget import LABELS, MULTI_NODE_FIELDS, ConfigWidget
+from nb_accel.notebook.config_widget import LABELS, MULTI_NODE_FIELDS, ConfigWidget, hosts_from_text
 
 FIELD_NAMES = [f.name for f in fields(Config)]
 
@@ -356,3 +356,19 @@ def test_tpu_runtime_is_mentioned_when_torch_xla_is_found(
         lambda name, *args: object() if name == "torch_xla" else real(name, *args),
     )
     assert "TPU" in ConfigWidget(tmp_path / "c.yaml").header.value
+
+
+def test_hosts_are_typed_as_names_or_slurm(tmp_path: Path, four_gpus: None) -> None:
+    assert hosts_from_text(" gpu0, gpu1 gpu2 ") == ["gpu0", "gpu1", "gpu2"]
+    assert hosts_from_text("slurm") == "slurm"
+    assert hosts_from_text("  ") is None
+    path = tmp_path / "config.yaml"
+    form = ConfigWidget(path)
+    form.controls["hosts"].value = "gpu0, gpu0"
+    assert "names gpu0 more than once" in form.field_messages["hosts"].value
+    assert form.save_button.disabled
+    form.controls["hosts"].value = "gpu0, gpu1"
+    form.controls["ssh_config"].value = "~/cluster/ssh_config"
+    form.save()
+    assert load_config(path).hosts == ["gpu0", "gpu1"]
+    assert ConfigWidget(path).controls["hosts"].value == "gpu0, gpu1"

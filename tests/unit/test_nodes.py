@@ -69,3 +69,27 @@ def test_persistent_workers_refuse_a_saved_multi_node_configuration(tmp_path: Pa
 def test_node_k_holds_the_kth_block_of_ranks() -> None:
     assert [global_rank(1, local, 2) for local in (0, 1)] == [2, 3]
     assert [global_rank(0, local, 3) for local in (0, 1, 2)] == [0, 1, 2]
+
+
+def test_hosts_are_checked_before_anything_starts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nb_accel.launch.hosts.plan import make_host_plan
+    from nb_accel.launch.multinode.nodes import NodePlan
+
+    nodes = NodePlan()
+    with pytest.raises(ValueError, match="hosts= decides num_nodes"):
+        make_host_plan(["a", "b"], None, nodes, given_nodes=True)
+    with pytest.raises(ValueError, match=r"for one host, write hosts=\['gpu0'\]"):
+        make_host_plan("gpu0", None, nodes, given_nodes=False)
+    with pytest.raises(ValueError, match="hosts names a more than once"):
+        make_host_plan(["a", "a"], None, nodes, given_nodes=False)
+    with pytest.raises(ValueError, match=r"ssh_config .*missing is not a file"):
+        make_host_plan(["a"], tmp_path / "missing", nodes, given_nodes=False)
+    monkeypatch.delenv("SLURM_JOB_NODELIST", raising=False)
+    monkeypatch.delenv("SLURM_NODELIST", raising=False)
+    with pytest.raises(ValueError, match='hosts="slurm" needs a SLURM allocation'):
+        make_host_plan("slurm", None, nodes, given_nodes=False)
+    plan = make_host_plan(["a", "b"], None, nodes, given_nodes=False, python="/opt/py")
+    assert plan.hosts == ("a", "b") and plan.python == "/opt/py"
+    assert plan.describe(4) == "on each of 2 hosts over ssh (a, b), 8 ranks"
