@@ -233,3 +233,25 @@ def test_saved_hosts_are_the_launch_s_default(
         (1, 2, 3.0),
     ]
     assert machines.processes() == []
+
+
+def test_the_several_machines_notebook_runs_on_the_hosts(
+    machines: SshMachines, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    import nbformat
+    from nbclient import NotebookClient
+
+    notebook_path = Path(__file__).parents[2] / "notebooks" / "several_machines.ipynb"
+    notebook = nbformat.read(notebook_path, as_version=4)
+    assert all(not cell.get("outputs") for cell in notebook.cells), "saved with outputs"
+    monkeypatch.setenv("DEMO_HOSTS", "node0,node1")
+    monkeypatch.setenv("DEMO_SSH_CONFIG", str(machines.ssh_config))
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    NotebookClient(notebook, timeout=300, kernel_name="python3").execute()
+    text = "".join(
+        output.get("text", "") for cell in notebook.cells for output in cell.get("outputs", [])
+    )
+    assert "rank 3 on " in text and "[node1 rank 3] rank 3 done, loss" in text, text
+    assert "ValueError the last rank found a bad batch" in text
+    assert "Raised on rank 3 of 4 (host node1)" in text
+    assert machines.processes() == []
