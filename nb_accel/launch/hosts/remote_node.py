@@ -12,7 +12,6 @@ connection dropped), stops the agent, which stops the workers.
 from __future__ import annotations
 
 import contextlib
-import functools
 import itertools
 import os
 import secrets
@@ -23,11 +22,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ...errors import LaunchError
-from ...runtime.transfer.segments import SHARE_DIR_ENV
-from ...runtime.workers.node_worker import NodeWorkerArgs, node_worker_main
-from ..multinode.elastic_agent import run_agent
-from ..multinode.launcher import node_launch_config, with_env
-from ..multinode.node_addresses import NodeNetwork
+from ..multinode.launcher import agent_run
 from ..multinode.node_events import WorkerListener
 from ..scratch import make_scratch_dir
 from .protocol import AgentEnded, Forwarded, NodeJob, StopNode, hello, receive, send, stdio_channel
@@ -85,26 +80,12 @@ def _run(job: NodeJob, writer: Connection, lock: threading.Lock) -> AgentEnded:
     forwarder = _Forwarder(writer, lock, authkey)
     log_dir = make_scratch_dir("nodes")
     try:
-        args = NodeWorkerArgs(
-            address=forwarder.address,
-            authkey=authkey,
-            node_rank=nodes.node_rank,
-            num_nodes=nodes.num_nodes,
-            backend=plan.backend,
-            device_type=plan.device_type,
-            timeout_s=plan.timeout_s,
-            mixed_precision=plan.mixed_precision,
-            payload=job.payload,
-            env={**job.env, SHARE_DIR_ENV: log_dir},
-        )
-        network = NodeNetwork(nodes.rdzv_endpoint or "", nodes.node_rank, plan.backend)
-        config = node_launch_config(plan, nodes, log_dir, network)
-        make_args = functools.partial(with_env, args)
+        run = agent_run(plan, nodes, forwarder.address, authkey, job.payload, job.env, log_dir)
         _agent_running.set()
         if _stopping.is_set():  # told to stop before the agent began (see _watch_kernel)
             return AgentEnded(stopped=True)
         try:
-            result = run_agent(config, node_worker_main, make_args, nodes.node_rank == 0, network)
+            result = run()
         except SignalException:
             return AgentEnded(stopped=True)
         except (LaunchError, RendezvousError) as problem:

@@ -31,6 +31,7 @@ from ..._openmp import release_openmp_threads
 from ...errors import LaunchError, WorkerFailure
 from ...runtime.transfer.segments import SHARE_DIR_ENV
 from ...runtime.workers.node_worker import NodeWorkerArgs, global_rank, node_worker_main
+from ...runtime.workers.spec import Payload
 from ..failures.verdict import died_failure
 from ..launchers.interface import Launcher
 from ..launchers.outcome import launch_outcome
@@ -45,7 +46,7 @@ from .node_addresses import NodeNetwork
 from .node_events import NodeEvents, NodeView
 from .nodes import NodePlan
 
-__all__ = ["NodesLauncher", "node_launch_config", "with_env"]
+__all__ = ["NodesLauncher", "agent_run", "node_launch_config", "with_env"]
 
 _SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 _ELASTIC_LOGGERS = (
@@ -162,6 +163,38 @@ def node_launch_config(
     )
 
 
+def agent_run(
+    plan: LaunchPlan,
+    nodes: NodePlan,
+    address: str,
+    authkey: bytes,
+    payload: Payload,
+    env: dict[str, str],
+    log_dir: str,
+) -> Callable[[], Any]:
+    """This node's agent run, ready to start: it meets the other nodes, then runs this node's
+    workers, which report to ``address`` (authenticated with ``authkey``) and write their
+    big results in ``log_dir``; the call returns the agent's ``RunResult``."""
+    args = NodeWorkerArgs(
+        address=address,
+        authkey=authkey,
+        node_rank=nodes.node_rank,
+        num_nodes=nodes.num_nodes,
+        backend=plan.backend,
+        device_type=plan.device_type,
+        timeout_s=plan.timeout_s,
+        mixed_precision=plan.mixed_precision,
+        payload=payload,
+        env={**env, SHARE_DIR_ENV: log_dir},
+    )
+    network = NodeNetwork(nodes.rdzv_endpoint or "", nodes.node_rank, plan.backend)
+    config = node_launch_config(plan, nodes, log_dir, network)
+    make_args = functools.partial(with_env, args)
+    return functools.partial(
+        run_agent, config, node_worker_main, make_args, nodes.node_rank == 0, network
+    )
+
+
 def with_env(args: NodeWorkerArgs, extra: dict[str, str]) -> tuple[NodeWorkerArgs]:
     """The entrypoint's arguments: ``args`` with the variables ``extra`` added for the workers."""
     return (dataclasses.replace(args, env={**args.env, **extra}),)
@@ -205,24 +238,9 @@ class NodesLauncher(Launcher):
         node_view = NodeView(self.view, first, plan.num_processes)
         self._events = events = NodeEvents(self._printer, node_view, authkey)
         self._log_dir = make_scratch_dir("nodes")
-        args = NodeWorkerArgs(
-            address=events.address,
-            authkey=authkey,
-            node_rank=nodes.node_rank,
-            num_nodes=nodes.num_nodes,
-            backend=plan.backend,
-            device_type=plan.device_type,
-            timeout_s=plan.timeout_s,
-            mixed_precision=plan.mixed_precision,
-            payload=sealed(self._payload, self._log_dir),  # big buffers in this node's folder
-            env={**worker_env(plan, single_node=False), SHARE_DIR_ENV: self._log_dir},
-        )
-        network = NodeNetwork(nodes.rdzv_endpoint or "", nodes.node_rank, plan.backend)
-        config = node_launch_config(plan, nodes, self._log_dir, network)
-        make_args = functools.partial(with_env, args)
-        self._run = functools.partial(
-            run_agent, config, node_worker_main, make_args, nodes.node_rank == 0, network
-        )
+        payload = sealed(self._payload, self._log_dir)  # big buffers in this node's folder
+        env = worker_env(plan, single_node=False)
+        self._run = agent_run(plan, nodes, events.address, authkey, payload, env, self._log_dir)
 
     def wait(self) -> list[Any] | BaseException:
         """Meet the other nodes, run this node's workers (restarting the group while
