@@ -14,6 +14,7 @@ import threading
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 import torch.distributed as dist
@@ -254,4 +255,40 @@ def test_the_several_machines_notebook_runs_on_the_hosts(
     assert "rank 3 on " in text and "[node1 rank 3] rank 3 done, loss" in text, text
     assert "ValueError the last rank found a bad batch" in text
     assert "Raised on rank 3 of 4 (host node1)" in text
+    assert machines.processes() == []
+
+
+def _drop_node1_once_all_wait(folder: Path, ranks: int, done: threading.Event) -> None:
+    """Kill the kernel's ``ssh`` to node1 (a dropped connection) once every rank waits."""
+    while not done.is_set():
+        if all((folder / f"rank{rank}").exists() for rank in range(ranks)):
+            for child in psutil.Process().children(recursive=True):
+                if "ssh" in child.name() and "node1" in child.cmdline():
+                    child.kill()
+            return
+        done.wait(0.05)
+
+
+def test_a_dropped_connection_names_its_host_and_stops_the_others(
+    machines: SshMachines, tmp_path: Path
+) -> None:
+    done = threading.Event()
+    dropper = threading.Thread(target=_drop_node1_once_all_wait, args=(tmp_path, 4, done))
+    dropper.start()
+    try:
+        with pytest.raises(LaunchError, match="the connection to host node1 ended"):
+            notebook_launcher(
+                waits_for_ever,
+                (str(tmp_path),),
+                num_processes=2,
+                cpu=True,
+                hosts=["node0", "node1"],
+                ssh_config=machines.ssh_config,
+            )
+    finally:
+        done.set()
+        dropper.join()
+    deadline = time.monotonic() + 30  # node1's node process sees its channel end
+    while machines.processes() and time.monotonic() < deadline:
+        time.sleep(0.1)
     assert machines.processes() == []

@@ -292,9 +292,9 @@ class HostsLauncher(Launcher):
         failed_at: float | None = None
         log = self._events.failures
         while any(node.open for node in self._nodes):
-            if log and failed_at is None:
+            if (log or self._broken()) and failed_at is None:
                 failed_at = time.monotonic()
-            window = COLLECT_WINDOW_S if log.has_cause else EXPLAIN_WINDOW_S
+            window = COLLECT_WINDOW_S if log.has_cause or self._broken() else EXPLAIN_WINDOW_S
             if failed_at is not None and time.monotonic() - failed_at > window:
                 for node in self._nodes:
                     if node.open and node.ended is None:
@@ -305,6 +305,15 @@ class HostsLauncher(Launcher):
                 self._read(readers[ready])  # type: ignore[index]
         self._printer.flush()
         return self._outcome()
+
+    def _broken(self) -> bool:
+        """Whether a host can no longer take part: its channel ended before its agent did
+        (the connection dropped), or its agent ended on a problem (the rendezvous): the
+        others would wait for it in vain."""
+        return any(
+            (not node.open and node.ended is None) or (node.ended and node.ended.problem)
+            for node in self._nodes
+        )
 
     def _read(self, node: _Node) -> None:
         """Handle the messages waiting from ``node``; note its end."""
@@ -351,9 +360,10 @@ class HostsLauncher(Launcher):
         """What stopped ``node`` without a failure of its workers."""
         if node.ended is not None:
             return f"host {node.host}: {node.ended.problem}"
+        said = node.stderr_tail() or "nothing on its stderr"
         return (
-            f"the node process on host {node.host} ended without a word (exit code "
-            f"{node.process.poll()}): {node.stderr_tail() or 'nothing on its stderr'}"
+            f"the connection to host {node.host} ended while its workers ran (exit code "
+            f"{node.process.poll()}: {said}); the launch was stopped on every host"
         )
 
     def stop(self, graceful: bool = False) -> None:
