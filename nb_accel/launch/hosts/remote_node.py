@@ -43,7 +43,9 @@ class _Forwarder(WorkerListener):
 
     def on_frame(self, data: bytes, conn: Connection) -> None:
         """Forward it."""
-        number = self._numbers.setdefault(conn, next(self._count))
+        number = self._numbers.get(conn)
+        if number is None:
+            number = self._numbers[conn] = next(self._count)
         with self._write_lock, contextlib.suppress(OSError):  # the kernel has gone
             send(self._writer, Forwarded(number, data))
 
