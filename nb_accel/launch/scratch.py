@@ -17,7 +17,7 @@ from pathlib import Path
 
 from ..runtime.transfer.segments import shared_root
 
-__all__ = ["make_scratch_dir"]
+__all__ = ["make_scratch_dir", "remove_orphaned_scratch_dirs"]
 
 _NAME = re.compile(r"^nb_accel-[a-z]+-(\d+)-")
 
@@ -47,6 +47,12 @@ def _sweep(root: Path) -> None:
                 shutil.rmtree(entry, ignore_errors=True)
         except OSError:
             continue
+
+
+def remove_orphaned_scratch_dirs() -> None:
+    """Remove this user's scratch folders whose process has gone (killed before it could
+    remove its own); each new folder's creation does the same."""
+    _sweep(Path(shared_root()))
 
 
 def make_scratch_dir(kind: str) -> str:

@@ -13,6 +13,8 @@ import psutil
 import pytest
 from slurm_cluster import SlurmCluster, require_slurm_cluster
 
+from nb_accel.launch.scratch import remove_orphaned_scratch_dirs
+
 pytestmark = pytest.mark.timeout(300)
 
 #: The kernel: a launch over the allocation's nodes, its outcome printed as JSON.
@@ -96,3 +98,6 @@ def test_a_kernel_that_dies_leaves_nothing_on_the_nodes(
     while cluster.processes() and time.monotonic() < deadline:
         time.sleep(0.1)
     assert cluster.processes() == []
+    # SLURM kills a dead srun's tasks outright: their scratch folders stay until the next
+    # launch on the node, or until removed (the machines share this filesystem)
+    remove_orphaned_scratch_dirs()
