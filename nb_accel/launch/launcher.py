@@ -15,8 +15,8 @@ from typing import Any
 from ..config import config_path, load_config
 from .defaults import node_plan_with_defaults, plan_with_defaults
 from .failures.user_errors import for_the_user, meant_for_the_user
-from .hosts.launcher import HostPlan, HostsLauncher
-from .hosts.plan import make_host_plan
+from .hosts.launcher import HostsLauncher
+from .hosts.plan import HostPlan, make_host_plan
 from .launchers.interface import Launcher, run_launch
 from .launchers.view import make_view
 from .multinode.launcher import NodesLauncher

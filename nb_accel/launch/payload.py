@@ -5,15 +5,14 @@ buffers (tensors, arrays) kept aside to be written once into shared memory."""
 from __future__ import annotations
 
 import inspect
-import os
 import sys
-import sysconfig
 import types
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
 
+from ..runtime.transfer.code_files import installed_code
 from ..runtime.transfer.pickling import Pickled, pickle_sharing
 from ..runtime.workers.spec import InheritedCall, Payload
 
@@ -121,13 +120,7 @@ def _users_own(module: types.ModuleType) -> bool:
     path = getattr(module, "__file__", None)
     if module.__name__ == "__main__" or not path:
         return False  # the notebook's own code is pickled by value anyway
-    real = os.path.realpath(path)
-    installed = {
-        os.path.realpath(p)
-        for key in ("stdlib", "platstdlib", "purelib", "platlib")
-        if (p := sysconfig.get_paths().get(key))
-    }
-    return not any(real.startswith(root + os.sep) for root in installed)
+    return not installed_code(path)
 
 
 def sealed(payload: LaunchPayload, folder: str | None) -> Payload:

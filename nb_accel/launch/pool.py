@@ -35,7 +35,14 @@ from ..runtime.workers.pool_worker import serve
 from ..runtime.workers.regroup import Release, Settle
 from .defaults import plan_with_defaults
 from .failures.failure_log import FailureLog
-from .failures.whereabouts import RankStack, abort_collectives, stacks_note, take_stacks
+from .failures.whereabouts import (
+    RankStack,
+    abort_collectives,
+    in_collectives,
+    stacks_note,
+    take_stacks,
+    where_lines,
+)
 from .launchers.interface import Launcher
 from .launchers.outcome import failure_outcome
 from .payload import launch_payload
@@ -363,15 +370,9 @@ class WorkerPool(Launcher):
         return True
 
     def _waiting_for_collective(self, ranks: list[int]) -> list[int] | None:
-        """Whether one of ``ranks`` waits in a collective: ``None`` if not; else the ranks
-        that must abort their own collectives to be freed (NCCL's, whose flight recorder says
-        they wait). A gloo rank waiting in one is inside torch (its innermost frame)."""
-        nccl = self.plan.backend == "nccl"
-        stacks = self.where(ranks, collectives=nccl)
-        waiting = [r for r, s in stacks.items() if s.collective and s.collective.waiting]
-        if waiting or any(s.innermost_library == "torch" for s in stacks.values()):
-            return waiting
-        return None
+        """See :func:`~.failures.whereabouts.in_collectives` (NCCL's ranks say it through
+        their flight recorder)."""
+        return in_collectives(self.where(ranks, collectives=self.plan.backend == "nccl"))
 
     def _release_failed(self, group: _PoolGroup, ranks: list[int]) -> None:
         """Have ``ranks`` (done with the current command) abort their process group."""
@@ -420,9 +421,7 @@ class WorkerPool(Launcher):
         if not finished:
             stuck = [rank for rank in targets if rank not in group.done]
             stacks = self.where(stuck)
-            places = "".join(
-                f"\n  rank {rank} is {stacks[rank].summary()}" for rank in stuck if rank in stacks
-            )
+            places = "".join("\n" + line for line in where_lines(stacks, "is"))
             self.stop(graceful=False)
             interrupt = KeyboardInterrupt(
                 f"rank(s) {stuck} did not stop within {INTERRUPT_GRACE_S:.0f} s of the "

@@ -18,7 +18,7 @@ from typing import Any
 from .._messages import Output, decode
 from .failures.failure_log import FailureLog
 from .failures.verdict import died_failure
-from .failures.whereabouts import RankStack, stacks_note, take_stacks
+from .failures.whereabouts import RankStack, stacks_note, take_stacks, where_lines
 from .launchers.dispatch import DispatchHooks, EventDispatcher
 from .launchers.outcome import launch_outcome
 from .launchers.stopping import EXIT_GRACE_S, stop_processes
@@ -162,8 +162,7 @@ class WorkerGroup(DispatchHooks):
             running = [r for r in range(self.world_size) if not self._settled(r)]
             stacks = self.where(running) if running else {}
             if stacks and hasattr(interrupt, "add_note"):  # where the ranks were, before they stop
-                lines = [f"  rank {rank} was {stacks[rank].summary()}" for rank in sorted(stacks)]
-                interrupt.add_note("Interrupted while:\n" + "\n".join(lines))
+                interrupt.add_note("Interrupted while:\n" + "\n".join(where_lines(stacks, "was")))
                 if note := stacks_note(stacks):
                     interrupt.add_note(note)
             raise

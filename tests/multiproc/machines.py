@@ -14,6 +14,7 @@ import secrets
 import shutil
 import signal
 import subprocess
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -136,6 +137,13 @@ class BridgedMachines:
             for pid in run("ip", "netns", "pids", host.namespace).stdout.split():
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(int(pid), signal.SIGKILL)
+
+    def settle(self, timeout_s: float = 30.0) -> None:
+        """Wait (up to ``timeout_s``) until nothing of a launch runs on the machines: what ends
+        on its own when its channel closes (a kernel killed, a connection dropped)."""
+        deadline = time.monotonic() + timeout_s
+        while self.processes() and time.monotonic() < deadline:
+            time.sleep(0.1)  # polling the machines' process lists
 
     def processes(self) -> list[str]:
         """The command lines of the processes running on the machines now, the daemons' left

@@ -5,6 +5,8 @@ host named; after an interrupt or the kernel's death nothing is left on the host
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import os
 import signal
 import socket
@@ -12,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
@@ -156,31 +159,43 @@ def waits_for_ever(folder: str) -> None:
     threading.Event().wait(600)
 
 
-def _interrupt_once_all_wait(folder: Path, ranks: int, done: threading.Event) -> None:
-    while not done.is_set():
-        if all((folder / f"rank{rank}").exists() for rank in range(ranks)):
-            os.kill(os.getpid(), signal.SIGINT)
-            return
-        done.wait(0.05)
+@contextlib.contextmanager
+def _once_every_rank_waits(folder: Path, ranks: int, action: Callable[[], None]) -> Iterator[None]:
+    """While the block runs, do ``action`` once each of ``ranks`` has marked ``folder``."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if all((folder / f"rank{rank}").exists() for rank in range(ranks)):
+                action()
+                return
+            done.wait(0.05)
+
+    watcher = threading.Thread(target=watch)
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+
+
+def _launch_waiting(machines: SshMachines, folder: Path) -> None:
+    """Two ranks on each host, waiting for ever once they marked ``folder``."""
+    notebook_launcher(
+        waits_for_ever,
+        (str(folder),),
+        num_processes=2,
+        cpu=True,
+        hosts=["node0", "node1"],
+        ssh_config=machines.ssh_config,
+    )
 
 
 def test_an_interrupt_stops_every_host_s_workers(machines: SshMachines, tmp_path: Path) -> None:
-    done = threading.Event()
-    interrupter = threading.Thread(target=_interrupt_once_all_wait, args=(tmp_path, 4, done))
-    interrupter.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            notebook_launcher(
-                waits_for_ever,
-                (str(tmp_path),),
-                num_processes=2,
-                cpu=True,
-                hosts=["node0", "node1"],
-                ssh_config=machines.ssh_config,
-            )
-    finally:
-        done.set()
-        interrupter.join()
+    interrupt = functools.partial(os.kill, os.getpid(), signal.SIGINT)
+    with _once_every_rank_waits(tmp_path, 4, interrupt), pytest.raises(KeyboardInterrupt):
+        _launch_waiting(machines, tmp_path)
     assert machines.processes() == []
 
 
@@ -218,9 +233,7 @@ def test_a_kernel_that_dies_leaves_nothing_on_the_hosts(
     finally:
         kernel.kill()
         kernel.wait()
-    deadline = time.monotonic() + 30  # the channels close; each host stops its agent
-    while machines.processes() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    machines.settle()  # the channels close; each host stops its agent
     assert machines.processes() == []
 
 
@@ -258,37 +271,20 @@ def test_the_several_machines_notebook_runs_on_the_hosts(
     assert machines.processes() == []
 
 
-def _drop_node1_once_all_wait(folder: Path, ranks: int, done: threading.Event) -> None:
-    """Kill the kernel's ``ssh`` to node1 (a dropped connection) once every rank waits."""
-    while not done.is_set():
-        if all((folder / f"rank{rank}").exists() for rank in range(ranks)):
-            for child in psutil.Process().children(recursive=True):
-                if "ssh" in child.name() and "node1" in child.cmdline():
-                    child.kill()
-            return
-        done.wait(0.05)
+def _drop_node1() -> None:
+    """Kill the kernel's ``ssh`` to node1: a dropped connection."""
+    for child in psutil.Process().children(recursive=True):
+        if "ssh" in child.name() and "node1" in child.cmdline():
+            child.kill()
 
 
 def test_a_dropped_connection_names_its_host_and_stops_the_others(
     machines: SshMachines, tmp_path: Path
 ) -> None:
-    done = threading.Event()
-    dropper = threading.Thread(target=_drop_node1_once_all_wait, args=(tmp_path, 4, done))
-    dropper.start()
-    try:
-        with pytest.raises(LaunchError, match="the connection to host node1 ended"):
-            notebook_launcher(
-                waits_for_ever,
-                (str(tmp_path),),
-                num_processes=2,
-                cpu=True,
-                hosts=["node0", "node1"],
-                ssh_config=machines.ssh_config,
-            )
-    finally:
-        done.set()
-        dropper.join()
-    deadline = time.monotonic() + 30  # node1's node process sees its channel end
-    while machines.processes() and time.monotonic() < deadline:
-        time.sleep(0.1)
+    with (
+        _once_every_rank_waits(tmp_path, 4, _drop_node1),
+        pytest.raises(LaunchError, match="the connection to host node1 ended"),
+    ):
+        _launch_waiting(machines, tmp_path)
+    machines.settle()  # node1's node process sees its channel end
     assert machines.processes() == []

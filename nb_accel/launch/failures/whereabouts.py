@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-import sysconfig
 import textwrap
 import time
 from collections.abc import Callable, Mapping
@@ -26,6 +25,7 @@ from ...runtime.reporting.collective_trail import (
     request_file,
 )
 from ...runtime.reporting.stacks import MAIN_THREAD, STACK_SIGNAL, stack_file
+from ...runtime.transfer.code_files import LIBRARY_ROOTS
 
 __all__ = [
     "Frame",
@@ -33,9 +33,11 @@ __all__ = [
     "RankStack",
     "ThreadStack",
     "abort_collectives",
+    "in_collectives",
     "parse_stacks",
     "register_place_namer",
     "stacks_note",
+    "where_lines",
     "take_stacks",
 ]
 
@@ -51,19 +53,6 @@ _POLL_S = 0.01
 _THREAD = re.compile(r"^(Current thread|Thread) 0x([0-9a-fA-F]+) ")
 _FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
 
-#: Folders of code that is not the user's: installed packages, the standard library; the
-#: longest first (a virtual environment's packages lie inside its own ``platstdlib``).
-_LIBRARY_ROOTS = tuple(
-    sorted(
-        {
-            os.path.realpath(path)
-            for key in ("stdlib", "platstdlib", "purelib", "platlib")
-            if (path := sysconfig.get_paths().get(key))
-        },
-        key=len,
-        reverse=True,
-    )
-)
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
 #: The worker's own code: frames older than its outermost one are the kernel's (a forked
 #: worker's stack still holds the frames it was forked in).
@@ -90,7 +79,7 @@ class Frame:
         path = os.path.realpath(self.path) if self.path.startswith("/") else self.path
         if path.startswith(_PACKAGE_ROOT + os.sep):
             return "nb_accel"
-        for root in _LIBRARY_ROOTS:
+        for root in LIBRARY_ROOTS:
             if path.startswith(root + os.sep):
                 rest = path[len(root) + 1 :]
                 if "site-packages" in root or "dist-packages" in root:
@@ -205,6 +194,23 @@ class RankStack:
         main = [f for f in (self.main.frames if self.main else []) if f.library != "nb_accel"]
         others = self._shown_threads(users_threads=True)[1:]
         return not others and all(f.library is None for f in main) and len(main) <= _SUMMARISED
+
+
+def in_collectives(stacks: Mapping[int, RankStack]) -> list[int] | None:
+    """Whether one of the ranks of ``stacks`` waits in a collective: ``None`` if not; else the
+    ranks that must abort their own collectives to be freed (NCCL's, whose flight recorder says
+    their collective has not finished). A gloo rank waiting in one is inside torch (its
+    innermost frame)."""
+    waiting = [r for r, s in stacks.items() if s.collective and s.collective.waiting]
+    if waiting or any(s.innermost_library == "torch" for s in stacks.values()):
+        return waiting
+    return None
+
+
+def where_lines(stacks: Mapping[int, RankStack], verb: str) -> list[str]:
+    """A line for each rank in ``stacks``, in rank order: ``"  rank 1 was at `f` (...)"``
+    (``verb``: ``"was"``, ``"is"``)."""
+    return [f"  rank {rank} {verb} {stacks[rank].summary()}" for rank in sorted(stacks)]
 
 
 def stacks_note(stacks: Mapping[int, RankStack]) -> str:

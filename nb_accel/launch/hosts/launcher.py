@@ -21,7 +21,6 @@ import signal
 import subprocess
 import threading
 import time
-from dataclasses import dataclass
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -40,6 +39,7 @@ from ..plan import LaunchPlan
 from ..views.output import OutputPrinter
 from ..views.view import LaunchView
 from ..workers import worker_env
+from .plan import HostPlan
 from .protocol import (
     AgentEnded,
     Forwarded,
@@ -51,9 +51,8 @@ from .protocol import (
     receive,
     send,
 )
-from .transport import Transport
 
-__all__ = ["HostPlan", "HostsLauncher"]
+__all__ = ["HostsLauncher"]
 
 #: How long a host may take to say hello after its connection is made (it imports torch).
 HELLO_WAIT_S = 120.0
@@ -66,36 +65,6 @@ COLLECT_WINDOW_S = 0.5
 EXPLAIN_WINDOW_S = 5.0
 #: Exit codes of workers their agent stopped (SIGTERM) after another failure: not causes.
 _STOPPED_CODES = (-signal.SIGTERM, 128 + signal.SIGTERM)
-
-
-@dataclass(frozen=True)
-class HostPlan:
-    """The hosts of a launch and how they are reached.
-
-    Attributes:
-        hosts: the hosts, host 0 first (it holds rank 0 and the rendezvous).
-        transport: how each host's node process is started.
-        python: the interpreter the hosts run (the kernel's, unless configured).
-        rdzv_timeout: seconds every host may take to join the rendezvous.
-        max_restarts: times the worker group is restarted after a failure.
-    """
-
-    hosts: tuple[str, ...]
-    transport: Transport
-    python: str
-    rdzv_timeout: float = 900.0
-    max_restarts: int = 0
-
-    def describe(self, per_host: int) -> str:
-        """E.g. ``"on each of 2 hosts over ssh (node1, node2), 4 ranks"``."""
-        count, names = len(self.hosts), ", ".join(self.hosts)
-        each = "on each of" if count > 1 else "on"
-        plural = "s" if count > 1 else ""
-        ranks = per_host * count
-        return (
-            f"{each} {count} host{plural} over {self.transport.name} ({names}), "
-            f"{ranks} rank{'s' if ranks > 1 else ''}"
-        )
 
 
 def _dying_with_the_kernel(command: list[str]) -> list[str]:

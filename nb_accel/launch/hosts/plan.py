@@ -1,17 +1,47 @@
-"""The hosts of a launch, checked before anything starts: a list of SSH hosts, or ``"slurm"``
-for the nodes of the current SLURM allocation."""
+"""The hosts of a launch (:class:`HostPlan`), checked before anything starts: a list of SSH
+hosts, or ``"slurm"`` for the nodes of the current SLURM allocation."""
 
 from __future__ import annotations
 
 import os
 import sys
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ..multinode.nodes import NodePlan
-from .launcher import HostPlan
-from .transport import SrunTransport, SshTransport, slurm_hosts
+from .transport import SrunTransport, SshTransport, Transport, slurm_hosts
 
-__all__ = ["make_host_plan"]
+__all__ = ["HostPlan", "make_host_plan"]
+
+
+@dataclass(frozen=True)
+class HostPlan:
+    """The hosts of a launch and how they are reached.
+
+    Attributes:
+        hosts: the hosts, host 0 first (it holds rank 0 and the rendezvous).
+        transport: how each host's node process is started.
+        python: the interpreter the hosts run (the kernel's, unless configured).
+        rdzv_timeout: seconds every host may take to join the rendezvous.
+        max_restarts: times the worker group is restarted after a failure.
+    """
+
+    hosts: tuple[str, ...]
+    transport: Transport
+    python: str
+    rdzv_timeout: float = 900.0
+    max_restarts: int = 0
+
+    def describe(self, per_host: int) -> str:
+        """E.g. ``"on each of 2 hosts over ssh (node1, node2), 4 ranks"``."""
+        count, names = len(self.hosts), ", ".join(self.hosts)
+        each = "on each of" if count > 1 else "on"
+        plural = "s" if count > 1 else ""
+        ranks = per_host * count
+        return (
+            f"{each} {count} host{plural} over {self.transport.name} ({names}), "
+            f"{ranks} rank{'s' if ranks > 1 else ''}"
+        )
 
 
 def make_host_plan(

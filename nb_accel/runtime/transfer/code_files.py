@@ -9,14 +9,40 @@ then given their file name back; nothing else changes.
 from __future__ import annotations
 
 import io
+import os
 import pickle
+import sysconfig
 import types
 from collections import ChainMap
 from typing import Any, ClassVar
 
 import cloudpickle
 
-__all__ = ["CodePickler", "dumps"]
+__all__ = ["LIBRARY_ROOTS", "CodePickler", "dumps", "installed_code"]
+
+#: Folders of code that is not the user's: installed packages, the standard library; the
+#: longest first (a virtual environment's packages lie inside its own ``platstdlib``).
+LIBRARY_ROOTS = tuple(
+    sorted(
+        {
+            os.path.realpath(path)
+            for key in ("stdlib", "platstdlib", "purelib", "platlib")
+            if (path := sysconfig.get_paths().get(key))
+        },
+        key=len,
+        reverse=True,
+    )
+)
+#: nb_accel's own folder (an editable install lies outside the installed packages).
+_PACKAGE_ROOT = os.path.realpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+
+
+def installed_code(path: str) -> bool:
+    """Whether the file ``path`` is the standard library's, an installed package's or
+    nb_accel's, not the user's own."""
+    real = os.path.realpath(path)
+    return any(real.startswith(root + os.sep) for root in (_PACKAGE_ROOT, *LIBRARY_ROOTS))
+
 
 #: What cloudpickle writes in place of a code object's file name.
 _PLACEHOLDER = "<dynamic-code>"
