@@ -19,40 +19,30 @@ from __future__ import annotations
 import contextlib
 import os
 import pickle
-import shutil
-import signal
 import sys
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from .._messages import CellDone, Command, Event, Execute, Interrupt, Output, Pull, Push, Stop
-from ..errors import WorkerDiedError
+from .._messages import CellDone, Command, Execute, Interrupt, Pull, Push, Stop
+from ..config import load_config
+from ..errors import LaunchError, WorkerDiedError
 from ..runtime.transfer.pickling import loads, pickle_sharing, segment_of
 from ..runtime.transfer.segments import remove_segment
-from ..runtime.workers.pool_worker import serve
 from ..runtime.workers.regroup import Release, Settle
 from .defaults import plan_with_defaults
 from .failures.failure_log import FailureLog
-from .failures.whereabouts import (
-    RankStack,
-    abort_collectives,
-    in_collectives,
-    stacks_note,
-    take_stacks,
-    where_lines,
-)
+from .failures.whereabouts import RankStack, in_collectives, stacks_note, where_lines
+from .hosts.plan import HostPlan, make_host_plan
+from .hosts.pool_ranks import start_host_ranks
 from .launchers.interface import Launcher
 from .launchers.outcome import failure_outcome
-from .payload import launch_payload
+from .multinode.nodes import NodePlan
 from .plan import LaunchPlan, show_notes
-from .processes import WorkerProcess, multiprocessing_helpers
-from .scratch import make_scratch_dir
-from .supervisor import WorkerGroup
+from .pool_ranks.interface import PoolRanks, RankStatus
+from .pool_ranks.local import start_local_ranks
 from .views.output import OutputPrinter
 from .views.view import LaunchView, NullView
-from .workers import start_workers
 
 __all__ = ["INTERRUPT_GRACE_S", "RankStatus", "WorkerPool"]
 
@@ -69,88 +59,17 @@ REBUILT_NOTE = (
 RELEASE_CHECK_S = 0.2
 
 
-@dataclass(frozen=True)
-class RankStatus:
-    """One rank of a pool, as ``%distributed status`` shows it."""
-
-    rank: int
-    pid: int
-    alive: bool
-    device: str
-    memory_mb: float | None
-
-
-class _PoolGroup(WorkerGroup):
-    """The pool's workers; :class:`CellDone` events are collected per command."""
-
-    def __init__(self, workers: list[WorkerProcess], timeout_s: float) -> None:
-        #: Writes the output of the current command.
-        self.printer = OutputPrinter(1)
-        #: The one rank whose output is shown (``None``: every rank's).
-        self.shown: int | None = None
-        super().__init__(workers, self._emit, timeout_s, flush_output=self._flush_due)
-        self.done: dict[int, CellDone] = {}
-        self.cell = -1
-
-    def _emit(self, event: Output) -> None:
-        if self.shown is None or event.rank == self.shown:
-            self.printer(event)
-
-    def _flush_due(self) -> float | None:
-        return self.printer.flush_due()
-
-    def other(self, event: Event, sender: Any) -> None:
-        """Keep the current command's :class:`CellDone` events."""
-        if isinstance(event, CellDone) and event.cell == self.cell:
-            self.done[event.rank] = event
-            if event.failure is None:
-                self.events.view.returned(event.rank)
-
-    def _drain(self, worker: WorkerProcess) -> None:
-        """Read ``worker``'s waiting events with SIGINT held back: an interrupt must not land in
-        the middle of a message (the rest would be read as the next one)."""
-        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
-        try:
-            super()._drain(worker)
-        finally:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-    def note_exits(self) -> None:
-        """Notice workers that have exited since the last command (e.g. killed between cells)."""
-        for worker in self.workers:
-            if worker.rank not in self._exited and worker.poll() is not None:
-                self._note_exit(worker)
-
-    def dead_ranks(self) -> list[int]:
-        """Ranks whose worker has exited (or reported a failure outside a command)."""
-        return sorted(self._failures.ranks | self._exited)
-
-    def watch(self, view: LaunchView | None, timeout: float | None) -> None:
-        """Wait for events (or ``timeout``) and handle them."""
-        self.events.set_view(view)
-        self._watch_once(timeout)
-
-
-def _memory_mb(pid: int) -> float | None:
-    try:
-        with open(f"/proc/{pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1]) / 1024
-    except OSError:
-        return None
-    return None
-
-
 class WorkerPool(Launcher):
     """Persistent workers for ``%%distributed`` cells: a launcher whose workers run each
     command sent to them (:meth:`run`) until it is stopped.
 
     Args:
-        num_processes: number of ranks; ``None``: the saved configuration's, else as
-            ``notebook_launcher``.
+        num_processes: number of ranks (on each host, with ``hosts``); ``None``: the saved
+            configuration's, else as ``notebook_launcher``.
         mixed_precision, start_method, timeout, cpu, fsdp: as for ``notebook_launcher``
             (``None``: the saved configuration's value).
+        hosts, ssh_config, remote_python: spread the pool over these machines, as for
+            ``notebook_launcher`` (``None``: the saved hosts, if any).
     """
 
     def __init__(
@@ -162,13 +81,29 @@ class WorkerPool(Launcher):
         timeout: float | None = None,
         cpu: bool | None = None,
         fsdp: bool | None = None,
+        hosts: str | Sequence[str] | None = None,
+        ssh_config: str | os.PathLike[str] | None = None,
+        remote_python: str | None = None,
     ) -> None:
+        config = load_config()
+        if hosts is None:
+            hosts = config.hosts
+            ssh_config = config.ssh_config if ssh_config is None else ssh_config
+        #: The hosts the pool is spread over (``None``: this machine only).
+        self.hosts: HostPlan | None = None
+        if hosts is not None:
+            self.hosts = make_host_plan(hosts, ssh_config, NodePlan(), False, remote_python)
         self.plan: LaunchPlan = plan_with_defaults(
-            num_processes, mixed_precision, start_method, timeout, cpu, fsdp=fsdp
+            num_processes,
+            mixed_precision,
+            start_method,
+            timeout,
+            cpu,
+            config,
+            single_node=self.hosts is None,
+            fsdp=fsdp,
         )
-        self._group: _PoolGroup | None = None
-        self._store_dir: str | None = None
-        self._helpers = contextlib.ExitStack()
+        self._group: PoolRanks | None = None
         self._cell = 0
         self._unsettled = False  # a command failed or was interrupted since the last Settle
         self._waiting_for: list[int] = []  # the ranks the current command was sent to
@@ -177,8 +112,16 @@ class WorkerPool(Launcher):
 
     @property
     def world_size(self) -> int:
-        """Number of ranks."""
-        return self.plan.num_processes
+        """Number of ranks (on every host together)."""
+        hosts = len(self.hosts.hosts) if self.hosts is not None else 1
+        return self.plan.num_processes * hosts
+
+    def describe(self) -> str:
+        """The pool in words: ``"2 processes on CPU (gloo; fork)"``, with its hosts."""
+        text = self.plan.describe(world_size=self.world_size).removeprefix("Launching ")
+        if self.hosts is not None:
+            text += " " + self.hosts.describe(self.plan.num_processes)
+        return text
 
     @property
     def running(self) -> bool:
@@ -191,28 +134,15 @@ class WorkerPool(Launcher):
             raise RuntimeError("the pool is already started; stop or restart it")
         show_notes(self.plan)
         self._unsettled = False
-        self._helpers.enter_context(multiprocessing_helpers(self.plan.start_method))
-        self._store_dir = make_scratch_dir("pool")
-        workers: list[WorkerProcess] = []
-        try:
-            payload = launch_payload(serve, (), {}, self.plan.start_method == "fork")
-            start_workers(self.plan, self._store_dir, payload, workers)
-        except BaseException:
-            _PoolGroup(workers, self.plan.timeout_s).stop()
-            self._release()
-            raise
-        self._group = _PoolGroup(workers, self.plan.timeout_s)
+        if self.hosts is not None:
+            self._group = start_host_ranks(self.plan, self.hosts)
+        else:
+            self._group = start_local_ranks(self.plan)
         try:
             self.execute("pass")  # every rank is ready once this returns
         except KeyboardInterrupt:
             self.stop(graceful=False)
             raise KeyboardInterrupt("interrupted while the pool was starting") from None
-
-    def _release(self) -> None:
-        if self._store_dir is not None:
-            shutil.rmtree(self._store_dir, ignore_errors=True)
-            self._store_dir = None
-        self._helpers.close()
 
     def stop(self, graceful: bool = True) -> None:
         """Stop every worker and forget the pool: asked to leave (given a few seconds with
@@ -220,11 +150,11 @@ class WorkerPool(Launcher):
         group, self._group = self._group, None
         if group is None:
             return
-        for worker in group.workers:
+        data = pickle.dumps(Stop())
+        for rank in range(self.world_size):
             with contextlib.suppress(OSError):
-                worker.conn.send_bytes(pickle.dumps(Stop()))
+                group.send(rank, data)
         group.stop(graceful=graceful and not group.dead_ranks())
-        self._release()
 
     def restart(self) -> None:
         """Stop and start again (a fresh namespace on every rank)."""
@@ -233,19 +163,7 @@ class WorkerPool(Launcher):
 
     def status(self) -> list[RankStatus]:
         """Rank, pid, liveness, device and resident memory of every worker."""
-        if self._group is None:
-            return []
-        device = "cpu" if self.plan.device_type == "cpu" else None
-        return [
-            RankStatus(
-                rank=w.rank,
-                pid=w.pid,
-                alive=w.poll() is None,
-                device=device or f"cuda:{w.rank}",
-                memory_mb=_memory_mb(w.pid) if w.poll() is None else None,
-            )
-            for w in self._group.workers
-        ]
+        return [] if self._group is None else self._group.status()
 
     def where(
         self, ranks: Sequence[int] | None = None, collectives: bool = True
@@ -253,11 +171,9 @@ class WorkerPool(Launcher):
         """Every rank's stacks (all threads), taken without stopping it, with the last
         collective each entered (unless ``collectives`` is false); ranks that cannot say (dead,
         or not answering within a second) are left out."""
-        if self._group is None or self._store_dir is None:
+        if self._group is None:
             return {}
-        workers = self._group.workers
-        pids = {r: workers[r].pid for r in self._targets(ranks) if workers[r].poll() is None}
-        return take_stacks(self._store_dir, pids, collectives=collectives)
+        return self._group.stacks(self._targets(ranks), collectives)
 
     def _targets(self, ranks: Sequence[int] | None) -> list[int]:
         chosen = sorted(set(range(self.world_size) if ranks is None else ranks))
@@ -269,7 +185,7 @@ class WorkerPool(Launcher):
             )
         return chosen
 
-    def _group_or_fail(self, note_exits: bool = True) -> _PoolGroup:
+    def _group_or_fail(self, note_exits: bool = True) -> PoolRanks:
         if self._group is None:
             raise RuntimeError("the pool is not started: %distributed start -n N")
         if note_exits:
@@ -299,13 +215,16 @@ class WorkerPool(Launcher):
         targets = self._targets(ranks)
         self._cell += 1
         group.cell, group.done = self._cell, {}
-        group.printer.flush()  # anything printed between two commands
-        printer = OutputPrinter(len(targets) if all_output else 1, prefix_output, view=view)
-        group.printer, group.shown = printer, None if all_output else targets[0]
+        output = group.output
+        output.printer.flush()  # anything printed between two commands
+        printer = OutputPrinter(
+            len(targets) if all_output else 1, prefix_output, view=view, place_of=group.place_of
+        )
+        output.printer, output.shown = printer, None if all_output else targets[0]
         data = pickle.dumps(make_command(self._cell), protocol=pickle.HIGHEST_PROTOCOL)
         for rank in targets:
             try:
-                group.workers[rank].conn.send_bytes(data)
+                group.send(rank, data)
             except OSError:  # the worker has just died: say so
                 group.note_exits()
                 self._died(group)
@@ -332,7 +251,7 @@ class WorkerPool(Launcher):
         return self._outcome(group, self._waiting_for, self.view)
 
     def _wait(
-        self, group: _PoolGroup, targets: list[int], view: LaunchView | None, until: float | None
+        self, group: PoolRanks, targets: list[int], view: LaunchView | None, until: float | None
     ) -> bool:
         """Wait for every target's :class:`CellDone`; False when ``until`` passed first.
 
@@ -357,8 +276,8 @@ class WorkerPool(Launcher):
                     released = waiting is not None
                     if waiting is not None:
                         self._release_failed(group, failed)
-                        if waiting and self._store_dir is not None:  # NCCL: theirs too
-                            abort_collectives(self._store_dir, waiting)
+                        if waiting:  # NCCL: theirs too
+                            group.abort_collectives(waiting)
                     check_at = time.monotonic() + RELEASE_CHECK_S
             remaining = None if until is None else until - now
             if remaining is not None and remaining <= 0:
@@ -374,13 +293,13 @@ class WorkerPool(Launcher):
         their flight recorder)."""
         return in_collectives(self.where(ranks, collectives=self.plan.backend == "nccl"))
 
-    def _release_failed(self, group: _PoolGroup, ranks: list[int]) -> None:
+    def _release_failed(self, group: PoolRanks, ranks: list[int]) -> None:
         """Have ``ranks`` (done with the current command) abort their process group."""
         self._unsettled = True  # the next command first makes a new group
         data = pickle.dumps(Release(group.cell), protocol=pickle.HIGHEST_PROTOCOL)
         for rank in ranks:
             with contextlib.suppress(OSError):  # a worker that died is noticed by the loop
-                group.workers[rank].conn.send_bytes(data)
+                group.send(rank, data)
 
     def _settle(self) -> None:
         """Have the workers rebuild their process group if a collective was left unmatched or
@@ -396,19 +315,19 @@ class WorkerPool(Launcher):
         if issued is not None:
             print(REBUILT_NOTE, file=sys.stderr)
 
-    def _died(self, group: _PoolGroup) -> None:
-        error = group._failures.exception(self.world_size, {}, self.plan.timeout_s)
+    def _died(self, group: PoolRanks) -> None:
+        error = group.died(self.world_size, self.plan.timeout_s)
         self.stop(graceful=False)
-        if isinstance(error, WorkerDiedError) and hasattr(error, "add_note"):
+        if isinstance(error, (WorkerDiedError, LaunchError)) and hasattr(error, "add_note"):
             error.add_note("The pool is stopped: %distributed restart starts it again.")
         raise error
 
-    def _interrupt(self, group: _PoolGroup, targets: list[int], view: LaunchView | None) -> None:
+    def _interrupt(self, group: PoolRanks, targets: list[int], view: LaunchView | None) -> None:
         for rank in targets:
-            if rank not in group.done and group.workers[rank].poll() is None:
+            if rank not in group.done and group.alive(rank):
                 with contextlib.suppress(OSError):  # the message first: see Interrupt
-                    group.workers[rank].conn.send_bytes(pickle.dumps(Interrupt(group.cell)))
-                    os.kill(group.workers[rank].pid, signal.SIGINT)
+                    group.send(rank, pickle.dumps(Interrupt(group.cell)))
+                    group.interrupt(rank)
         deadline = time.monotonic() + INTERRUPT_GRACE_S
         while True:
             try:
@@ -433,7 +352,7 @@ class WorkerPool(Launcher):
             raise interrupt
 
     def _outcome(
-        self, group: _PoolGroup, targets: list[int], view: LaunchView | None = None
+        self, group: PoolRanks, targets: list[int], view: LaunchView | None = None
     ) -> dict[int, CellDone] | BaseException:
         done = {rank: group.done[rank] for rank in targets}
         log = FailureLog(view)  # the root cause shown failed, its knock-on failures stopped
@@ -470,7 +389,8 @@ class WorkerPool(Launcher):
         """Set ``values`` as variables on ``ranks`` (cloudpickled, so functions and classes
         defined in the notebook travel too; big tensors and arrays are written once into
         shared memory, which every rank maps copy-on-write)."""
-        data = pickle_sharing(values).seal(self._store_dir)
+        group = self._group_or_fail()
+        data = group.seal(pickle_sharing(values))
         try:
             self.run(lambda cell: Push(cell, data), ranks)
         finally:

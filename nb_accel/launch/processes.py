@@ -20,7 +20,7 @@ from ..runtime.workers.entrypoint import run_worker
 from ..runtime.workers.spec import WorkerArgs
 from .captured import CapturedOutput
 
-__all__ = ["WorkerProcess", "start_worker", "START_METHODS"]
+__all__ = ["START_METHODS", "WorkerProcess", "resident_mb", "start_worker"]
 
 START_METHODS = ("fork", "spawn", "forkserver")
 
@@ -98,6 +98,18 @@ class WorkerProcess:
         if sentinel_fd is not None:
             os.close(sentinel_fd)
             self._handle.sentinel_fd = None
+
+
+def resident_mb(pid: int) -> float | None:
+    """The resident memory of process ``pid`` in MB (``None`` when it cannot be read)."""
+    try:
+        with open(f"/proc/{pid}/status") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        return None
+    return None
 
 
 def _start_multiprocessing(method: str, args: WorkerArgs) -> WorkerProcess:

@@ -136,6 +136,27 @@ def _ranks(text: str | None) -> list[int] | None:
         raise UsageError(f"--ranks takes rank numbers separated by commas, got {text!r}") from None
 
 
+#: The help of ``--hosts``.
+_HOSTS_HELP = (
+    "spread the pool over these machines, -n ranks on each: host names separated by commas, "
+    "or slurm for the nodes of this SLURM allocation (default: the saved hosts, if any)"
+)
+#: The help of ``--ssh-config``.
+_SSH_CONFIG_HELP = "an OpenSSH client configuration file for --hosts (default: your own)"
+
+
+def _hosts(text: str | None) -> str | list[str] | None:
+    """``--hosts``' value as ``WorkerPool`` takes it."""
+    if text is None:
+        return None
+    if text.strip() == "slurm":
+        return "slurm"
+    names = [part.strip() for part in text.split(",") if part.strip()]
+    if not names:
+        raise UsageError("--hosts takes host names separated by commas, or slurm")
+    return names
+
+
 #: The help of ``--fsdp`` / ``--no-fsdp``.
 _FSDP_HELP = "shard the model across the ranks with FSDP2{}; --no-fsdp: DDP (default: as saved)"
 
@@ -149,6 +170,8 @@ _FSDP_HELP = "shard the model across the ranks with FSDP2{}; --no-fsdp: DDP (def
 @argument("--mixed-precision", help="no, bf16 or fp16")
 @argument("--cpu", action="store_true", help="use the CPU even when GPUs are present")
 @argument("--fsdp", action=argparse.BooleanOptionalAction, help=_FSDP_HELP.format(""))
+@argument("--hosts", help=_HOSTS_HELP)
+@argument("--ssh-config", help=_SSH_CONFIG_HELP)
 def _line_usage(line: str) -> None:
     """%distributed start|stop|restart|status|where|push NAMES|pull NAME: manage the pool."""
 
@@ -225,10 +248,12 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             start_method=args.start_method,
             cpu=True if args.cpu else None,
             fsdp=args.fsdp,
+            hosts=_hosts(args.hosts),
+            ssh_config=args.ssh_config,
         )
         pool.start()
         _pool = pool
-        print(pool.plan.describe().replace("Launching", "Started", 1) + " for %%distributed")
+        print(f"Started {pool.describe()} for %%distributed")
         return pool
 
     def _existing_pool(self) -> WorkerPool:
@@ -260,6 +285,16 @@ class DistributedMagics(Magics):  # type: ignore[misc]
                     f"the pool runs with {flag} {current}; %distributed restart {flag} "
                     f"{wanted} starts one with the new setting"
                 )
+        hosts = _hosts(args.hosts)
+        if hosts is not None:
+            current = pool.hosts
+            names = "local" if current is None else ",".join(current.hosts)
+            wanted = hosts if isinstance(hosts, str) else ",".join(hosts)
+            if current is None or (wanted != "slurm" and tuple(hosts) != current.hosts):
+                raise UsageError(
+                    f"the pool runs on {names}; %distributed restart --hosts {wanted} starts "
+                    "one there"
+                )
         if args.fsdp is not None and args.fsdp != (plan.sharding == "fsdp"):
             flag = "--fsdp" if args.fsdp else "--no-fsdp"
             raise UsageError(
@@ -279,6 +314,8 @@ class DistributedMagics(Magics):  # type: ignore[misc]
     @argument(
         "--fsdp", action=argparse.BooleanOptionalAction, help=_FSDP_HELP.format(" (first use)")
     )
+    @argument("--hosts", help=_HOSTS_HELP + " (first use)")
+    @argument("--ssh-config", help=_SSH_CONFIG_HELP)
     @line_cell_magic
     @_errors_for_the_user
     def distributed(self, line: str, cell: str | None = None) -> Any:
@@ -292,7 +329,7 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         pool = self._running_pool(args)
         ranks = _ranks(args.ranks)
         shown = min(ranks) if ranks else 0  # the rank whose value is the cell's result
-        title = "%%distributed on " + pool.plan.describe().removeprefix("Launching ")
+        title = "%%distributed on " + pool.describe()
         view = _CellView(title, pool.world_size, bool(args.all_ranks))
         ok = False
         try:
@@ -345,7 +382,14 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             self._stop()
         elif args.command == "restart":
             previous = self.pool.plan if self.pool is not None else None
+            previous_hosts = self.pool.hosts if self.pool is not None else None
             self._stop()
+            if previous_hosts is not None and args.hosts is None:
+                args.hosts = ",".join(previous_hosts.hosts)
+                if previous_hosts.transport.name == "srun":
+                    args.hosts = "slurm"
+                elif args.ssh_config is None:
+                    args.ssh_config = getattr(previous_hosts.transport, "config", None)
             if previous is not None:  # the same settings unless given anew
                 args.num_processes = args.num_processes or previous.num_processes
                 args.mixed_precision = args.mixed_precision or previous.mixed_precision
@@ -373,11 +417,15 @@ class DistributedMagics(Magics):  # type: ignore[misc]
                 "interrupted, or stopped): %distributed restart starts it again"
             )
             return
-        print(f"{'rank':>4}  {'pid':>7}  {'alive':<5}  {'device':<7}  {'memory':>9}")
-        for rank in self.pool.status():
+        ranks = self.pool.status()
+        width = max((len(rank.host) for rank in ranks), default=0)
+        host = f"  {'host':<{width}}" if width else ""
+        print(f"{'rank':>4}{host}  {'pid':>7}  {'alive':<5}  {'device':<7}  {'memory':>9}")
+        for rank in ranks:
             memory = f"{rank.memory_mb:.0f} MB" if rank.memory_mb is not None else "-"
+            host = f"  {rank.host:<{width}}" if width else ""
             print(
-                f"{rank.rank:>4}  {rank.pid:>7}  {'yes' if rank.alive else 'no':<5}  "
+                f"{rank.rank:>4}{host}  {rank.pid:>7}  {'yes' if rank.alive else 'no':<5}  "
                 f"{rank.device:<7}  {memory:>9}"
             )
 

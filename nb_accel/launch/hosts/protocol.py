@@ -5,6 +5,11 @@ The node speaks first (:class:`Hello`: its versions, and a free port for the ren
 it be node 0); the kernel answers with the :class:`NodeJob` or :class:`StopNode`. While the
 workers run, the node forwards every frame a worker sends (:class:`Forwarded`), unread, and
 ends with :class:`AgentEnded`. The end of the channel stops the node and its workers.
+
+A pool spread over hosts also talks to its workers through the node: commands go down
+(:class:`ToWorker`), the kernel's interrupt becomes a signal there (:class:`SignalWorker`), and
+questions only the host can answer (where a rank is, its memory) come back as an
+:class:`Answer` to an :class:`AskWorkers`.
 """
 
 from __future__ import annotations
@@ -23,10 +28,14 @@ from ..plan import LaunchPlan
 
 __all__ = [
     "AgentEnded",
+    "Answer",
+    "AskWorkers",
     "Forwarded",
     "Hello",
     "NodeJob",
+    "SignalWorker",
     "StopNode",
+    "ToWorker",
     "Versions",
     "free_port",
     "hello",
@@ -137,6 +146,49 @@ class AgentEnded:
     died: list[tuple[int, int, int]] = field(default_factory=list)
     problem: str = ""
     stopped: bool = False
+
+
+@dataclass(frozen=True)
+class ToWorker:
+    """Kernel to node: write ``data`` (one frame) to worker connection ``sender``."""
+
+    sender: int
+    data: bytes
+
+
+@dataclass(frozen=True)
+class SignalWorker:
+    """Kernel to node: send ``signum`` to the worker at the other end of connection
+    ``sender``."""
+
+    sender: int
+    signum: int
+
+
+@dataclass(frozen=True)
+class AskWorkers:
+    """Kernel to node: a question about some of its workers, answered by an :class:`Answer`
+    with the same ``request`` number.
+
+    Attributes:
+        request: the question's number.
+        what: ``"where"`` (their stacks), ``"where+collectives"`` (and their last
+            collectives), ``"abort"`` (abort their collectives; no answer), or ``"memory"``
+            (their resident memory in MB).
+        senders: the workers asked about, as rank -> connection number.
+    """
+
+    request: int
+    what: str
+    senders: dict[int, int]
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Node to kernel: the answer to :class:`AskWorkers` ``request``, by rank."""
+
+    request: int
+    value: dict[int, Any]
 
 
 def send(conn: Connection, message: Any) -> None:

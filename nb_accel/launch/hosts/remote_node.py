@@ -7,6 +7,11 @@ hosts at the c10d rendezvous and runs the workers as a multi-node launch does; e
 worker sends is forwarded to the kernel unread, so the kernel judges the launch as a whole. A
 :class:`~.protocol.StopNode`, or the end of the channel (the kernel stopped, died, or the
 connection dropped), stops the agent, which stops the workers.
+
+For a pool spread over hosts the kernel also writes to its workers through this process
+(:class:`~.protocol.ToWorker`), has it signal them (:class:`~.protocol.SignalWorker`: the
+kernel's interrupt) and asks it what only this host can see (:class:`~.protocol.AskWorkers`:
+their stacks, their memory).
 """
 
 from __future__ import annotations
@@ -17,27 +22,57 @@ import os
 import secrets
 import shutil
 import signal
+import socket
+import struct
 import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
 from ...errors import LaunchError
+from ..failures.whereabouts import abort_collectives, take_stacks
 from ..multinode.launcher import agent_run
 from ..multinode.node_events import WorkerListener
+from ..processes import resident_mb
 from ..scratch import make_scratch_dir
-from .protocol import AgentEnded, Forwarded, NodeJob, StopNode, hello, receive, send, stdio_channel
+from .protocol import (
+    AgentEnded,
+    Answer,
+    AskWorkers,
+    Forwarded,
+    NodeJob,
+    SignalWorker,
+    StopNode,
+    ToWorker,
+    hello,
+    receive,
+    send,
+    stdio_channel,
+)
 
 __all__ = ["main"]
 
 
+def _peer_pid(conn: Connection) -> int | None:
+    """The pid of the process at the other end of ``conn`` (a Unix socket)."""
+    try:
+        with socket.socket(fileno=os.dup(conn.fileno())) as sock:
+            creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return None
+    pid: int = struct.unpack("3i", creds)[0]
+    return pid
+
+
 class _Forwarder(WorkerListener):
-    """Sends each worker's frames to the kernel as they come, numbering the connections."""
+    """Sends each worker's frames to the kernel as they come, numbering the connections; the
+    kernel names a worker by its number when it writes to it."""
 
     def __init__(self, writer: Connection, lock: threading.Lock, authkey: bytes) -> None:
         super().__init__(authkey)
         self._writer = writer
         self._write_lock = lock
         self._numbers: dict[Connection, int] = {}
+        self._by_number: dict[int, tuple[Connection, int | None]] = {}
         self._count = itertools.count()
         self.listen()
 
@@ -46,8 +81,21 @@ class _Forwarder(WorkerListener):
         number = self._numbers.get(conn)
         if number is None:
             number = self._numbers[conn] = next(self._count)
+            self._by_number[number] = (conn, _peer_pid(conn))
         with self._write_lock, contextlib.suppress(OSError):  # the kernel has gone
             send(self._writer, Forwarded(number, data))
+
+    def write(self, number: int, data: bytes) -> None:
+        """Write ``data`` to connection ``number`` (unless that worker has gone)."""
+        known = self._by_number.get(number)
+        if known is not None:
+            with contextlib.suppress(OSError):
+                known[0].send_bytes(data)
+
+    def pid_of(self, number: int) -> int | None:
+        """The pid of the worker at the other end of connection ``number``."""
+        known = self._by_number.get(number)
+        return known[1] if known is not None else None
 
 
 #: Set while the agent runs: only then does a stop request end it (afterwards this process is
@@ -57,9 +105,45 @@ _agent_running = threading.Event()
 _stopping = threading.Event()
 
 
-def _watch_kernel(reader: Connection) -> None:
-    """Stop this node's agent (SIGTERM: it stops its workers) on :class:`StopNode` or at the
-    end of the channel."""
+class _Host:
+    """What this node process holds while its workers run: their listener, its folder, and
+    the channel to the kernel (written under ``lock``)."""
+
+    def __init__(self, writer: Connection, lock: threading.Lock) -> None:
+        self.writer = writer
+        self.lock = lock
+        self.authkey = secrets.token_bytes(32)
+        self.forwarder = _Forwarder(writer, lock, self.authkey)
+        self.folder = make_scratch_dir("nodes")
+
+    def answer(self, question: AskWorkers) -> None:
+        """Answer ``question`` about this host's workers (see :class:`AskWorkers`)."""
+        pids = {
+            rank: pid
+            for rank, sender in question.senders.items()
+            if (pid := self.forwarder.pid_of(sender)) is not None
+        }
+        if question.what == "abort":
+            abort_collectives(self.folder, sorted(pids))
+            return
+        value: dict[int, Any]
+        if question.what == "memory":
+            value = {rank: resident_mb(pid) for rank, pid in pids.items()}
+        else:
+            collectives = question.what == "where+collectives"
+            value = dict(take_stacks(self.folder, pids, collectives=collectives))
+        with self.lock, contextlib.suppress(OSError):
+            send(self.writer, Answer(question.request, value))
+
+    def close(self) -> None:
+        """Stop listening and remove the folder."""
+        self.forwarder.close()
+        shutil.rmtree(self.folder, ignore_errors=True)
+
+
+def _watch_kernel(reader: Connection, host: _Host) -> None:
+    """Pass the kernel's words on to the workers; stop this node's agent (SIGTERM: it stops
+    its workers) on :class:`StopNode` or at the end of the channel."""
     while True:
         try:
             message = receive(reader)
@@ -67,22 +151,29 @@ def _watch_kernel(reader: Connection) -> None:
             break
         if isinstance(message, StopNode):
             break
+        if isinstance(message, ToWorker):
+            host.forwarder.write(message.sender, message.data)
+        elif isinstance(message, SignalWorker):
+            pid = host.forwarder.pid_of(message.sender)
+            if pid is not None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, message.signum)
+        elif isinstance(message, AskWorkers):  # stacks take a while: the channel stays heard
+            threading.Thread(target=host.answer, args=(message,), daemon=True).start()
     _stopping.set()
     if _agent_running.is_set():
         os.kill(os.getpid(), signal.SIGTERM)
 
 
-def _run(job: NodeJob, writer: Connection, lock: threading.Lock) -> AgentEnded:
+def _run(job: NodeJob, host: _Host) -> AgentEnded:
     """Run this node's agent for ``job``; how it ended."""
     from torch.distributed.elastic.multiprocessing.api import SignalException
     from torch.distributed.elastic.rendezvous.api import RendezvousError
 
     plan, nodes = job.plan, job.nodes
-    authkey = secrets.token_bytes(32)
-    forwarder = _Forwarder(writer, lock, authkey)
-    log_dir = make_scratch_dir("nodes")
+    forwarder, log_dir = host.forwarder, host.folder
     try:
-        run = agent_run(plan, nodes, forwarder.address, authkey, job.payload, job.env, log_dir)
+        run = agent_run(plan, nodes, forwarder.address, host.authkey, job.payload, job.env, log_dir)
         _agent_running.set()
         if _stopping.is_set():  # told to stop before the agent began (see _watch_kernel)
             return AgentEnded(stopped=True)
@@ -101,8 +192,6 @@ def _run(job: NodeJob, writer: Connection, lock: threading.Lock) -> AgentEnded:
         return AgentEnded(died=died)
     finally:
         _agent_running.clear()
-        forwarder.close()
-        shutil.rmtree(log_dir, ignore_errors=True)
 
 
 def main() -> None:
@@ -116,9 +205,13 @@ def main() -> None:
         return
     if not isinstance(job, NodeJob):
         return  # told to stop before anything started
-    watcher = threading.Thread(target=_watch_kernel, args=(reader,), daemon=True)
+    host = _Host(writer, lock)
+    watcher = threading.Thread(target=_watch_kernel, args=(reader, host), daemon=True)
     watcher.start()
-    ended = _run(job, writer, lock)
+    try:
+        ended = _run(job, host)
+    finally:
+        host.close()
     with lock, contextlib.suppress(OSError):
         send(writer, ended)
 

@@ -23,7 +23,7 @@ from ..._messages import Output, Report, Started, decode
 from ..captured import TAIL_BYTES
 from ..failures.failure_log import FailureLog
 from ..launchers.dispatch import TICK_S, DispatchHooks, EventDispatcher
-from ..views.output import OutputPrinter
+from ..views.output import OutputSink
 from ..views.view import LaunchView
 
 __all__ = ["NodeEvents", "NodeHooks", "NodeView", "WorkerListener"]
@@ -186,7 +186,7 @@ class NodeHooks(DispatchHooks):
         view: told of starts, progress reports and failures.
     """
 
-    def __init__(self, on_output: OutputPrinter, view: LaunchView) -> None:
+    def __init__(self, on_output: OutputSink, view: LaunchView) -> None:
         self._printer = on_output
         self.events = EventDispatcher(self._output, view, self, on_output.flush_due)
         self._attempt_of: dict[Any, int] = {}
@@ -248,7 +248,7 @@ class NodeEvents(WorkerListener, NodeHooks):
         authkey: the secret the workers authenticate with.
     """
 
-    def __init__(self, on_output: OutputPrinter, view: LaunchView, authkey: bytes) -> None:
+    def __init__(self, on_output: OutputSink, view: LaunchView, authkey: bytes) -> None:
         WorkerListener.__init__(self, authkey)
         NodeHooks.__init__(self, on_output, view)
         self.listen()

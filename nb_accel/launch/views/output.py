@@ -24,12 +24,22 @@ from typing import Protocol, cast
 from ..._messages import Output, Report
 from .view import LaunchView, NullView
 
-__all__ = ["FLUSH_INTERVAL_S", "MAX_SEGMENTS", "BarLine", "OutputPrinter"]
+__all__ = ["FLUSH_INTERVAL_S", "MAX_SEGMENTS", "BarLine", "OutputPrinter", "OutputSink"]
 
 #: Shortest time between two writes of held-back output (seconds).
 FLUSH_INTERVAL_S = 0.2
 #: Most runs of one stream in a batch (stdout, stderr, stdout, ... each becomes a message).
 MAX_SEGMENTS = 8
+
+
+class OutputSink(Protocol):
+    """Where workers' output goes: an :class:`OutputPrinter`, or what routes to one."""
+
+    def __call__(self, event: Output) -> None:
+        """Take one :class:`Output` event."""
+
+    def flush_due(self) -> float | None:
+        """Write held-back output when due; the seconds until more is due (``None``: none)."""
 
 
 class BarLine(Protocol):

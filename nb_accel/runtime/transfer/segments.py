@@ -18,11 +18,13 @@ from collections.abc import Sequence
 from pickle import PickleBuffer
 
 __all__ = [
+    "INLINE_ENV",
     "SHARE_DIR_ENV",
     "SHARE_MIN_BYTES",
     "Span",
     "map_segment",
     "remove_segment",
+    "segment_dir",
     "share_dir",
     "shared_root",
     "write_segment",
@@ -36,6 +38,10 @@ SHM_ROOT = "/dev/shm"
 
 #: The environment variable that names, in a worker, the launch's folder for its segments.
 SHARE_DIR_ENV = "NB_ACCEL_SHARE_DIR"
+
+#: The environment variable that, set to ``"1"`` in a worker, has its big buffers travel inside
+#: its messages: its kernel runs on another machine and cannot map this one's files.
+INLINE_ENV = "NB_ACCEL_INLINE_BUFFERS"
 
 #: Free space a segment leaves on its file system (a full ``/dev/shm`` breaks other programs).
 _SPARE_BYTES = 64 << 20
@@ -55,6 +61,14 @@ def shared_root() -> str:
 def share_dir() -> str | None:
     """The folder this worker writes its segments to (its launch's), or ``None``."""
     return os.environ.get(SHARE_DIR_ENV) or None
+
+
+def segment_dir() -> str | None:
+    """Where this worker writes the segments of what it sends its kernel: its launch's folder,
+    or ``None`` when its kernel is on another machine (:data:`INLINE_ENV`)."""
+    if os.environ.get(INLINE_ENV) == "1":
+        return None
+    return share_dir()
 
 
 def _layout(buffers: Sequence[PickleBuffer]) -> tuple[list[Span], int]:

@@ -31,7 +31,7 @@ from ..transfer.pickling import (
     pickle_sharing,
     storage_reduction,
 )
-from ..transfer.segments import share_dir
+from ..transfer.segments import segment_dir
 from ..tree import recursively_apply
 
 __all__ = [
@@ -179,7 +179,7 @@ def dumps_result(value: Any, shared: bool = True) -> bytes:
         pickled.load()  # its big buffers are this process's own: no copy
     except Exception:  # noqa: BLE001 - by value instead
         pickled = pickle_sharing(value, _CpuCloudPickler)
-    return pickled.seal(share_dir() if shared else None)
+    return pickled.seal(segment_dir() if shared else None)
 
 
 def _leaf_to_cpu(value: Any) -> Any:

@@ -1,0 +1,306 @@
+"""The kernel's side of a launch's node processes, one per host: started over the host's
+transport, greeted, checked against the kernel's versions, given their jobs, read, and stopped.
+
+Both the one-call launch (:class:`~.launcher.HostsLauncher`) and a pool spread over hosts
+(:class:`~.pool_ranks.HostRanks`) drive their hosts through :class:`HostNodes`; what they do
+with the workers' events is theirs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import shutil
+import signal
+import subprocess
+import threading
+import time
+from multiprocessing.connection import Connection, wait
+from typing import Any
+
+from ..._messages import CellDone, Event, Failure, decode
+from ...errors import LaunchError, WorkerFailure
+from ...runtime.transfer.segments import INLINE_ENV
+from ...runtime.workers.node_worker import global_rank
+from ..failures.verdict import died_failure
+from ..launchers.dispatch import TICK_S
+from ..multinode.nodes import NodePlan
+from ..plan import LaunchPlan
+from ..workers import worker_env
+from .plan import HostPlan
+from .protocol import (
+    AgentEnded,
+    Forwarded,
+    Hello,
+    NodeJob,
+    StopNode,
+    Versions,
+    local_versions,
+    receive,
+    send,
+)
+
+__all__ = ["HELLO_WAIT_S", "STOP_GRACE_S", "HostNodes", "NodeChannel"]
+
+#: How long a host may take to say hello after its connection is made (it imports torch).
+HELLO_WAIT_S = 120.0
+#: How long stopped hosts are given to end their workers before their channels are cut.
+STOP_GRACE_S = 2.0
+#: Exit codes of workers their agent stopped (SIGTERM) after another failure: not causes.
+_STOPPED_CODES = (-signal.SIGTERM, 128 + signal.SIGTERM)
+
+
+def _dying_with_the_kernel(command: list[str]) -> list[str]:
+    """``command`` run so that it is killed when the kernel dies (util-linux's ``setpriv
+    --pdeathsig``, kept across ``exec``), which ends the channel, which stops the host's node
+    and its workers; as it is where ``setpriv`` is missing."""
+    setpriv = shutil.which("setpriv")
+    return [setpriv, "--pdeathsig", "KILL", "--", *command] if setpriv else command
+
+
+class NodeChannel:
+    """The kernel's end of one host's node process.
+
+    Attributes:
+        index: the host's number (its node rank).
+        host: the host as the user named it.
+        hello: what the node said first (``None`` until then).
+        ended: how its agent ended (``None`` until it says).
+        open: whether its channel is still open.
+    """
+
+    def __init__(self, index: int, host: str, command: list[str]) -> None:
+        self.index = index
+        self.host = host
+        self.process = subprocess.Popen(
+            command,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            start_new_session=True,  # the kernel's interrupt is the kernel's to pass on
+        )
+        assert self.process.stdin and self.process.stdout and self.process.stderr
+        self.reader = Connection(os.dup(self.process.stdout.fileno()), writable=False)
+        self.writer = Connection(os.dup(self.process.stdin.fileno()), readable=False)
+        self._stderr: list[str] = []
+        self._errors = threading.Thread(target=self._read_stderr, daemon=True)
+        self._errors.start()
+        self.hello: Hello | None = None
+        self.ended: AgentEnded | None = None
+        self.open = True
+
+    def _read_stderr(self) -> None:
+        assert self.process.stderr is not None
+        for line in iter(self.process.stderr.readline, b""):
+            self._stderr.append(line.decode(errors="replace"))
+            del self._stderr[:-40]
+
+    def stderr_tail(self) -> str:
+        """The last lines the node process (or the SSH client) wrote to its stderr."""
+        self._errors.join(1.0)
+        return "".join(self._stderr).strip()
+
+    def tell(self, message: Any) -> None:
+        """Send ``message`` to the node, unless its channel has gone."""
+        with contextlib.suppress(OSError, ValueError):
+            send(self.writer, message)
+
+    def messages(self) -> list[Any]:
+        """The messages waiting from the node (its :class:`AgentEnded` noted); at the end of
+        its channel, :attr:`open` turns false."""
+        found: list[Any] = []
+        try:
+            while self.reader.poll():
+                message = receive(self.reader)
+                if isinstance(message, AgentEnded):
+                    self.ended = message
+                found.append(message)
+        except (EOFError, OSError):
+            self.open = False
+        return found
+
+    def event(self, forwarded: Forwarded) -> Event:
+        """The worker event inside ``forwarded``; a failure (a pool command's too) names the
+        host as the user did."""
+        event = decode(forwarded.data)
+        if isinstance(event, Failure):
+            event = dataclasses.replace(event, host=self.host)
+        elif isinstance(event, CellDone) and event.failure is not None:
+            failure = dataclasses.replace(event.failure, host=self.host)
+            event = dataclasses.replace(event, failure=failure)
+        return event
+
+    def close(self) -> None:
+        """End the node process (its channel's end stops the node) and reap it."""
+        for conn in (self.writer, self.reader):
+            conn.close()
+        for stream in (self.process.stdin, self.process.stdout):
+            with contextlib.suppress(OSError):
+                stream.close()  # type: ignore[union-attr]
+        try:
+            self.process.wait(STOP_GRACE_S)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+        self._errors.join(5)
+        if self.process.stderr is not None:
+            self.process.stderr.close()
+
+
+class HostNodes:
+    """The node processes of one launch across ``hosts``, ``plan.num_processes`` ranks each.
+
+    Args:
+        plan: the launch's plan.
+        hosts: the hosts and how they are reached.
+    """
+
+    def __init__(self, plan: LaunchPlan, hosts: HostPlan) -> None:
+        self.plan = plan
+        self.hosts = hosts
+        self.nodes: list[NodeChannel] = []
+
+    def start(self, payload: bytes, max_restarts: int | None = None) -> None:
+        """Start every host's node process, check their versions, and send each its job with
+        ``payload`` (the pickled call); a :class:`LaunchError` naming the host when one cannot
+        take part (nothing started anywhere then)."""
+        transport = self.hosts.transport
+        for index, host in enumerate(self.hosts.hosts):
+            command = _dying_with_the_kernel(transport.command(host, self.hosts.python))
+            self.nodes.append(NodeChannel(index, host, command))
+        for node in self.nodes:
+            self._greet(node)
+        mismatched = self._mismatched(local_versions())
+        if mismatched:
+            raise LaunchError(mismatched)
+        first = self.nodes[0]
+        assert first.hello is not None
+        endpoint = f"{transport.address(first.host)}:{first.hello.free_port}"
+        # Big buffers travel inside the workers' messages: the kernel cannot map the hosts' files.
+        env = {**worker_env(self.plan, single_node=False), INLINE_ENV: "1"}
+        restarts = self.hosts.max_restarts if max_restarts is None else max_restarts
+        for node in self.nodes:
+            nodes = NodePlan(
+                num_nodes=len(self.nodes),
+                node_rank=node.index,
+                rdzv_endpoint=endpoint,
+                max_restarts=restarts,
+                rdzv_timeout=self.hosts.rdzv_timeout,
+            )
+            node.tell(NodeJob(self.plan, nodes, payload, env))
+
+    def _greet(self, node: NodeChannel) -> None:
+        """Read ``node``'s hello; a :class:`LaunchError` naming the host when none comes."""
+        deadline = time.monotonic() + HELLO_WAIT_S
+        while time.monotonic() < deadline:
+            if node.reader.poll(TICK_S):
+                try:
+                    data = receive(node.reader)
+                except (EOFError, OSError):
+                    break
+                if isinstance(data, dict):
+                    node.hello = Hello.from_dict(data)
+                    return
+                break
+            if node.process.poll() is not None and not node.reader.poll(0):
+                break
+        raise LaunchError(self._no_hello(node))
+
+    def _no_hello(self, node: NodeChannel) -> str:
+        """Why ``node`` never said hello, with what to do about it."""
+        try:
+            node.process.wait(5)
+        except subprocess.TimeoutExpired:
+            return (
+                f"host {node.host} did not answer within {HELLO_WAIT_S:g} s of connecting "
+                f"({self.hosts.transport.name}); is it overloaded?"
+            )
+        said = node.stderr_tail() or "nothing"
+        transport = self.hosts.transport
+        if transport.unreachable(node.process.returncode):
+            return (
+                f"host {node.host} could not be reached over {transport.name}: {said}. Check "
+                f"that `{transport.name} {node.host}` works from this machine without a "
+                "password prompt (keys or an agent), and the host name"
+            )
+        return (
+            f"nb_accel could not start on host {node.host} with {self.hosts.python} (exit code "
+            f"{node.process.returncode}): {said}. Install the kernel's versions of nb_accel and "
+            "torch there, or name the interpreter that has them"
+        )
+
+    def _mismatched(self, mine: Versions) -> str:
+        """The hosts whose versions differ from the kernel's, in words ("" when none)."""
+        lines = []
+        for node in self.nodes:
+            assert node.hello is not None
+            differences = node.hello.versions.differences(mine)
+            if differences:
+                lines.append(
+                    f"host {node.host} ({node.hello.executable}): " + ", ".join(differences)
+                )
+        if not lines:
+            return ""
+        return (
+            "the hosts must run the kernel's versions of Python, torch and nb_accel, and "
+            + ("these do not: " if len(lines) > 1 else "this one does not: ")
+            + "; ".join(lines)
+            + ". Install the same versions there (nothing was started)"
+        )
+
+    def readable(self, timeout: float | None) -> list[NodeChannel]:
+        """The open nodes with messages waiting (waiting up to ``timeout`` for one)."""
+        readers = {node.reader: node for node in self.nodes if node.open}
+        if not readers:
+            return []
+        return [readers[ready] for ready in wait(list(readers), timeout)]  # type: ignore[index]
+
+    def broken(self) -> list[NodeChannel]:
+        """The hosts that can no longer take part: the channel ended before the agent did
+        (the connection dropped), or the agent ended on a problem (the rendezvous)."""
+        return [
+            node
+            for node in self.nodes
+            if (not node.open and node.ended is None) or (node.ended and node.ended.problem)
+        ]
+
+    def deaths(
+        self, node: NodeChannel, reported: set[int], stderr_tail: dict[int, str]
+    ) -> list[WorkerFailure]:
+        """The failures of ``node``'s workers that died without reporting (not those in
+        ``reported``, nor those their agent stopped after another failure)."""
+        if node.ended is None:
+            return []
+        found = []
+        for local_rank, pid, exitcode in node.ended.died:
+            rank = global_rank(node.index, local_rank, self.plan.num_processes)
+            if rank in reported or exitcode in _STOPPED_CODES:
+                continue
+            last_words = stderr_tail.get(rank, "")
+            found.append(died_failure(rank, pid, exitcode, last_words, host=node.host))
+        return found
+
+    def problem(self, node: NodeChannel) -> str:
+        """What stopped ``node`` without a failure of its workers, in words."""
+        if node.ended is not None:
+            return f"host {node.host}: {node.ended.problem}"
+        said = node.stderr_tail() or "nothing on its stderr"
+        return (
+            f"the connection to host {node.host} ended while its workers ran (exit code "
+            f"{node.process.poll()}: {said}); the launch was stopped on every host"
+        )
+
+    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+        """Tell every host to stop, give them ``grace_s``, then cut their channels."""
+        for node in self.nodes:
+            if node.open:
+                node.tell(StopNode())
+        deadline = time.monotonic() + grace_s
+        for node in self.nodes:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                node.process.wait(max(deadline - time.monotonic(), 0.0))
+        for node in self.nodes:
+            node.close()
+        self.nodes = []

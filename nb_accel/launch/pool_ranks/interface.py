@@ -1,0 +1,140 @@
+"""The pool's ranks, wherever they run: what :class:`~nb_accel.launch.pool.WorkerPool` needs
+from them to send commands, hear the replies, interrupt, look inside and stop.
+
+The pool decides what to send and when (commands, releases, settling after a failure); a
+:class:`PoolRanks` carries it to the ranks and their events back: over pipes to processes of
+this machine, or through each host's node process.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ..._messages import CellDone, Event, Output
+from ...runtime.transfer.pickling import Pickled
+from ..failures.whereabouts import RankStack
+from ..launchers.dispatch import EventDispatcher
+from ..views.output import OutputPrinter
+from ..views.view import LaunchView
+
+__all__ = ["CellOutput", "PoolRanks", "RankStatus"]
+
+
+@dataclass(frozen=True)
+class RankStatus:
+    """One rank of a pool, as ``%distributed status`` shows it.
+
+    Attributes:
+        rank: the rank.
+        pid: its process id (on its host).
+        alive: whether it runs.
+        device: its device (``cpu``, ``cuda:0``).
+        memory_mb: its resident memory (``None``: unknown).
+        host: the host it runs on (``""``: this machine).
+    """
+
+    rank: int
+    pid: int
+    alive: bool
+    device: str
+    memory_mb: float | None
+    host: str = ""
+
+
+class CellOutput:
+    """Where the workers' output goes: the current command's printer, for the one rank shown
+    (every rank's when :attr:`shown` is ``None``)."""
+
+    def __init__(self) -> None:
+        #: Writes the output of the current command.
+        self.printer = OutputPrinter(1)
+        #: The one rank whose output is shown (``None``: every rank's).
+        self.shown: int | None = None
+
+    def __call__(self, event: Output) -> None:
+        """Write ``event`` if its rank is shown."""
+        if self.shown is None or event.rank == self.shown:
+            self.printer(event)
+
+    def flush_due(self) -> float | None:
+        """See :meth:`OutputPrinter.flush_due`."""
+        return self.printer.flush_due()
+
+
+class PoolRanks(ABC):
+    """A started pool's ranks and their events.
+
+    Attributes:
+        output: where the workers' output goes.
+        events: the dispatcher of the workers' events (failures outside a command, progress).
+        cell: the number of the current command.
+        done: the current command's replies, by rank.
+        place_of: names a rank's host for output prefixes (``None``: every rank is local).
+    """
+
+    output: CellOutput
+    events: EventDispatcher
+    cell: int
+    done: dict[int, CellDone]
+    place_of: Callable[[int], str] | None = None
+
+    def take_reply(self, event: Event) -> None:
+        """Keep ``event`` if it is a reply to the current command."""
+        if isinstance(event, CellDone) and event.cell == self.cell:
+            self.done[event.rank] = event
+            if event.failure is None:
+                self.events.view.returned(event.rank)
+
+    @abstractmethod
+    def send(self, rank: int, data: bytes) -> None:
+        """Write ``data`` (one pickled message) to ``rank``; ``OSError`` when it is gone."""
+
+    @abstractmethod
+    def interrupt(self, rank: int) -> None:
+        """Send ``rank`` the kernel's interrupt (SIGINT)."""
+
+    @abstractmethod
+    def alive(self, rank: int) -> bool:
+        """Whether ``rank`` still runs (as far as the kernel has heard)."""
+
+    @abstractmethod
+    def note_exits(self) -> None:
+        """Notice ranks that have ended since the last command (killed between cells)."""
+
+    @abstractmethod
+    def dead_ranks(self) -> list[int]:
+        """Ranks that have ended (or reported a failure outside a command)."""
+
+    @abstractmethod
+    def watch(self, view: LaunchView | None, timeout: float | None) -> None:
+        """Wait for events (or ``timeout``) and handle them, telling ``view``."""
+
+    @abstractmethod
+    def stacks(self, ranks: list[int], collectives: bool) -> dict[int, RankStack]:
+        """Where each of ``ranks`` is (and its last collective, with ``collectives``); ranks
+        that cannot say within a second are left out."""
+
+    @abstractmethod
+    def abort_collectives(self, ranks: list[int]) -> None:
+        """Have ``ranks`` abort the collective they wait in (NCCL; see
+        :func:`~nb_accel.launch.failures.whereabouts.abort_collectives`)."""
+
+    @abstractmethod
+    def status(self) -> list[RankStatus]:
+        """Every rank's :class:`RankStatus`."""
+
+    @abstractmethod
+    def died(self, world_size: int, timeout_s: float) -> BaseException:
+        """The exception that says which ranks died, and how."""
+
+    @abstractmethod
+    def seal(self, pickled: Pickled) -> bytes:
+        """The bytes of ``pickled`` that reach every rank (big buffers shared where the ranks
+        can map them)."""
+
+    @abstractmethod
+    def stop(self, graceful: bool) -> None:
+        """Stop every rank (they were sent ``Stop``; with ``graceful`` they get time to end
+        on their own) and release what the ranks hold."""

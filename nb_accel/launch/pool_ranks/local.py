@@ -1,0 +1,149 @@
+"""A pool's ranks on this machine: worker processes the kernel started, one pipe each.
+
+Commands go down each worker's event connection and the kernel's interrupt is a SIGINT; the
+workers' stacks and big buffers go through the pool's folder (in ``/dev/shm``), which every
+rank maps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+
+from ..._messages import Event
+from ...runtime.transfer.pickling import Pickled
+from ...runtime.workers.pool_worker import serve
+from ..failures.whereabouts import RankStack, abort_collectives, take_stacks
+from ..payload import launch_payload
+from ..plan import LaunchPlan
+from ..processes import WorkerProcess, multiprocessing_helpers, resident_mb
+from ..scratch import make_scratch_dir
+from ..supervisor import WorkerGroup
+from ..views.view import LaunchView
+from ..workers import start_workers
+from .interface import CellOutput, PoolRanks, RankStatus
+
+__all__ = ["LocalRanks", "start_local_ranks"]
+
+
+class LocalRanks(WorkerGroup, PoolRanks):
+    """The pool's worker processes on this machine.
+
+    Args:
+        workers: the started workers, in rank order.
+        plan: the pool's plan.
+        folder: the pool's folder (its store, stacks and shared buffers).
+        helpers: what the start method holds open (closed when the ranks stop).
+    """
+
+    def __init__(
+        self,
+        workers: list[WorkerProcess],
+        plan: LaunchPlan,
+        folder: str,
+        helpers: contextlib.ExitStack,
+    ) -> None:
+        self.output = CellOutput()
+        super().__init__(workers, self.output, plan.timeout_s, flush_output=self.output.flush_due)
+        self._plan = plan
+        self._store = folder
+        self._helpers = helpers
+        self.done = {}
+        self.cell = -1
+
+    def other(self, event: Event, sender: object) -> None:
+        """Keep the current command's replies."""
+        self.take_reply(event)
+
+    def _drain(self, worker: WorkerProcess) -> None:
+        """Read ``worker``'s waiting events with SIGINT held back: an interrupt must not land in
+        the middle of a message (the rest would be read as the next one)."""
+        held = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        try:
+            super()._drain(worker)
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    def send(self, rank: int, data: bytes) -> None:
+        """Write ``data`` to ``rank``'s connection."""
+        self.workers[rank].conn.send_bytes(data)
+
+    def interrupt(self, rank: int) -> None:
+        """SIGINT to ``rank``'s process."""
+        with contextlib.suppress(OSError):
+            os.kill(self.workers[rank].pid, signal.SIGINT)
+
+    def alive(self, rank: int) -> bool:
+        """Whether ``rank``'s process runs."""
+        return self.workers[rank].poll() is None
+
+    def note_exits(self) -> None:
+        """Notice workers that have exited since the last command (e.g. killed between cells)."""
+        for worker in self.workers:
+            if worker.rank not in self._exited and worker.poll() is not None:
+                self._note_exit(worker)
+
+    def dead_ranks(self) -> list[int]:
+        """Ranks whose worker has exited (or reported a failure outside a command)."""
+        return sorted(self._failures.ranks | self._exited)
+
+    def watch(self, view: LaunchView | None, timeout: float | None) -> None:
+        """Wait for events (or ``timeout``) and handle them."""
+        self.events.set_view(view)
+        self._watch_once(timeout)
+
+    def stacks(self, ranks: list[int], collectives: bool) -> dict[int, RankStack]:
+        """Every rank's stacks, from the pool's folder."""
+        pids = {r: self.workers[r].pid for r in ranks if self.workers[r].poll() is None}
+        return take_stacks(self._store, pids, collectives=collectives)
+
+    def abort_collectives(self, ranks: list[int]) -> None:
+        """Through the pool's folder."""
+        abort_collectives(self._store, ranks)
+
+    def status(self) -> list[RankStatus]:
+        """Pid, liveness, device and resident memory of every worker."""
+        cpu = self._plan.device_type == "cpu"
+        return [
+            RankStatus(
+                rank=w.rank,
+                pid=w.pid,
+                alive=w.poll() is None,
+                device="cpu" if cpu else f"cuda:{w.rank}",
+                memory_mb=resident_mb(w.pid) if w.poll() is None else None,
+            )
+            for w in self.workers
+        ]
+
+    def died(self, world_size: int, timeout_s: float) -> BaseException:
+        """The dead ranks' failures, as one exception."""
+        return self._failures.exception(world_size, {}, timeout_s)
+
+    def seal(self, pickled: Pickled) -> bytes:
+        """Big buffers written once into the pool's folder."""
+        return pickled.seal(self._store)
+
+    def stop(self, graceful: bool = False) -> None:
+        """Stop and reap every worker, then remove the pool's folder."""
+        try:
+            super().stop(graceful=graceful)
+        finally:
+            shutil.rmtree(self._store, ignore_errors=True)
+            self._helpers.close()
+
+
+def start_local_ranks(plan: LaunchPlan) -> LocalRanks:
+    """Start ``plan.num_processes`` workers serving the pool's commands on this machine."""
+    helpers = contextlib.ExitStack()
+    helpers.enter_context(multiprocessing_helpers(plan.start_method))
+    folder = make_scratch_dir("pool")
+    workers: list[WorkerProcess] = []
+    try:
+        payload = launch_payload(serve, (), {}, plan.start_method == "fork")
+        start_workers(plan, folder, payload, workers)
+    except BaseException:
+        LocalRanks(workers, plan, folder, helpers).stop()
+        raise
+    return LocalRanks(workers, plan, folder, helpers)
