@@ -48,7 +48,8 @@ def _hosts_view(
     """The view of a launch across ``hosts``: a row for every rank."""
     world = len(hosts.hosts) * plan.num_processes
     title = plan.describe(world_size=world) + " " + hosts.describe(plan.num_processes)
-    return make_view(title, world, show_progress, all_ranks_metrics)
+    places = hosts.rank_hosts(plan.num_processes)
+    return make_view(title, world, show_progress, all_ranks_metrics, hosts=places)
 
 
 def _launcher(

@@ -124,6 +124,11 @@ class WorkerPool(Launcher):
         return text
 
     @property
+    def rank_hosts(self) -> list[str] | None:
+        """Each rank's host, in rank order (``None``: every rank runs on this machine)."""
+        return None if self.hosts is None else self.hosts.rank_hosts(self.plan.num_processes)
+
+    @property
     def running(self) -> bool:
         """True while the workers are up (started, not stopped, none dead)."""
         return self._group is not None and not self._group.dead_ranks()

@@ -8,6 +8,8 @@ widget is actually made.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from .. import _env
 from ..launch.views.view import LaunchView
 
@@ -15,10 +17,15 @@ __all__ = ["notebook_view"]
 
 
 def notebook_view(
-    title: str, world_size: int, all_ranks_metrics: bool, first_rank: int = 0
+    title: str,
+    world_size: int,
+    all_ranks_metrics: bool,
+    first_rank: int = 0,
+    hosts: Sequence[str] | None = None,
 ) -> LaunchView | None:
     """A displayed :class:`~nb_accel.notebook.progress_widget.ProgressWidget` in a Jupyter
-    kernel, else ``None`` (``first_rank``: the first row's rank, on a later node)."""
+    kernel, else ``None`` (``first_rank``: the first row's rank, on a later node; ``hosts``:
+    each rank's machine, in a launch across hosts)."""
     if not _env.in_notebook():
         return None
     try:
@@ -28,7 +35,7 @@ def notebook_view(
     except ImportError:  # ipywidgets missing: the text view will do
         return None
     view = ProgressWidget(
-        title, world_size, all_ranks_metrics=all_ranks_metrics, first_rank=first_rank
+        title, world_size, all_ranks_metrics=all_ranks_metrics, first_rank=first_rank, hosts=hosts
     )
     display(view.widget)
     return view

@@ -24,7 +24,7 @@ import functools
 import re
 import sys
 import textwrap
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import cloudpickle
@@ -50,8 +50,15 @@ __all__ = [
 class _CellView:
     """A launch view that appears in the cell only once a rank reports progress or metrics."""
 
-    def __init__(self, title: str, world_size: int, all_ranks_metrics: bool) -> None:
+    def __init__(
+        self,
+        title: str,
+        world_size: int,
+        all_ranks_metrics: bool,
+        hosts: Sequence[str] | None = None,
+    ) -> None:
         self._args = (title, world_size, all_ranks_metrics)
+        self._hosts = hosts
         self._view: LaunchView | None = None
         self._started: list[tuple[int, int]] = []
 
@@ -62,7 +69,7 @@ class _CellView:
     def report(self, event: Report) -> None:
         """Make (and display) the view on the first report."""
         if self._view is None:
-            self._view = notebook_view(*self._args)
+            self._view = notebook_view(*self._args, hosts=self._hosts)
             if self._view is None:
                 return
             for rank in range(self._args[1]):
@@ -330,7 +337,7 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         ranks = _ranks(args.ranks)
         shown = min(ranks) if ranks else 0  # the rank whose value is the cell's result
         title = "%%distributed on " + pool.describe()
-        view = _CellView(title, pool.world_size, bool(args.all_ranks))
+        view = _CellView(title, pool.world_size, bool(args.all_ranks), pool.rank_hosts)
         ok = False
         try:
             done = pool.execute(

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import html
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import ipywidgets
@@ -101,6 +101,23 @@ class RestLine:
         set_changed(self.note.style, text_color=COLORS[rest.note_color])
 
 
+def _grouped(boxes: list[Any], hosts: Sequence[str], first_rank: int, collapsed: bool) -> list[Any]:
+    """The rows' boxes, each host's under a line with its name (with ranks on more than one
+    host and a row for every rank); else as they are."""
+    if collapsed or len(set(hosts)) < 2:
+        return boxes
+    grouped: list[Any] = []
+    for index, box in enumerate(boxes):
+        host = hosts[index]
+        if index == 0 or hosts[index - 1] != host:
+            count = hosts[index:].count(host)
+            ranks = rank_list(range(first_rank + index, first_rank + index + count))
+            line = f"<b>{html.escape(host)}</b> <span style='opacity:0.7'>· {ranks}</span>"
+            grouped.append(ipywidgets.HTML(line, layout=ipywidgets.Layout(margin="4px 0 0 0")))
+        grouped.append(box)
+    return grouped
+
+
 class ProgressWidget:
     """The notebook view of a launch (a :class:`~nb_accel.launch.views.view.LaunchView`).
 
@@ -121,10 +138,12 @@ class ProgressWidget:
         stall_after_s: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         first_rank: int = 0,
+        hosts: Sequence[str] | None = None,
     ) -> None:
         """Build the widgets: the header, and the rows in the "starting" state
         (``first_rank``: the number of the first rank, on a later node of a multi-node
-        launch; ranks are still addressed from 0)."""
+        launch; ranks are still addressed from 0). ``hosts`` names each rank's machine in a
+        launch across hosts: the rows are grouped under each host's name."""
         self.title = title
         self.world_size = world_size
         self.stall_after_s = stall_after_s if stall_after_s is not None else default_stall_after_s()
@@ -134,7 +153,8 @@ class ProgressWidget:
         self._state = RUNNING
         self._progress = ProgressClock(world_size, self._started_at)
         #: What is known of each rank, by rank (counted from 0 on this node).
-        self.ranks = [RankState(first_rank + index) for index in range(world_size)]
+        places = list(hosts) if hosts is not None else [""] * world_size
+        self.ranks = [RankState(first_rank + i, places[i]) for i in range(world_size)]
         self.collapsed = world_size > MAX_ROWS
         detailed = world_size <= DETAILED_UP_TO
         shown = COLLAPSED_ROWS if self.collapsed else world_size
@@ -149,7 +169,8 @@ class ProgressWidget:
         self.notes = ipywidgets.HTML(layout=ipywidgets.Layout(width="100%"))
         self._note_lines: list[str] = []
         self.chart = MetricsChart(all_ranks_metrics, clock)
-        boxes = [row.box for row in self.rows] + ([self.rest.box] if self.rest else [])
+        boxes = _grouped([row.box for row in self.rows], places, first_rank, self.collapsed)
+        boxes += [self.rest.box] if self.rest else []
         self._rows_box = ipywidgets.VBox(boxes)
         #: The root widget to display.
         self.widget = LaunchBox(

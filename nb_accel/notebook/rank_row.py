@@ -84,9 +84,11 @@ class RankState:
     failure's first line or the reason the rank was stopped.
     """
 
-    def __init__(self, rank: int) -> None:
-        """A rank in the "starting" state."""
+    def __init__(self, rank: int, host: str = "") -> None:
+        """A rank in the "starting" state (on ``host``, in a launch across hosts)."""
         self.rank = rank
+        #: The machine the rank runs on, in a launch across hosts (``""``: this one).
+        self.host = host
         self.status = STARTING
         self.pid: int | None = None
         self.summary = ""
@@ -253,7 +255,7 @@ class RankRow:
         state = self.state
         main = state.main_bar()
         inner = [s for s in state.bars.values() if s is not main]
-        set_changed(self.label, value=f"rank {state.rank}")
+        set_changed(self.label, value=f"rank {state.rank}", tooltip=state.host or None)
         self._show_bar(self.line, main, True, "" if self.detailed else _inner_text(inner))
         note, color = state.note()
         set_changed(self.note, value=note, tooltip=state.tooltip())

@@ -612,3 +612,20 @@ def test_rank_lists_join_runs() -> None:
     assert rank_list([3]) == "rank 3"
     assert rank_list([9, 0, 2, 3, 4, 5]) == "ranks 0, 2-5, 9"
     assert rank_list([1, 2]) == "ranks 1, 2"
+
+
+def test_rows_of_a_launch_across_hosts_are_grouped_under_each_host() -> None:
+    view = ProgressWidget("t", 4, hosts=["node0", "node0", "node1", "node1"])
+    children = view._rows_box.children
+    headers = [c.value for c in children if isinstance(c, ipywidgets.HTML)]
+    assert len(children) == 6 and len(headers) == 2, children
+    assert "node0" in headers[0] and "ranks 0, 1" in headers[0], headers
+    assert "node1" in headers[1] and "ranks 2, 3" in headers[1], headers
+    assert children[2] is view.rows[1].box and children[3].value == headers[1]  # in rank order
+    assert [row.label.tooltip for row in view.rows] == ["node0", "node0", "node1", "node1"]
+
+
+def test_rows_of_one_machine_have_no_host_lines() -> None:
+    for hosts in (None, ["node0", "node0"]):
+        view = ProgressWidget("t", 2, hosts=hosts)
+        assert list(view._rows_box.children) == [row.box for row in view.rows]

@@ -122,3 +122,12 @@ def test_the_threshold_comes_from_the_environment(monkeypatch: pytest.MonkeyPatc
     for wrong in ("", "soon", "-1", "nan", "inf"):
         monkeypatch.setenv(STALL_AFTER_ENV, wrong)
         assert stall_after_s() == STALL_AFTER_S
+
+
+def test_lines_name_the_host_of_a_rank_in_a_launch_across_hosts() -> None:
+    stream = io.StringIO()
+    view = TextView(4, stream=stream, hosts=["node0", "node0", "node1", "node1"])
+    view.failed(3, "KeyError: 'x'")
+    view.stopped(1, "rank 3 failed")
+    assert "rank 3 (node1) failed: KeyError: 'x'" in stream.getvalue()
+    assert "rank 1 (node0) stopped (rank 3 failed)" in stream.getvalue()

@@ -100,3 +100,20 @@ def test_loading_in_the_pickling_process_uses_the_original_memory() -> None:
     loaded = pickle_sharing(value).load()
     assert loaded["weights"].data_ptr() == value["weights"].data_ptr()
     _check(loaded, value)
+
+
+def test_a_worker_whose_kernel_is_elsewhere_sends_its_big_buffers_inline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nb_accel.runtime.workers.returns import dumps_result
+
+    big = torch.arange(BIG, dtype=torch.float32)
+    monkeypatch.setenv(segments.SHARE_DIR_ENV, str(tmp_path))
+    shared = dumps_result(big)
+    assert segment_of(shared) is not None  # the kernel on this machine maps it
+    assert loads(shared, consume=True).equal(big)
+    monkeypatch.setenv(segments.INLINE_ENV, "1")  # as the workers on other hosts have it
+    inline = dumps_result(big)
+    assert segment_of(inline) is None
+    assert list(tmp_path.iterdir()) == []  # nothing written for a kernel that cannot map it
+    assert loads(inline).equal(big)

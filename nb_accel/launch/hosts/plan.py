@@ -32,6 +32,10 @@ class HostPlan:
     rdzv_timeout: float = 900.0
     max_restarts: int = 0
 
+    def rank_hosts(self, per_host: int) -> list[str]:
+        """Each rank's host, in rank order, with ``per_host`` ranks on each."""
+        return [host for host in self.hosts for _ in range(per_host)]
+
     def describe(self, per_host: int) -> str:
         """E.g. ``"on each of 2 hosts over ssh (node1, node2), 4 ranks"``."""
         count, names = len(self.hosts), ", ".join(self.hosts)

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import TextIO
 
 from tqdm.std import tqdm as std_tqdm
@@ -42,6 +42,7 @@ class TextView:
         clock: time source (seconds).
         stall_after_s: a rank whose bars have not moved for this long is reported as stalled,
             once (default: :func:`~nb_accel.launch.views.stall.stall_after_s`).
+        hosts: each rank's machine, in a launch across hosts (its lines name it).
     """
 
     def __init__(
@@ -52,9 +53,11 @@ class TextView:
         clock: Callable[[], float] = time.monotonic,
         first_rank: int = 0,
         stall_after_s: float | None = None,
+        hosts: Sequence[str] | None = None,
     ) -> None:
         self.world_size = world_size
         self.first_rank = first_rank
+        self._hosts = list(hosts) if hosts is not None else None
         self._stream = stream if stream is not None else sys.stderr
         isatty = getattr(self._stream, "isatty", None)
         self._tty = bool(isatty()) if callable(isatty) else False
@@ -69,6 +72,13 @@ class TextView:
         self._progress = ProgressClock(world_size, clock())
         self._stall_after = stall_after_s if stall_after_s is not None else default_stall_after()
         self._stall_noted: set[int] = set()
+
+    def _name(self, rank: int) -> str:
+        """``"rank 3"``, or ``"rank 3 (node1)"`` in a launch across hosts."""
+        name = f"rank {self.first_rank + rank}"
+        if self._hosts is not None and 0 <= rank < len(self._hosts):
+            name += f" ({self._hosts[rank]})"
+        return name
 
     def started(self, rank: int, pid: int) -> None:
         """Nothing to show; the rank's stall clock starts."""
@@ -155,7 +165,7 @@ class TextView:
         if moved and event.rank in self._stall_noted:
             self._stall_noted.discard(event.rank)
             self._end_line()
-            self._write(f"rank {self.first_rank + event.rank} is making progress again\n")
+            self._write(f"{self._name(event.rank)} is making progress again\n")
         if event.rank != 0:
             return
         finished_one = False
@@ -173,7 +183,7 @@ class TextView:
         """A line for the failure, at once."""
         self._progress.ended(rank)
         self._end_line()
-        self._write(f"rank {self.first_rank + rank} failed: {summary}\n")
+        self._write(f"{self._name(rank)} failed: {summary}\n")
 
     def returned(self, rank: int) -> None:
         """A finished rank is never reported as stalled."""
@@ -183,7 +193,7 @@ class TextView:
         """A line saying the rank stopped because of another's failure."""
         self._progress.ended(rank)
         self._end_line()
-        self._write(f"rank {self.first_rank + rank} stopped ({reason})\n")
+        self._write(f"{self._name(rank)} stopped ({reason})\n")
 
     def tick(self) -> None:
         """Note, once, a rank whose bars have not moved for too long (until they move again)."""
@@ -196,7 +206,7 @@ class TextView:
             place = locate_stalled(rank)
             self._end_line()
             self._write(
-                f"rank {self.first_rank + rank} has made no progress for {silent:.0f} s"
+                f"{self._name(rank)} has made no progress for {silent:.0f} s"
                 f"{', ' + place.summary if place else ''}\n"
             )
 
