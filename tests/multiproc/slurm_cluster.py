@@ -106,10 +106,14 @@ class SlurmCluster(BridgedMachines):
             command, env=self.env, capture_output=True, text=True, timeout=timeout, check=False
         )
 
-    def start_in_allocation(self, script: Path, *args: str) -> subprocess.Popen[str]:
-        """Start ``python script args`` inside ``salloc``; the caller waits for it."""
+    def start_in_allocation(
+        self, script: Path, *args: str, capture: bool = False
+    ) -> subprocess.Popen[str]:
+        """Start ``python script args`` inside ``salloc``; the caller waits for it (and reads
+        its output, with ``capture``)."""
         command = ["salloc", f"--nodes={len(self.hosts)}", sys.executable, str(script), *args]
-        return subprocess.Popen(command, env=self.env, text=True)
+        pipe = subprocess.PIPE if capture else None
+        return subprocess.Popen(command, env=self.env, text=True, stdout=pipe, stderr=pipe)
 
 
 def _free_port() -> int:

@@ -1,11 +1,13 @@
 """Launches across the nodes of a SLURM allocation (``hosts="slurm"``): a real cluster on one
 machine (``slurmctld``, a ``slurmd`` per network namespace, ``munge``); the kernel runs inside
 ``salloc -N 2`` and starts a node process on each node with ``srun``. Results in rank order,
-a failure naming its node, nothing left on the nodes after the kernel dies."""
+a failure naming its node, a killed rank, an interrupt, a pool spread over the nodes; nothing
+left on the nodes after any of them, nor after the kernel dies."""
 
 from __future__ import annotations
 
 import json
+import re
 import time
 from pathlib import Path
 
@@ -99,3 +101,108 @@ def test_a_kernel_that_dies_leaves_nothing_on_the_nodes(
     # SLURM kills a dead srun's tasks outright: their scratch folders stay until the next
     # launch on the node, or until removed (the machines share this filesystem)
     remove_orphaned_scratch_dirs()
+
+
+#: A kernel for the other cases (``sys.argv[1]``): a rank killed, an interrupt, a pool. The
+#: outcome is printed as JSON; the kernel then waits, inside its allocation, until the test
+#: has looked at the nodes (the file ``checked`` in ``sys.argv[2]``).
+CASES = """
+import json, os, signal, sys, threading, time
+from pathlib import Path
+from nb_accel import notebook_launcher
+
+case, folder = sys.argv[1], Path(sys.argv[2])
+
+def killed_on_rank_two():
+    import torch.distributed as dist
+    if dist.get_rank() == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+
+def waits(folder):
+    import torch.distributed as dist
+    Path(folder, f"rank{dist.get_rank()}").touch()
+    threading.Event().wait(600)
+
+def interrupt_once_every_rank_waits():
+    while not all((folder / f"rank{rank}").exists() for rank in range(4)):
+        time.sleep(0.05)  # polling for the ranks' marks
+    os.kill(os.getpid(), signal.SIGINT)
+
+def pool():
+    from nb_accel.launch.pool import WorkerPool, load_value
+    workers = WorkerPool(2, cpu=True, hosts="slurm")
+    workers.start()
+    try:
+        code = "import torch, torch.distributed as dist\\nt = torch.ones(1)\\ndist.all_reduce(t)\\n"
+        done = workers.execute(code + "(rank, t.item())", want_value=True)
+        try:
+            workers.execute("if rank == 3:\\n    raise KeyError('on rank 3')\\ndist.barrier()")
+        except KeyError as error:
+            failure = error.__notes__
+        return {
+            "results": [load_value(reply) for _, reply in sorted(done.items())],
+            "hosts": [status.host for status in workers.status()],
+            "failure": failure,
+        }
+    finally:
+        workers.stop()
+
+try:
+    if case == "kill":
+        notebook_launcher(killed_on_rank_two, num_processes=2, cpu=True, hosts="slurm")
+    elif case == "interrupt":
+        threading.Thread(target=interrupt_once_every_rank_waits, daemon=True).start()
+        notebook_launcher(waits, (str(folder),), num_processes=2, cpu=True, hosts="slurm")
+    else:
+        print("OUTCOME", json.dumps(pool()), flush=True)
+except BaseException as error:
+    print("OUTCOME", json.dumps({"type": type(error).__name__, "error": str(error)}), flush=True)
+(folder / "outcome").touch()
+while not (folder / "checked").exists():
+    time.sleep(0.05)  # polling for the test's word
+"""
+
+
+def _case(cluster: SlurmCluster, tmp_path: Path, case: str) -> tuple[dict[str, object], list[str]]:
+    """Run ``case`` in a kernel inside an allocation: its outcome, and what ran on the nodes
+    once the kernel had its outcome (still inside the allocation)."""
+    script = tmp_path / "cases.py"
+    script.write_text(CASES)
+    allocation = cluster.start_in_allocation(script, case, str(tmp_path), capture=True)
+    try:
+        deadline = time.monotonic() + 200
+        while not (tmp_path / "outcome").exists():
+            assert allocation.poll() is None and time.monotonic() < deadline, "no outcome"
+            time.sleep(0.05)  # polling for the kernel's mark
+        left = cluster.processes()
+        (tmp_path / "checked").touch()
+        out, err = allocation.communicate(timeout=60)
+    finally:
+        if allocation.poll() is None:
+            allocation.kill()
+            allocation.communicate()
+    lines = [line for line in out.splitlines() if line.startswith("OUTCOME ")]
+    assert lines, out + err
+    return json.loads(lines[-1].removeprefix("OUTCOME ")), left
+
+
+def test_a_killed_rank_is_named_with_its_node(cluster: SlurmCluster, tmp_path: Path) -> None:
+    outcome, left = _case(cluster, tmp_path, "kill")
+    assert outcome["type"] == "WorkerDiedError", outcome
+    assert re.search(r"rank 2 \(pid \d+ on sn1\) was killed by SIGKILL", str(outcome["error"]))
+    assert left == []
+
+
+def test_an_interrupt_leaves_nothing_on_the_nodes(cluster: SlurmCluster, tmp_path: Path) -> None:
+    outcome, left = _case(cluster, tmp_path, "interrupt")
+    assert outcome["type"] == "KeyboardInterrupt", outcome
+    assert left == []  # gone before the launch raised, while the allocation still runs
+
+
+def test_a_pool_spreads_over_the_allocation(cluster: SlurmCluster, tmp_path: Path) -> None:
+    outcome, left = _case(cluster, tmp_path, "pool")
+    assert outcome.get("results") == [[rank, 4.0] for rank in range(4)], outcome
+    assert outcome["hosts"] == ["sn0", "sn0", "sn1", "sn1"]
+    assert "Raised on rank 3 of 4 (host sn1)" in "\n".join(outcome["failure"])  # type: ignore[arg-type]
+    assert left == []
