@@ -12,6 +12,10 @@ server). Each round, alternating the order, times until every rank's result is b
 
 Then, from the kernel, the time until an exception raised at once on rank 3 is re-raised, and
 from an interrupt to the launch's end with nothing left on the hosts.
+
+Last, a ``%%distributed`` pool spread over the two hosts (``WorkerPool(2, hosts=[...])``): how
+long it takes to start, and what an empty cell costs on it against the same cell on a pool of
+four ranks on this machine (the baseline, measured in the same run).
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "multipro
 from ssh_hosts import SshMachines
 
 from nb_accel import notebook_launcher
+from nb_accel.launch.pool import WorkerPool
 
 BY_HAND = """
 import sys
@@ -136,10 +141,41 @@ def _interrupt(machines: SshMachines, folder: Path, round_: int) -> float:
     return time.perf_counter() - sent[0]
 
 
+def _empty_cells(pool: WorkerPool, count: int) -> float:
+    """The median seconds of ``count`` empty cells on ``pool``."""
+    times = []
+    for _ in range(count):
+        started = time.perf_counter()
+        pool.execute("pass")
+        times.append(time.perf_counter() - started)
+    return statistics.median(times)
+
+
+def _pools(machines: SshMachines, cells: int) -> tuple[float, float, float]:
+    """The start of a pool across the hosts, and an empty cell's median on it and on a pool
+    of four ranks here."""
+    started = time.perf_counter()
+    spread = WorkerPool(2, cpu=True, hosts=["node0", "node1"], ssh_config=machines.ssh_config)
+    spread.start()
+    start_s = time.perf_counter() - started
+    local = WorkerPool(4, cpu=True, hosts="local")  # whatever hosts are saved
+    local.start()
+    try:
+        here, there = [], []
+        for _ in range(3):  # alternating, so that neither gets the quieter moments
+            here.append(_empty_cells(local, cells))
+            there.append(_empty_cells(spread, cells))
+    finally:
+        spread.stop()
+        local.stop()
+    return start_s, statistics.median(there), statistics.median(here)
+
+
 def main() -> None:
     """Measure and print the table."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--cells", type=int, default=50)
     args = parser.parse_args()
     cleanups: list[Callable[[], None]] = []
     with tempfile.TemporaryDirectory() as folder:
@@ -158,6 +194,7 @@ def main() -> None:
                         kernel.append(_from_kernel(machines, summed))
                 failing.append(_from_kernel(machines, fails_at_once))
                 interrupts.append(_interrupt(machines, Path(folder), index))
+            pool_start, cell_there, cell_here = _pools(machines, args.cells)
         finally:
             for cleanup in reversed(cleanups):
                 cleanup()
@@ -173,9 +210,14 @@ def main() -> None:
             statistics.median(interrupts),
             "",
         ),
+        ("%%distributed pool over both hosts: start", pool_start, f"{pool_start / base:.2f}x"),
     ]
     for name, seconds, ratio in rows:
         print(f"{name:<58}  {seconds:8.3f}  {ratio}")
+    print(f"\nAn empty %%distributed cell, median of {args.cells} x 3, milliseconds")
+    print(f"{'pool of 4 ranks on this machine (baseline)':<58}  {cell_here * 1e3:8.3f}  1.00x")
+    ratio = f"{cell_there / cell_here:.2f}x"
+    print(f"{'pool of 2 + 2 ranks on two SSH hosts':<58}  {cell_there * 1e3:8.3f}  {ratio}")
 
 
 if __name__ == "__main__":

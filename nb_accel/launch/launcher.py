@@ -175,7 +175,7 @@ def notebook_launcher(
             rendezvous on the first host. The function and its arguments travel over the same
             channel (no shared filesystem is needed), and so does everything the workers
             report. The hosts must have the kernel's Python, torch and nb_accel versions
-            (checked first).
+            (checked first). ``"local"``: this machine only, whatever hosts are saved.
         ssh_config: an OpenSSH client configuration file for ``hosts`` (default: the user's
             own, ``~/.ssh/config``). Both take the saved configuration's when left out (unless
             ``num_nodes``, ``node_rank`` or ``rdzv_endpoint`` is given).

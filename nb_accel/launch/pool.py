@@ -91,7 +91,7 @@ class WorkerPool(Launcher):
             ssh_config = config.ssh_config if ssh_config is None else ssh_config
         #: The hosts the pool is spread over (``None``: this machine only).
         self.hosts: HostPlan | None = None
-        if hosts is not None:
+        if hosts is not None:  # "local": this machine, whatever is saved
             self.hosts = make_host_plan(hosts, ssh_config, NodePlan(), False, remote_python)
         self.plan: LaunchPlan = plan_with_defaults(
             num_processes,

@@ -146,7 +146,8 @@ def _ranks(text: str | None) -> list[int] | None:
 #: The help of ``--hosts``.
 _HOSTS_HELP = (
     "spread the pool over these machines, -n ranks on each: host names separated by commas, "
-    "or slurm for the nodes of this SLURM allocation (default: the saved hosts, if any)"
+    "slurm for the nodes of this SLURM allocation, or local for this machine only (default: "
+    "the saved hosts, if any)"
 )
 #: The help of ``--ssh-config``.
 _SSH_CONFIG_HELP = "an OpenSSH client configuration file for --hosts (default: your own)"
@@ -156,8 +157,8 @@ def _hosts(text: str | None) -> str | list[str] | None:
     """``--hosts``' value as ``WorkerPool`` takes it."""
     if text is None:
         return None
-    if text.strip() == "slurm":
-        return "slurm"
+    if text.strip() in ("slurm", "local"):
+        return text.strip()
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
         raise UsageError("--hosts takes host names separated by commas, or slurm")
@@ -297,7 +298,13 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             current = pool.hosts
             names = "local" if current is None else ",".join(current.hosts)
             wanted = hosts if isinstance(hosts, str) else ",".join(hosts)
-            if current is None or (wanted != "slurm" and tuple(hosts) != current.hosts):
+            if wanted == "local":
+                differs = current is not None
+            elif wanted == "slurm":
+                differs = current is None or current.transport.name != "srun"
+            else:
+                differs = current is None or tuple(hosts) != current.hosts
+            if differs:
                 raise UsageError(
                     f"the pool runs on {names}; %distributed restart --hosts {wanted} starts "
                     "one there"
@@ -391,6 +398,8 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             previous = self.pool.plan if self.pool is not None else None
             previous_hosts = self.pool.hosts if self.pool is not None else None
             self._stop()
+            if previous is not None and previous_hosts is None and args.hosts is None:
+                args.hosts = "local"  # where it ran, whatever hosts were saved since
             if previous_hosts is not None and args.hosts is None:
                 args.hosts = ",".join(previous_hosts.hosts)
                 if previous_hosts.transport.name == "srun":

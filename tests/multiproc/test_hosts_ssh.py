@@ -6,7 +6,6 @@ host named; after an interrupt or the kernel's death nothing is left on the host
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import signal
 import socket
@@ -192,11 +191,38 @@ def _launch_waiting(machines: SshMachines, folder: Path) -> None:
     )
 
 
+def _listening(machines: SshMachines) -> dict[str, list[str]]:
+    """Each host's listening TCP sockets (``address:port``), its ``sshd``'s left out."""
+    found: dict[str, list[str]] = {}
+    for host in machines.hosts:
+        done = subprocess.run(
+            ["ip", "netns", "exec", host.namespace, "ss", "-Hltn"],
+            capture_output=True,
+            text=True,
+            check=True,
+        )
+        local = [line.split()[3] for line in done.stdout.splitlines() if line.strip()]
+        found[host.name] = [a for a in local if not a.endswith(":22")]
+    return found
+
+
 def test_an_interrupt_stops_every_host_s_workers(machines: SshMachines, tmp_path: Path) -> None:
-    interrupt = functools.partial(os.kill, os.getpid(), signal.SIGINT)
-    with _once_every_rank_waits(tmp_path, 4, interrupt), pytest.raises(KeyboardInterrupt):
+    listening: dict[str, list[str]] = {}
+
+    def look_then_interrupt() -> None:
+        listening.update(_listening(machines))
+        os.kill(os.getpid(), signal.SIGINT)
+
+    with (
+        _once_every_rank_waits(tmp_path, 4, look_then_interrupt),
+        pytest.raises(KeyboardInterrupt),
+    ):
         _launch_waiting(machines, tmp_path)
     assert machines.processes() == []
+    # The rendezvous (host 0) and the backends' sockets listen on the hosts' network only
+    assert listening["node0"], listening  # the rendezvous store, at least
+    for host in machines.hosts:
+        assert all(a.rsplit(":", 1)[0] == host.address for a in listening[host.name]), listening
 
 
 #: A kernel of its own, killed while its launch runs.
@@ -268,6 +294,7 @@ def test_the_several_machines_notebook_runs_on_the_hosts(
     assert "rank 3 on " in text and "[node1 rank 3] rank 3 done, loss" in text, text
     assert "ValueError the last rank found a bad batch" in text
     assert "Raised on rank 3 of 4 (host node1)" in text
+    assert "[node1 rank 1] rank 1 of 2 still has total = 3.0" in text, text  # %%distributed
     assert machines.processes() == []
 
 

@@ -93,3 +93,20 @@ def test_hosts_are_checked_before_anything_starts(
     plan = make_host_plan(["a", "b"], None, nodes, given_nodes=False, python="/opt/py")
     assert plan.hosts == ("a", "b") and plan.python == "/opt/py"
     assert plan.describe(4) == "on each of 2 hosts over ssh (a, b), 8 ranks"
+    assert make_host_plan("local", None, nodes, given_nodes=True) is None  # this machine
+
+
+def test_a_pool_takes_the_saved_hosts_unless_told_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nb_accel import Config, save_config
+    from nb_accel.launch.pool import WorkerPool
+
+    monkeypatch.setenv("NB_ACCEL_CONFIG_FILE", str(tmp_path / "config.yaml"))
+    save_config(Config(hosts=["gpu0", "gpu1"]))
+    pool = WorkerPool(2, cpu=True)  # made, not started: nothing runs yet
+    assert pool.hosts is not None and pool.hosts.hosts == ("gpu0", "gpu1")
+    assert pool.world_size == 4 and pool.rank_hosts == ["gpu0", "gpu0", "gpu1", "gpu1"]
+    assert "on each of 2 hosts over ssh (gpu0, gpu1), 4 ranks" in pool.describe()
+    here = WorkerPool(2, cpu=True, hosts="local")
+    assert here.hosts is None and here.world_size == 2 and here.rank_hosts is None

@@ -11,7 +11,10 @@ from dataclasses import dataclass
 from ..multinode.nodes import NodePlan
 from .transport import SrunTransport, SshTransport, Transport, slurm_hosts
 
-__all__ = ["HostPlan", "make_host_plan"]
+__all__ = ["LOCAL", "HostPlan", "make_host_plan"]
+
+#: ``hosts=LOCAL``: this machine only, whatever hosts are saved.
+LOCAL = "local"
 
 
 @dataclass(frozen=True)
@@ -54,12 +57,12 @@ def make_host_plan(
     nodes: NodePlan,
     given_nodes: bool,
     python: str | None = None,
-) -> HostPlan:
-    """The launch's :class:`HostPlan`; ``ValueError`` (or ``TypeError``) saying what is wrong,
-    before any process starts.
+) -> HostPlan | None:
+    """The launch's :class:`HostPlan` (``None`` for :data:`LOCAL`: this machine); ``ValueError``
+    (or ``TypeError``) saying what is wrong, before any process starts.
 
     Args:
-        hosts: ``"slurm"``, or the host names (as ``ssh`` knows them).
+        hosts: ``"slurm"``, the host names (as ``ssh`` knows them), or ``"local"``.
         ssh_config: an OpenSSH client configuration file (``None``: the user's own).
         nodes: the node options (``rdzv_timeout`` and ``max_restarts`` apply to the hosts).
         given_nodes: whether ``num_nodes``, ``node_rank`` or ``rdzv_endpoint`` was passed:
@@ -67,6 +70,8 @@ def make_host_plan(
         python: the interpreter the hosts run (``None``: the kernel's own path).
     """
     interpreter = python or sys.executable
+    if hosts == LOCAL:
+        return None
     if given_nodes:
         raise ValueError(
             "hosts= decides num_nodes, node_rank and rdzv_endpoint itself (one node per host, "
@@ -75,8 +80,8 @@ def make_host_plan(
     if isinstance(hosts, str):
         if hosts != "slurm":
             raise ValueError(
-                f'hosts must be a list of host names, or "slurm"; got {hosts!r} (for one host, '
-                f"write hosts=[{hosts!r}])"
+                f'hosts must be a list of host names, "slurm" or "local"; got {hosts!r} (for '
+                f"one host, write hosts=[{hosts!r}])"
             )
         if ssh_config is not None:
             raise ValueError('ssh_config applies to SSH hosts, not to hosts="slurm"')

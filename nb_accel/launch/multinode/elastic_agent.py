@@ -13,7 +13,9 @@ differences a notebook needs:
 - right after each rendezvous, before any worker starts, the nodes show each other their
   :class:`~nb_accel.launch.multinode.node_addresses.NodeCard` through the rendezvous store: a node
   that could not meet the others (a loopback address for another machine) says why, every node
-  stops with that message, and otherwise the workers get the interface for their sockets.
+  stops with that message, and otherwise the workers get the interface for their sockets;
+- the rendezvous store and the store the workers share listen on one address each (the
+  interface the other nodes reach), not on every address of the machine.
 """
 
 from __future__ import annotations
@@ -21,10 +23,12 @@ from __future__ import annotations
 import contextlib
 import math
 import time
+import weakref
 from collections.abc import Callable
 from typing import Any
 
 from ...errors import LaunchError
+from .network import rendezvous_listener, split_endpoint
 from .node_addresses import NodeCard, NodeNetwork
 
 __all__ = ["EXIT_BARRIER_S", "MONITOR_INTERVAL_S", "launch_config", "run_agent"]
@@ -166,6 +170,65 @@ def _agent_class() -> type:
     return NodeAgent
 
 
+def _store_server(address: str, port: int, timeout_s: float | None = None) -> Any:
+    """A TCP store server listening on ``address`` only (``port`` 0: a free one); ``None``
+    when ``address`` is not this machine's alone (or the port is taken)."""
+    host = f"[{address}]" if ":" in address else address
+    listener = rendezvous_listener(f"{host}:{port}")
+    if listener is None:
+        return None
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    options: dict[str, Any] = {}
+    if timeout_s is not None:
+        options["timeout"] = timedelta(seconds=timeout_s)
+    return dist.TCPStore(
+        address,
+        int(listener.getsockname()[1]),
+        is_master=True,
+        multi_tenant=True,
+        master_listen_fd=listener.detach(),  # the store's own socket from now on
+        **options,
+    )
+
+
+def _rendezvous_handler(parameters: Any, hosts_store: bool) -> Any:
+    """torch's c10d rendezvous handler, whose stores listen on one address only: the
+    rendezvous store (hosted here) on the endpoint's, and the store the workers share (hosted
+    by the node that becomes the rendezvous' rank 0) on that node's. Where that cannot be (an
+    address that is not the machine's alone, another torch), a store listens on every address,
+    as torch's does by itself."""
+    from torch.distributed.elastic.rendezvous import registry
+
+    handler: Any = None
+    if hosts_store and parameters.backend == "c10d":
+        host, port = split_endpoint(parameters.endpoint)
+        read_timeout = float(parameters.get_as_int("read_timeout", 60))
+        store = _store_server(host, port, read_timeout) if port is not None else None
+        if store is not None:
+            from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
+                C10dRendezvousBackend,
+            )
+            from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+            backend = C10dRendezvousBackend(store, parameters.run_id)
+            handler = create_handler(store, backend, parameters)
+    if handler is None:
+        handler = registry.get_rendezvous_handler(parameters)
+    create = getattr(type(handler), "_create_tcp_store_server", None)
+    if create is not None:  # torch's method for the workers' store: on this node's address
+        weak = weakref.ref(handler)  # no cycle: the stores go with the handler
+
+        def on_one_address(master_addr: str, master_port: int) -> Any:
+            bound = _store_server(master_addr, master_port)
+            return bound if bound is not None else create(weak(), master_addr, master_port)
+
+        handler._create_tcp_store_server = on_one_address
+    return handler
+
+
 def run_agent(
     config: Any,
     entrypoint: Callable[..., Any],
@@ -188,7 +251,7 @@ def run_agent(
     """
     from torch.distributed.elastic.agent.server.api import WorkerSpec
     from torch.distributed.elastic.multiprocessing.api import SignalException
-    from torch.distributed.elastic.rendezvous import RendezvousParameters, registry
+    from torch.distributed.elastic.rendezvous import RendezvousParameters
 
     parameters = RendezvousParameters(
         backend=config.rdzv_backend,
@@ -199,7 +262,7 @@ def run_agent(
         local_addr=config.local_addr,
         **config.rdzv_configs,
     )
-    handler = registry.get_rendezvous_handler(parameters)
+    handler = _rendezvous_handler(parameters, hosts_store)
     spec = WorkerSpec(
         role=config.role,
         local_world_size=config.nproc_per_node,

@@ -23,6 +23,7 @@ __all__ = [
     "interface_addresses",
     "interface_of",
     "network_stack",
+    "rendezvous_listener",
 ]
 
 
@@ -163,3 +164,39 @@ def network_stack() -> str | None:
     except OSError:
         return None
     return f"{boot}/{namespace}"
+
+
+def _listen_address(host: str) -> str | None:
+    """The one address of this machine that the rendezvous endpoint ``host`` names: an address
+    written as such, else what the name resolves to here; ``None`` when there is none, or more
+    than one, or it is a loopback address (then the nodes are told apart by what they say at
+    the rendezvous: another machine given this one's real address must still reach it, and a
+    name mapped to ``127.0.1.1`` here is another address elsewhere)."""
+    try:
+        ipaddress.ip_address(host)
+        candidates = [host]
+    except ValueError:
+        candidates = addresses_of(host)
+    local = [a for a in candidates if not is_loopback(a) and interface_of(a) is not None]
+    return local[0] if len(local) == 1 else None
+
+
+def rendezvous_listener(endpoint: str) -> socket.socket | None:
+    """A socket listening on the endpoint's port on its address only (the interface the other
+    nodes reach), for the rendezvous store that this node hosts; ``None`` when the address is
+    not this machine's alone or the port cannot be had there (the store then listens on every
+    address, as torch's does by itself)."""
+    host, port = split_endpoint(endpoint)
+    address = _listen_address(host) if port is not None else None
+    if address is None or port is None:
+        return None
+    family = socket.AF_INET6 if ":" in address else socket.AF_INET
+    listener = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind((address, port))
+        listener.listen(socket.SOMAXCONN)
+    except OSError:
+        listener.close()
+        return None
+    return listener
