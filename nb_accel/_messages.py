@@ -78,12 +78,17 @@ class Failure:
 
 @dataclass(frozen=True)
 class BarState:
-    """One progress bar (``nb_accel.tqdm``) as a worker last saw it.
+    """One progress bar (``nb_accel.tqdm``, or any tqdm bar in a worker) as a worker last saw
+    it: the fields of the bar's ``format_dict`` that tqdm's ``format_meter`` writes its text
+    from, so that the kernel shows the text tqdm itself would.
 
     ``bar`` identifies the bar within its rank; ``level`` is its nesting depth (0: outermost);
-    ``rate`` is in units per second (``None`` before it is known); ``postfix`` is the text
-    ``set_postfix`` produced; ``closed`` is set once the bar is closed (``leave``: whether it
-    should stay on screen after that).
+    ``desc`` is tqdm's ``prefix``; ``n`` and ``total`` are the bar's own numbers (an ``int``
+    stays an ``int``, as tqdm writes it); ``rate`` is in units per second (``None`` before it
+    is known); ``postfix`` is the text ``set_postfix`` produced; ``closed`` is set once the bar
+    is closed (``leave``: whether it should stay on screen after that). ``unit_scale``,
+    ``unit_divisor``, ``bar_format``, ``initial`` and ``ascii`` are the bar's arguments of
+    those names.
     """
 
     bar: int
@@ -97,6 +102,11 @@ class BarState:
     postfix: str
     closed: bool = False
     leave: bool = True
+    unit_scale: bool | float = False
+    unit_divisor: float = 1000
+    bar_format: str | None = None
+    initial: float = 0
+    ascii: bool | str = False
 
 
 #: One logged point: ``(step or None, {metric name: value})``.

@@ -26,7 +26,7 @@ import ipywidgets
 from .._messages import Report
 from ..launch.views.stall import ProgressClock, locate_stalled
 from ..launch.views.stall import stall_after_s as default_stall_after_s
-from .meter_text import duration_text, format_interval, format_meter
+from .meter_text import duration_text
 from .metrics_chart import MetricsChart
 from .rank_row import (
     COLORS,
@@ -51,8 +51,6 @@ __all__ = [
     "ProgressWidget",
     "RankRow",
     "BarLine",
-    "format_interval",
-    "format_meter",
 ]
 
 #: Up to this many ranks, each row shows the rank's inner bars below it.

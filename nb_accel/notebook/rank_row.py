@@ -15,7 +15,7 @@ import ipywidgets
 
 from .._messages import BarState
 from ..launch.views.stall import Location
-from .meter_text import count_text, duration_text, format_meter, known_total
+from .meter_text import bar_texts, count_of, duration_text, known_total
 
 __all__ = [
     "BarLine",
@@ -176,11 +176,7 @@ class RankState:
 
 def _inner_text(inner: Iterable[BarState]) -> str:
     """The open inner bars of a compact row, briefly: `` · batch 40/100``."""
-    parts = []
-    for state in inner:
-        if not state.closed:
-            total = f"/{count_text(state.total)}" if state.total and known_total(state) else ""
-            parts.append(f"{state.desc or 'bar'} {count_text(state.n)}{total}".strip())
+    parts = [f"{s.desc or 'bar'} {count_of(s)}".strip() for s in inner if not s.closed]
     return "".join(f" · {part}" for part in parts)
 
 
@@ -243,12 +239,12 @@ class RankRow:
         if bar is None:
             full = state.status in (DONE, FAILED) or state.stalled_for is not None
             line.show("", "", 1.0 if full else 0.0, 1.0, style, "")
-        elif bar.total is not None and known_total(bar):
-            total = float(bar.total)
-            pct = f"{int(100 * min(max(bar.n, 0.0), total) / total)}%"
-            line.show(bar.desc, pct, float(bar.n), total, style, format_meter(bar) + tail)
+            return
+        desc, pct, text = bar_texts(bar)
+        if bar.total is not None and known_total(bar):
+            line.show(desc, pct, float(bar.n), float(bar.total), style, text + tail)
         else:  # unknown total: a full bar in the "info" style
-            line.show(bar.desc, "", 1.0, 1.0, style, format_meter(bar) + tail)
+            line.show(desc, pct, 1.0, 1.0, style, text + tail)
 
     def render(self) -> None:
         """Bring the widgets up to date with the rank's state."""

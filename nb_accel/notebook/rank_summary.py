@@ -12,6 +12,7 @@ import statistics
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+from ..launch.views.bar_text import amount_text
 from .meter_text import count_text, known_total
 from .rank_row import DONE, FAILED, STARTING, STOPPED, RankState
 
@@ -78,16 +79,19 @@ def _spread(states: Sequence[RankState]) -> tuple[str, float, float]:
     if all(known_total(b) for b in bars):
         if len(totals) == 1:
             total = float(bars[0].total or 1.0)
-            values, suffix, unit = [b.n for b in bars], f"/{count_text(total)}", ""
+            values, suffix, unit = [b.n for b in bars], f"/{amount_text(bars[0], total)}", ""
         else:
             total, suffix, unit = 100.0, "", "%"
             values = [100.0 * b.n / (b.total or 1.0) for b in bars]
     else:
         values, suffix, unit, total = [b.n for b in bars], "", "", 0.0
+
+    def written(value: float) -> str:  # a percentage, or a count of the bars' unit
+        return count_text(round(value, 1)) if unit else amount_text(bars[0], value)
+
     low, high, median = min(values), max(values), statistics.median(values)
-    span = count_text(low) if low == high else f"{count_text(low)}-{count_text(high)}"
-    median_text = count_text(round(median, 1) if unit else median)
-    text = f"{span}{suffix}{unit}, median {median_text}{unit}"
+    span = written(low) if low == high else f"{written(low)}-{written(high)}"
+    text = f"{span}{suffix}{unit}, median {written(median)}{unit}"
     return text, (median if total else 1.0), (total or 1.0)
 
 

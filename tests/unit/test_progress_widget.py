@@ -31,8 +31,6 @@ from nb_accel.notebook.progress_widget import (
     MAX_KEPT_CLOSED,
     REST_INTERVAL_S,
     ProgressWidget,
-    format_interval,
-    format_meter,
 )
 from nb_accel.notebook.rank_summary import rank_list
 
@@ -123,23 +121,13 @@ def test_bars_progress_and_finish_green() -> None:
     assert view.status == "done"
 
 
-def test_tqdm_formatting() -> None:
-    assert format_interval(5) == "00:05" and format_interval(3725) == "1:02:05"
-    assert format_meter(bar(n=3, total=10, rate=0.5, postfix="")) == "3/10 [00:03<00:14, 2.00s/it]"
-    assert format_meter(bar(n=0, total=10, rate=None, postfix="")) == "0/10 [00:03<?, ?it/s]"
-    assert (
-        format_meter(bar(n=2.5, total=None, rate=4, postfix=", a=1"))
-        == "2.5 [00:03, 4.00it/s, a=1]"
-    )
-
-
 def test_unknown_total_shows_a_full_info_bar() -> None:
     view, _ = make()
     view.report(report(0, bar(n=42, total=None)))
     row = view.rows[0]
     assert (row.bar.max, row.bar.value, row.bar.bar_style) == (1, 1, "info")
     assert row.pct.value == ""
-    assert row.text.value == "42 [00:03, 11.23it/s, loss=0.512]"
+    assert row.text.value == "42it [00:03, 11.23it/s, loss=0.512]"  # tqdm's text without a total
     view.finished(True)
     assert row.bar.bar_style == "success"
 

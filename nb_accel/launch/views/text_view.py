@@ -3,8 +3,10 @@
 On a terminal the bar redraws in place (at most ten times a second); in a log (not a terminal)
 it is written as a line of its own at most every few seconds, when a bar finishes, and at the
 end, so a CI log stays readable. Failures, ranks stopped by another's failure, and stalled
-ranks (see :mod:`~nb_accel.launch.views.stall`) get a line each. The latest metrics rank 0 logged
-are shown after the bar.
+ranks (see :mod:`~nb_accel.launch.views.stall`) get a line each. The bar line is the one tqdm
+draws for rank 0's bar (see :mod:`~nb_accel.launch.views.bar_text`); the latest metrics rank 0
+logged follow the bar's postfix (a bar whose own ``bar_format`` has no ``{postfix}`` shows
+neither).
 """
 
 from __future__ import annotations
@@ -14,9 +16,8 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TextIO
 
-from tqdm.std import tqdm as std_tqdm
-
 from ..._messages import BarState, Report
+from .bar_text import meter
 from .stall import ProgressClock, locate_stalled
 from .stall import stall_after_s as default_stall_after
 
@@ -24,10 +25,6 @@ __all__ = ["TextView"]
 
 #: Width of the bar line on a terminal (characters).
 BAR_WIDTH = 100
-
-
-def _whole(value: float) -> float | int:
-    return int(value) if float(value).is_integer() else value
 
 
 class TextView:
@@ -90,25 +87,14 @@ class TextView:
         return min(candidates, key=lambda b: (b.level, -b.bar)) if candidates else None
 
     def _line(self) -> str:
+        """Rank 0's main bar as tqdm draws it (its own ``bar_format`` included), with the latest
+        metrics after its postfix."""
         bar = self._main_bar()
         if bar is None:
             return ""
-        postfix = ", ".join(
-            [p for p in (bar.postfix, *(f"{k}={v:.4g}" for k, v in self._metrics.items())) if p]
-        )
-        total = bar.total if bar.total and bar.n <= bar.total else None
-        return str(
-            std_tqdm.format_meter(
-                _whole(bar.n),
-                _whole(total) if total is not None else None,
-                bar.elapsed,
-                ncols=BAR_WIDTH if self._tty else None,
-                prefix=bar.desc,
-                unit=bar.unit,
-                rate=bar.rate,
-                postfix=postfix or None,
-            )
-        )
+        metrics = (f"{k}={v:.4g}" for k, v in self._metrics.items())
+        postfix = ", ".join(p for p in (bar.postfix, *metrics) if p)
+        return meter(bar, ncols=BAR_WIDTH if self._tty else None, postfix=postfix)
 
     def _write(self, text: str) -> None:
         try:

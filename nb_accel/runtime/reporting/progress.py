@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import io
 import itertools
+import numbers
 from typing import Any
 
 from tqdm.std import tqdm as std_tqdm
@@ -31,7 +32,8 @@ def next_bar_id() -> int:
 
 
 class Discard(io.TextIOBase):
-    """Where a reported bar would draw: nowhere."""
+    """Where a reported bar would draw: nowhere. It takes any text (its encoding is UTF-8, so
+    tqdm gives the bar its smooth blocks unless the bar asks for ``ascii``)."""
 
     def write(self, text: str) -> int:
         return len(text)
@@ -39,24 +41,39 @@ class Discard(io.TextIOBase):
     def isatty(self) -> bool:
         return False
 
+    #: UTF-8: tqdm chooses a bar's characters by it.
+    encoding = "utf-8"
+
+
+def _number(value: Any) -> float:
+    """A count as a plain number: an integer stays an ``int`` (tqdm writes ``3``, not ``3.0``)."""
+    return int(value) if isinstance(value, numbers.Integral) else float(value)
+
 
 def bar_state(bar: std_tqdm, bar_id: int, closed: bool) -> BarState:  # type: ignore[type-arg]
-    """What the launch view shows of ``bar`` (any tqdm bar), numbered ``bar_id``."""
+    """What the launch view shows of ``bar`` (any tqdm bar), numbered ``bar_id``: the fields of
+    its ``format_dict`` that tqdm's ``format_meter`` needs, small and picklable."""
     info = bar.format_dict
-    total = info.get("total")
+    total, rate, postfix = info.get("total"), info.get("rate"), info.get("postfix")
+    unit_scale = info.get("unit_scale") or False
     position = abs(getattr(bar, "pos", 0) or 0)
     return BarState(
         bar=bar_id,
         level=position,
         desc=str(info.get("prefix") or ""),
-        n=float(info["n"]),
-        total=float(total) if total is not None else None,
+        n=_number(info["n"]),
+        total=_number(total) if total is not None else None,
         unit=str(info.get("unit") or "it"),
         elapsed=float(info.get("elapsed") or 0.0),
-        rate=info.get("rate"),
-        postfix=str(info.get("postfix") or ""),
+        rate=float(rate) if rate is not None else None,
+        postfix=postfix if isinstance(postfix, str) else str(postfix or ""),
         closed=closed,
         leave=bool(bar.leave) if bar.leave is not None else position == 0,
+        unit_scale=unit_scale if isinstance(unit_scale, bool) else _number(unit_scale),
+        unit_divisor=_number(info.get("unit_divisor") or 1000),
+        bar_format=str(info["bar_format"]) if info.get("bar_format") else None,
+        initial=_number(info.get("initial") or 0),
+        ascii=info.get("ascii") or False,
     )
 
 
