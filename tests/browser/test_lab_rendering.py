@@ -40,8 +40,9 @@ NOT_A_WIDGET = (
     "Label(value",
     "ConfigWidget object at",
 )
-#: tqdm's text for a finished bar: ``8/8 [00:01<00:00, 5.33it/s]``.
-FINISHED_EPOCHS = re.compile(r"8/8 \[\d\d:\d\d<00:00, \d+\.\d\d(?:it/s|s/it)\]")
+#: tqdm's text for a finished bar: ``8/8 [00:01<00:00,  5.33it/s]`` (tqdm pads the rate to five
+#: characters; the page may show the padding as one space).
+FINISHED_EPOCHS = re.compile(r"8/8 \[\d\d:\d\d<00:00, +\d+\.\d\d(?:it/s|s/it)\]")
 GREEN = "rgb(46, 125, 50)"
 
 OpenFn = Callable[[str], OpenNotebook]

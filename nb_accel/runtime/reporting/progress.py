@@ -35,14 +35,14 @@ class Discard(io.TextIOBase):
     """Where a reported bar would draw: nowhere. It takes any text (its encoding is UTF-8, so
     tqdm gives the bar its smooth blocks unless the bar asks for ``ascii``)."""
 
+    #: UTF-8: tqdm chooses a bar's characters by it.
+    encoding = "utf-8"
+
     def write(self, text: str) -> int:
         return len(text)
 
     def isatty(self) -> bool:
         return False
-
-    #: UTF-8: tqdm chooses a bar's characters by it.
-    encoding = "utf-8"
 
 
 def _number(value: Any) -> float:
