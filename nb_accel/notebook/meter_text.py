@@ -36,6 +36,8 @@ RIGHT_OF_BAR = "{n_fmt}/{total_fmt} [{elapsed}<{remaining}, {rate_fmt}{postfix}]
 #: ``{bar}`` in a ``bar_format``, with or without a format spec (``{bar:10}``).
 _BAR_FIELD = re.compile(r"\{bar(:[^{}]*)?\}")
 _MARK = "<bar/>"
+#: tqdm's default format around the mark, without the description (the row shows it apart).
+_DEFAULT_SIDES = "{percentage:.0f}%" + _MARK + RIGHT_OF_BAR
 #: Where the text is split: at the mark, with the bar's edges (``|``) beside it.
 _AROUND_MARK = re.compile(r"\|?<bar/>\|?")
 
@@ -49,15 +51,16 @@ class BarTexts(NamedTuple):
 
 
 def bar_texts(state: BarState) -> BarTexts:
-    """The texts a widget row shows around ``state``'s bar (see the module's description)."""
+    """The texts a widget row shows around ``state``'s bar (see the module's description), from
+    one call of tqdm's ``format_meter``."""
     if state.bar_format:
         text = meter(state, bar_format=_BAR_FIELD.sub(_MARK, state.bar_format))
         parts = _AROUND_MARK.split(text, maxsplit=1)
         return BarTexts(parts[0], "", parts[1]) if len(parts) == 2 else BarTexts("", "", text)
     if not has_total(state):
         return BarTexts(state.desc, "", meter(state, prefix="", total=None, bar_format=None))
-    percentage = meter(state, bar_format="{percentage:.0f}%")
-    return BarTexts(state.desc, percentage, meter(state, bar_format=RIGHT_OF_BAR))
+    percentage, right = meter(state, bar_format=_DEFAULT_SIDES).split(_MARK, 1)
+    return BarTexts(state.desc, percentage, right)
 
 
 def count_of(state: BarState) -> str:
