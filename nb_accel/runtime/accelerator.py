@@ -7,9 +7,10 @@ collectives in ``ops`` (reached through :class:`ProcessMethods`).
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
-import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
@@ -41,7 +42,37 @@ from .training.training_methods import TrainingMethods
 __all__ = ["Accelerator"]
 
 _UNSET: Any = object()
-_UNSUPPORTED = ("deepspeed_plugin", "megatron_lm_plugin")
+
+
+def _refuse_engines(**engines: Any) -> None:
+    """Accelerate's parameters for engines nb_accel does not run: refused when given."""
+    for name, value in engines.items():
+        if value is not None:
+            raise NotImplementedError(
+                f"{name} is not supported by nb_accel; it runs DistributedDataParallel or "
+                "FSDP2 (remove the argument, or pass fsdp_plugin=FullyShardedDataParallel"
+                "Plugin() to shard the model)"
+            )
+
+
+def _refuse_unknown(owner: Callable[..., Any], unknown: Iterable[str]) -> None:
+    """Raise ``TypeError`` for keyword arguments ``owner`` has no parameter for, as Python
+    does, naming the parameter each was most likely meant to be."""
+    names = sorted(unknown)
+    if not names:
+        return
+    parameters = inspect.signature(owner).parameters
+    known = [n for n, p in parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    spelled = []
+    for name in names:
+        close = difflib.get_close_matches(name, known, n=1)
+        spelled.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+    what = "an unexpected keyword argument" if len(names) == 1 else "unexpected keyword arguments"
+    title = owner.__name__
+    raise TypeError(
+        f"{title}() got {what} {', '.join(spelled)}; its parameters are Accelerate's "
+        f"(see help({title}))"
+    )
 
 
 def _loader_config(
@@ -110,7 +141,11 @@ class Accelerator(
             (not together with ``dynamo_backend``).
         fsdp_plugin: a :class:`FullyShardedDataParallelPlugin`: shard prepared models with
             FSDP2 instead of DDP (on by default in a ``notebook_launcher(..., fsdp=True)``).
-        kwargs: other Accelerate options are accepted and ignored with a warning.
+        deepspeed_plugin, deepspeed_plugins, megatron_lm_plugin, torch_tp_plugin: Accelerate's
+            other engines; nb_accel does not run them and refuses them with
+            ``NotImplementedError``.
+        unknown: a keyword Accelerate's ``Accelerator`` has no parameter for raises
+            ``TypeError``, naming the parameter it most likely meant.
     """
 
     #: Returned from a launched function it is refused (see ``runtime/workers/returns.py``).
@@ -140,9 +175,19 @@ class Accelerator(
         dynamo_backend: DynamoBackend | str | None = None,
         dynamo_plugin: TorchDynamoPlugin | None = None,
         fsdp_plugin: Any = None,
-        **kwargs: Any,
+        deepspeed_plugin: Any = None,
+        megatron_lm_plugin: Any = None,
+        torch_tp_plugin: Any = None,
+        deepspeed_plugins: Any = None,
+        **unknown: Any,
     ) -> None:
-        self._reject_unsupported(kwargs)
+        _refuse_unknown(Accelerator, unknown)
+        _refuse_engines(
+            deepspeed_plugin=deepspeed_plugin,
+            deepspeed_plugins=deepspeed_plugins,
+            megatron_lm_plugin=megatron_lm_plugin,
+            torch_tp_plugin=torch_tp_plugin,
+        )
         fsdp_plugin = fsdp_plugin_from(fsdp_plugin)
         self._handlers = {type(h).__name__: h for h in (kwargs_handlers or [])}
         self._dynamo_plugin = dynamo_plugin_from(dynamo_backend, dynamo_plugin)
@@ -185,19 +230,6 @@ class Accelerator(
         self._dataloaders: list[Any] = []
         self._custom_objects: list[Any] = []
         self._sharded: list[Any] = []  # what the strategy's wrap changed, per model
-
-    @staticmethod
-    def _reject_unsupported(kwargs: dict[str, Any]) -> None:
-        for name in _UNSUPPORTED:
-            if kwargs.get(name) is not None:
-                raise NotImplementedError(
-                    f"{name} is not supported by nb_accel; it runs DistributedDataParallel or "
-                    "FSDP2 (remove the argument, or pass fsdp_plugin=FullyShardedDataParallel"
-                    "Plugin() to shard the model)"
-                )
-        ignored = sorted(k for k, v in kwargs.items() if v is not None and k not in _UNSUPPORTED)
-        if ignored:
-            warnings.warn(f"Accelerator ignores these options: {', '.join(ignored)}", stacklevel=3)
 
     def _handler_kwargs(self, kind: type) -> dict[str, Any]:
         handler = self._handlers.get(kind.__name__)

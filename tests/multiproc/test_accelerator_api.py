@@ -248,3 +248,14 @@ def test_clip_grad_value_and_evaluation_mode() -> None:
     ):
         assert largest == pytest.approx(0.5)
         assert trained == "DistributedDataParallel" and evaluated == "Linear"
+
+
+def misspelled_keyword() -> None:
+    Accelerator(mixed_precison="bf16")
+
+
+def test_a_misspelled_keyword_in_the_workers_is_one_type_error_in_the_kernel() -> None:
+    with pytest.raises(TypeError, match="did you mean 'mixed_precision'") as info:
+        notebook_launcher(misspelled_keyword, num_processes=2)
+    notes = "\n".join(info.value.__notes__)
+    assert "ranks 0, 1 of 2 (identical on each)" in notes

@@ -1,0 +1,69 @@
+"""Accelerate's documented behaviour where user code notices it: what the constructors accept
+and refuse, what the helpers return, the exceptions user code catches."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+from nb_accel import Accelerator
+
+pytestmark = pytest.mark.timeout(60)
+
+#: Every parameter of Accelerate 1.15's ``Accelerator.__init__``, and those of the 1.x
+#: releases before it that it dropped (``dispatch_batches``, ``even_batches``,
+#: ``use_seedable_sampler``, now in ``DataLoaderConfiguration``).
+ACCELERATE_PARAMETERS = (
+    "device_placement",
+    "split_batches",
+    "mixed_precision",
+    "gradient_accumulation_steps",
+    "cpu",
+    "dataloader_config",
+    "deepspeed_plugin",
+    "fsdp_plugin",
+    "torch_tp_plugin",
+    "megatron_lm_plugin",
+    "rng_types",
+    "log_with",
+    "project_dir",
+    "project_config",
+    "gradient_accumulation_plugin",
+    "step_scheduler_with_optimizer",
+    "kwargs_handlers",
+    "dynamo_backend",
+    "dynamo_plugin",
+    "deepspeed_plugins",
+    "dispatch_batches",
+    "even_batches",
+    "use_seedable_sampler",
+)
+#: The engines nb_accel does not run: named parameters, refused when given.
+ENGINES = ("deepspeed_plugin", "deepspeed_plugins", "megatron_lm_plugin", "torch_tp_plugin")
+
+
+def test_a_misspelled_keyword_is_a_type_error_that_names_the_parameter_meant() -> None:
+    with pytest.raises(TypeError, match=r"'mixed_precison' \(did you mean 'mixed_precision'\?\)"):
+        Accelerator(mixed_precison="bf16")
+    with pytest.raises(TypeError, match=r"unexpected keyword argument 'foo'; its parameters"):
+        Accelerator(foo=1)
+    with pytest.raises(TypeError, match=r"arguments 'cpus' \(did you mean 'cpu'\?\), 'foo'"):
+        Accelerator(foo=1, cpus=True)
+
+
+def test_every_parameter_accelerate_documents_is_accepted_by_name() -> None:
+    import inspect
+
+    parameters = inspect.signature(Accelerator).parameters
+    missing = [name for name in ACCELERATE_PARAMETERS if name not in parameters]
+    assert missing == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # none of them is "ignored with a warning" any more
+        Accelerator(cpu=True, **dict.fromkeys(ENGINES))
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+def test_an_engine_nb_accel_does_not_run_is_refused_when_given(engine: str) -> None:
+    with pytest.raises(NotImplementedError, match=f"{engine} is not supported by nb_accel"):
+        Accelerator(cpu=True, **{engine: object()})
