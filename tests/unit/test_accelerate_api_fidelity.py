@@ -3,11 +3,15 @@ and refuse, what the helpers return, the exceptions user code catches."""
 
 from __future__ import annotations
 
+import inspect
 import warnings
+from pathlib import Path
 
 import pytest
+import torch
 
 from nb_accel import Accelerator
+from nb_accel.utils import extract_model_from_parallel
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -53,8 +57,6 @@ def test_a_misspelled_keyword_is_a_type_error_that_names_the_parameter_meant() -
 
 
 def test_every_parameter_accelerate_documents_is_accepted_by_name() -> None:
-    import inspect
-
     parameters = inspect.signature(Accelerator).parameters
     missing = [name for name in ACCELERATE_PARAMETERS if name not in parameters]
     assert missing == []
@@ -67,3 +69,35 @@ def test_every_parameter_accelerate_documents_is_accepted_by_name() -> None:
 def test_an_engine_nb_accel_does_not_run_is_refused_when_given(engine: str) -> None:
     with pytest.raises(NotImplementedError, match=f"{engine} is not supported by nb_accel"):
         Accelerator(cpu=True, **{engine: object()})
+
+
+def test_data_parallel_is_unwrapped_however_it_is_nested(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # loading inductor sets its cache folder in the environment: the test's, for the test only
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "compile_cache"))
+    inner = torch.nn.Linear(2, 2)
+    accelerator = Accelerator(cpu=True)
+    for wrapped in (
+        torch.nn.DataParallel(inner),
+        torch.nn.DataParallel(torch.nn.DataParallel(inner)),
+        torch.compile(torch.nn.DataParallel(inner)),
+        torch.nn.DataParallel(torch.compile(inner)),
+    ):
+        assert accelerator.unwrap_model(wrapped) is inner
+        assert extract_model_from_parallel(wrapped) is inner
+    kept = extract_model_from_parallel(
+        torch.compile(torch.nn.DataParallel(inner)), keep_torch_compile=True
+    )
+    assert kept._orig_mod is inner  # the compile wrapper kept, the container gone
+
+
+def test_extract_model_from_parallel_recursive_unwraps_submodules_in_place() -> None:
+    first, second = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2)
+    model = torch.nn.Sequential(
+        torch.nn.DataParallel(first), torch.nn.Sequential(torch.nn.DataParallel(second))
+    )
+    assert extract_model_from_parallel(model) is model
+    assert isinstance(model[0], torch.nn.DataParallel)  # not recursive: left as it was
+    assert extract_model_from_parallel(model, recursive=True) is model
+    assert model[0] is first and model[1][0] is second

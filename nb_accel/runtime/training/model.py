@@ -43,15 +43,19 @@ def prepare_model(
 
 
 def unwrap_model(
-    model: torch.nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = False
+    model: torch.nn.Module,
+    keep_fp32_wrapper: bool = True,
+    keep_torch_compile: bool = False,
+    recursive: bool = False,
 ) -> torch.nn.Module:
     """The original model from a prepared one (the strategy's wrapper, such as
-    ``DistributedDataParallel``, and compile removed).
+    ``DistributedDataParallel``, ``torch.nn.DataParallel`` and compile removed, however nested).
 
     With ``keep_fp32_wrapper=False`` the autocast forward added by mixed precision is removed
     as well. With ``keep_torch_compile=True`` a compiled model comes back compiled: the original
     model in a ``torch.compile`` wrapper with the same options (its ``state_dict()`` keys then
-    start with ``_orig_mod.``).
+    start with ``_orig_mod.``). With ``recursive=True`` the submodules wrapped in a parallel
+    container are replaced by the modules they wrap, in place.
     """
     compiled = None
     while True:
@@ -59,10 +63,12 @@ def unwrap_model(
             compiled = compiled or model
             model = model._orig_mod  # type: ignore[assignment]
             continue
-        inner = unwrap_once(model)
+        inner = _parallel_inner(model)
         if inner is None:
             break
         model = inner
+    if recursive:
+        _unwrap_submodules(model)
     if not keep_fp32_wrapper:
         if hasattr(model.forward, "__nb_accel_original_forward__"):
             del model.forward  # the class's own forward shows through again
@@ -71,3 +77,23 @@ def unwrap_model(
             return compiled
         return type(compiled)(model, compiled.dynamo_ctx)  # type: ignore[operator]
     return model
+
+
+def _parallel_inner(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The module inside the parallel container ``model`` (a strategy's wrapper or
+    ``torch.nn.DataParallel``); None when ``model`` is not one."""
+    if isinstance(model, torch.nn.DataParallel):
+        return model.module  # type: ignore[no-any-return]
+    return unwrap_once(model)
+
+
+def _unwrap_submodules(model: torch.nn.Module) -> None:
+    """Replace, in place and at any depth, each submodule of ``model`` that is a parallel
+    container by the module it wraps."""
+    for name, child in list(model.named_children()):
+        inner = child
+        while (unwrapped := _parallel_inner(inner)) is not None:
+            inner = unwrapped
+        if inner is not child:
+            setattr(model, name, inner)
+        _unwrap_submodules(inner)
