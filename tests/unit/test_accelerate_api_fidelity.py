@@ -101,3 +101,22 @@ def test_extract_model_from_parallel_recursive_unwraps_submodules_in_place() -> 
     assert isinstance(model[0], torch.nn.DataParallel)  # not recursive: left as it was
     assert extract_model_from_parallel(model, recursive=True) is model
     assert model[0] is first and model[1][0] is second
+
+
+class _OnlySaves:
+    def state_dict(self) -> dict[str, int]:
+        return {}
+
+
+def test_register_for_checkpointing_refuses_with_a_value_error_naming_each_item() -> None:
+    accelerator = Accelerator(cpu=True)
+    counter = torch.nn.Linear(1, 1)
+    with pytest.raises(ValueError) as info:
+        accelerator.register_for_checkpointing(counter, 3, _OnlySaves())
+    message = str(info.value)
+    assert "Item at index 1, int, has neither state_dict() nor load_state_dict()" in message
+    assert "Item at index 2, _OnlySaves, has no load_state_dict()" in message
+    assert "index 0" not in message
+    assert accelerator._custom_objects == []  # none registered when one is refused
+    accelerator.register_for_checkpointing(counter)
+    assert accelerator._custom_objects == [counter]

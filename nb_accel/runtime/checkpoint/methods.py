@@ -60,6 +60,14 @@ def _check_not_accumulating(accumulating: bool) -> None:
         )
 
 
+def _lacks_state_methods(obj: Any) -> str:
+    """What ``obj`` lacks of ``state_dict()`` and ``load_state_dict()`` ("" when nothing)."""
+    missing = [m for m in ("state_dict", "load_state_dict") if not callable(getattr(obj, m, None))]
+    if len(missing) == 2:
+        return "has neither state_dict() nor load_state_dict()"
+    return f"has no {missing[0]}()" if missing else ""
+
+
 class CheckpointMethods(StateHookMethods):
     """Mixin of :class:`Accelerator`: saving and restoring the whole training state."""
 
@@ -87,19 +95,21 @@ class CheckpointMethods(StateHookMethods):
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Have :meth:`save_state` / :meth:`load_state` include ``objects`` (anything with
-        ``state_dict()`` and ``load_state_dict()``), in this order."""
-        invalid = [
-            f"#{index} ({type(obj).__name__})"
+        ``state_dict()`` and ``load_state_dict()``), in this order.
+
+        Raises ``ValueError`` naming every object that lacks one of the two methods (as
+        Accelerate does), and registers none of them then.
+        """
+        problems = [
+            f"- Item at index {index}, {type(obj).__name__}, {lacks}"
             for index, obj in enumerate(objects)
-            if not (
-                callable(getattr(obj, "state_dict", None))
-                and callable(getattr(obj, "load_state_dict", None))
-            )
+            if (lacks := _lacks_state_methods(obj))
         ]
-        if invalid:
-            raise TypeError(
-                f"objects {', '.join(invalid)} cannot be checkpointed: they need state_dict() and "
-                "load_state_dict() methods"
+        if problems:
+            raise ValueError(
+                "register_for_checkpointing takes objects with state_dict() and "
+                "load_state_dict() methods:\n" + "\n".join(problems) + "\nGive them both "
+                "methods (or wrap them in an object that has them), or save them yourself."
             )
         self._custom_objects.extend(objects)
 
