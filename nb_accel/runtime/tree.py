@@ -208,7 +208,14 @@ def slice_tensors(
 
 
 def concatenate(data: Sequence[Any], dim: int = 0) -> Any:
-    """Concatenate a list of trees of the same structure tensor by tensor along ``dim``."""
+    """Concatenate a list of trees of the same structure tensor by tensor along ``dim``.
+
+    Lists, tuples and mappings are rebuilt around their concatenated members; a leaf that is
+    no tensor is returned as it is when ``data`` holds a single one (one batch is itself), and
+    refused with ``TypeError`` when there are several to join.
+    """
+    if not data:
+        raise IndexError("concatenate needs at least one batch, got an empty sequence")
     first = data[0]
     if isinstance(first, (tuple, list)):
         return honor_type(
@@ -218,7 +225,12 @@ def concatenate(data: Sequence[Any], dim: int = 0) -> Any:
         merged = {key: concatenate([d[key] for d in data], dim=dim) for key in first}
         return rebuild_mapping(first, merged)
     if not isinstance(first, torch.Tensor):
-        raise TypeError(f"can only concatenate tensors, not a {type(first).__name__}")
+        if len(data) == 1:
+            return first
+        raise TypeError(
+            f"can only concatenate tensors, not {len(data)} values of type "
+            f"{type(first).__name__}: make them tensors, or gather them with gather_object"
+        )
     return torch.cat(list(data), dim=dim)
 
 

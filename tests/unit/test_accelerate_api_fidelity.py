@@ -120,3 +120,33 @@ def test_register_for_checkpointing_refuses_with_a_value_error_naming_each_item(
     assert accelerator._custom_objects == []  # none registered when one is refused
     accelerator.register_for_checkpointing(counter)
     assert accelerator._custom_objects == [counter]
+
+
+def test_concatenate_one_batch_of_anything_is_that_batch() -> None:
+    from nb_accel.utils import concatenate
+
+    for single in (5, "a", [1, 2], {"a": 3}, None, ("x", [None])):
+        assert concatenate([single]) == single
+    pair = concatenate([(torch.ones(1), 3)])
+    assert isinstance(pair, tuple) and pair[1] == 3 and pair[0].tolist() == [1.0]
+
+
+def test_concatenate_joins_tensors_through_lists_tuples_and_mappings() -> None:
+    from collections import OrderedDict
+
+    from nb_accel.utils import concatenate
+
+    joined = concatenate(
+        [
+            OrderedDict(x=torch.zeros(1, 2), y=(torch.zeros(1), [torch.zeros(2)])),
+            OrderedDict(x=torch.ones(2, 2), y=(torch.ones(1), [torch.ones(1)])),
+        ]
+    )
+    assert isinstance(joined, OrderedDict) and isinstance(joined["y"], tuple)
+    assert joined["x"].shape == (3, 2)
+    assert joined["y"][0].tolist() == [0.0, 1.0] and joined["y"][1][0].tolist() == [0, 0, 1]
+    assert concatenate([torch.zeros(2, 1), torch.ones(2, 1)], dim=1).shape == (2, 2)
+    with pytest.raises(TypeError, match="not 2 values of type int"):
+        concatenate([5, 6])
+    with pytest.raises(IndexError, match="at least one batch"):
+        concatenate([])
