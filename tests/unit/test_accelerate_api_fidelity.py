@@ -150,3 +150,47 @@ def test_concatenate_joins_tensors_through_lists_tuples_and_mappings() -> None:
         concatenate([5, 6])
     with pytest.raises(IndexError, match="at least one batch"):
         concatenate([])
+
+
+class _Tied(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed = torch.nn.Embedding(4, 3)
+        self.head = torch.nn.Linear(3, 4, bias=False)
+        self.head.weight = self.embed.weight
+
+
+def test_save_with_safetensors_stores_tied_weights_once_and_names_the_dropped(
+    tmp_path: Path,
+) -> None:
+    from safetensors.torch import load_file
+
+    from nb_accel.utils import load_checkpoint_in_model, save
+
+    model = _Tied()
+    path = tmp_path / "tied.safetensors"
+    with pytest.warns(UserWarning, match=r"left out 'head.weight' \(same memory as 'embed.weight'"):
+        save(model.state_dict(), path, safe_serialization=True)
+    stored = load_file(path)
+    assert list(stored) == ["embed.weight"]
+    assert torch.equal(stored["embed.weight"], model.embed.weight)
+    fresh = _Tied()
+    fresh.head.weight = torch.nn.Parameter(torch.zeros(4, 3))  # untied, to see both loaded
+    load_checkpoint_in_model(fresh, str(path))
+    assert torch.equal(fresh.head.weight, model.embed.weight)
+    assert torch.equal(fresh.embed.weight, model.embed.weight)
+
+
+def test_save_with_safetensors_keeps_distinct_views_of_one_memory(tmp_path: Path) -> None:
+    from safetensors.torch import load_file
+
+    from nb_accel.utils import save
+
+    whole = torch.arange(6.0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # nothing is left out: no warning
+        save({"low": whole[:3], "high": whole[3:]}, tmp_path / "v.safetensors", safe_serialization=True)
+    stored = load_file(tmp_path / "v.safetensors")
+    assert stored["low"].tolist() == [0.0, 1.0, 2.0] and stored["high"].tolist() == [3.0, 4.0, 5.0]
+    with pytest.raises(TypeError, match="saves a dict of tensors, not a list"):
+        save([whole], tmp_path / "list.safetensors", safe_serialization=True)

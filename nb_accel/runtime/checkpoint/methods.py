@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from .folders import (
     numbered_checkpoints,
     prune,
 )
+from .model_files import safetensors_contents
 from .model_io import save_model_files
 from .sharded_files import load_sharded_parts, save_sharded_parts
 from .state_hooks import StateHookMethods
@@ -364,7 +366,17 @@ def save(
     safe_serialization: bool = False,
 ) -> None:
     """Save ``obj`` once, from the main process (each machine's with ``save_on_each_node``):
-    ``torch.save``, or a safetensors file when ``safe_serialization`` (a dict of tensors)."""
+    ``torch.save``, or a safetensors file when ``safe_serialization`` (a dict of tensors).
+
+    safetensors stores memory shared by several names (tied weights) once: the first name
+    keeps it, the others are left out of the file with a warning naming them, and recorded in
+    its header so that :func:`load_checkpoint_in_model` ties them again.
+    """
+    if safe_serialization and not isinstance(obj, Mapping):
+        raise TypeError(
+            f"safe_serialization=True saves a dict of tensors, not a {type(obj).__name__}: "
+            "pass a state_dict(), or save it with safe_serialization=False"
+        )
     state = PartialState()
     if not (state.is_local_main_process if save_on_each_node else state.is_main_process):
         return
@@ -372,7 +384,19 @@ def save(
     if safe_serialization:
         from safetensors.torch import save_file
 
-        tensors = {key: value.contiguous() for key, value in obj.items()}
-        save_file(tensors, os.fspath(Path(f).expanduser()))
+        tensors, metadata, tied = safetensors_contents(obj)
+        if tied:
+            warnings.warn(_tied_note(tied), stacklevel=2)
+        save_file(tensors, os.fspath(Path(f).expanduser()), metadata=metadata)
     else:
         torch.save(obj, Path(f).expanduser() if isinstance(f, (str, os.PathLike)) else f)
+
+
+def _tied_note(tied: dict[str, str]) -> str:
+    """The warning for names left out of a safetensors file because they share memory."""
+    pairs = ", ".join(f"{dropped!r} (same memory as {kept!r})" for dropped, kept in tied.items())
+    return (
+        f"save(safe_serialization=True) stored shared tensors once and left out {pairs}: "
+        "load_checkpoint_in_model ties them again; with safetensors' load_file, tie them "
+        "after loading (or load the state dict with strict=False)"
+    )
