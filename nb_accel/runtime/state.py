@@ -272,6 +272,14 @@ class AcceleratorState(_SharedState):
         self._shared_state["_sharding"] = choose_strategy(kwargs)
         self._shared_state["initialized"] = True
 
+    @classmethod
+    def _reset_state(cls, reset_partial_state: bool = False) -> None:
+        """Forget the shared state; with ``reset_partial_state`` the :class:`PartialState`'s
+        too (as Accelerate's test fixtures ask)."""
+        super()._reset_state()
+        if reset_partial_state:
+            PartialState._reset_state()
+
     @property
     def distributed_type(self) -> DistributedType:
         """What the sharding strategy reports on the :class:`PartialState`'s kind (or on what

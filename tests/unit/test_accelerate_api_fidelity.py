@@ -194,3 +194,22 @@ def test_save_with_safetensors_keeps_distinct_views_of_one_memory(tmp_path: Path
     assert stored["low"].tolist() == [0.0, 1.0, 2.0] and stored["high"].tolist() == [3.0, 4.0, 5.0]
     with pytest.raises(TypeError, match="saves a dict of tensors, not a list"):
         save([whole], tmp_path / "list.safetensors", safe_serialization=True)
+
+
+def test_reset_state_takes_accelerates_arguments() -> None:
+    from nb_accel.state import AcceleratorState, GradientState, PartialState
+
+    def built() -> tuple[bool, bool]:
+        return bool(AcceleratorState._shared_state), bool(PartialState._shared_state)
+
+    Accelerator(cpu=True)
+    AcceleratorState._reset_state()
+    assert built() == (False, True)
+    Accelerator(cpu=True)
+    AcceleratorState._reset_state(reset_partial_state=True)
+    assert built() == (False, False)
+    Accelerator(cpu=True)
+    assert GradientState._shared_state
+    GradientState._reset_state()
+    PartialState._reset_state()
+    assert not GradientState._shared_state and built() == (True, False)
