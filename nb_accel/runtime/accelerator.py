@@ -18,6 +18,7 @@ import torch
 from .checkpoint.methods import CheckpointMethods
 from .data import loaders
 from .options import (
+    HANDLER_NAMES,
     DataLoaderConfiguration,
     GradientAccumulationPlugin,
     GradScalerKwargs,
@@ -73,6 +74,22 @@ def _refuse_unknown(owner: Callable[..., Any], unknown: Iterable[str]) -> None:
         f"{title}() got {what} {', '.join(spelled)}; its parameters are Accelerate's "
         f"(see help({title}))"
     )
+
+
+def _handlers_by_name(handlers: Iterable[Any]) -> dict[str, Any]:
+    """The kwargs handlers by class name: one of each kind the ``Accelerator`` uses."""
+    found: dict[str, Any] = {}
+    for handler in handlers:
+        name = type(handler).__name__
+        if name not in HANDLER_NAMES:
+            raise TypeError(
+                f"kwargs_handlers: {name} is not a handler the Accelerator uses; pass "
+                f"{', '.join(HANDLER_NAMES)}"
+            )
+        if name in found:
+            raise ValueError(f"kwargs_handlers holds two {name}: pass one, with every option")
+        found[name] = handler
+    return found
 
 
 def _loader_config(
@@ -189,7 +206,7 @@ class Accelerator(
             torch_tp_plugin=torch_tp_plugin,
         )
         fsdp_plugin = fsdp_plugin_from(fsdp_plugin)
-        self._handlers = {type(h).__name__: h for h in (kwargs_handlers or [])}
+        self._handlers = _handlers_by_name(kwargs_handlers or [])
         self._dynamo_plugin = dynamo_plugin_from(dynamo_backend, dynamo_plugin)
         init_handler = self._handlers.get(InitProcessGroupKwargs.__name__)
         self.state = AcceleratorState(

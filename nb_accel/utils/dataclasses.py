@@ -12,6 +12,7 @@ from ..runtime.options import (
     GradientAccumulationPlugin,
     GradScalerKwargs,
     InitProcessGroupKwargs,
+    KwargsHandler,
     ProfileKwargs,
     ProjectConfiguration,
 )
@@ -29,6 +30,7 @@ __all__ = [
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",
+    "KwargsHandler",
     "LoggerType",
     "PrecisionType",
     "ProfileKwargs",

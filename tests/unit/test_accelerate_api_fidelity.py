@@ -189,7 +189,11 @@ def test_save_with_safetensors_keeps_distinct_views_of_one_memory(tmp_path: Path
     whole = torch.arange(6.0)
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # nothing is left out: no warning
-        save({"low": whole[:3], "high": whole[3:]}, tmp_path / "v.safetensors", safe_serialization=True)
+        save(
+            {"low": whole[:3], "high": whole[3:]},
+            tmp_path / "v.safetensors",
+            safe_serialization=True,
+        )
     stored = load_file(tmp_path / "v.safetensors")
     assert stored["low"].tolist() == [0.0, 1.0, 2.0] and stored["high"].tolist() == [3.0, 4.0, 5.0]
     with pytest.raises(TypeError, match="saves a dict of tensors, not a list"):
@@ -213,3 +217,50 @@ def test_reset_state_takes_accelerates_arguments() -> None:
     GradientState._reset_state()
     PartialState._reset_state()
     assert not GradientState._shared_state and built() == (True, False)
+
+
+def test_kwargs_handler_is_the_base_of_the_handlers() -> None:
+    from dataclasses import dataclass
+    from datetime import timedelta
+
+    from nb_accel.utils import (
+        AutocastKwargs,
+        DistributedDataParallelKwargs,
+        GradScalerKwargs,
+        InitProcessGroupKwargs,
+        KwargsHandler,
+        ProfileKwargs,
+        TorchDynamoPlugin,
+    )
+
+    for kind in (
+        AutocastKwargs,
+        DistributedDataParallelKwargs,
+        GradScalerKwargs,
+        InitProcessGroupKwargs,
+        ProfileKwargs,
+        TorchDynamoPlugin,
+    ):
+        assert issubclass(kind, KwargsHandler), kind
+
+    @dataclass
+    class Mine(KwargsHandler):
+        size: int = 1
+        name: str = "a"
+
+    assert Mine(size=3).to_kwargs() == {"size": 3}
+    assert Mine().to_dict() == {"size": 1, "name": "a"}
+    assert GradScalerKwargs(backoff_factor=0.25).to_kwargs() == {"backoff_factor": 0.25}
+    assert InitProcessGroupKwargs(timeout=timedelta(seconds=5)).to_kwargs() == {
+        "timeout": timedelta(seconds=5)
+    }
+    assert "_timeout_given" not in InitProcessGroupKwargs().to_dict()
+
+
+def test_kwargs_handlers_take_one_of_each_kind_the_accelerator_uses() -> None:
+    from nb_accel.utils import GradScalerKwargs, KwargsHandler
+
+    with pytest.raises(ValueError, match="two GradScalerKwargs"):
+        Accelerator(cpu=True, kwargs_handlers=[GradScalerKwargs(), GradScalerKwargs()])
+    with pytest.raises(TypeError, match="KwargsHandler is not a handler the Accelerator uses"):
+        Accelerator(cpu=True, kwargs_handlers=[KwargsHandler()])

@@ -18,6 +18,7 @@ import torch
 
 from ..._flags import env_flag
 from ..enums import _NamedEnum
+from ..options import KwargsHandler
 
 __all__ = [
     "DynamoBackend",
@@ -61,7 +62,7 @@ def _env_flag(name: str) -> bool | None:
 
 
 @dataclass
-class TorchDynamoPlugin:
+class TorchDynamoPlugin(KwargsHandler):
     """How ``prepare()`` compiles models with ``torch.compile``.
 
     Fields left as ``None`` take Accelerate's environment variables
