@@ -27,6 +27,7 @@ __all__ = [
     "ignorant_find_batch_size",
     "slice_tensors",
     "concatenate",
+    "listify",
     "find_device",
     "has_only_tensors",
     "TreeDef",
@@ -232,6 +233,12 @@ def concatenate(data: Sequence[Any], dim: int = 0) -> Any:
             f"{type(first).__name__}: make them tensors, or gather them with gather_object"
         )
     return torch.cat(list(data), dim=dim)
+
+
+def listify(data: Any) -> Any:
+    """Every tensor of the tree as Python numbers (``tensor.tolist()``: a number for a 0-d
+    tensor, nested lists otherwise); the containers and other leaves are kept."""
+    return recursively_apply(lambda tensor: tensor.tolist(), data)
 
 
 def find_device(data: Any) -> torch.device | None:

@@ -264,3 +264,30 @@ def test_kwargs_handlers_take_one_of_each_kind_the_accelerator_uses() -> None:
         Accelerator(cpu=True, kwargs_handlers=[GradScalerKwargs(), GradScalerKwargs()])
     with pytest.raises(TypeError, match="KwargsHandler is not a handler the Accelerator uses"):
         Accelerator(cpu=True, kwargs_handlers=[KwargsHandler()])
+
+
+def test_convert_to_fp32_and_listify_keep_the_structure() -> None:
+    from nb_accel.utils import convert_outputs_to_fp32, convert_to_fp32, listify
+
+    half = {"a": torch.ones(2, dtype=torch.float16), "b": [torch.ones(1, dtype=torch.bfloat16)]}
+    kept = (torch.ones(1, dtype=torch.int64), torch.ones(1, dtype=torch.float64), "label")
+    converted = convert_to_fp32({**half, "kept": kept})
+    assert converted["a"].dtype == converted["b"][0].dtype == torch.float32
+    assert converted["kept"][0].dtype == torch.int64 and converted["kept"][1].dtype == torch.float64
+    assert converted["kept"][2] == "label"
+
+    def forward(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The model's forward."""
+        return x.half(), x.long()
+
+    wrapped = convert_outputs_to_fp32(forward)
+    floats, ints = wrapped(torch.ones(2))
+    assert floats.dtype == torch.float32 and ints.dtype == torch.int64
+    assert wrapped.__doc__ == "The model's forward."
+
+    assert listify({"a": torch.tensor([1, 2]), "b": (torch.tensor(3.5), "s")}) == {
+        "a": [1, 2],
+        "b": (3.5, "s"),
+    }
+    assert listify([torch.ones(1, 2, dtype=torch.bfloat16)]) == [[[1.0, 1.0]]]
+    assert listify(5) == 5

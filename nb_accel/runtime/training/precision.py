@@ -16,6 +16,7 @@ __all__ = [
     "check_precision_for_device",
     "autocast_context",
     "make_grad_scaler",
+    "convert_to_fp32",
     "convert_outputs_to_fp32",
     "autocast_forward",
     "clip_scaled_grad_norm_",
@@ -99,9 +100,21 @@ def _to_fp32(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
 
 
-def convert_outputs_to_fp32(value: Any) -> Any:
-    """Cast half-precision floating tensors in ``value`` (nested lists/tuples/dicts) to fp32."""
+def convert_to_fp32(value: Any) -> Any:
+    """Cast half-precision floating tensors (float16, bfloat16) in ``value`` (nested
+    lists/tuples/dicts) to float32; other tensors and leaves are kept as they are."""
     return recursively_apply(_to_fp32, value)
+
+
+def convert_outputs_to_fp32(model_forward: Callable[..., Any]) -> Callable[..., Any]:
+    """``model_forward`` returning its half-precision outputs in float32 (see
+    :func:`convert_to_fp32`)."""
+
+    @functools.wraps(model_forward)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return convert_to_fp32(model_forward(*args, **kwargs))
+
+    return forward
 
 
 def autocast_forward(
@@ -113,7 +126,7 @@ def autocast_forward(
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         with autocast_context(mixed_precision, device):
             outputs = forward(*args, **kwargs)
-        return convert_outputs_to_fp32(outputs)
+        return convert_to_fp32(outputs)
 
     wrapped.__nb_accel_original_forward__ = forward  # type: ignore[attr-defined]
     return wrapped
