@@ -291,3 +291,48 @@ def test_convert_to_fp32_and_listify_keep_the_structure() -> None:
     }
     assert listify([torch.ones(1, 2, dtype=torch.bfloat16)]) == [[[1.0, 1.0]]]
     assert listify(5) == 5
+
+
+def test_purge_accelerate_environment_puts_the_variables_back(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+    import unittest
+
+    from nb_accel.utils import purge_accelerate_environment
+
+    monkeypatch.setenv("ACCELERATE_KEPT", "before")
+    monkeypatch.delenv("ACCELERATE_NEW", raising=False)
+
+    @purge_accelerate_environment
+    def sets_them() -> str:
+        os.environ["ACCELERATE_NEW"] = "fp16"
+        os.environ["ACCELERATE_KEPT"] = "changed"
+        return "done"
+
+    assert sets_them() == "done"
+    assert os.environ["ACCELERATE_KEPT"] == "before" and "ACCELERATE_NEW" not in os.environ
+
+    @purge_accelerate_environment
+    class Base(unittest.TestCase):
+        def test_removes(self) -> None:
+            del os.environ["ACCELERATE_KEPT"]
+
+    class Child(Base):
+        def test_sets(self) -> None:
+            os.environ["ACCELERATE_NEW"] = "bf16"
+            raise RuntimeError("the variables come back on the way out of an exception too")
+
+    Base("test_removes").test_removes()
+    with pytest.raises(RuntimeError):
+        Child("test_sets").test_sets()
+    assert os.environ["ACCELERATE_KEPT"] == "before" and "ACCELERATE_NEW" not in os.environ
+
+
+def test_is_torch_version_compares_the_installed_torch() -> None:
+    from nb_accel.utils import is_torch_version
+
+    assert is_torch_version(">=", "2.0") and not is_torch_version("<", "2.0")
+    assert is_torch_version("!=", "1.0") and is_torch_version("<", "99")
+    with pytest.raises(ValueError, match="unknown operation '=>'"):
+        is_torch_version("=>", "2.0")
