@@ -336,3 +336,38 @@ def test_is_torch_version_compares_the_installed_torch() -> None:
     assert is_torch_version("!=", "1.0") and is_torch_version("<", "99")
     with pytest.raises(ValueError, match="unknown operation '=>'"):
         is_torch_version("=>", "2.0")
+
+
+class _Blocks(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = torch.nn.ModuleList(torch.nn.Linear(2, 2) for _ in range(3))
+        self.head = torch.nn.Linear(2, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        for layer in self.layers:
+            x = layer(x)
+        return self.head(x)
+
+
+def test_compile_regions_compiles_each_repeated_block_and_unwraps_to_the_original(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from nb_accel.utils import compile_regions, has_compiled_regions, is_compiled_module
+
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "compile_cache"))
+    model = _Blocks()
+    regional = compile_regions(model, backend="eager")
+    assert regional is not model and type(regional) is _Blocks
+    assert all(is_compiled_module(layer) for layer in regional.layers)
+    assert is_compiled_module(regional.head)
+    assert not any(is_compiled_module(layer) for layer in model.layers)  # left as it was
+    assert regional.layers[0]._orig_mod is model.layers[0]  # the same parameters
+    assert has_compiled_regions(regional) and not has_compiled_regions(model)
+    x = torch.ones(4, 2)
+    assert torch.equal(regional(x), model(x))
+    assert extract_model_from_parallel(regional) is model
+    assert extract_model_from_parallel(regional, keep_torch_compile=True) is regional
+    assert Accelerator(cpu=True).unwrap_model(regional) is model
+    plain = torch.nn.Linear(2, 2)
+    assert is_compiled_module(compile_regions(plain))  # nothing repeated: compiled whole

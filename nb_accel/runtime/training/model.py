@@ -7,7 +7,7 @@ import torch
 
 from ..sharding import ModelSetup, ShardingStrategy
 from ..sharding.registry import unwrap_once
-from .compile import TorchDynamoPlugin, compile_model, is_compiled_module
+from .compile import TorchDynamoPlugin, compile_model, has_compiled_regions, is_compiled_module
 from .precision import autocast_forward
 
 __all__ = ["prepare_model", "unwrap_model"]
@@ -54,12 +54,13 @@ def unwrap_model(
     With ``keep_fp32_wrapper=False`` the autocast forward added by mixed precision is removed
     as well. With ``keep_torch_compile=True`` a compiled model comes back compiled: the original
     model in a ``torch.compile`` wrapper with the same options (its ``state_dict()`` keys then
-    start with ``_orig_mod.``). With ``recursive=True`` the submodules wrapped in a parallel
-    container are replaced by the modules they wrap, in place.
+    start with ``_orig_mod.``), and one compiled with ``compile_regions`` comes back as it is
+    when it holds the original model directly. With ``recursive=True`` the submodules wrapped
+    in a parallel container are replaced by the modules they wrap, in place.
     """
     compiled = None
     while True:
-        if is_compiled_module(model):
+        if is_compiled_module(model) or has_compiled_regions(model):
             compiled = compiled or model
             model = model._orig_mod  # type: ignore[assignment]
             continue
@@ -75,7 +76,8 @@ def unwrap_model(
     if keep_torch_compile and compiled is not None:
         if compiled._orig_mod is model:
             return compiled
-        return type(compiled)(model, compiled.dynamo_ctx)  # type: ignore[operator]
+        if is_compiled_module(compiled):
+            return type(compiled)(model, compiled.dynamo_ctx)  # type: ignore[operator]
     return model
 
 
