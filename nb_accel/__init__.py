@@ -37,6 +37,7 @@ from .runtime.data.loaders import (
 )
 from .runtime.data.rng import set_seed, synchronize_rng_states
 from .runtime.data.sampling import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler
+from .runtime.engines import DeepSpeedPlugin
 from .runtime.fsdp.plugin import FullyShardedDataParallelPlugin
 from .runtime.memory import find_executable_batch_size
 from .runtime.options import (
@@ -50,6 +51,7 @@ from .runtime.options import (
     ProfileKwargs,
     ProjectConfiguration,
 )
+from .runtime.parallelism import ParallelismConfig
 from .runtime.reporting.progress import tqdm, trange
 from .runtime.state import AcceleratorState, DistributedType, GradientState, PartialState
 from .runtime.tracking.base import GeneralTracker
@@ -91,6 +93,7 @@ def unload_ipython_extension(ipython: object) -> None:
 __all__ = [
     "AutocastKwargs",
     "DDPCommunicationHookType",
+    "DeepSpeedPlugin",
     "DistributedDataParallelKwargs",
     "GradScalerKwargs",
     "InitProcessGroupKwargs",
@@ -117,6 +120,7 @@ __all__ = [
     "IterableDatasetShard",
     "LaunchError",
     "NbAccelError",
+    "ParallelismConfig",
     "PartialState",
     "ProjectConfiguration",
     "SeedableRandomSampler",

@@ -17,6 +17,7 @@ import torch
 
 from .checkpoint.methods import CheckpointMethods
 from .data import loaders
+from .fsdp.plugin import FullyShardedDataParallelPlugin
 from .options import (
     HANDLER_NAMES,
     DataLoaderConfiguration,
@@ -25,6 +26,7 @@ from .options import (
     InitProcessGroupKwargs,
     ProjectConfiguration,
 )
+from .parallelism import ParallelismConfig, parallelism_from_environment
 from .process_group import apply_process_group_options, init_process_group_kwargs
 from .process_methods import ProcessMethods
 from .sharding.fsdp2 import fsdp_plugin_from
@@ -161,6 +163,10 @@ class Accelerator(
         deepspeed_plugin, deepspeed_plugins, megatron_lm_plugin, torch_tp_plugin: Accelerate's
             other engines; nb_accel does not run them and refuses them with
             ``NotImplementedError``.
+        parallelism_config: a :class:`ParallelismConfig`: ``dp_replicate_size`` runs
+            ``DistributedDataParallel`` over the processes, ``dp_shard_size`` shards the models
+            over them with FSDP2 (a default ``FullyShardedDataParallelPlugin`` when none is
+            given); tensor and context parallelism are refused.
         unknown: a keyword Accelerate's ``Accelerator`` has no parameter for raises
             ``TypeError``, naming the parameter it most likely meant.
     """
@@ -196,6 +202,7 @@ class Accelerator(
         megatron_lm_plugin: Any = None,
         torch_tp_plugin: Any = None,
         deepspeed_plugins: Any = None,
+        parallelism_config: ParallelismConfig | None = None,
         **unknown: Any,
     ) -> None:
         _refuse_unknown(Accelerator, unknown)
@@ -206,6 +213,9 @@ class Accelerator(
             torch_tp_plugin=torch_tp_plugin,
         )
         fsdp_plugin = fsdp_plugin_from(fsdp_plugin)
+        parallelism = parallelism_from_environment(parallelism_config)
+        if parallelism is not None and parallelism.dp_shard_enabled and fsdp_plugin is None:
+            fsdp_plugin = FullyShardedDataParallelPlugin()
         self._handlers = _handlers_by_name(kwargs_handlers or [])
         self._dynamo_plugin = dynamo_plugin_from(dynamo_backend, dynamo_plugin)
         init_handler = self._handlers.get(InitProcessGroupKwargs.__name__)
@@ -217,6 +227,10 @@ class Accelerator(
             **init_process_group_kwargs(init_handler),
         )
         self.state.dynamo_plugin = self._dynamo_plugin
+        if parallelism is not None:
+            sharded = self.state.fsdp_plugin is not None
+            parallelism.fit_to(self.state.num_processes, sharded)
+        self.state.parallelism_config = parallelism
         apply_process_group_options(init_handler)
         self._partial = PartialState()
         self._note_unsharded()

@@ -243,6 +243,10 @@ class AcceleratorState(_SharedState):
             :class:`PartialState`.
     """
 
+    #: The ``Accelerator``'s :class:`~nb_accel.runtime.parallelism.ParallelismConfig` (None:
+    #: none given), set when it is made.
+    parallelism_config: Any
+
     def __init__(
         self, mixed_precision: str | None = None, cpu: bool = False, **kwargs: Any
     ) -> None:

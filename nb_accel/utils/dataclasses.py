@@ -1,7 +1,14 @@
 """``nb_accel.utils.dataclasses``: where ``accelerate.utils.dataclasses`` names are (options,
-plugins, kwargs handlers and enums)."""
+plugins, kwargs handlers and enums; the engines nb_accel does not run are refused when made),
+and ``ParallelismConfig``, which ``accelerate.utils`` exports too."""
 
 from ..runtime.data.rng import RNGType
+from ..runtime.engines import (
+    DeepSpeedPlugin,
+    FP8RecipeKwargs,
+    MegatronLMPlugin,
+    TorchTensorParallelPlugin,
+)
 from ..runtime.enums import LoggerType, PrecisionType
 from ..runtime.fsdp.plugin import FullyShardedDataParallelPlugin
 from ..runtime.options import (
@@ -16,6 +23,11 @@ from ..runtime.options import (
     ProfileKwargs,
     ProjectConfiguration,
 )
+from ..runtime.parallelism import (
+    ParallelismConfig,
+    TorchContextParallelConfig,
+    TorchTensorParallelConfig,
+)
 from ..runtime.state import DistributedType
 from ..runtime.training.compile import DynamoBackend, TorchDynamoPlugin
 
@@ -23,18 +35,25 @@ __all__ = [
     "AutocastKwargs",
     "DataLoaderConfiguration",
     "DDPCommunicationHookType",
+    "DeepSpeedPlugin",
     "DistributedDataParallelKwargs",
     "DistributedType",
     "DynamoBackend",
+    "FP8RecipeKwargs",
     "FullyShardedDataParallelPlugin",
     "GradScalerKwargs",
     "GradientAccumulationPlugin",
     "InitProcessGroupKwargs",
     "KwargsHandler",
     "LoggerType",
+    "MegatronLMPlugin",
+    "ParallelismConfig",
     "PrecisionType",
     "ProfileKwargs",
     "ProjectConfiguration",
     "RNGType",
+    "TorchContextParallelConfig",
     "TorchDynamoPlugin",
+    "TorchTensorParallelConfig",
+    "TorchTensorParallelPlugin",
 ]

@@ -39,6 +39,7 @@ ACCELERATE_PARAMETERS = (
     "dynamo_backend",
     "dynamo_plugin",
     "deepspeed_plugins",
+    "parallelism_config",
     "dispatch_batches",
     "even_batches",
     "use_seedable_sampler",
@@ -371,3 +372,90 @@ def test_compile_regions_compiles_each_repeated_block_and_unwraps_to_the_origina
     assert Accelerator(cpu=True).unwrap_model(regional) is model
     plain = torch.nn.Linear(2, 2)
     assert is_compiled_module(compile_regions(plain))  # nothing repeated: compiled whole
+
+
+def test_parallelism_config_takes_accelerates_sizes_and_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from nb_accel import ParallelismConfig
+
+    config = ParallelismConfig()
+    assert (config.dp_replicate_size, config.dp_shard_size, config.tp_size, config.cp_size) == (
+        1,
+        1,
+        1,
+        1,
+    )
+    assert config.total_size == 1 and config.active_mesh_dims == []
+    sharded = ParallelismConfig(dp_shard_size=4)
+    assert sharded.dp_shard_enabled and not sharded.dp_replicate_enabled
+    assert sharded.total_size == sharded.data_parallel_size == 4
+    assert sharded.active_mesh_dims == sharded.dp_dim_names == ["dp_shard"]
+    monkeypatch.setenv("PARALLELISM_CONFIG_DP_REPLICATE_SIZE", "3")
+    assert ParallelismConfig().dp_replicate_size == 3
+    with pytest.raises(ValueError, match="dp_shard_size must be at least 1, not 0"):
+        ParallelismConfig(dp_shard_size=0)
+
+
+@pytest.mark.parametrize(
+    ("sizes", "refused"),
+    [
+        ({"tp_size": 2}, "tensor parallelism is not supported"),
+        ({"cp_size": 2}, "context parallelism is not supported"),
+        ({"sp_size": 2}, "sequence parallelism is not supported"),
+        ({"dp_replicate_size": 2, "dp_shard_size": 2}, r"\(HSDP\) is not supported"),
+    ],
+)
+def test_parallelism_nb_accel_does_not_run_is_refused_naming_what_it_runs(
+    sizes: dict[str, int], refused: str
+) -> None:
+    from nb_accel.parallelism_config import ParallelismConfig
+
+    with pytest.raises(NotImplementedError, match=refused) as info:
+        ParallelismConfig(**sizes)
+    assert "dp_replicate_size (DistributedDataParallel) or dp_shard_size (FSDP2" in str(info.value)
+
+
+def test_context_parallel_options_import_and_are_refused_when_used() -> None:
+    from nb_accel.parallelism_config import ParallelismConfig, TorchContextParallelConfig
+    from nb_accel.utils import TorchContextParallelConfig as from_utils
+    from nb_accel.utils import TorchTensorParallelConfig
+
+    assert from_utils is TorchContextParallelConfig
+    assert TorchContextParallelConfig().cp_comm_strategy == "allgather"
+    assert TorchTensorParallelConfig().enable_async_tp is False
+    with pytest.raises(ValueError, match="cp_comm_strategy='ring'"):
+        TorchContextParallelConfig(cp_comm_strategy="ring")
+    with pytest.raises(NotImplementedError, match="context parallelism"):
+        ParallelismConfig(cp_size=2, cp_handler=TorchContextParallelConfig())
+    with pytest.warns(UserWarning, match="cp_handler is ignored"):
+        ParallelismConfig(cp_handler=TorchContextParallelConfig())
+
+
+def test_the_accelerator_checks_a_parallelism_config_against_its_processes() -> None:
+    from nb_accel import ParallelismConfig
+
+    plain = Accelerator(cpu=True)
+    assert plain.parallelism_config is None
+    with pytest.raises(RuntimeError, match="Data parallelism is not configured"):
+        _ = plain.data_parallel_rank
+    config = ParallelismConfig()
+    accelerator = Accelerator(cpu=True, parallelism_config=config)
+    assert accelerator.parallelism_config is config and config.total_size == 1
+    assert accelerator.data_parallel_rank == accelerator.data_parallel_shard_rank == 0
+    assert accelerator.tensor_parallel_rank == 0
+    with pytest.raises(ValueError, match=r"spans 2 processes .* but this run has 1"):
+        Accelerator(cpu=True, parallelism_config=ParallelismConfig(dp_replicate_size=2))
+
+
+@pytest.mark.parametrize(
+    "name", ["DeepSpeedPlugin", "MegatronLMPlugin", "TorchTensorParallelPlugin", "FP8RecipeKwargs"]
+)
+def test_the_other_engines_classes_import_and_are_refused_when_made(name: str) -> None:
+    import nb_accel.utils
+    import nb_accel.utils.dataclasses
+
+    kind = getattr(nb_accel.utils, name)
+    assert getattr(nb_accel.utils.dataclasses, name) is kind
+    with pytest.raises(NotImplementedError, match=rf"{name}: .* is not supported by nb_accel"):
+        kind(zero_stage=3)

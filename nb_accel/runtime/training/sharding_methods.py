@@ -7,6 +7,7 @@ import warnings
 from typing import Any
 
 from ..fsdp.plugin import FullyShardedDataParallelPlugin
+from ..parallelism import ParallelismConfig
 from ..sharding import ModelSetup, ShardingStrategy
 from ..state import AcceleratorState, DistributedType, PartialState
 
@@ -36,6 +37,40 @@ class ShardingMethods:
     def fsdp_plugin(self) -> FullyShardedDataParallelPlugin | None:
         """The sharding options, when FSDP is on."""
         return self.state.fsdp_plugin if self.is_fsdp2 else None
+
+    @property
+    def parallelism_config(self) -> ParallelismConfig | None:
+        """The :class:`ParallelismConfig` given (or read from the environment), with the size
+        of the dimension that runs set to the number of processes; None when none was."""
+        return getattr(self.state, "parallelism_config", None)
+
+    def _configured(self, what: str) -> ParallelismConfig:
+        config = self.parallelism_config
+        if config is None:
+            raise RuntimeError(
+                f"{what} is not configured: pass Accelerator(parallelism_config="
+                "ParallelismConfig(...)) first"
+            )
+        return config
+
+    @property
+    def data_parallel_rank(self) -> int:
+        """This process's index among the model's replicas (``DistributedDataParallel``); 0
+        when the models are sharded instead."""
+        replicated = self._configured("Data parallelism").dp_replicate_enabled
+        return self._partial.process_index if replicated else 0
+
+    @property
+    def data_parallel_shard_rank(self) -> int:
+        """This process's index among the model's FSDP2 shards; 0 when models are replicated."""
+        sharded = self._configured("Shard-based data parallelism").dp_shard_enabled
+        return self._partial.process_index if sharded else 0
+
+    @property
+    def tensor_parallel_rank(self) -> int:
+        """0: nb_accel runs no tensor parallelism (every process holds whole tensors)."""
+        self._configured("Tensor parallelism")
+        return 0
 
     @property
     def _sharding(self) -> ShardingStrategy:
