@@ -9,7 +9,12 @@ from ..runtime.engines import (
     MegatronLMPlugin,
     TorchTensorParallelPlugin,
 )
-from ..runtime.enums import LoggerType, PrecisionType
+from ..runtime.enums import (
+    ComputeEnvironment,
+    LoggerType,
+    PrecisionType,
+    SageMakerDistributedType,
+)
 from ..runtime.fsdp.plugin import FullyShardedDataParallelPlugin
 from ..runtime.options import (
     AutocastKwargs,
@@ -33,6 +38,7 @@ from ..runtime.training.compile import DynamoBackend, TorchDynamoPlugin
 
 __all__ = [
     "AutocastKwargs",
+    "ComputeEnvironment",
     "DataLoaderConfiguration",
     "DDPCommunicationHookType",
     "DeepSpeedPlugin",
@@ -52,6 +58,7 @@ __all__ = [
     "ProfileKwargs",
     "ProjectConfiguration",
     "RNGType",
+    "SageMakerDistributedType",
     "TorchContextParallelConfig",
     "TorchDynamoPlugin",
     "TorchTensorParallelConfig",

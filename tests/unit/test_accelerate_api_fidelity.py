@@ -459,3 +459,95 @@ def test_the_other_engines_classes_import_and_are_refused_when_made(name: str) -
     assert getattr(nb_accel.utils.dataclasses, name) is kind
     with pytest.raises(NotImplementedError, match=rf"{name}: .* is not supported by nb_accel"):
         kind(zero_stage=3)
+
+
+def test_the_file_name_constants_are_accelerates_and_save_state_uses_them() -> None:
+    from nb_accel.utils import constants
+
+    assert (
+        constants.MODEL_NAME,
+        constants.OPTIMIZER_NAME,
+        constants.RNG_STATE_NAME,
+        constants.SCALER_NAME,
+        constants.SCHEDULER_NAME,
+    ) == ("pytorch_model", "optimizer", "random_states", "scaler.pt", "scheduler")
+    assert (constants.WEIGHTS_NAME, constants.SAFE_WEIGHTS_NAME) == (
+        "pytorch_model.bin",
+        "model.safetensors",
+    )
+    assert (constants.WEIGHTS_INDEX_NAME, constants.SAFE_WEIGHTS_INDEX_NAME) == (
+        "pytorch_model.bin.index.json",
+        "model.safetensors.index.json",
+    )
+
+
+def test_save_state_writes_the_files_the_constants_name(tmp_path: Path) -> None:
+    from nb_accel.utils import OPTIMIZER_NAME, RNG_STATE_NAME, SAFE_WEIGHTS_NAME, SCHEDULER_NAME
+
+    accelerator = Accelerator(cpu=True)
+    model = torch.nn.Linear(2, 2)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    scheduler = torch.optim.lr_scheduler.StepLR(optimizer, 1)
+    accelerator.prepare(model, optimizer, scheduler)
+    folder = Path(accelerator.save_state(tmp_path / "checkpoint"))
+    names = {path.name for path in folder.iterdir()}
+    assert {SAFE_WEIGHTS_NAME, f"{OPTIMIZER_NAME}.bin", f"{SCHEDULER_NAME}.bin"} <= names
+    assert f"{RNG_STATE_NAME}_0.pkl" in names
+
+
+def test_grad_scaler_and_mixed_precision_context_helpers() -> None:
+    from nb_accel.utils import get_grad_scaler, get_mixed_precision_context_manager
+
+    scaler = get_grad_scaler(init_scale=8.0)
+    assert isinstance(scaler, torch.amp.GradScaler) and scaler._device == "cpu"
+    assert scaler.get_scale() == 8.0
+    Accelerator(cpu=True, mixed_precision="bf16")
+    layer = torch.nn.Linear(2, 2)
+    with get_mixed_precision_context_manager(native_amp=True):
+        assert layer(torch.ones(1, 2)).dtype == torch.bfloat16
+    with get_mixed_precision_context_manager(native_amp=False):
+        assert layer(torch.ones(1, 2)).dtype == torch.float32
+
+
+def test_load_reads_numpy_arrays_with_weights_only(tmp_path: Path) -> None:
+    import numpy as np
+
+    from nb_accel.utils import load
+
+    path = tmp_path / "state.bin"
+    torch.save({"array": np.arange(3, dtype=np.int64), "tensor": torch.ones(2)}, path)
+    loaded = load(path, map_location="cpu", weights_only=True)
+    assert loaded["array"].tolist() == [0, 1, 2] and loaded["tensor"].tolist() == [1.0, 1.0]
+
+
+def test_fsdp_ram_efficient_loading_switches_through_the_environment(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    import os
+
+    from nb_accel.utils import (
+        FullyShardedDataParallelPlugin,
+        disable_fsdp_ram_efficient_loading,
+        enable_fsdp_ram_efficient_loading,
+    )
+
+    for name in ("ACCELERATE_USE_FSDP", "FSDP_CPU_RAM_EFFICIENT_LOADING"):
+        monkeypatch.setenv(name, "")  # so that monkeypatch puts back what was there
+        monkeypatch.delenv(name)
+    enable_fsdp_ram_efficient_loading()
+    assert os.environ["ACCELERATE_USE_FSDP"] == "True"
+    assert FullyShardedDataParallelPlugin().cpu_ram_efficient_loading is True
+    disable_fsdp_ram_efficient_loading()
+    assert FullyShardedDataParallelPlugin().cpu_ram_efficient_loading is False
+
+
+def test_get_module_children_bottom_up_lists_children_before_their_parents() -> None:
+    from nb_accel.utils import get_module_children_bottom_up
+
+    shared = torch.nn.ReLU()
+    inner = torch.nn.Sequential(torch.nn.Linear(1, 1), shared)
+    model = torch.nn.Sequential(inner, shared, torch.nn.Linear(1, 1))
+    named = get_module_children_bottom_up(model, return_fqns=True)
+    assert [name for name, _ in named] == ["0.0", "0.1", "0", "2", ""]
+    assert get_module_children_bottom_up(model) == [module for _, module in named]
+    assert named[-1][1] is model

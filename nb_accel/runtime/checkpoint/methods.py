@@ -392,6 +392,18 @@ def save(
         torch.save(obj, Path(f).expanduser() if isinstance(f, (str, os.PathLike)) else f)
 
 
+def load(f: Any, map_location: Any = None, **kwargs: Any) -> Any:
+    """``torch.load(f, map_location=map_location, **kwargs)``, as Accelerate's ``load``: where
+    ``weights_only`` is on (torch's default), NumPy arrays in the file load too."""
+    import numpy as np
+
+    core = getattr(np, "_core", None) or np.core
+    dtypes = [type(np.dtype(kind)) for kind in ("bool", "int32", "int64", "float32", "float64")]
+    allowed = [core.multiarray._reconstruct, np.ndarray, np.dtype, *dtypes]
+    with torch.serialization.safe_globals(allowed):
+        return torch.load(f, map_location=map_location, **kwargs)
+
+
 def _tied_note(tied: dict[str, str]) -> str:
     """The warning for names left out of a safetensors file because they share memory."""
     pairs = ", ".join(f"{dropped!r} (same memory as {kept!r})" for dropped, kept in tied.items())

@@ -25,6 +25,8 @@ from safetensors.torch import save_file
 __all__ = [
     "SAFE_WEIGHTS_NAME",
     "WEIGHTS_NAME",
+    "SAFE_WEIGHTS_INDEX_NAME",
+    "WEIGHTS_INDEX_NAME",
     "ALIASES_KEY",
     "parse_size",
     "index_name",
@@ -39,6 +41,10 @@ __all__ = [
 SAFE_WEIGHTS_NAME = "model.safetensors"
 #: Base name of a pickle (``torch.save``) checkpoint.
 WEIGHTS_NAME = "pytorch_model.bin"
+#: The index of a sharded safetensors checkpoint.
+SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+#: The index of a sharded pickle checkpoint.
+WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
 #: Safetensors header key holding ``{dropped_name: kept_name}`` (JSON) for tied tensors.
 ALIASES_KEY = "nb_accel.aliases"
 

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ..sharding import ModelSetup, ShardingStrategy
@@ -10,7 +12,7 @@ from ..sharding.registry import unwrap_once
 from .compile import TorchDynamoPlugin, compile_model, has_compiled_regions, is_compiled_module
 from .precision import autocast_forward
 
-__all__ = ["prepare_model", "unwrap_model"]
+__all__ = ["get_module_children_bottom_up", "prepare_model", "unwrap_model"]
 
 
 def prepare_model(
@@ -99,3 +101,20 @@ def _unwrap_submodules(model: torch.nn.Module) -> None:
         if inner is not child:
             setattr(model, name, inner)
         _unwrap_submodules(inner)
+
+
+def get_module_children_bottom_up(model: torch.nn.Module, return_fqns: bool = False) -> list[Any]:
+    """Every module of ``model`` once, each after its children (in their order), ``model``
+    last; with ``return_fqns`` as ``(qualified name, module)`` pairs (``""`` for ``model``)."""
+    found: list[tuple[str, torch.nn.Module]] = []
+    seen: set[int] = set()
+
+    def visit(module: torch.nn.Module, name: str) -> None:
+        seen.add(id(module))
+        for child_name, child in module.named_children():
+            if id(child) not in seen:
+                visit(child, f"{name}.{child_name}" if name else child_name)
+        found.append((name, module))
+
+    visit(model, "")
+    return found if return_fqns else [module for _, module in found]

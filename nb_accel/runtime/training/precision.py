@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ..state import AcceleratorState, PartialState
 from ..tree import recursively_apply
 
 __all__ = [
@@ -16,6 +17,8 @@ __all__ = [
     "check_precision_for_device",
     "autocast_context",
     "make_grad_scaler",
+    "get_grad_scaler",
+    "get_mixed_precision_context_manager",
     "convert_to_fp32",
     "convert_outputs_to_fp32",
     "autocast_forward",
@@ -55,6 +58,27 @@ def make_grad_scaler(mixed_precision: str, device: torch.device, **kwargs: Any) 
     if mixed_precision != "fp16":
         return None
     return torch.amp.GradScaler(device.type, **kwargs)
+
+
+def get_grad_scaler(distributed_type: Any = None, **kwargs: Any) -> torch.amp.GradScaler:
+    """A ``torch.amp.GradScaler`` for this process's device, ``kwargs`` its options (as
+    Accelerate's helper; FSDP2 shards use the same scaler, so ``distributed_type`` changes
+    nothing)."""
+    del distributed_type
+    return torch.amp.GradScaler(PartialState().device.type, **kwargs)
+
+
+def get_mixed_precision_context_manager(
+    native_amp: bool = False, autocast_kwargs: Any = None
+) -> contextlib.AbstractContextManager[Any]:
+    """The ``torch.autocast`` context of the ``AcceleratorState``'s mixed precision on this
+    process's device when ``native_amp`` (``autocast_kwargs``, an ``AutocastKwargs``, adds its
+    options); a no-op otherwise."""
+    if not native_amp:
+        return contextlib.nullcontext()
+    options = autocast_kwargs.to_kwargs() if autocast_kwargs is not None else {}
+    state = AcceleratorState()
+    return autocast_context(str(state.mixed_precision), state.device, **options)
 
 
 def _gradients(parameters: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
