@@ -38,6 +38,7 @@ from .runtime.data.loaders import (
 from .runtime.data.rng import set_seed, synchronize_rng_states
 from .runtime.data.sampling import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler
 from .runtime.engines import DeepSpeedPlugin
+from .runtime.environment import is_rich_available
 from .runtime.fsdp.plugin import FullyShardedDataParallelPlugin
 from .runtime.memory import find_executable_batch_size
 from .runtime.options import (
@@ -100,6 +101,7 @@ __all__ = [
     "ProfileKwargs",
     "TorchDynamoPlugin",
     "find_executable_batch_size",
+    "is_rich_available",
     "synchronize_rng_states",
     "AcceleratedOptimizer",
     "Config",

@@ -448,19 +448,6 @@ def test_the_accelerator_checks_a_parallelism_config_against_its_processes() -> 
         Accelerator(cpu=True, parallelism_config=ParallelismConfig(dp_replicate_size=2))
 
 
-@pytest.mark.parametrize(
-    "name", ["DeepSpeedPlugin", "MegatronLMPlugin", "TorchTensorParallelPlugin", "FP8RecipeKwargs"]
-)
-def test_the_other_engines_classes_import_and_are_refused_when_made(name: str) -> None:
-    import nb_accel.utils
-    import nb_accel.utils.dataclasses
-
-    kind = getattr(nb_accel.utils, name)
-    assert getattr(nb_accel.utils.dataclasses, name) is kind
-    with pytest.raises(NotImplementedError, match=rf"{name}: .* is not supported by nb_accel"):
-        kind(zero_stage=3)
-
-
 def test_the_file_name_constants_are_accelerates_and_save_state_uses_them() -> None:
     from nb_accel.utils import constants
 

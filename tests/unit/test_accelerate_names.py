@@ -32,6 +32,8 @@ from nb_accel.utils import (
     patch_environment,
 )
 
+pytestmark = pytest.mark.timeout(60)
+
 #: Every member of Accelerate 1.15's enums, with its value.
 DISTRIBUTED_TYPES = [
     "NO",
@@ -280,3 +282,283 @@ def test_the_trackers_availability_checks_find_a_library_without_importing_it(
     importlib.invalidate_caches()
     assert all(check() for check in checks.values())
     assert not set(modules) & set(sys.modules)
+
+
+#: The names of Accelerate 1.15's package reference (accelerator, state, kwargs handlers,
+#: launchers, logging, tracking, FSDP, torch wrappers, utilities), by the import path its
+#: documentation gives them. Each imports from the same path with ``accelerate`` replaced by
+#: ``nb_accel``, but those in ``NOT_PROVIDED``.
+DOCUMENTED: dict[str, tuple[str, ...]] = {
+    "accelerate": (
+        "Accelerator",
+        "AutocastKwargs",
+        "DataLoaderConfiguration",
+        "DeepSpeedPlugin",
+        "DistributedDataParallelKwargs",
+        "DistributedType",
+        "FullyShardedDataParallelPlugin",
+        "GradScalerKwargs",
+        "InitProcessGroupKwargs",
+        "ParallelismConfig",
+        "PartialState",
+        "ProfileKwargs",
+        "debug_launcher",
+        "find_executable_batch_size",
+        "infer_auto_device_map",
+        "is_rich_available",
+        "load_checkpoint_in_model",
+        "notebook_launcher",
+        "skip_first_batches",
+        "synchronize_rng_states",
+        # big model inference
+        "cpu_offload",
+        "cpu_offload_with_hook",
+        "disk_offload",
+        "dispatch_model",
+        "init_empty_weights",
+        "init_on_device",
+        "load_checkpoint_and_dispatch",
+        "prepare_pippy",
+    ),
+    "accelerate.accelerator": ("Accelerator",),
+    "accelerate.state": ("PartialState", "AcceleratorState", "GradientState"),
+    "accelerate.logging": ("get_logger",),
+    "accelerate.parallelism_config": ("ParallelismConfig",),
+    "accelerate.data_loader": (
+        "prepare_data_loader",
+        "skip_first_batches",
+        "BatchSamplerShard",
+        "IterableDatasetShard",
+        "DataLoaderShard",
+        "DataLoaderDispatcher",
+    ),
+    "accelerate.optimizer": ("AcceleratedOptimizer",),
+    "accelerate.scheduler": ("AcceleratedScheduler",),
+    "accelerate.tracking": (
+        "GeneralTracker",
+        "TensorBoardTracker",
+        "WandBTracker",
+        "TrackioTracker",
+        "CometMLTracker",
+        "AimTracker",
+        "MLflowTracker",
+        "ClearMLTracker",
+        "DVCLiveTracker",
+        "SwanLabTracker",
+    ),
+    "accelerate.commands.config.default": ("write_basic_config",),
+    "accelerate.utils.environment": ("override_numa_affinity",),
+    "accelerate.utils": (
+        # constants
+        "MODEL_NAME",
+        "OPTIMIZER_NAME",
+        "RNG_STATE_NAME",
+        "SCALER_NAME",
+        "SCHEDULER_NAME",
+        "WEIGHTS_NAME",
+        "SAFE_WEIGHTS_NAME",
+        "WEIGHTS_INDEX_NAME",
+        "SAFE_WEIGHTS_INDEX_NAME",
+        # data classes, kwargs handlers, plugins, configurations
+        "ComputeEnvironment",
+        "DistributedType",
+        "DynamoBackend",
+        "LoggerType",
+        "PrecisionType",
+        "RNGType",
+        "SageMakerDistributedType",
+        "AutocastKwargs",
+        "DistributedDataParallelKwargs",
+        "FP8RecipeKwargs",
+        "GradScalerKwargs",
+        "InitProcessGroupKwargs",
+        "KwargsHandler",
+        "ProfileKwargs",
+        "DeepSpeedPlugin",
+        "FullyShardedDataParallelPlugin",
+        "GradientAccumulationPlugin",
+        "MegatronLMPlugin",
+        "TorchDynamoPlugin",
+        "TorchTensorParallelPlugin",
+        "TorchContextParallelConfig",
+        "TorchTensorParallelConfig",
+        "BnbQuantizationConfig",
+        "DataLoaderConfiguration",
+        "ProjectConfiguration",
+        # data manipulation and operations
+        "broadcast",
+        "broadcast_object_list",
+        "concatenate",
+        "convert_outputs_to_fp32",
+        "convert_to_fp32",
+        "gather",
+        "gather_object",
+        "get_grad_scaler",
+        "get_mixed_precision_context_manager",
+        "listify",
+        "pad_across_processes",
+        "recursively_apply",
+        "reduce",
+        "send_to_device",
+        "slice_tensors",
+        # environment checks and manipulation
+        "is_bf16_available",
+        "is_mps_available",
+        "is_npu_available",
+        "is_torch_version",
+        "is_torch_xla_available",
+        "is_xpu_available",
+        "patch_environment",
+        "clear_environment",
+        "write_basic_config",
+        "set_numa_affinity",
+        "purge_accelerate_environment",
+        # memory, modeling, parallel, random
+        "find_executable_batch_size",
+        "release_memory",
+        "calculate_maximum_sizes",
+        "compute_module_sizes",
+        "extract_model_from_parallel",
+        "get_balanced_memory",
+        "get_max_layer_size",
+        "infer_auto_device_map",
+        "load_checkpoint_in_model",
+        "load_offloaded_weights",
+        "load_state_dict",
+        "offload_state_dict",
+        "retie_parameters",
+        "set_module_tensor_to_device",
+        "get_module_children_bottom_up",
+        "compile_regions",
+        "save",
+        "load",
+        "wait_for_everyone",
+        "set_seed",
+        "synchronize_rng_state",
+        "synchronize_rng_states",
+        # XLA, quantization
+        "install_xla",
+        "load_and_quantize_model",
+        # FSDP
+        "enable_fsdp_ram_efficient_loading",
+        "disable_fsdp_ram_efficient_loading",
+        "merge_fsdp_weights",
+        "fsdp2_load_full_state_dict",
+        "fsdp2_switch_optimizer_parameters",
+        "fsdp2_prepare_model",
+    ),
+    "accelerate.utils.fsdp_utils": ("merge_fsdp_weights", "fsdp2_prepare_auto_wrap_policy"),
+}
+
+_BIG_MODELING = (
+    "big-model inference (device maps, offloading weights to the CPU or a disk) is outside "
+    "nb_accel, which trains a whole model, or FSDP2 shards of it, on every process"
+)
+_FSDP2_STEPS = "a step of Accelerate's own FSDP2 preparation: prepare() does it in nb_accel"
+#: Documented names nb_accel deliberately leaves out, with the reason; importing them fails.
+NOT_PROVIDED: dict[tuple[str, str], str] = {
+    **{
+        ("accelerate", name): _BIG_MODELING
+        for name in (
+            "cpu_offload",
+            "cpu_offload_with_hook",
+            "disk_offload",
+            "dispatch_model",
+            "init_empty_weights",
+            "init_on_device",
+            "load_checkpoint_and_dispatch",
+            "infer_auto_device_map",
+        )
+    },
+    **{
+        ("accelerate.utils", name): _BIG_MODELING
+        for name in (
+            "calculate_maximum_sizes",
+            "compute_module_sizes",
+            "get_balanced_memory",
+            "get_max_layer_size",
+            "infer_auto_device_map",
+            "load_offloaded_weights",
+            "load_state_dict",
+            "offload_state_dict",
+            "retie_parameters",
+            "set_module_tensor_to_device",
+        )
+    },
+    **{
+        ("accelerate.utils", name): _FSDP2_STEPS
+        for name in (
+            "fsdp2_load_full_state_dict",
+            "fsdp2_switch_optimizer_parameters",
+            "fsdp2_prepare_model",
+        )
+    },
+    ("accelerate.utils.fsdp_utils", "fsdp2_prepare_auto_wrap_policy"): _FSDP2_STEPS,
+    ("accelerate", "prepare_pippy"): "pipeline parallelism is not supported",
+    ("accelerate.utils", "BnbQuantizationConfig"): "bitsandbytes quantization is outside nb_accel",
+    (
+        "accelerate.utils",
+        "load_and_quantize_model",
+    ): "bitsandbytes quantization is outside nb_accel",
+    ("accelerate.utils", "install_xla"): "install torch_xla with pip: the nb_accel[xla] extra",
+    ("accelerate.utils", "set_numa_affinity"): "nb_accel's launcher does not pin NUMA nodes",
+    ("accelerate.utils.environment", "override_numa_affinity"): (
+        "nb_accel's launcher does not pin NUMA nodes"
+    ),
+    ("accelerate.commands.config.default", "write_basic_config"): (
+        "nb_accel has no command line: the function is nb_accel.utils.write_basic_config"
+    ),
+}
+#: Documented classes of engines nb_accel does not run: they import, and making one raises
+#: ``NotImplementedError`` (as passing their parameter to ``Accelerator`` does).
+REFUSED_WHEN_MADE = {
+    "DeepSpeedPlugin": "DeepSpeed",
+    "MegatronLMPlugin": "Megatron-LM",
+    "TorchTensorParallelPlugin": "tensor parallelism",
+    "FP8RecipeKwargs": "FP8 training",
+}
+
+
+def _ours(path: str) -> str:
+    return "nb_accel" + path[len("accelerate") :]
+
+
+def _documented() -> list[tuple[str, str]]:
+    return [(path, name) for path, names in DOCUMENTED.items() for name in names]
+
+
+@pytest.mark.parametrize(("path", "name"), _documented(), ids="{0[0]}.{0[1]}".format)
+def test_every_documented_name_imports_from_nb_accel_where_accelerate_has_it(
+    path: str, name: str
+) -> None:
+    reason = NOT_PROVIDED.get((path, name))
+    try:
+        found = getattr(importlib.import_module(_ours(path)), name)
+    except (ImportError, AttributeError):
+        assert reason is not None, f"{_ours(path)}.{name} is missing (documented at {path})"
+        return
+    assert reason is None, f"{_ours(path)}.{name} exists: take it out of NOT_PROVIDED"
+    assert found is not None
+
+
+def test_the_lists_of_names_left_out_name_documented_names_only() -> None:
+    documented = set(_documented())
+    assert set(NOT_PROVIDED) <= documented
+    assert all(reason for reason in NOT_PROVIDED.values())
+    assert {("accelerate.utils", name) for name in REFUSED_WHEN_MADE} <= documented
+
+
+@pytest.mark.parametrize("name", REFUSED_WHEN_MADE)
+def test_the_other_engines_classes_import_and_are_refused_when_made(name: str) -> None:
+    kind = getattr(nb_accel.utils, name)
+    assert getattr(importlib.import_module("nb_accel.utils.dataclasses"), name) is kind
+    with pytest.raises(NotImplementedError, match=f"{REFUSED_WHEN_MADE[name]} is not supported"):
+        kind()
+
+
+def test_the_documented_names_are_accelerates() -> None:
+    """The lists above hold Accelerate's names at Accelerate's paths (where it is installed)."""
+    pytest.importorskip("accelerate")
+    for path, name in _documented():
+        module = importlib.import_module(path)
+        assert hasattr(module, name), f"{path}.{name} is not in the installed Accelerate"
