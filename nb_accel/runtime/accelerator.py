@@ -292,6 +292,11 @@ class Accelerator(
         return self.dataloader_config.use_seedable_sampler
 
     @property
+    def non_blocking(self) -> bool:
+        """Whether prepared loaders copy batches to the device without blocking."""
+        return self.dataloader_config.non_blocking
+
+    @property
     def use_stateful_dataloader(self) -> bool:
         """Whether prepared loaders are built on torchdata's ``StatefulDataLoader``."""
         return self.dataloader_config.use_stateful_dataloader

@@ -562,3 +562,71 @@ def test_the_documented_names_are_accelerates() -> None:
     for path, name in _documented():
         module = importlib.import_module(path)
         assert hasattr(module, name), f"{path}.{name} is not in the installed Accelerate"
+
+
+#: Public members of Accelerate's ``Accelerator`` that nb_accel's leaves out, with the reason.
+ACCELERATOR_LEFT_OUT = {
+    "deepspeed_ulysses_dl_adapter": "DeepSpeed's sequence parallelism is not supported",
+    "torch_device_mesh": "nb_accel builds no device mesh: its data parallelism spans every process",
+    "should_save_model": "a step of Accelerate's saving under a device mesh",
+}
+
+
+def test_the_accelerator_has_every_public_member_accelerates_has() -> None:
+    accelerate = pytest.importorskip("accelerate")
+    theirs = {name for name in dir(accelerate.Accelerator) if not name.startswith("_")}
+    ours = {name for name in dir(nb_accel.Accelerator) if not name.startswith("_")}
+    assert sorted(theirs - ours - set(ACCELERATOR_LEFT_OUT)) == []
+    assert set(ACCELERATOR_LEFT_OUT) <= theirs - ours
+
+
+def test_the_accelerators_members_for_what_nb_accel_does_not_run() -> None:
+    accelerator = nb_accel.Accelerator(cpu=True)
+    assert accelerator.deepspeed_plugin is None and accelerator.fp8_backend is None
+    assert (
+        accelerator.multi_device is False and accelerator.is_composable_parallelism_enabled is False
+    )
+    assert accelerator.non_blocking is False
+    buffers = [torch.arange(4)]
+    with accelerator.maybe_context_parallel(buffers=buffers, buffer_seq_dims=[0]):
+        assert buffers[0].tolist() == [0, 1, 2, 3]  # no context parallelism: left whole
+    for name in ("context_parallel_rank", "pipeline_parallel_rank"):
+        with pytest.raises(NotImplementedError, match="parallelism is not supported"):
+            getattr(accelerator, name)
+    with pytest.raises(NotImplementedError, match="LOMO optimizers are not supported"):
+        accelerator.lomo_backward(torch.ones(()), learning_rate=0.1)
+    model = torch.nn.Sequential(torch.nn.Linear(1, 1))
+    assert accelerator.verify_device_map(model) is False
+    model[0].hf_device_map = {"a": 0, "b": "cpu"}  # type: ignore[assignment]
+    assert accelerator.verify_device_map(model) is True
+
+
+#: Public members of Accelerate's state classes that nb_accel's leave out, with the reason.
+STATE_LEFT_OUT = {
+    ("AcceleratorState", "fork_launched"): "nb_accel's workers do not read FORK_LAUNCHED",
+    ("GradientState", "is_xla_gradients_synced"): (
+        "Accelerate's TPU bookkeeping: nb_accel's XLA device backend reduces the gradients in "
+        "its optimizer step"
+    ),
+}
+
+
+def test_the_state_classes_have_every_public_member_accelerates_have() -> None:
+    accelerate_state = pytest.importorskip("accelerate.state")
+    nb_accel.Accelerator(cpu=True)
+    for name in ("PartialState", "AcceleratorState", "GradientState"):
+        ours = getattr(nb_accel.state, name)()
+        theirs = {m for m in dir(getattr(accelerate_state, name)) if not m.startswith("_")}
+        missing = {m for m in theirs if not hasattr(ours, m)}
+        assert missing == {m for (cls, m) in STATE_LEFT_OUT if cls == name}, name
+
+
+def test_the_state_members_for_what_nb_accel_does_not_run() -> None:
+    accelerator = nb_accel.Accelerator(cpu=True)
+    state, partial = accelerator.state, nb_accel.PartialState()
+    assert state.is_fsdp2 is False and state.deepspeed_plugin is None
+    with pytest.raises(NotImplementedError, match="DeepSpeed is not supported"):
+        state.select_deepspeed_plugin("default")
+    assert partial.default_device.type in ("cuda", "mps", "cpu")
+    partial.set_device()
+    assert partial.device == accelerator.device
