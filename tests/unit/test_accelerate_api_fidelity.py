@@ -538,3 +538,41 @@ def test_get_module_children_bottom_up_lists_children_before_their_parents() -> 
     assert [name for name, _ in named] == ["0.0", "0.1", "0", "2", ""]
     assert get_module_children_bottom_up(model) == [module for _, module in named]
     assert named[-1][1] is model
+
+
+def test_load_checkpoint_in_model_takes_accelerates_parameters(tmp_path: Path) -> None:
+    from nb_accel.utils import load_checkpoint_in_model, save
+
+    model = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    save(model.state_dict(), tmp_path / "weights.safetensors", safe_serialization=True)
+    fresh = torch.nn.Sequential(torch.nn.Linear(2, 2), torch.nn.Linear(2, 1))
+    # Accelerate's positional order: model, checkpoint, device_map, offload_folder, dtype
+    load_checkpoint_in_model(
+        fresh,
+        str(tmp_path / "weights.safetensors"),
+        None,
+        None,
+        torch.float16,
+        keep_in_fp32_modules=["1"],
+        offload_state_dict=True,
+        strict=True,
+    )
+    assert fresh[0].weight.dtype == torch.float16 and fresh[1].weight.dtype == torch.float32
+    assert torch.equal(fresh[1].weight, model[1].weight)
+    for refused in ({"full_state_dict": False}, {"broadcast_from_rank0": True}):
+        with pytest.raises(NotImplementedError, match="reads whole weights on every process"):
+            load_checkpoint_in_model(fresh, str(tmp_path / "weights.safetensors"), **refused)
+
+
+def test_prepare_data_loader_refuses_a_device_mesh() -> None:
+    from torch.utils.data import DataLoader
+
+    from nb_accel.data_loader import prepare_data_loader
+
+    loader = DataLoader(list(range(4)), batch_size=2)
+    assert [b.tolist() for b in prepare_data_loader(loader, torch_device_mesh=None)] == [
+        [0, 1],
+        [2, 3],
+    ]
+    with pytest.raises(NotImplementedError, match="torch_device_mesh"):
+        prepare_data_loader(loader, torch_device_mesh=object())

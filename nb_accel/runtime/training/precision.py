@@ -124,10 +124,10 @@ def _to_fp32(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
 
 
-def convert_to_fp32(value: Any) -> Any:
-    """Cast half-precision floating tensors (float16, bfloat16) in ``value`` (nested
+def convert_to_fp32(tensor: Any) -> Any:
+    """Cast half-precision floating tensors (float16, bfloat16) in ``tensor`` (nested
     lists/tuples/dicts) to float32; other tensors and leaves are kept as they are."""
-    return recursively_apply(_to_fp32, value)
+    return recursively_apply(_to_fp32, tensor)
 
 
 def convert_outputs_to_fp32(model_forward: Callable[..., Any]) -> Callable[..., Any]:
