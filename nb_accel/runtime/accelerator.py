@@ -392,9 +392,13 @@ class Accelerator(
         return wrapped
 
     def prepare_data_loader(
-        self, data_loader: torch.utils.data.DataLoader, device_placement: bool | None = None
+        self,
+        data_loader: torch.utils.data.DataLoader,
+        device_placement: bool | None = None,
+        slice_fn_for_dispatch: Callable[..., Any] | None = None,
     ) -> Any:
-        """Rebuild ``data_loader`` as this process's shard (or a dispatcher)."""
+        """Rebuild ``data_loader`` as this process's shard (or a dispatcher, which cuts each
+        process's slice with ``slice_fn_for_dispatch`` when given)."""
         if isinstance(data_loader, (loaders.DataLoaderShard, loaders.DataLoaderDispatcher)):
             return data_loader
         place = self.device_placement if device_placement is None else device_placement
@@ -409,6 +413,7 @@ class Accelerator(
             rng_types=list(self.rng_types),
             dispatch_batches=config.dispatch_batches,
             even_batches=config.even_batches,
+            slice_fn_for_dispatch=slice_fn_for_dispatch,
             use_seedable_sampler=config.use_seedable_sampler,
             data_seed=config.data_seed,
             non_blocking=config.non_blocking,

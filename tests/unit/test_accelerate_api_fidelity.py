@@ -576,3 +576,21 @@ def test_prepare_data_loader_refuses_a_device_mesh() -> None:
     ]
     with pytest.raises(NotImplementedError, match="torch_device_mesh"):
         prepare_data_loader(loader, torch_device_mesh=object())
+
+
+def test_the_accelerators_prepare_data_loader_takes_the_dispatchers_slice_function() -> None:
+    from torch.utils.data import DataLoader
+
+    from nb_accel.data_loader import DataLoaderDispatcher
+    from nb_accel.utils import DataLoaderConfiguration
+
+    def first_row_only(data: torch.Tensor, tensor_slice: slice, **kwargs: object) -> torch.Tensor:
+        return data[:1]
+
+    accelerator = Accelerator(
+        cpu=True, dataloader_config=DataLoaderConfiguration(dispatch_batches=True)
+    )
+    loader = accelerator.prepare_data_loader(
+        DataLoader(list(range(4)), batch_size=2), slice_fn_for_dispatch=first_row_only
+    )
+    assert isinstance(loader, DataLoaderDispatcher) and loader.slice_fn is first_row_only
