@@ -37,6 +37,8 @@ from .runtime.data.loaders import (
 )
 from .runtime.data.rng import set_seed, synchronize_rng_states
 from .runtime.data.sampling import BatchSamplerShard, IterableDatasetShard, SeedableRandomSampler
+from .runtime.engines import DeepSpeedPlugin
+from .runtime.environment import is_rich_available
 from .runtime.fsdp.plugin import FullyShardedDataParallelPlugin
 from .runtime.memory import find_executable_batch_size
 from .runtime.options import (
@@ -50,6 +52,7 @@ from .runtime.options import (
     ProfileKwargs,
     ProjectConfiguration,
 )
+from .runtime.parallelism import ParallelismConfig
 from .runtime.reporting.progress import tqdm, trange
 from .runtime.state import AcceleratorState, DistributedType, GradientState, PartialState
 from .runtime.tracking.base import GeneralTracker
@@ -91,12 +94,14 @@ def unload_ipython_extension(ipython: object) -> None:
 __all__ = [
     "AutocastKwargs",
     "DDPCommunicationHookType",
+    "DeepSpeedPlugin",
     "DistributedDataParallelKwargs",
     "GradScalerKwargs",
     "InitProcessGroupKwargs",
     "ProfileKwargs",
     "TorchDynamoPlugin",
     "find_executable_batch_size",
+    "is_rich_available",
     "synchronize_rng_states",
     "AcceleratedOptimizer",
     "Config",
@@ -117,6 +122,7 @@ __all__ = [
     "IterableDatasetShard",
     "LaunchError",
     "NbAccelError",
+    "ParallelismConfig",
     "PartialState",
     "ProjectConfiguration",
     "SeedableRandomSampler",

@@ -7,22 +7,26 @@ collectives in ``ops`` (reached through :class:`ProcessMethods`).
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
-import warnings
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
 from .checkpoint.methods import CheckpointMethods
 from .data import loaders
+from .fsdp.plugin import FullyShardedDataParallelPlugin
 from .options import (
+    HANDLER_NAMES,
     DataLoaderConfiguration,
     GradientAccumulationPlugin,
     GradScalerKwargs,
     InitProcessGroupKwargs,
     ProjectConfiguration,
 )
+from .parallelism import ParallelismConfig, parallelism_from_environment
 from .process_group import apply_process_group_options, init_process_group_kwargs
 from .process_methods import ProcessMethods
 from .sharding.fsdp2 import fsdp_plugin_from
@@ -41,7 +45,53 @@ from .training.training_methods import TrainingMethods
 __all__ = ["Accelerator"]
 
 _UNSET: Any = object()
-_UNSUPPORTED = ("deepspeed_plugin", "megatron_lm_plugin")
+
+
+def _refuse_engines(**engines: Any) -> None:
+    """Accelerate's parameters for engines nb_accel does not run: refused when given."""
+    for name, value in engines.items():
+        if value is not None:
+            raise NotImplementedError(
+                f"{name} is not supported by nb_accel; it runs DistributedDataParallel or "
+                "FSDP2 (remove the argument, or pass fsdp_plugin=FullyShardedDataParallel"
+                "Plugin() to shard the model)"
+            )
+
+
+def _refuse_unknown(owner: Callable[..., Any], unknown: Iterable[str]) -> None:
+    """Raise ``TypeError`` for keyword arguments ``owner`` has no parameter for, as Python
+    does, naming the parameter each was most likely meant to be."""
+    names = sorted(unknown)
+    if not names:
+        return
+    parameters = inspect.signature(owner).parameters
+    known = [n for n, p in parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
+    spelled = []
+    for name in names:
+        close = difflib.get_close_matches(name, known, n=1)
+        spelled.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
+    what = "an unexpected keyword argument" if len(names) == 1 else "unexpected keyword arguments"
+    title = owner.__name__
+    raise TypeError(
+        f"{title}() got {what} {', '.join(spelled)}; its parameters are Accelerate's "
+        f"(see help({title}))"
+    )
+
+
+def _handlers_by_name(handlers: Iterable[Any]) -> dict[str, Any]:
+    """The kwargs handlers by class name: one of each kind the ``Accelerator`` uses."""
+    found: dict[str, Any] = {}
+    for handler in handlers:
+        name = type(handler).__name__
+        if name not in HANDLER_NAMES:
+            raise TypeError(
+                f"kwargs_handlers: {name} is not a handler the Accelerator uses; pass "
+                f"{', '.join(HANDLER_NAMES)}"
+            )
+        if name in found:
+            raise ValueError(f"kwargs_handlers holds two {name}: pass one, with every option")
+        found[name] = handler
+    return found
 
 
 def _loader_config(
@@ -110,7 +160,15 @@ class Accelerator(
             (not together with ``dynamo_backend``).
         fsdp_plugin: a :class:`FullyShardedDataParallelPlugin`: shard prepared models with
             FSDP2 instead of DDP (on by default in a ``notebook_launcher(..., fsdp=True)``).
-        kwargs: other Accelerate options are accepted and ignored with a warning.
+        deepspeed_plugin, deepspeed_plugins, megatron_lm_plugin, torch_tp_plugin: Accelerate's
+            other engines; nb_accel does not run them and refuses them with
+            ``NotImplementedError``.
+        parallelism_config: a :class:`ParallelismConfig`: ``dp_replicate_size`` runs
+            ``DistributedDataParallel`` over the processes, ``dp_shard_size`` shards the models
+            over them with FSDP2 (a default ``FullyShardedDataParallelPlugin`` when none is
+            given); tensor and context parallelism are refused.
+        unknown: a keyword Accelerate's ``Accelerator`` has no parameter for raises
+            ``TypeError``, naming the parameter it most likely meant.
     """
 
     #: Returned from a launched function it is refused (see ``runtime/workers/returns.py``).
@@ -140,11 +198,25 @@ class Accelerator(
         dynamo_backend: DynamoBackend | str | None = None,
         dynamo_plugin: TorchDynamoPlugin | None = None,
         fsdp_plugin: Any = None,
-        **kwargs: Any,
+        deepspeed_plugin: Any = None,
+        megatron_lm_plugin: Any = None,
+        torch_tp_plugin: Any = None,
+        deepspeed_plugins: Any = None,
+        parallelism_config: ParallelismConfig | None = None,
+        **unknown: Any,
     ) -> None:
-        self._reject_unsupported(kwargs)
+        _refuse_unknown(Accelerator, unknown)
+        _refuse_engines(
+            deepspeed_plugin=deepspeed_plugin,
+            deepspeed_plugins=deepspeed_plugins,
+            megatron_lm_plugin=megatron_lm_plugin,
+            torch_tp_plugin=torch_tp_plugin,
+        )
         fsdp_plugin = fsdp_plugin_from(fsdp_plugin)
-        self._handlers = {type(h).__name__: h for h in (kwargs_handlers or [])}
+        parallelism = parallelism_from_environment(parallelism_config)
+        if parallelism is not None and parallelism.dp_shard_enabled and fsdp_plugin is None:
+            fsdp_plugin = FullyShardedDataParallelPlugin()
+        self._handlers = _handlers_by_name(kwargs_handlers or [])
         self._dynamo_plugin = dynamo_plugin_from(dynamo_backend, dynamo_plugin)
         init_handler = self._handlers.get(InitProcessGroupKwargs.__name__)
         self.state = AcceleratorState(
@@ -155,6 +227,10 @@ class Accelerator(
             **init_process_group_kwargs(init_handler),
         )
         self.state.dynamo_plugin = self._dynamo_plugin
+        if parallelism is not None:
+            sharded = self.state.fsdp_plugin is not None
+            parallelism.fit_to(self.state.num_processes, sharded)
+        self.state.parallelism_config = parallelism
         apply_process_group_options(init_handler)
         self._partial = PartialState()
         self._note_unsharded()
@@ -186,19 +262,6 @@ class Accelerator(
         self._custom_objects: list[Any] = []
         self._sharded: list[Any] = []  # what the strategy's wrap changed, per model
 
-    @staticmethod
-    def _reject_unsupported(kwargs: dict[str, Any]) -> None:
-        for name in _UNSUPPORTED:
-            if kwargs.get(name) is not None:
-                raise NotImplementedError(
-                    f"{name} is not supported by nb_accel; it runs DistributedDataParallel or "
-                    "FSDP2 (remove the argument, or pass fsdp_plugin=FullyShardedDataParallel"
-                    "Plugin() to shard the model)"
-                )
-        ignored = sorted(k for k, v in kwargs.items() if v is not None and k not in _UNSUPPORTED)
-        if ignored:
-            warnings.warn(f"Accelerator ignores these options: {', '.join(ignored)}", stacklevel=3)
-
     def _handler_kwargs(self, kind: type) -> dict[str, Any]:
         handler = self._handlers.get(kind.__name__)
         return handler.to_kwargs() if handler is not None else {}
@@ -227,6 +290,11 @@ class Accelerator(
     def use_seedable_sampler(self) -> bool:
         """Whether prepared shuffled loaders use ``SeedableRandomSampler``."""
         return self.dataloader_config.use_seedable_sampler
+
+    @property
+    def non_blocking(self) -> bool:
+        """Whether prepared loaders copy batches to the device without blocking."""
+        return self.dataloader_config.non_blocking
 
     @property
     def use_stateful_dataloader(self) -> bool:
@@ -324,9 +392,13 @@ class Accelerator(
         return wrapped
 
     def prepare_data_loader(
-        self, data_loader: torch.utils.data.DataLoader, device_placement: bool | None = None
+        self,
+        data_loader: torch.utils.data.DataLoader,
+        device_placement: bool | None = None,
+        slice_fn_for_dispatch: Callable[..., Any] | None = None,
     ) -> Any:
-        """Rebuild ``data_loader`` as this process's shard (or a dispatcher)."""
+        """Rebuild ``data_loader`` as this process's shard (or a dispatcher, which cuts each
+        process's slice with ``slice_fn_for_dispatch`` when given)."""
         if isinstance(data_loader, (loaders.DataLoaderShard, loaders.DataLoaderDispatcher)):
             return data_loader
         place = self.device_placement if device_placement is None else device_placement
@@ -341,6 +413,7 @@ class Accelerator(
             rng_types=list(self.rng_types),
             dispatch_batches=config.dispatch_batches,
             even_batches=config.even_batches,
+            slice_fn_for_dispatch=slice_fn_for_dispatch,
             use_seedable_sampler=config.use_seedable_sampler,
             data_seed=config.data_seed,
             non_blocking=config.non_blocking,

@@ -1,11 +1,18 @@
-"""The enums Accelerate places in ``accelerate.utils``: mixed-precision modes, trackers and
-the kind of distributed setup (``DistributedType``, which ``runtime/state.py`` fills in)."""
+"""The enums Accelerate places in ``accelerate.utils``: mixed-precision modes, trackers, the
+kind of distributed setup (``DistributedType``, which ``runtime/state.py`` fills in) and where
+the training runs (``ComputeEnvironment``, ``SageMakerDistributedType``)."""
 
 from __future__ import annotations
 
 import enum
 
-__all__ = ["DistributedType", "LoggerType", "PrecisionType"]
+__all__ = [
+    "ComputeEnvironment",
+    "DistributedType",
+    "LoggerType",
+    "PrecisionType",
+    "SageMakerDistributedType",
+]
 
 
 class _ContainsValues(enum.EnumMeta):
@@ -77,3 +84,21 @@ class DistributedType(str, enum.Enum):
     MEGATRON_LM = "MEGATRON_LM"
     MULTI_HPU = "MULTI_HPU"
     MULTI_NEURON = "MULTI_NEURON"
+
+
+class ComputeEnvironment(str, enum.Enum):
+    """Where Accelerate's configuration says the training runs. nb_accel runs on
+    ``LOCAL_MACHINE`` (this machine, or the hosts it reaches); ``AMAZON_SAGEMAKER`` is there
+    for code that names it."""
+
+    LOCAL_MACHINE = "LOCAL_MACHINE"
+    AMAZON_SAGEMAKER = "AMAZON_SAGEMAKER"
+
+
+class SageMakerDistributedType(str, enum.Enum):
+    """SageMaker's kinds of distributed training, as Accelerate names them (nb_accel does not
+    launch on SageMaker: the members are there for code that names them)."""
+
+    NO = "NO"
+    DATA_PARALLEL = "DATA_PARALLEL"
+    MODEL_PARALLEL = "MODEL_PARALLEL"

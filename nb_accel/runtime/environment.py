@@ -1,4 +1,5 @@
-"""Accelerate's environment helpers: ``patch_environment`` and the ``is_*_available`` checks.
+"""Accelerate's environment helpers: ``patch_environment``, ``clear_environment``,
+``purge_accelerate_environment``, ``is_torch_version`` and the ``is_*_available`` checks.
 
 The checks look for a package with ``importlib.util.find_spec`` and never import it, and none
 of them initialises CUDA: they are safe in the kernel before a launch forks its workers.
@@ -6,17 +7,23 @@ of them initialises CUDA: they are safe in the kernel before a launch forks its 
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import importlib.util
+import inspect
+import operator
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from .. import _env
 from .._flags import env_flag
 
 __all__ = [
     "clear_environment",
+    "purge_accelerate_environment",
+    "is_torch_version",
     "is_cuda_available",
     "is_datasets_available",
     "is_mlflow_available",
@@ -58,6 +65,95 @@ def clear_environment() -> Iterator[None]:
     finally:
         os.environ.clear()
         os.environ.update(before)
+
+
+#: The prefix of the variables :func:`purge_accelerate_environment` puts back.
+_ACCELERATE_PREFIX = "ACCELERATE_"
+#: Set on the functions :func:`purge_accelerate_environment` made, so none is wrapped twice.
+_PURGING = "__nb_accel_purges_environment__"
+T = TypeVar("T")
+
+
+@contextmanager
+def _accelerate_variables_kept() -> Iterator[None]:
+    """Put every ``ACCELERATE_*`` variable back as it was on entering: those set inside are
+    removed, those changed or removed inside get their value back."""
+    before = {k: v for k, v in os.environ.items() if k.startswith(_ACCELERATE_PREFIX)}
+    try:
+        yield
+    finally:
+        for name in [k for k in os.environ if k.startswith(_ACCELERATE_PREFIX)]:
+            if name not in before:
+                del os.environ[name]
+        os.environ.update(before)
+
+
+def _purging(function: Callable[..., Any]) -> Callable[..., Any]:
+    @functools.wraps(function)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with _accelerate_variables_kept():
+            return function(*args, **kwargs)
+
+    setattr(wrapper, _PURGING, True)
+    return wrapper
+
+
+def _purge_test_methods(cls: type) -> None:
+    """Wrap the ``test*`` methods ``cls`` has (its own and inherited) that are not wrapped."""
+    for name in dir(cls):
+        member = inspect.getattr_static(cls, name)
+        if name.startswith("test") and inspect.isfunction(member):
+            if not getattr(member, _PURGING, False):
+                setattr(cls, name, _purging(member))
+
+
+def purge_accelerate_environment(func_or_cls: T) -> T:
+    """Decorate a function, or a test class, so that the ``ACCELERATE_*`` environment variables
+    it sets or changes (``TrainingArguments(fp16=True)`` sets ``ACCELERATE_MIXED_PRECISION``)
+    are put back as they were when it returns or raises.
+
+    On a class (``unittest.TestCase`` or a pytest class) each ``test*`` method is wrapped, also
+    those its subclasses define.
+    """
+    if not isinstance(func_or_cls, type):
+        return _purging(func_or_cls)  # type: ignore[arg-type,return-value]
+    cls: type = func_or_cls
+    _purge_test_methods(cls)
+    own = cls.__dict__.get("__init_subclass__")
+
+    def init_subclass(subclass: type, **kwargs: Any) -> None:
+        if own is not None:
+            own.__get__(None, subclass)(**kwargs)
+        else:
+            super(cls, subclass).__init_subclass__(**kwargs)  # type: ignore[arg-type]
+        _purge_test_methods(subclass)
+
+    cls.__init_subclass__ = classmethod(init_subclass)  # type: ignore[assignment]
+    return func_or_cls
+
+
+_COMPARISONS: dict[str, Callable[[Any, Any], bool]] = {
+    "<": operator.lt,
+    "<=": operator.le,
+    "==": operator.eq,
+    "!=": operator.ne,
+    ">=": operator.ge,
+    ">": operator.gt,
+}
+
+
+def is_torch_version(operation: str, version: str) -> bool:
+    """Compare the installed torch's version with ``version``: ``is_torch_version(">=",
+    "2.4")``. ``operation`` is one of ``<``, ``<=``, ``==``, ``!=``, ``>=``, ``>``."""
+    compare = _COMPARISONS.get(operation)
+    if compare is None:
+        raise ValueError(
+            f"is_torch_version: unknown operation {operation!r}; use one of "
+            + ", ".join(repr(o) for o in _COMPARISONS)
+        )
+    import torch
+
+    return compare(torch.torch_version.TorchVersion(torch.__version__), version)
 
 
 def _installed(module: str, distribution: str | None = None) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import enum
 import os
 from collections.abc import Callable
@@ -10,6 +11,8 @@ from datetime import timedelta
 from typing import Any
 
 __all__ = [
+    "KwargsHandler",
+    "HANDLER_NAMES",
     "DataLoaderConfiguration",
     "GradientAccumulationPlugin",
     "ProjectConfiguration",
@@ -20,6 +23,19 @@ __all__ = [
     "ProfileKwargs",
     "InitProcessGroupKwargs",
 ]
+
+
+class KwargsHandler:
+    """The base of the kwargs handlers (``GradScalerKwargs``, ``AutocastKwargs``, ...), as in
+    Accelerate: a dataclass that subclasses it gets :meth:`to_kwargs` and :meth:`to_dict`."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every field with its value (copies: changing them leaves the handler as it is)."""
+        return copy.deepcopy(_fields(self))
+
+    def to_kwargs(self) -> dict[str, Any]:
+        """The fields whose values differ from those of a handler made without arguments."""
+        return _changed(self)
 
 
 @dataclass
@@ -143,7 +159,7 @@ _COMM_FIELDS = ("comm_hook", "comm_wrapper", "comm_state_option")
 
 
 @dataclass
-class DistributedDataParallelKwargs:
+class DistributedDataParallelKwargs(KwargsHandler):
     """Options passed to ``DistributedDataParallel`` when a model is prepared.
 
     Attributes:
@@ -181,11 +197,11 @@ class DistributedDataParallelKwargs:
                 "wrapper; use 'no', 'fp16' or 'bf16'."
             )
 
-    def to_dict(self) -> dict[str, object]:
+    def to_dict(self) -> dict[str, Any]:
         """The ``DistributedDataParallel`` constructor's options (the hook settings left out)."""
         return {name: value for name, value in vars(self).items() if name not in _COMM_FIELDS}
 
-    def to_kwargs(self) -> dict[str, object]:
+    def to_kwargs(self) -> dict[str, Any]:
         """The options that differ from their defaults.
 
         Holds the hook settings too when they are set: preparing a model passes the rest to
@@ -229,7 +245,7 @@ _WRAPPERS = (
 
 
 @dataclass
-class GradScalerKwargs:
+class GradScalerKwargs(KwargsHandler):
     """Options for the fp16 ``GradScaler``."""
 
     init_scale: float = 65536.0
@@ -238,25 +254,17 @@ class GradScalerKwargs:
     growth_interval: int = 2000
     enabled: bool = True
 
-    def to_kwargs(self) -> dict[str, object]:
-        """The options that differ from their defaults."""
-        return _changed(self)
-
 
 @dataclass
-class AutocastKwargs:
+class AutocastKwargs(KwargsHandler):
     """Options for ``torch.autocast`` under mixed precision."""
 
     enabled: bool = True
     cache_enabled: bool | None = None
 
-    def to_kwargs(self) -> dict[str, object]:
-        """The options that differ from their defaults."""
-        return _changed(self)
-
 
 @dataclass
-class ProfileKwargs:
+class ProfileKwargs(KwargsHandler):
     """Options of the ``torch.profiler.profile`` that ``accelerator.profile()`` runs.
 
     Attributes:
@@ -282,10 +290,6 @@ class ProfileKwargs:
     with_flops: bool = False
     with_modules: bool = False
     output_trace_dir: str | None = None
-
-    def to_kwargs(self) -> dict[str, object]:
-        """The options that differ from their defaults."""
-        return _changed(self)
 
     def build(self) -> Any:
         """A new ``torch.profiler.profile`` with these options (not yet started)."""
@@ -319,7 +323,7 @@ class ProfileKwargs:
 
 
 @dataclass
-class InitProcessGroupKwargs:
+class InitProcessGroupKwargs(KwargsHandler):
     """Process-group options, for ``Accelerator(kwargs_handlers=[...])``.
 
     In a launch the process group exists before the function runs: ``timeout`` then applies to
@@ -344,7 +348,7 @@ class InitProcessGroupKwargs:
         if self.timeout is None:
             self.timeout = timedelta(seconds=600 if self.backend == "nccl" else 1800)
 
-    def to_kwargs(self) -> dict[str, object]:
+    def to_kwargs(self) -> dict[str, Any]:
         """The options that differ from their defaults."""
         defaults = InitProcessGroupKwargs()
         return {
@@ -359,8 +363,24 @@ class InitProcessGroupKwargs:
         return self.timeout if self._timeout_given else None
 
 
-def _changed(options: object) -> dict[str, object]:
+def _fields(options: object) -> dict[str, Any]:
+    """The public attributes of ``options`` (its dataclass fields)."""
+    return {name: value for name, value in vars(options).items() if not name.startswith("_")}
+
+
+def _changed(options: object) -> dict[str, Any]:
     defaults = type(options)()
     return {
-        name: value for name, value in vars(options).items() if value != getattr(defaults, name)
+        name: value for name, value in _fields(options).items() if value != getattr(defaults, name)
     }
+
+
+#: The kwargs handlers the ``Accelerator`` uses, by class name (Accelerate's own classes of
+#: these names are taken too).
+HANDLER_NAMES = (
+    "DistributedDataParallelKwargs",
+    "GradScalerKwargs",
+    "AutocastKwargs",
+    "InitProcessGroupKwargs",
+    "ProfileKwargs",
+)

@@ -107,6 +107,21 @@ class PartialState(_SharedState):
         set_debug_mode(enabled)
 
     @property
+    def default_device(self) -> torch.device:
+        """The accelerator this machine offers (``cuda``, ``mps``), else the CPU, as
+        Accelerate's ``default_device`` names it; the rank's own is :attr:`device`."""
+        if torch.cuda.is_available():  # asks NVML: CUDA stays uninitialised
+            return torch.device("cuda")
+        mps = getattr(torch.backends, "mps", None)
+        if mps is not None and mps.is_available():
+            return torch.device("mps")
+        return torch.device("cpu")
+
+    def set_device(self) -> None:
+        """Nothing left to do: :attr:`device` is chosen when the state is built (Accelerate's
+        ``set_device`` likewise returns once it is set)."""
+
+    @property
     def is_main_process(self) -> bool:
         """True on the process with index 0 only."""
         return self.process_index == 0
@@ -243,6 +258,10 @@ class AcceleratorState(_SharedState):
             :class:`PartialState`.
     """
 
+    #: The ``Accelerator``'s :class:`~nb_accel.runtime.parallelism.ParallelismConfig` (None:
+    #: none given), set when it is made.
+    parallelism_config: Any
+
     def __init__(
         self, mixed_precision: str | None = None, cpu: bool = False, **kwargs: Any
     ) -> None:
@@ -272,6 +291,14 @@ class AcceleratorState(_SharedState):
         self._shared_state["_sharding"] = choose_strategy(kwargs)
         self._shared_state["initialized"] = True
 
+    @classmethod
+    def _reset_state(cls, reset_partial_state: bool = False) -> None:
+        """Forget the shared state; with ``reset_partial_state`` the :class:`PartialState`'s
+        too (as Accelerate's test fixtures ask)."""
+        super()._reset_state()
+        if reset_partial_state:
+            PartialState._reset_state()
+
     @property
     def distributed_type(self) -> DistributedType:
         """What the sharding strategy reports on the :class:`PartialState`'s kind (or on what
@@ -282,6 +309,24 @@ class AcceleratorState(_SharedState):
     @distributed_type.setter
     def distributed_type(self, kind: DistributedType) -> None:
         self._shared_state["distributed_type"] = kind
+
+    @property
+    def is_fsdp2(self) -> bool:
+        """True when prepared models are sharded with FSDP2."""
+        return self.distributed_type == DistributedType.FSDP
+
+    @property
+    def deepspeed_plugin(self) -> None:
+        """None: nb_accel does not run DeepSpeed."""
+        return None
+
+    def get_deepspeed_plugin(self, name: str) -> Any:
+        """Refused: nb_accel does not run DeepSpeed."""
+        raise NotImplementedError(f"get_deepspeed_plugin({name!r}): DeepSpeed is not supported")
+
+    def select_deepspeed_plugin(self, name: str | None = None) -> None:
+        """Refused: nb_accel does not run DeepSpeed."""
+        raise NotImplementedError(f"select_deepspeed_plugin({name!r}): DeepSpeed is not supported")
 
     @property
     def chosen_sharding(self) -> ShardingStrategy:

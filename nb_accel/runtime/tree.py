@@ -27,6 +27,7 @@ __all__ = [
     "ignorant_find_batch_size",
     "slice_tensors",
     "concatenate",
+    "listify",
     "find_device",
     "has_only_tensors",
     "TreeDef",
@@ -208,7 +209,14 @@ def slice_tensors(
 
 
 def concatenate(data: Sequence[Any], dim: int = 0) -> Any:
-    """Concatenate a list of trees of the same structure tensor by tensor along ``dim``."""
+    """Concatenate a list of trees of the same structure tensor by tensor along ``dim``.
+
+    Lists, tuples and mappings are rebuilt around their concatenated members; a leaf that is
+    no tensor is returned as it is when ``data`` holds a single one (one batch is itself), and
+    refused with ``TypeError`` when there are several to join.
+    """
+    if not data:
+        raise IndexError("concatenate needs at least one batch, got an empty sequence")
     first = data[0]
     if isinstance(first, (tuple, list)):
         return honor_type(
@@ -218,8 +226,19 @@ def concatenate(data: Sequence[Any], dim: int = 0) -> Any:
         merged = {key: concatenate([d[key] for d in data], dim=dim) for key in first}
         return rebuild_mapping(first, merged)
     if not isinstance(first, torch.Tensor):
-        raise TypeError(f"can only concatenate tensors, not a {type(first).__name__}")
+        if len(data) == 1:
+            return first
+        raise TypeError(
+            f"can only concatenate tensors, not {len(data)} values of type "
+            f"{type(first).__name__}: make them tensors, or gather them with gather_object"
+        )
     return torch.cat(list(data), dim=dim)
+
+
+def listify(data: Any) -> Any:
+    """Every tensor of the tree as Python numbers (``tensor.tolist()``: a number for a 0-d
+    tensor, nested lists otherwise); the containers and other leaves are kept."""
+    return recursively_apply(lambda tensor: tensor.tolist(), data)
 
 
 def find_device(data: Any) -> torch.device | None:

@@ -1,12 +1,13 @@
 """Re-exports of the names Accelerate's documentation places under ``accelerate.utils``, and,
-in the submodules, where ``accelerate.utils.dataclasses``, ``.operations``, ``.random``,
-``.memory``, ``.imports``, ``.environment``, ``.modeling``, ``.fsdp_utils`` and ``.other`` have
-them.
+in the submodules, where ``accelerate.utils.constants``, ``.dataclasses``, ``.operations``,
+``.random``, ``.memory``, ``.imports``, ``.environment``, ``.modeling``, ``.fsdp_utils`` and
+``.other`` have them.
 
 Replacing ``accelerate`` by ``nb_accel`` in a user's imports is the whole migration.
 """
 
 from . import (
+    constants,
     dataclasses,
     environment,
     fsdp_utils,
@@ -17,6 +18,7 @@ from . import (
     other,
     random,
 )
+from .constants import *  # noqa: F403
 from .dataclasses import *  # noqa: F403
 from .environment import *  # noqa: F403
 from .fsdp_utils import *  # noqa: F403
@@ -28,6 +30,7 @@ from .other import *  # noqa: F403
 from .random import *  # noqa: F403
 
 __all__ = [
+    *constants.__all__,
     *dataclasses.__all__,
     *environment.__all__,
     *fsdp_utils.__all__,

@@ -2,9 +2,10 @@
 Accelerate's examples import from ``accelerate.utils`` (``tqdm``, ``write_basic_config``)."""
 
 from ..config import write_basic_config
-from ..runtime.checkpoint.methods import save
+from ..runtime.checkpoint.methods import load, save
 from ..runtime.reporting.progress import main_process_tqdm as tqdm
-from ..runtime.training.compile import is_compiled_module
+from ..runtime.training.compile import compile_regions, has_compiled_regions, is_compiled_module
+from ..runtime.training.model import get_module_children_bottom_up
 from ..runtime.training.model import unwrap_model as extract_model_from_parallel
 
 
@@ -16,8 +17,12 @@ def wait_for_everyone() -> None:
 
 
 __all__ = [
+    "compile_regions",
     "extract_model_from_parallel",
+    "get_module_children_bottom_up",
+    "has_compiled_regions",
     "is_compiled_module",
+    "load",
     "save",
     "tqdm",
     "wait_for_everyone",

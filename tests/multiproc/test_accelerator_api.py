@@ -248,3 +248,48 @@ def test_clip_grad_value_and_evaluation_mode() -> None:
     ):
         assert largest == pytest.approx(0.5)
         assert trained == "DistributedDataParallel" and evaluated == "Linear"
+
+
+def misspelled_keyword() -> None:
+    Accelerator(mixed_precison="bf16")
+
+
+def test_a_misspelled_keyword_in_the_workers_is_one_type_error_in_the_kernel() -> None:
+    with pytest.raises(TypeError, match="did you mean 'mixed_precision'") as info:
+        notebook_launcher(misspelled_keyword, num_processes=2)
+    notes = "\n".join(info.value.__notes__)
+    assert "ranks 0, 1 of 2 (identical on each)" in notes
+
+
+def prepared_with_parallelism(sizes: dict[str, int]) -> dict[str, object]:
+    from nb_accel import ParallelismConfig
+
+    config = ParallelismConfig(**sizes)
+    accelerator = Accelerator(parallelism_config=config)
+    model = accelerator.prepare(torch.nn.Linear(4, 4))
+    return {
+        "distributed_type": accelerator.distributed_type.value,
+        "wrapper": type(model).__name__,
+        "sizes": (config.dp_replicate_size, config.dp_shard_size),
+        "ranks": (accelerator.data_parallel_rank, accelerator.data_parallel_shard_rank),
+    }
+
+
+@pytest.mark.parametrize(
+    ("sizes", "kind", "expected_sizes"),
+    [
+        ({"dp_shard_size": 2}, "FSDP", (1, 2)),
+        ({"dp_replicate_size": 2}, "MULTI_CPU", (2, 1)),
+        ({}, "MULTI_CPU", (2, 1)),  # left at 1: the data parallelism that runs spans both
+    ],
+)
+def test_a_parallelism_config_chooses_ddp_or_fsdp2_over_every_process(
+    sizes: dict[str, int], kind: str, expected_sizes: tuple[int, int]
+) -> None:
+    results = notebook_launcher(prepared_with_parallelism, args=(sizes,), num_processes=2)
+    for rank, seen in enumerate(results):
+        assert seen["distributed_type"] == kind
+        assert seen["sizes"] == expected_sizes
+        sharded = kind == "FSDP"
+        assert (seen["wrapper"] == "DistributedDataParallel") is not sharded
+        assert seen["ranks"] == ((0, rank) if sharded else (rank, 0))

@@ -4,11 +4,14 @@ whole migration."""
 from __future__ import annotations
 
 import importlib
+import inspect
 import json
 import logging
 import os
 import sys
+from enum import Enum
 from pathlib import Path
+from typing import Any
 
 import pytest
 import torch
@@ -31,6 +34,8 @@ from nb_accel.utils import (
     is_wandb_available,
     patch_environment,
 )
+
+pytestmark = pytest.mark.timeout(60)
 
 #: Every member of Accelerate 1.15's enums, with its value.
 DISTRIBUTED_TYPES = [
@@ -280,3 +285,395 @@ def test_the_trackers_availability_checks_find_a_library_without_importing_it(
     importlib.invalidate_caches()
     assert all(check() for check in checks.values())
     assert not set(modules) & set(sys.modules)
+
+
+#: The names of Accelerate 1.15's package reference (accelerator, state, kwargs handlers,
+#: launchers, logging, tracking, FSDP, torch wrappers, utilities), by the import path its
+#: documentation gives them. Each imports from the same path with ``accelerate`` replaced by
+#: ``nb_accel``, but those in ``NOT_PROVIDED``.
+DOCUMENTED: dict[str, tuple[str, ...]] = {
+    "accelerate": (
+        "Accelerator",
+        "AutocastKwargs",
+        "DataLoaderConfiguration",
+        "DeepSpeedPlugin",
+        "DistributedDataParallelKwargs",
+        "DistributedType",
+        "FullyShardedDataParallelPlugin",
+        "GradScalerKwargs",
+        "InitProcessGroupKwargs",
+        "ParallelismConfig",
+        "PartialState",
+        "ProfileKwargs",
+        "debug_launcher",
+        "find_executable_batch_size",
+        "infer_auto_device_map",
+        "is_rich_available",
+        "load_checkpoint_in_model",
+        "notebook_launcher",
+        "skip_first_batches",
+        "synchronize_rng_states",
+        # big model inference
+        "cpu_offload",
+        "cpu_offload_with_hook",
+        "disk_offload",
+        "dispatch_model",
+        "init_empty_weights",
+        "init_on_device",
+        "load_checkpoint_and_dispatch",
+        "prepare_pippy",
+    ),
+    "accelerate.accelerator": ("Accelerator",),
+    "accelerate.state": ("PartialState", "AcceleratorState", "GradientState"),
+    "accelerate.logging": ("get_logger",),
+    "accelerate.parallelism_config": ("ParallelismConfig",),
+    "accelerate.data_loader": (
+        "prepare_data_loader",
+        "skip_first_batches",
+        "BatchSamplerShard",
+        "IterableDatasetShard",
+        "DataLoaderShard",
+        "DataLoaderDispatcher",
+    ),
+    "accelerate.optimizer": ("AcceleratedOptimizer",),
+    "accelerate.scheduler": ("AcceleratedScheduler",),
+    "accelerate.tracking": (
+        "GeneralTracker",
+        "TensorBoardTracker",
+        "WandBTracker",
+        "TrackioTracker",
+        "CometMLTracker",
+        "AimTracker",
+        "MLflowTracker",
+        "ClearMLTracker",
+        "DVCLiveTracker",
+        "SwanLabTracker",
+    ),
+    "accelerate.commands.config.default": ("write_basic_config",),
+    "accelerate.utils.environment": ("override_numa_affinity",),
+    "accelerate.utils": (
+        # constants
+        "MODEL_NAME",
+        "OPTIMIZER_NAME",
+        "RNG_STATE_NAME",
+        "SCALER_NAME",
+        "SCHEDULER_NAME",
+        "WEIGHTS_NAME",
+        "SAFE_WEIGHTS_NAME",
+        "WEIGHTS_INDEX_NAME",
+        "SAFE_WEIGHTS_INDEX_NAME",
+        # data classes, kwargs handlers, plugins, configurations
+        "ComputeEnvironment",
+        "DistributedType",
+        "DynamoBackend",
+        "LoggerType",
+        "PrecisionType",
+        "RNGType",
+        "SageMakerDistributedType",
+        "AutocastKwargs",
+        "DistributedDataParallelKwargs",
+        "FP8RecipeKwargs",
+        "GradScalerKwargs",
+        "InitProcessGroupKwargs",
+        "KwargsHandler",
+        "ProfileKwargs",
+        "DeepSpeedPlugin",
+        "FullyShardedDataParallelPlugin",
+        "GradientAccumulationPlugin",
+        "MegatronLMPlugin",
+        "TorchDynamoPlugin",
+        "TorchTensorParallelPlugin",
+        "TorchContextParallelConfig",
+        "TorchTensorParallelConfig",
+        "BnbQuantizationConfig",
+        "DataLoaderConfiguration",
+        "ProjectConfiguration",
+        # data manipulation and operations
+        "broadcast",
+        "broadcast_object_list",
+        "concatenate",
+        "convert_outputs_to_fp32",
+        "convert_to_fp32",
+        "gather",
+        "gather_object",
+        "get_grad_scaler",
+        "get_mixed_precision_context_manager",
+        "listify",
+        "pad_across_processes",
+        "recursively_apply",
+        "reduce",
+        "send_to_device",
+        "slice_tensors",
+        # environment checks and manipulation
+        "is_bf16_available",
+        "is_mps_available",
+        "is_npu_available",
+        "is_torch_version",
+        "is_torch_xla_available",
+        "is_xpu_available",
+        "patch_environment",
+        "clear_environment",
+        "write_basic_config",
+        "set_numa_affinity",
+        "purge_accelerate_environment",
+        # memory, modeling, parallel, random
+        "find_executable_batch_size",
+        "release_memory",
+        "calculate_maximum_sizes",
+        "compute_module_sizes",
+        "extract_model_from_parallel",
+        "get_balanced_memory",
+        "get_max_layer_size",
+        "infer_auto_device_map",
+        "load_checkpoint_in_model",
+        "load_offloaded_weights",
+        "load_state_dict",
+        "offload_state_dict",
+        "retie_parameters",
+        "set_module_tensor_to_device",
+        "get_module_children_bottom_up",
+        "compile_regions",
+        "save",
+        "load",
+        "wait_for_everyone",
+        "set_seed",
+        "synchronize_rng_state",
+        "synchronize_rng_states",
+        # XLA, quantization
+        "install_xla",
+        "load_and_quantize_model",
+        # FSDP
+        "enable_fsdp_ram_efficient_loading",
+        "disable_fsdp_ram_efficient_loading",
+        "merge_fsdp_weights",
+        "fsdp2_load_full_state_dict",
+        "fsdp2_switch_optimizer_parameters",
+        "fsdp2_prepare_model",
+    ),
+    "accelerate.utils.fsdp_utils": ("merge_fsdp_weights", "fsdp2_prepare_auto_wrap_policy"),
+}
+
+_BIG_MODELING = (
+    "big-model inference (device maps, offloading weights to the CPU or a disk) is outside "
+    "nb_accel, which trains a whole model, or FSDP2 shards of it, on every process"
+)
+_FSDP2_STEPS = "a step of Accelerate's own FSDP2 preparation: prepare() does it in nb_accel"
+#: Documented names nb_accel deliberately leaves out, with the reason; importing them fails.
+NOT_PROVIDED: dict[tuple[str, str], str] = {
+    **{
+        ("accelerate", name): _BIG_MODELING
+        for name in (
+            "cpu_offload",
+            "cpu_offload_with_hook",
+            "disk_offload",
+            "dispatch_model",
+            "init_empty_weights",
+            "init_on_device",
+            "load_checkpoint_and_dispatch",
+            "infer_auto_device_map",
+        )
+    },
+    **{
+        ("accelerate.utils", name): _BIG_MODELING
+        for name in (
+            "calculate_maximum_sizes",
+            "compute_module_sizes",
+            "get_balanced_memory",
+            "get_max_layer_size",
+            "infer_auto_device_map",
+            "load_offloaded_weights",
+            "load_state_dict",
+            "offload_state_dict",
+            "retie_parameters",
+            "set_module_tensor_to_device",
+        )
+    },
+    **{
+        ("accelerate.utils", name): _FSDP2_STEPS
+        for name in (
+            "fsdp2_load_full_state_dict",
+            "fsdp2_switch_optimizer_parameters",
+            "fsdp2_prepare_model",
+        )
+    },
+    ("accelerate.utils.fsdp_utils", "fsdp2_prepare_auto_wrap_policy"): _FSDP2_STEPS,
+    ("accelerate", "prepare_pippy"): "pipeline parallelism is not supported",
+    ("accelerate.utils", "BnbQuantizationConfig"): "bitsandbytes quantization is outside nb_accel",
+    (
+        "accelerate.utils",
+        "load_and_quantize_model",
+    ): "bitsandbytes quantization is outside nb_accel",
+    ("accelerate.utils", "install_xla"): "install torch_xla with pip: the nb_accel[xla] extra",
+    ("accelerate.utils", "set_numa_affinity"): "nb_accel's launcher does not pin NUMA nodes",
+    ("accelerate.utils.environment", "override_numa_affinity"): (
+        "nb_accel's launcher does not pin NUMA nodes"
+    ),
+    ("accelerate.commands.config.default", "write_basic_config"): (
+        "nb_accel has no command line: the function is nb_accel.utils.write_basic_config"
+    ),
+}
+#: Documented classes of engines nb_accel does not run: they import, and making one raises
+#: ``NotImplementedError`` (as passing their parameter to ``Accelerator`` does).
+REFUSED_WHEN_MADE = {
+    "DeepSpeedPlugin": "DeepSpeed",
+    "MegatronLMPlugin": "Megatron-LM",
+    "TorchTensorParallelPlugin": "tensor parallelism",
+    "FP8RecipeKwargs": "FP8 training",
+}
+
+
+def _ours(path: str) -> str:
+    return "nb_accel" + path[len("accelerate") :]
+
+
+def _documented() -> list[tuple[str, str]]:
+    return [(path, name) for path, names in DOCUMENTED.items() for name in names]
+
+
+@pytest.mark.parametrize(("path", "name"), _documented(), ids="{0[0]}.{0[1]}".format)
+def test_every_documented_name_imports_from_nb_accel_where_accelerate_has_it(
+    path: str, name: str
+) -> None:
+    reason = NOT_PROVIDED.get((path, name))
+    try:
+        found = getattr(importlib.import_module(_ours(path)), name)
+    except (ImportError, AttributeError):
+        assert reason is not None, f"{_ours(path)}.{name} is missing (documented at {path})"
+        return
+    assert reason is None, f"{_ours(path)}.{name} exists: take it out of NOT_PROVIDED"
+    assert found is not None
+
+
+def test_the_lists_of_names_left_out_name_documented_names_only() -> None:
+    documented = set(_documented())
+    assert set(NOT_PROVIDED) <= documented
+    assert all(reason for reason in NOT_PROVIDED.values())
+    assert {("accelerate.utils", name) for name in REFUSED_WHEN_MADE} <= documented
+
+
+@pytest.mark.parametrize("name", REFUSED_WHEN_MADE)
+def test_the_other_engines_classes_import_and_are_refused_when_made(name: str) -> None:
+    kind = getattr(nb_accel.utils, name)
+    assert getattr(importlib.import_module("nb_accel.utils.dataclasses"), name) is kind
+    with pytest.raises(NotImplementedError, match=f"{REFUSED_WHEN_MADE[name]} is not supported"):
+        kind()
+
+
+def test_the_documented_names_are_accelerates() -> None:
+    """The lists above hold Accelerate's names at Accelerate's paths (where it is installed)."""
+    pytest.importorskip("accelerate")
+    for path, name in _documented():
+        module = importlib.import_module(path)
+        assert hasattr(module, name), f"{path}.{name} is not in the installed Accelerate"
+
+
+#: Public members of Accelerate's ``Accelerator`` that nb_accel's leaves out, with the reason.
+ACCELERATOR_LEFT_OUT = {
+    "deepspeed_ulysses_dl_adapter": "DeepSpeed's sequence parallelism is not supported",
+    "torch_device_mesh": "nb_accel builds no device mesh: its data parallelism spans every process",
+    "should_save_model": "a step of Accelerate's saving under a device mesh",
+}
+
+
+def test_the_accelerator_has_every_public_member_accelerates_has() -> None:
+    accelerate = pytest.importorskip("accelerate")
+    theirs = {name for name in dir(accelerate.Accelerator) if not name.startswith("_")}
+    ours = {name for name in dir(nb_accel.Accelerator) if not name.startswith("_")}
+    assert sorted(theirs - ours - set(ACCELERATOR_LEFT_OUT)) == []
+    assert set(ACCELERATOR_LEFT_OUT) <= theirs - ours
+
+
+def test_the_accelerators_members_for_what_nb_accel_does_not_run() -> None:
+    accelerator = nb_accel.Accelerator(cpu=True)
+    assert accelerator.deepspeed_plugin is None and accelerator.fp8_backend is None
+    assert (
+        accelerator.multi_device is False and accelerator.is_composable_parallelism_enabled is False
+    )
+    assert accelerator.non_blocking is False
+    buffers = [torch.arange(4)]
+    with accelerator.maybe_context_parallel(buffers=buffers, buffer_seq_dims=[0]):
+        assert buffers[0].tolist() == [0, 1, 2, 3]  # no context parallelism: left whole
+    for name in ("context_parallel_rank", "pipeline_parallel_rank"):
+        with pytest.raises(NotImplementedError, match="parallelism is not supported"):
+            getattr(accelerator, name)
+    with pytest.raises(NotImplementedError, match="LOMO optimizers are not supported"):
+        accelerator.lomo_backward(torch.ones(()), learning_rate=0.1)
+    model = torch.nn.Sequential(torch.nn.Linear(1, 1))
+    assert accelerator.verify_device_map(model) is False
+    model[0].hf_device_map = {"a": 0, "b": "cpu"}  # type: ignore[assignment]
+    assert accelerator.verify_device_map(model) is True
+
+
+#: Public members of Accelerate's state classes that nb_accel's leave out, with the reason.
+STATE_LEFT_OUT = {
+    ("AcceleratorState", "fork_launched"): "nb_accel's workers do not read FORK_LAUNCHED",
+    ("GradientState", "is_xla_gradients_synced"): (
+        "Accelerate's TPU bookkeeping: nb_accel's XLA device backend reduces the gradients in "
+        "its optimizer step"
+    ),
+}
+
+
+def test_the_state_classes_have_every_public_member_accelerates_have() -> None:
+    accelerate_state = pytest.importorskip("accelerate.state")
+    nb_accel.Accelerator(cpu=True)
+    for name in ("PartialState", "AcceleratorState", "GradientState"):
+        ours = getattr(nb_accel.state, name)()
+        theirs = {m for m in dir(getattr(accelerate_state, name)) if not m.startswith("_")}
+        missing = {m for m in theirs if not hasattr(ours, m)}
+        assert missing == {m for (cls, m) in STATE_LEFT_OUT if cls == name}, name
+
+
+def test_the_state_members_for_what_nb_accel_does_not_run() -> None:
+    accelerator = nb_accel.Accelerator(cpu=True)
+    state, partial = accelerator.state, nb_accel.PartialState()
+    assert state.is_fsdp2 is False and state.deepspeed_plugin is None
+    with pytest.raises(NotImplementedError, match="DeepSpeed is not supported"):
+        state.select_deepspeed_plugin("default")
+    assert partial.default_device.type in ("cuda", "mps", "cpu")
+    partial.set_device()
+    assert partial.device == accelerator.device
+
+
+#: Parameters of Accelerate's documented callables that nb_accel's do not take yet, with why.
+PARAMETERS_LEFT_OUT = {
+    ("accelerate", "notebook_launcher"): {
+        "rdzv_conf": "not taken yet: torch elastic's rendezvous options",
+        "rdzv_id": "not taken yet: torch elastic's run id",
+        "monitor_interval": "not taken yet: torch elastic's agent polling interval",
+        "log_line_prefix_template": "not taken yet: nb_accel's view prefixes each rank's lines",
+    },
+}
+
+
+def test_the_documented_callables_take_accelerates_parameters() -> None:
+    """Every named parameter of Accelerate's callable is a parameter of nb_accel's (or goes
+    into its ``**kwargs``), but those listed in ``PARAMETERS_LEFT_OUT``."""
+    pytest.importorskip("accelerate")
+    gaps = []
+    for path, name in _documented():
+        if (path, name) in NOT_PROVIDED or name in REFUSED_WHEN_MADE:
+            continue
+        theirs = getattr(importlib.import_module(path), name)
+        ours = getattr(importlib.import_module(_ours(path)), name)
+        if not callable(theirs) or (isinstance(theirs, type) and issubclass(theirs, Enum)):
+            continue
+        their_names = _named_parameters(theirs)
+        our_parameters = inspect.signature(ours).parameters
+        takes_more = any(p.kind is p.VAR_KEYWORD for p in our_parameters.values())
+        left_out = PARAMETERS_LEFT_OUT.get((path, name), {})
+        missing = [
+            p for p in their_names if p not in our_parameters and p not in left_out and p != "self"
+        ]
+        if missing and not takes_more:
+            gaps.append(f"{path}.{name}: {missing}")
+    assert gaps == []
+
+
+def _named_parameters(function: Any) -> list[str]:
+    kinds = (inspect.Parameter.VAR_KEYWORD, inspect.Parameter.VAR_POSITIONAL)
+    try:
+        parameters = inspect.signature(function).parameters
+    except (TypeError, ValueError):
+        return []
+    return [n for n, p in parameters.items() if p.kind not in kinds and not n.startswith("_")]

@@ -86,7 +86,11 @@ FRONT = {
         "scheduler",
     )
 }
-FRONT |= set((PACKAGE / "utils").glob("*.py")) | set((PACKAGE / "tracking").glob("*.py"))
+FRONT |= {
+    path
+    for folder in ("utils", "tracking", "parallelism_config")
+    for path in (PACKAGE / folder).glob("*.py")
+}
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p not in FRONT)
 
 

@@ -31,6 +31,11 @@ from .model_io import load_state_dict_file, save_model_files
 
 __all__ = [
     "META_NAME",
+    "MODEL_NAME",
+    "OPTIMIZER_NAME",
+    "SCHEDULER_NAME",
+    "SCALER_NAME",
+    "RNG_STATE_NAME",
     "CheckpointContents",
     "load_process_file",
     "load_shared_files",
@@ -44,6 +49,15 @@ __all__ = [
 
 #: The file that marks (and describes) a checkpoint folder.
 META_NAME = "nb_accel_checkpoint.json"
+#: The files' names, as Accelerate's ``save_state`` writes them (``accelerate.utils``'s
+#: constants): ``pytorch_model.bin`` (``model.safetensors`` with safetensors), ``optimizer.bin``,
+#: ``scheduler.bin`` (``_1``, ``_2``... for the next ones), ``scaler.pt``,
+#: ``random_states_<rank>.pkl``.
+MODEL_NAME = "pytorch_model"
+OPTIMIZER_NAME = "optimizer"
+SCHEDULER_NAME = "scheduler"
+SCALER_NAME = "scaler.pt"
+RNG_STATE_NAME = "random_states"
 _FORMAT = 1
 _NO_SHARDING = 2**62
 
@@ -58,7 +72,7 @@ def model_file_name(index: int, safe: bool) -> str:
     return (
         numbered_name("model", index, ".safetensors")
         if safe
-        else numbered_name("pytorch_model", index, ".bin")
+        else numbered_name(MODEL_NAME, index, ".bin")
     )
 
 
@@ -106,11 +120,11 @@ def write_shared_files(
             weights_name=model_file_name(index, safe_serialization),
         )
     for index, optimizer in enumerate([] if contents.sharded else contents.optimizers):
-        _save(optimizer.state_dict(), folder / numbered_name("optimizer", index, ".bin"))
+        _save(optimizer.state_dict(), folder / numbered_name(OPTIMIZER_NAME, index, ".bin"))
     for index, scheduler in enumerate(contents.schedulers):
-        _save(scheduler.state_dict(), folder / numbered_name("scheduler", index, ".bin"))
+        _save(scheduler.state_dict(), folder / numbered_name(SCHEDULER_NAME, index, ".bin"))
     if contents.scaler is not None:
-        _save(contents.scaler.state_dict(), folder / "scaler.pt")
+        _save(contents.scaler.state_dict(), folder / SCALER_NAME)
     for index, obj in enumerate(contents.custom):
         _save(obj.state_dict(), folder / f"custom_checkpoint_{index}.pkl")
     meta = {
@@ -138,7 +152,7 @@ def write_process_file(folder: Path, contents: CheckpointContents, process_index
         "step": contents.step,
         "grads": grads,
     }
-    _save(state, folder / f"random_states_{process_index}.pkl")
+    _save(state, folder / f"{RNG_STATE_NAME}_{process_index}.pkl")
 
 
 def safe_load(path: Path, load_kwargs: dict[str, Any] | None = None) -> Any:
@@ -224,13 +238,13 @@ def load_shared_files(
     for index, model in enumerate([] if contents.sharded else contents.models):
         _load_model(model, folder / model_file_name(index, safe))
     for index, optimizer in enumerate([] if contents.sharded else contents.optimizers):
-        path = folder / numbered_name("optimizer", index, ".bin")
+        path = folder / numbered_name(OPTIMIZER_NAME, index, ".bin")
         _load_into(optimizer, path, safe_load(path, load_kwargs))
     for index, scheduler in enumerate(contents.schedulers):
-        path = folder / numbered_name("scheduler", index, ".bin")
+        path = folder / numbered_name(SCHEDULER_NAME, index, ".bin")
         _load_into(scheduler, path, safe_load(path, load_kwargs))
     if contents.scaler is not None:
-        path = folder / "scaler.pt"
+        path = folder / SCALER_NAME
         _load_into(contents.scaler, path, safe_load(path, load_kwargs))
     for index, obj in enumerate(contents.custom):
         path = folder / f"custom_checkpoint_{index}.pkl"
@@ -255,7 +269,7 @@ def load_process_file(
 ) -> int:
     """Restore this process's random generators and loader positions; returns the saved
     gradient-accumulation step."""
-    path = folder / f"random_states_{process_index}.pkl"
+    path = folder / f"{RNG_STATE_NAME}_{process_index}.pkl"
     state = safe_load(path, load_kwargs)
     if not isinstance(state, dict) or state.get("process_index") != process_index:
         raise ValueError(f"{path} is not process {process_index}'s state file")

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import warnings
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +34,7 @@ from .folders import (
     numbered_checkpoints,
     prune,
 )
+from .model_files import safetensors_contents
 from .model_io import save_model_files
 from .sharded_files import load_sharded_parts, save_sharded_parts
 from .state_hooks import StateHookMethods
@@ -58,6 +60,14 @@ def _check_not_accumulating(accumulating: bool) -> None:
             "gradients gathered so far are not kept in a checkpoint. Save on a step where "
             "accelerator.sync_gradients is True (after optimizer.step())"
         )
+
+
+def _lacks_state_methods(obj: Any) -> str:
+    """What ``obj`` lacks of ``state_dict()`` and ``load_state_dict()`` ("" when nothing)."""
+    missing = [m for m in ("state_dict", "load_state_dict") if not callable(getattr(obj, m, None))]
+    if len(missing) == 2:
+        return "has neither state_dict() nor load_state_dict()"
+    return f"has no {missing[0]}()" if missing else ""
 
 
 class CheckpointMethods(StateHookMethods):
@@ -87,19 +97,21 @@ class CheckpointMethods(StateHookMethods):
 
     def register_for_checkpointing(self, *objects: Any) -> None:
         """Have :meth:`save_state` / :meth:`load_state` include ``objects`` (anything with
-        ``state_dict()`` and ``load_state_dict()``), in this order."""
-        invalid = [
-            f"#{index} ({type(obj).__name__})"
+        ``state_dict()`` and ``load_state_dict()``), in this order.
+
+        Raises ``ValueError`` naming every object that lacks one of the two methods (as
+        Accelerate does), and registers none of them then.
+        """
+        problems = [
+            f"- Item at index {index}, {type(obj).__name__}, {lacks}"
             for index, obj in enumerate(objects)
-            if not (
-                callable(getattr(obj, "state_dict", None))
-                and callable(getattr(obj, "load_state_dict", None))
-            )
+            if (lacks := _lacks_state_methods(obj))
         ]
-        if invalid:
-            raise TypeError(
-                f"objects {', '.join(invalid)} cannot be checkpointed: they need state_dict() and "
-                "load_state_dict() methods"
+        if problems:
+            raise ValueError(
+                "register_for_checkpointing takes objects with state_dict() and "
+                "load_state_dict() methods:\n" + "\n".join(problems) + "\nGive them both "
+                "methods (or wrap them in an object that has them), or save them yourself."
             )
         self._custom_objects.extend(objects)
 
@@ -354,7 +366,17 @@ def save(
     safe_serialization: bool = False,
 ) -> None:
     """Save ``obj`` once, from the main process (each machine's with ``save_on_each_node``):
-    ``torch.save``, or a safetensors file when ``safe_serialization`` (a dict of tensors)."""
+    ``torch.save``, or a safetensors file when ``safe_serialization`` (a dict of tensors).
+
+    safetensors stores memory shared by several names (tied weights) once: the first name
+    keeps it, the others are left out of the file with a warning naming them, and recorded in
+    its header so that :func:`load_checkpoint_in_model` ties them again.
+    """
+    if safe_serialization and not isinstance(obj, Mapping):
+        raise TypeError(
+            f"safe_serialization=True saves a dict of tensors, not a {type(obj).__name__}: "
+            "pass a state_dict(), or save it with safe_serialization=False"
+        )
     state = PartialState()
     if not (state.is_local_main_process if save_on_each_node else state.is_main_process):
         return
@@ -362,7 +384,31 @@ def save(
     if safe_serialization:
         from safetensors.torch import save_file
 
-        tensors = {key: value.contiguous() for key, value in obj.items()}
-        save_file(tensors, os.fspath(Path(f).expanduser()))
+        tensors, metadata, tied = safetensors_contents(obj)
+        if tied:
+            warnings.warn(_tied_note(tied), stacklevel=2)
+        save_file(tensors, os.fspath(Path(f).expanduser()), metadata=metadata)
     else:
         torch.save(obj, Path(f).expanduser() if isinstance(f, (str, os.PathLike)) else f)
+
+
+def load(f: Any, map_location: Any = None, **kwargs: Any) -> Any:
+    """``torch.load(f, map_location=map_location, **kwargs)``, as Accelerate's ``load``: where
+    ``weights_only`` is on (torch's default), NumPy arrays in the file load too."""
+    import numpy as np
+
+    core = getattr(np, "_core", None) or np.core
+    dtypes = [type(np.dtype(kind)) for kind in ("bool", "int32", "int64", "float32", "float64")]
+    allowed = [core.multiarray._reconstruct, np.ndarray, np.dtype, *dtypes]
+    with torch.serialization.safe_globals(allowed):
+        return torch.load(f, map_location=map_location, **kwargs)
+
+
+def _tied_note(tied: dict[str, str]) -> str:
+    """The warning for names left out of a safetensors file because they share memory."""
+    pairs = ", ".join(f"{dropped!r} (same memory as {kept!r})" for dropped, kept in tied.items())
+    return (
+        f"save(safe_serialization=True) stored shared tensors once and left out {pairs}: "
+        "load_checkpoint_in_model ties them again; with safetensors' load_file, tie them "
+        "after loading (or load the state dict with strict=False)"
+    )

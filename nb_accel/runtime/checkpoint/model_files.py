@@ -25,11 +25,14 @@ from safetensors.torch import save_file
 __all__ = [
     "SAFE_WEIGHTS_NAME",
     "WEIGHTS_NAME",
+    "SAFE_WEIGHTS_INDEX_NAME",
+    "WEIGHTS_INDEX_NAME",
     "ALIASES_KEY",
     "parse_size",
     "index_name",
     "shard_name",
     "save_model_files",
+    "safetensors_contents",
     "find_checkpoint_file",
     "name_list",
 ]
@@ -38,6 +41,10 @@ __all__ = [
 SAFE_WEIGHTS_NAME = "model.safetensors"
 #: Base name of a pickle (``torch.save``) checkpoint.
 WEIGHTS_NAME = "pytorch_model.bin"
+#: The index of a sharded safetensors checkpoint.
+SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
+#: The index of a sharded pickle checkpoint.
+WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
 #: Safetensors header key holding ``{dropped_name: kept_name}`` (JSON) for tied tensors.
 ALIASES_KEY = "nb_accel.aliases"
 
@@ -239,13 +246,35 @@ def _write_atomic(path: Path, write: Callable[[str], object]) -> None:
         raise
 
 
+def _safetensors_file(
+    entries: list[_Entry], aliases: Mapping[str, str]
+) -> tuple[dict[str, torch.Tensor], dict[str, str]]:
+    """The tensors of ``entries`` as one safetensors file stores them, and its header metadata
+    (with the aliases whose kept name it holds)."""
+    tensors = {entry.names[0]: entry.to_cpu() for entry in entries}
+    metadata = {"format": "pt"}
+    own = {dropped: kept for dropped, kept in aliases.items() if kept in tensors}
+    if own:
+        metadata[ALIASES_KEY] = json.dumps(own, sort_keys=True)
+    return tensors, metadata
+
+
+def safetensors_contents(
+    state_dict: Mapping[str, torch.Tensor],
+) -> tuple[dict[str, torch.Tensor], dict[str, str], dict[str, str]]:
+    """What a safetensors file of ``state_dict`` holds, as :func:`save_model_files` writes it:
+    the tensors (on the CPU, contiguous; names tied to the very same view of one memory stored
+    once, under the first name; other views of a shared memory as copies of their own), the
+    header metadata, and the tied names left out, ``{dropped_name: kept_name}``."""
+    entries = _entries(state_dict)
+    aliases = {name: entry.names[0] for entry in entries for name in entry.names[1:]}
+    tensors, metadata = _safetensors_file(entries, aliases)
+    return tensors, metadata, aliases
+
+
 def _write_shard(path: Path, shard: list[_Entry], safe: bool, aliases: dict[str, str]) -> None:
     if safe:
-        tensors = {entry.names[0]: entry.to_cpu() for entry in shard}
-        metadata = {"format": "pt"}
-        own = {dropped: kept for dropped, kept in aliases.items() if kept in tensors}
-        if own:
-            metadata[ALIASES_KEY] = json.dumps(own, sort_keys=True)
+        tensors, metadata = _safetensors_file(shard, aliases)
         _write_atomic(path, lambda name: save_file(tensors, name, metadata=metadata))
     else:
         # torch.save keeps tied names sharing one storage, so every name is stored.

@@ -12,7 +12,7 @@ import json
 import os
 import pickle
 import warnings
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -265,6 +265,19 @@ class _Target:
     model: torch.nn.Module
     devices: dict[str, torch.device]
     dtype: torch.dtype | None
+    keep_in_fp32: tuple[str, ...] = ()
+
+    def _dtype_for(self, name: str) -> torch.dtype | None:
+        """The dtype ``dtype`` asks for ``name``: float32 inside a module kept in fp32."""
+        if self.dtype is None:
+            return None
+        parts = name.split(".")
+        kept = any(
+            parts[i : i + len(k.split("."))] == k.split(".")
+            for k in self.keep_in_fp32
+            for i in range(len(parts))
+        )
+        return torch.float32 if kept else self.dtype
 
     def assign(self, name: str, value: torch.Tensor, file: Path) -> None:
         """Load ``value`` into the model's parameter or buffer ``name``."""
@@ -275,8 +288,8 @@ class _Target:
         device = _device_for(name, self.devices)
         if device is None:  # where the model's tensor is; the CPU for one without data
             device = current.device if current.device.type != "meta" else torch.device("cpu")
-        cast = self.dtype is not None and value.is_floating_point()
-        dtype = self.dtype if cast and self.dtype is not None else current.dtype
+        wanted = self._dtype_for(name)
+        dtype = wanted if wanted is not None and value.is_floating_point() else current.dtype
         with torch.no_grad():
             if current.device == device and current.dtype == dtype:
                 current.copy_(value)  # in place: optimizers holding the tensor keep it
@@ -301,8 +314,15 @@ def load_checkpoint_in_model(
     model: torch.nn.Module,
     checkpoint: str | os.PathLike[str],
     device_map: Mapping[str, int | str | torch.device] | None = None,
+    offload_folder: str | os.PathLike[str] | None = None,
     dtype: str | torch.dtype | None = None,
+    offload_state_dict: bool = False,
+    offload_buffers: bool = False,
+    keep_in_fp32_modules: Sequence[str] | None = None,
+    offload_8bit_bnb: bool = False,
     strict: bool = False,
+    full_state_dict: bool = True,
+    broadcast_from_rank0: bool = False,
 ) -> None:
     """Load the weights in ``checkpoint`` into ``model``'s parameters and persistent buffers.
 
@@ -319,7 +339,17 @@ def load_checkpoint_in_model(
     every tensor without a ``device_map``, goes where the model's tensor already is (the CPU for
     a meta tensor). ``"disk"`` is refused: offloading is not supported. ``dtype`` (a
     ``torch.dtype`` or a name like ``"bfloat16"``) casts floating-point tensors; other tensors,
-    and all of them without ``dtype``, take the model tensor's dtype.
+    and all of them without ``dtype``, take the model tensor's dtype; with
+    ``keep_in_fp32_modules`` (module names, such as ``["lm_head"]``) the tensors inside those
+    modules are cast to float32 instead.
+
+    The parameters as Accelerate has them, in its order: ``offload_folder``,
+    ``offload_buffers`` and ``offload_8bit_bnb`` apply to weights offloaded to a disk (refused
+    above) and ``offload_state_dict`` to a memory saving on the way; none changes what is
+    loaded. The whole checkpoint is read on every process (``full_state_dict=True``):
+    ``full_state_dict=False`` and ``broadcast_from_rank0=True``, for sharded models, are refused
+    with ``NotImplementedError`` (load the weights before ``prepare()``, or use
+    ``accelerator.load_state``).
 
     A tensor already on the right device with the right dtype is copied in place, so optimizers
     holding the parameter keep working; otherwise its ``.data`` is replaced. Tied weights: a name
@@ -337,7 +367,16 @@ def load_checkpoint_in_model(
             ``device_map`` or ``dtype`` is invalid.
         RuntimeError: ``strict=True`` and the names do not match.
     """
-    target = _Target(model, _parse_device_map(device_map), _parse_dtype(dtype))
+    del offload_folder, offload_state_dict, offload_buffers, offload_8bit_bnb  # see above
+    if not full_state_dict or broadcast_from_rank0:
+        raise NotImplementedError(
+            "load_checkpoint_in_model reads whole weights on every process: "
+            "full_state_dict=False and broadcast_from_rank0=True are not supported. Load the "
+            "weights before accelerator.prepare(model), or save and load the sharded model "
+            "with accelerator.save_state / load_state"
+        )
+    keep = tuple(keep_in_fp32_modules or ())
+    target = _Target(model, _parse_device_map(device_map), _parse_dtype(dtype), keep)
     source = _open_checkpoint(find_checkpoint_file(checkpoint))
     tensors = {  # parameters and persistent buffers, tied names included
         name: value

@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 from ..fsdp.state_dicts import model_of
 from ..sharding import ShardingStrategy
-from .contents import model_file_name, numbered_name, safe_load
+from .contents import OPTIMIZER_NAME, model_file_name, numbered_name, safe_load
 from .model_io import load_state_dict_file, save_model_files
 
 __all__ = ["load_sharded_parts", "merge_fsdp_weights", "save_sharded_parts"]
@@ -76,7 +76,7 @@ def save_sharded_parts(
             continue
         state = strategy.optimizer_state_dict(model, inner, full=True)
         if main:
-            torch.save(state, folder / numbered_name("optimizer", index, ".bin"))
+            torch.save(state, folder / numbered_name(OPTIMIZER_NAME, index, ".bin"))
 
 
 def load_sharded_parts(
@@ -107,7 +107,7 @@ def load_sharded_parts(
             dcp.load(state, checkpoint_id=_existing(folder / f"{_OPTIMIZER_DIR}_{index}"))
             strategy.load_optimizer_state_dict(model, inner, state["optimizer"], full=False)
             continue
-        saved = safe_load(folder / numbered_name("optimizer", index, ".bin"), load_kwargs)
+        saved = safe_load(folder / numbered_name(OPTIMIZER_NAME, index, ".bin"), load_kwargs)
         strategy.load_optimizer_state_dict(model, inner, saved, full=True)
 
 

@@ -130,6 +130,7 @@ def prepare_data_loader(
     data_seed: int | None = None,
     non_blocking: bool = False,
     use_stateful_dataloader: bool = False,
+    torch_device_mesh: Any = None,
 ) -> DataLoader:  # type: ignore[type-arg]
     """Rebuild ``dataloader`` so that this process gets its share of every batch.
 
@@ -160,10 +161,17 @@ def prepare_data_loader(
         use_stateful_dataloader: build the loader on torchdata's ``StatefulDataLoader``: it
             then offers ``state_dict()`` and ``load_state_dict()``, and resumes with the batch
             after the last one handed out (needs ``pip install nb_accel[stateful]``).
+        torch_device_mesh: Accelerate's device mesh for tensor or context parallelism; nb_accel
+            runs neither and refuses one (its data parallelism spans every process).
 
     Returns:
         A :class:`DataLoaderShard` or a :class:`DataLoaderDispatcher`.
     """
+    if torch_device_mesh is not None:
+        raise NotImplementedError(
+            "prepare_data_loader(torch_device_mesh=...): tensor and context parallelism are not "
+            "supported by nb_accel; leave it out (every process is a data parallel rank)"
+        )
     if use_stateful_dataloader:
         require_stateful_dataloader()
     state = PartialState()

@@ -20,6 +20,8 @@ from ..._flags import parse_flag
 __all__ = [
     "FSDP1_ONLY",
     "FullyShardedDataParallelPlugin",
+    "disable_fsdp_ram_efficient_loading",
+    "enable_fsdp_ram_efficient_loading",
     "STATE_DICT_TYPES",
     "WRAP_POLICIES",
 ]
@@ -305,3 +307,18 @@ def _mixed_precision(policy: Any) -> Any:
         "mixed_precision_policy must be a MixedPrecisionPolicy, a dict of dtypes or a dtype name, "
         f"not {type(policy).__name__}"
     )
+
+
+def enable_fsdp_ram_efficient_loading() -> None:
+    """Turn on ``cpu_ram_efficient_loading`` through the environment, as Accelerate does: 🤗
+    Transformers' ``from_pretrained`` then loads real weights on the main process only, and a
+    plugin made without the option takes it; turns FSDP on (``ACCELERATE_USE_FSDP``) unless the
+    variable is set already."""
+    os.environ.setdefault("ACCELERATE_USE_FSDP", "True")
+    os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = "True"
+
+
+def disable_fsdp_ram_efficient_loading() -> None:
+    """Turn ``cpu_ram_efficient_loading`` off through the environment (every process loads
+    real weights)."""
+    os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = "False"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
+import types
 import warnings
 from dataclasses import asdict, dataclass
 from typing import Any
@@ -18,12 +19,15 @@ import torch
 
 from ..._flags import env_flag
 from ..enums import _NamedEnum
+from ..options import KwargsHandler
 
 __all__ = [
     "DynamoBackend",
     "TorchDynamoPlugin",
     "compile_model",
+    "compile_regions",
     "dynamo_plugin_from",
+    "has_compiled_regions",
     "is_compiled_module",
 ]
 
@@ -61,7 +65,7 @@ def _env_flag(name: str) -> bool | None:
 
 
 @dataclass
-class TorchDynamoPlugin:
+class TorchDynamoPlugin(KwargsHandler):
     """How ``prepare()`` compiles models with ``torch.compile``.
 
     Fields left as ``None`` take Accelerate's environment variables
@@ -141,6 +145,58 @@ def is_compiled_module(module: Any) -> bool:
     eval_frame = sys.modules.get("torch._dynamo.eval_frame")
     optimized = getattr(eval_frame, "OptimizedModule", None)
     return optimized is not None and isinstance(module, optimized)
+
+
+def _is_repeated_blocks(module: torch.nn.Module) -> bool:
+    """True for a ``ModuleList`` of blocks that are all of one class."""
+    kinds = {type(child) for child in module.children()}
+    return isinstance(module, torch.nn.ModuleList) and len(kinds) == 1
+
+
+def _holds_repeated_blocks(module: torch.nn.Module) -> bool:
+    return any(_is_repeated_blocks(inner) for inner in module.modules())
+
+
+def _compiled_regions(module: torch.nn.Module, options: dict[str, Any]) -> torch.nn.Module:
+    if _is_repeated_blocks(module):
+        blocks = [torch.compile(block, **options) for block in module.children()]
+        return torch.nn.ModuleList(blocks)  # type: ignore[arg-type]
+    if not _holds_repeated_blocks(module):
+        return torch.compile(module, **options)  # type: ignore[return-value]
+    copy = type(module).__new__(type(module))
+    copy.__dict__.update(module.__dict__)
+    for name, value in module.__dict__.items():  # methods bound to the module, bound to the copy
+        if isinstance(value, types.MethodType) and value.__self__ is module:
+            copy.__dict__[name] = types.MethodType(value.__func__, copy)
+    copy._parameters = dict(module._parameters)
+    copy._buffers = dict(module._buffers)
+    copy._modules = {
+        name: None if child is None else _compiled_regions(child, options)
+        for name, child in module._modules.items()
+    }
+    return copy
+
+
+def compile_regions(module: torch.nn.Module, **compile_kwargs: Any) -> torch.nn.Module:
+    """Compile ``module`` region by region, as Accelerate does: each block of a ``ModuleList``
+    of blocks of one class (a transformer's layers) is compiled on its own, so that torch
+    compiles the first and reuses the result for the others; what holds no such list is
+    compiled whole. ``compile_kwargs`` go to ``torch.compile``.
+
+    Returns a new module sharing ``module``'s parameters (``module`` is left as it is); its
+    ``_orig_mod`` is ``module``, which ``unwrap_model`` gives back.
+    """
+    regional = _compiled_regions(module, compile_kwargs)
+    if not is_compiled_module(regional):
+        regional.__dict__["_orig_mod"] = module
+    return regional
+
+
+def has_compiled_regions(module: Any) -> bool:
+    """True for a module :func:`compile_regions` made (not for a whole compiled one)."""
+    return isinstance(module, torch.nn.Module) and isinstance(
+        module.__dict__.get("_orig_mod"), torch.nn.Module
+    )
 
 
 def compile_model(model: torch.nn.Module, plugin: TorchDynamoPlugin | None) -> torch.nn.Module:

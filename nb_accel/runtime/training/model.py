@@ -3,14 +3,16 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from ..sharding import ModelSetup, ShardingStrategy
 from ..sharding.registry import unwrap_once
-from .compile import TorchDynamoPlugin, compile_model, is_compiled_module
+from .compile import TorchDynamoPlugin, compile_model, has_compiled_regions, is_compiled_module
 from .precision import autocast_forward
 
-__all__ = ["prepare_model", "unwrap_model"]
+__all__ = ["get_module_children_bottom_up", "prepare_model", "unwrap_model"]
 
 
 def prepare_model(
@@ -43,31 +45,76 @@ def prepare_model(
 
 
 def unwrap_model(
-    model: torch.nn.Module, keep_fp32_wrapper: bool = True, keep_torch_compile: bool = False
+    model: torch.nn.Module,
+    keep_fp32_wrapper: bool = True,
+    keep_torch_compile: bool = False,
+    recursive: bool = False,
 ) -> torch.nn.Module:
     """The original model from a prepared one (the strategy's wrapper, such as
-    ``DistributedDataParallel``, and compile removed).
+    ``DistributedDataParallel``, ``torch.nn.DataParallel`` and compile removed, however nested).
 
     With ``keep_fp32_wrapper=False`` the autocast forward added by mixed precision is removed
     as well. With ``keep_torch_compile=True`` a compiled model comes back compiled: the original
     model in a ``torch.compile`` wrapper with the same options (its ``state_dict()`` keys then
-    start with ``_orig_mod.``).
+    start with ``_orig_mod.``), and one compiled with ``compile_regions`` comes back as it is
+    when it holds the original model directly. With ``recursive=True`` the submodules wrapped
+    in a parallel container are replaced by the modules they wrap, in place.
     """
     compiled = None
     while True:
-        if is_compiled_module(model):
+        if is_compiled_module(model) or has_compiled_regions(model):
             compiled = compiled or model
             model = model._orig_mod  # type: ignore[assignment]
             continue
-        inner = unwrap_once(model)
+        inner = _parallel_inner(model)
         if inner is None:
             break
         model = inner
+    if recursive:
+        _unwrap_submodules(model)
     if not keep_fp32_wrapper:
         if hasattr(model.forward, "__nb_accel_original_forward__"):
             del model.forward  # the class's own forward shows through again
     if keep_torch_compile and compiled is not None:
         if compiled._orig_mod is model:
             return compiled
-        return type(compiled)(model, compiled.dynamo_ctx)  # type: ignore[operator]
+        if is_compiled_module(compiled):
+            return type(compiled)(model, compiled.dynamo_ctx)  # type: ignore[operator]
     return model
+
+
+def _parallel_inner(model: torch.nn.Module) -> torch.nn.Module | None:
+    """The module inside the parallel container ``model`` (a strategy's wrapper or
+    ``torch.nn.DataParallel``); None when ``model`` is not one."""
+    if isinstance(model, torch.nn.DataParallel):
+        return model.module  # type: ignore[no-any-return]
+    return unwrap_once(model)
+
+
+def _unwrap_submodules(model: torch.nn.Module) -> None:
+    """Replace, in place and at any depth, each submodule of ``model`` that is a parallel
+    container by the module it wraps."""
+    for name, child in list(model.named_children()):
+        inner = child
+        while (unwrapped := _parallel_inner(inner)) is not None:
+            inner = unwrapped
+        if inner is not child:
+            setattr(model, name, inner)
+        _unwrap_submodules(inner)
+
+
+def get_module_children_bottom_up(model: torch.nn.Module, return_fqns: bool = False) -> list[Any]:
+    """Every module of ``model`` once, each after its children (in their order), ``model``
+    last; with ``return_fqns`` as ``(qualified name, module)`` pairs (``""`` for ``model``)."""
+    found: list[tuple[str, torch.nn.Module]] = []
+    seen: set[int] = set()
+
+    def visit(module: torch.nn.Module, name: str) -> None:
+        seen.add(id(module))
+        for child_name, child in module.named_children():
+            if id(child) not in seen:
+                visit(child, f"{name}.{child_name}" if name else child_name)
+        found.append((name, module))
+
+    visit(model, "")
+    return found if return_fqns else [module for _, module in found]

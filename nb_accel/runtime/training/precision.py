@@ -9,6 +9,7 @@ from typing import Any
 
 import torch
 
+from ..state import AcceleratorState, PartialState
 from ..tree import recursively_apply
 
 __all__ = [
@@ -16,6 +17,9 @@ __all__ = [
     "check_precision_for_device",
     "autocast_context",
     "make_grad_scaler",
+    "get_grad_scaler",
+    "get_mixed_precision_context_manager",
+    "convert_to_fp32",
     "convert_outputs_to_fp32",
     "autocast_forward",
     "clip_scaled_grad_norm_",
@@ -54,6 +58,27 @@ def make_grad_scaler(mixed_precision: str, device: torch.device, **kwargs: Any) 
     if mixed_precision != "fp16":
         return None
     return torch.amp.GradScaler(device.type, **kwargs)
+
+
+def get_grad_scaler(distributed_type: Any = None, **kwargs: Any) -> torch.amp.GradScaler:
+    """A ``torch.amp.GradScaler`` for this process's device, ``kwargs`` its options (as
+    Accelerate's helper; FSDP2 shards use the same scaler, so ``distributed_type`` changes
+    nothing)."""
+    del distributed_type
+    return torch.amp.GradScaler(PartialState().device.type, **kwargs)
+
+
+def get_mixed_precision_context_manager(
+    native_amp: bool = False, autocast_kwargs: Any = None
+) -> contextlib.AbstractContextManager[Any]:
+    """The ``torch.autocast`` context of the ``AcceleratorState``'s mixed precision on this
+    process's device when ``native_amp`` (``autocast_kwargs``, an ``AutocastKwargs``, adds its
+    options); a no-op otherwise."""
+    if not native_amp:
+        return contextlib.nullcontext()
+    options = autocast_kwargs.to_kwargs() if autocast_kwargs is not None else {}
+    state = AcceleratorState()
+    return autocast_context(str(state.mixed_precision), state.device, **options)
 
 
 def _gradients(parameters: Any) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
@@ -99,9 +124,21 @@ def _to_fp32(tensor: torch.Tensor) -> torch.Tensor:
     return tensor.float() if tensor.dtype in (torch.float16, torch.bfloat16) else tensor
 
 
-def convert_outputs_to_fp32(value: Any) -> Any:
-    """Cast half-precision floating tensors in ``value`` (nested lists/tuples/dicts) to fp32."""
-    return recursively_apply(_to_fp32, value)
+def convert_to_fp32(tensor: Any) -> Any:
+    """Cast half-precision floating tensors (float16, bfloat16) in ``tensor`` (nested
+    lists/tuples/dicts) to float32; other tensors and leaves are kept as they are."""
+    return recursively_apply(_to_fp32, tensor)
+
+
+def convert_outputs_to_fp32(model_forward: Callable[..., Any]) -> Callable[..., Any]:
+    """``model_forward`` returning its half-precision outputs in float32 (see
+    :func:`convert_to_fp32`)."""
+
+    @functools.wraps(model_forward)
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        return convert_to_fp32(model_forward(*args, **kwargs))
+
+    return forward
 
 
 def autocast_forward(
@@ -113,7 +150,7 @@ def autocast_forward(
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         with autocast_context(mixed_precision, device):
             outputs = forward(*args, **kwargs)
-        return convert_outputs_to_fp32(outputs)
+        return convert_to_fp32(outputs)
 
     wrapped.__nb_accel_original_forward__ = forward  # type: ignore[attr-defined]
     return wrapped

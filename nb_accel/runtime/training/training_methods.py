@@ -71,6 +71,20 @@ class TrainingMethods:
         else:
             loss.backward(**kwargs)
 
+    def lomo_backward(self, loss: torch.Tensor, learning_rate: float) -> None:
+        """Refused: nb_accel does not run LOMO optimizers (``lomo_optim``); use
+        :meth:`backward` with a torch optimizer."""
+        del loss, learning_rate
+        raise NotImplementedError(
+            "lomo_backward: LOMO optimizers are not supported by nb_accel; use "
+            "accelerator.backward(loss) with a torch optimizer"
+        )
+
+    @property
+    def fp8_backend(self) -> None:
+        """None: nb_accel does not train in FP8."""
+        return None
+
     @contextlib.contextmanager
     def accumulate(self, *models: torch.nn.Module) -> Iterator[None]:
         """One batch under gradient accumulation: no gradient sync (DDP's all-reduce, FSDP's
