@@ -56,6 +56,29 @@ def require(tools: list[str], files: list[str]) -> None:
         pytest.skip(reason)
 
 
+#: Where ``ip netns exec`` finds files that it puts in place of ``/etc``'s for a namespace.
+NETNS_ETC = Path("/etc/netns")
+
+
+def _resolve_nothing(namespace: str, cleanup: Callable[[Callable[[], None]], None]) -> None:
+    """Have name lookups in ``namespace`` fail at once: the machine's name server is out of
+    the machines' reach, and each lookup (torch's store looks up every client's name) would
+    wait 10 s for it. ``ip netns exec`` (which starts every daemon there) mounts this
+    ``resolv.conf`` over ``/etc/resolv.conf``; it is removed at teardown."""
+    folder = NETNS_ETC / namespace
+    made = not NETNS_ETC.exists()
+    folder.mkdir(parents=True)
+
+    def remove() -> None:
+        shutil.rmtree(folder, ignore_errors=True)
+        if made:
+            with contextlib.suppress(OSError):
+                NETNS_ETC.rmdir()  # unless another set of machines uses it now
+
+    cleanup(remove)
+    (folder / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
+
+
 @dataclass
 class Host:
     """One machine: its name, namespace and address."""
@@ -98,6 +121,7 @@ class BridgedMachines:
         for index, host in enumerate(self.hosts):
             self._ip("netns", "add", host.namespace)
             cleanup(lambda name=host.namespace: run("ip", "netns", "del", name))
+            _resolve_nothing(host.namespace, cleanup)
             outside, inside = f"nbv{tag}{index}", f"nbw{tag}{index}"
             self._ip("link", "add", outside, "type", "veth", "peer", "name", inside)
             cleanup(lambda link=outside: run("ip", "link", "del", link))
