@@ -6,6 +6,7 @@ import multiprocessing
 import numbers
 import os
 import sys
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from .. import _env, _nvml
 from ..config import MAX_TIMEOUT_S
 from ..errors import LaunchError
 from ..runtime.cuda_origin import first_cuda_call
+from ..runtime.group_backends import new_group_backend, offload_asked_by_environment
 from ..runtime.sharding import STRATEGIES, strategy_class
 from ..runtime.state import MIXED_PRECISION_CHOICES
 from .failures.whereabouts import Frame
@@ -27,6 +29,7 @@ __all__ = [
     "DEFAULT_TIMEOUT_S",
     "FORK_FALLBACK_NOTE",
     "cuda_culprit",
+    "gpu_backend",
 ]
 
 #: Default bound on one collective, in seconds (as torch.distributed's default).
@@ -157,6 +160,23 @@ def sharding_for(fsdp: object, saved: str) -> str:
     return "fsdp" if fsdp else "ddp"
 
 
+def gpu_backend(sharding: str, environ: Mapping[str, str]) -> str:
+    """The process group's backend on GPUs: NCCL, with gloo for CPU tensors beside it
+    (``"cuda:nccl,cpu:gloo"``) when the launch shards with FSDP or the kernel's environment asks
+    FSDP's CPU offload (``FSDP_OFFLOAD_PARAMS``).
+
+    Offloaded shards, their gradients and optimizer state live in CPU memory, and the
+    collectives on them (the gradient norm, rank 0's weights broadcast into the shards, whole
+    state dicts) need a CPU backend in the default group, the one FSDP's device mesh and torch's
+    state-dict functions use. That group exists before the launched function runs, and the
+    plugin is often made inside it, where the launch cannot see whether it offloads: so every
+    FSDP launch gets the gloo part (one more set of connections at start-up, nothing per step).
+    A DDP launch stays on NCCL alone; a plugin made there with ``cpu_offload`` is refused
+    when the model is prepared, saying to launch with ``fsdp=True``.
+    """
+    return new_group_backend(True, sharding == "fsdp" or offload_asked_by_environment(environ))
+
+
 def _check_timeout(value: object) -> float:
     number = not isinstance(value, bool) and isinstance(value, numbers.Real)
     if not number or not 0 < float(value) <= MAX_TIMEOUT_S:  # type: ignore[arg-type]
@@ -209,7 +229,7 @@ def make_plan(
     return LaunchPlan(
         count,
         "cuda",
-        "nccl",
+        gpu_backend(shards, os.environ),
         method,
         precision,
         timeout_s,

@@ -27,6 +27,7 @@ from typing import Any
 from .._messages import CellDone, Command, Execute, Interrupt, Pull, Push, Stop
 from ..config import load_config
 from ..errors import LaunchError, WorkerDiedError
+from ..runtime.group_backends import uses_nccl
 from ..runtime.transfer.pickling import loads, pickle_sharing, segment_of
 from ..runtime.transfer.segments import remove_segment
 from ..runtime.workers.regroup import Release, Settle
@@ -296,7 +297,7 @@ class WorkerPool(Launcher):
     def _waiting_for_collective(self, ranks: list[int]) -> list[int] | None:
         """See :func:`~.failures.whereabouts.in_collectives` (NCCL's ranks say it through
         their flight recorder)."""
-        return in_collectives(self.where(ranks, collectives=self.plan.backend == "nccl"))
+        return in_collectives(self.where(ranks, collectives=uses_nccl(self.plan.backend)))
 
     def _release_failed(self, group: PoolRanks, ranks: list[int]) -> None:
         """Have ``ranks`` (done with the current command) abort their process group."""

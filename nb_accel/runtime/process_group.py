@@ -12,6 +12,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
+from .group_backends import backends_by_device
 from .options import InitProcessGroupKwargs
 
 __all__ = ["apply_process_group_options", "applied_timeout_s", "init_process_group_kwargs"]
@@ -45,7 +46,7 @@ def init_process_group_kwargs(handler: InitProcessGroupKwargs | None) -> dict[st
 
 def _same_backend(requested: str, in_use: str) -> bool:
     """``"gloo"`` is the backend of a group created as ``"gloo"`` or ``"cpu:gloo,cuda:nccl"``."""
-    parts = {part.split(":")[-1] for part in in_use.lower().split(",")}
+    parts = set(backends_by_device(in_use).values())
     return requested.lower() in (in_use.lower(), *parts)
 
 

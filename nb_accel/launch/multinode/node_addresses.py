@@ -24,6 +24,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from ...runtime.group_backends import backends_by_device
 from .network import (
     addresses_of,
     interface_addresses,
@@ -81,7 +82,7 @@ class NodeNetwork:
     Args:
         endpoint: ``rdzv_endpoint`` as given on this node.
         node_rank: this node's number.
-        backend: the process group's backend (``"gloo"`` or ``"nccl"``).
+        backend: the process group's backend (``"gloo"``, ``"nccl"`` or ``"cuda:nccl,cpu:gloo"``).
     """
 
     def __init__(self, endpoint: str, node_rank: int, backend: str = "gloo") -> None:
@@ -181,7 +182,7 @@ class NodeNetwork:
     def _socket_problem(self, peers: Sequence[NodeCard]) -> str | None:
         """Why gloo's sockets here would offer the other machines a loopback address."""
         away = [card for card in peers if self.elsewhere(card)]
-        if self._backend != "gloo" or not away:
+        if "gloo" not in backends_by_device(self._backend).values() or not away:
             return None
         other = f"node {away[0].node_rank} (host {away[0].host}) runs on another machine"
         chosen = os.environ.get("GLOO_SOCKET_IFNAME")

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..group_backends import uses_nccl
 from ..state import PartialState
 from .wire import HEADER_BYTES, Header, Prepared, aligned, pack_into, unpack
 
@@ -25,7 +26,7 @@ TAG = 0x6E62
 
 def _comm_device() -> torch.device:
     state = PartialState()
-    return state.device if state.backend == "nccl" else torch.device("cpu")
+    return state.device if uses_nccl(state.backend) else torch.device("cpu")
 
 
 class _Buffers:

@@ -12,6 +12,7 @@ import torch
 import torch.distributed as dist
 
 from ..device_backends.choice import named_device_backend
+from ..group_backends import uses_nccl
 from ..state import PartialState
 
 __all__ = [
@@ -63,7 +64,7 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
 def _broadcast_state(state: torch.Tensor) -> torch.Tensor:
     """Process 0's generator state, on every process."""
     partial = PartialState()
-    device = partial.device if partial.backend == "nccl" else torch.device("cpu")
+    device = partial.device if uses_nccl(partial.backend) else torch.device("cpu")
     moved = state.to(device)
     dist.broadcast(moved, src=0)
     return moved.cpu()

@@ -10,10 +10,9 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-__all__ = ["served_device_types", "move_target", "all_gather_rows"]
+from ..group_backends import backends_by_device
 
-#: The device type each single-device backend runs its collectives on.
-_BACKEND_DEVICE_TYPES = {"nccl": "cuda", "gloo": "cpu", "mpi": "cpu", "xccl": "xpu", "hccl": "npu"}
+__all__ = ["served_device_types", "move_target", "all_gather_rows"]
 
 
 def served_device_types(backend: str) -> set[str]:
@@ -22,11 +21,7 @@ def served_device_types(backend: str) -> set[str]:
     ``"nccl"`` gives ``{"cuda"}``, ``"gloo"`` ``{"cpu"}``, and a per-device backend string such
     as ``"cpu:gloo,cuda:nccl"`` ``{"cpu", "cuda"}``; an unknown backend gives an empty set.
     """
-    types = set()
-    for part in backend.split(","):
-        device_type, _, name = part.strip().rpartition(":")
-        types.add(device_type or _BACKEND_DEVICE_TYPES.get(name, ""))
-    return types - {""}
+    return set(backends_by_device(backend))
 
 
 def move_target(

@@ -14,7 +14,9 @@ import torch
 import torch.distributed as dist
 
 from ... import _env
+from ..._flags import env_flag
 from ..enums import DistributedType
+from ..group_backends import backend_for, new_group_backend, offload_asked_by_environment, uses_nccl
 from ..tree import recursively_apply
 from .base import DeviceBackend
 from .placement import all_gather_rows, move_target
@@ -33,6 +35,14 @@ def _use_cuda(cpu: bool) -> bool:
     return _env.cuda_device_count() > 0
 
 
+def _offload_asked(options: dict[str, Any]) -> bool:
+    """True when the state is made for FSDP with CPU offload: the ``Accelerator``'s plugin says
+    so, or, as Accelerate reads it, ``ACCELERATE_USE_FSDP`` and ``FSDP_OFFLOAD_PARAMS``."""
+    if getattr(options.get("fsdp_plugin"), "offloads_to_cpu", False):
+        return True
+    return bool(env_flag("ACCELERATE_USE_FSDP", False)) and offload_asked_by_environment()
+
+
 class TorchDistributedBackend(DeviceBackend):
     """torch.distributed: ranks from the environment (``torchrun``'s variables, or the group
     nb_accel's worker created), collectives through the default process group.
@@ -46,7 +56,9 @@ class TorchDistributedBackend(DeviceBackend):
     def rank_fields(self, cpu: bool, options: dict[str, Any]) -> dict[str, Any]:
         """Ranks and device from the environment. Under ``torchrun`` (the environment names a
         world but no group exists yet) it creates the process group, with ``options``'s
-        ``backend``, ``init_method`` and ``timeout``."""
+        ``backend``, ``init_method`` and ``timeout``; without a ``backend`` there, NCCL on GPUs
+        (with gloo for CPU tensors beside it when FSDP offloads to the CPU) and gloo on the
+        CPU."""
         backend = os.environ.get("NB_ACCEL_BACKEND")
         world_size = _env_int("WORLD_SIZE", 1)
         if dist.is_available() and dist.is_initialized():
@@ -54,10 +66,14 @@ class TorchDistributedBackend(DeviceBackend):
             backend = dist.get_backend()
         elif world_size > 1 and dist.is_available():  # under torchrun: InitProcessGroupKwargs
             group = {k: v for k, v in options.items() if k in ("init_method", "timeout")}
-            backend = backend or options.get("backend") or ("nccl" if _use_cuda(cpu) else "gloo")
+            backend = (
+                backend
+                or options.get("backend")
+                or new_group_backend(_use_cuda(cpu), _offload_asked(options))
+            )
             dist.init_process_group(backend=backend, **group)
         local_index = _env_int("LOCAL_RANK", 0)
-        use_cuda = backend == "nccl" or (
+        use_cuda = uses_nccl(backend) or (
             backend in (None, "gloo") and world_size == 1 and _use_cuda(cpu)
         )
         if world_size == 1:
@@ -96,7 +112,7 @@ class TorchDistributedBackend(DeviceBackend):
     def _gather_one(self, one: torch.Tensor) -> torch.Tensor:
         tensor = self._to_collective_device(one[None] if one.dim() == 0 else one).contiguous()
         world = self.rank.num_processes
-        if self.rank.backend == "nccl":
+        if backend_for(self.rank.backend, tensor.device.type) == "nccl":
             output = torch.empty(
                 (world * tensor.shape[0], *tensor.shape[1:]),
                 dtype=tensor.dtype,

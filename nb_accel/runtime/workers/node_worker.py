@@ -57,7 +57,7 @@ class NodeWorkerArgs:
         authkey: the secret a worker proves it belongs to this launch with.
         node_rank: this node's number.
         num_nodes: the number of nodes.
-        backend: ``"gloo"`` or ``"nccl"``.
+        backend: ``"gloo"``, ``"nccl"``, or ``"cuda:nccl,cpu:gloo"`` (FSDP on GPUs).
         device_type: ``"cpu"`` or ``"cuda"``.
         timeout_s: bound on every collective, in seconds.
         mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``.

@@ -25,6 +25,7 @@ from datetime import timedelta
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
+from ..group_backends import uses_nccl
 from .rank_group import nccl_device
 
 __all__ = [
@@ -105,7 +106,7 @@ def abort_for_failed_peer() -> None:
     """Abort this rank's NCCL process group while its main thread waits in a collective that a
     failed rank will never join (called from another thread: NCCL's abort is made for that).
     A gloo rank is freed by the failed rank's own abort, so nothing is done there."""
-    if not dist.is_initialized() or dist.get_backend() != "nccl":
+    if not dist.is_initialized() or not uses_nccl(dist.get_backend()):
         return
     _released[:] = [_current()]
     _aborted_for_peer.set()

@@ -61,7 +61,7 @@ class WorkerArgs:
         local_world_size: processes on this node.
         node_rank: index of this node.
         store_path: file used as the rendezvous store (single node; no port, no socket).
-        backend: ``"gloo"`` or ``"nccl"``.
+        backend: ``"gloo"``, ``"nccl"``, or ``"cuda:nccl,cpu:gloo"`` (FSDP on GPUs).
         device_type: ``"cpu"`` or ``"cuda"``.
         timeout_s: bound on every collective, in seconds.
         mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``.
