@@ -16,10 +16,17 @@ from torch.distributed.fsdp.wrap import size_based_auto_wrap_policy, transformer
 
 import nb_accel
 from nb_accel import FullyShardedDataParallelPlugin
+from nb_accel.runtime.fsdp import notices
 from nb_accel.runtime.fsdp.wrap_policy import ignored_modules, wrapped_modules
 from nb_accel.utils import FullyShardedDataParallelPlugin as FromUtils
 
 pytestmark = pytest.mark.timeout(60)
+
+
+@pytest.fixture(autouse=True)
+def fresh_notices(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test starts as a fresh worker process: nothing said yet."""
+    monkeypatch.setattr(notices, "_said", set())
 
 
 class Layer(nn.Module):
@@ -80,11 +87,11 @@ def test_fields_come_from_accelerates_environment_variables(
 def test_fsdp1_names_are_understood() -> None:
     plugin = FullyShardedDataParallelPlugin(fsdp_version=1, sharding_strategy="SHARD_GRAD_OP")
     assert plugin.fsdp_version == 2 and plugin.reshard_after_forward is False
-    notes = " ".join(plugin.take_notes())
-    assert "runs as FSDP2" in notes and "sharding_strategy" in notes
+    notes = dict(plugin.take_notes())
+    assert "runs as FSDP2" in notes["fsdp_version=1"] and "sharding_strategy" in notes
     assert FullyShardedDataParallelPlugin(sharding_strategy=1).reshard_after_forward is True
     ignored = FullyShardedDataParallelPlugin(use_orig_params=True, backward_prefetch="BACKWARD_PRE")
-    assert "use_orig_params" in " ".join(ignored.take_notes())
+    assert set(dict(ignored.take_notes())) == {"use_orig_params", "backward_prefetch"}
     with pytest.raises(ValueError, match="HYBRID_SHARD is not available"):
         FullyShardedDataParallelPlugin(sharding_strategy="HYBRID_SHARD")
 
@@ -149,7 +156,8 @@ def test_torch_transformer_layers_are_units_by_default() -> None:
         nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), num_layers=2
     )
     assert _names(encoder, FullyShardedDataParallelPlugin()) == ["layers.0", "layers.1"]
-    assert _names(nn.Linear(3, 3), FullyShardedDataParallelPlugin()) == []
+    with pytest.warns(notices.FSDPOptionWarning, match="the whole model is one FSDP unit"):
+        assert _names(nn.Linear(3, 3), FullyShardedDataParallelPlugin()) == []
 
 
 def test_ignored_modules_are_left_out() -> None:
@@ -174,6 +182,81 @@ def test_wrap_policy_errors_name_the_models_classes() -> None:
     bare = FullyShardedDataParallelPlugin(auto_wrap_policy="transformer_based_wrap")
     with pytest.raises(ValueError, match="needs the layer classes"):
         _names(nn.Sequential(nn.Linear(2, 2)), bare)
+
+
+class Plain(nn.Module):
+    """The same layers as ``Model``, without a ``_no_split_modules`` hint."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList([Layer(), Layer()])
+        self.head = nn.Linear(8, 2)
+
+
+def _encoder() -> nn.Module:
+    return nn.TransformerEncoder(
+        nn.TransformerEncoderLayer(16, 2, 32, batch_first=True), num_layers=2
+    )
+
+
+#: Every policy that chooses by layer class, none naming the classes.
+BY_CLASS_UNNAMED = {
+    "default": None,
+    "transformer_based_wrap": "transformer_based_wrap",
+    "torch's transformer_auto_wrap_policy": transformer_auto_wrap_policy,
+    "a partial of it without classes": functools.partial(transformer_auto_wrap_policy),
+}
+
+
+@pytest.mark.parametrize("policy", list(BY_CLASS_UNNAMED.values()), ids=list(BY_CLASS_UNNAMED))
+def test_every_policy_by_class_finds_the_same_layers_when_none_are_named(policy: object) -> None:
+    plugin = FullyShardedDataParallelPlugin(auto_wrap_policy=policy)  # type: ignore[arg-type]
+    assert _names(Model(), plugin) == ["layers.0", "layers.1"]  # _no_split_modules
+    assert _names(_encoder(), plugin) == ["layers.0", "layers.1"]  # nn.TransformerEncoderLayer
+    named = FullyShardedDataParallelPlugin(
+        auto_wrap_policy=policy,  # type: ignore[arg-type]
+        transformer_cls_names_to_wrap=["Layer"],
+    )
+    assert _names(Plain(), named) == ["layers.0", "layers.1"]  # the names win, default included
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [p for p in BY_CLASS_UNNAMED.values() if p is not None],
+    ids=list(BY_CLASS_UNNAMED)[1:],
+)
+def test_a_policy_by_class_that_finds_no_layer_says_so(policy: object) -> None:
+    plugin = FullyShardedDataParallelPlugin(auto_wrap_policy=policy)  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"needs the layer classes.*Plain has no _no_split") as e:
+        _names(Plain(), plugin)
+    assert "Layer" in str(e.value)  # the classes it has, to choose from
+
+
+def test_the_default_says_once_that_the_whole_model_is_one_unit() -> None:
+    with pytest.warns(notices.FSDPOptionWarning, match=r"Plain has no layer .* one FSDP unit"):
+        assert _names(Plain(), FullyShardedDataParallelPlugin()) == []
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert _names(Plain(), FullyShardedDataParallelPlugin()) == []  # said already
+        assert _names(Plain(), FullyShardedDataParallelPlugin(auto_wrap_policy="no_wrap")) == []
+
+
+def test_accelerates_plugin_without_class_names_falls_back_as_ours_does() -> None:
+    accelerate_utils = pytest.importorskip("accelerate.utils")
+    from nb_accel.runtime.sharding.fsdp2 import fsdp_plugin_from
+
+    try:
+        theirs = accelerate_utils.FullyShardedDataParallelPlugin(
+            fsdp_version=2, auto_wrap_policy="transformer_based_wrap"
+        )
+        ours = fsdp_plugin_from(theirs)
+    finally:  # both plugins publish this one for Transformers
+        os.environ.pop("FSDP_CPU_RAM_EFFICIENT_LOADING", None)
+    assert ours is not None and ours.auto_wrap_policy is transformer_auto_wrap_policy
+    assert _names(Model(), ours) == ["layers.0", "layers.1"]  # not one unit for the whole model
+    assert _names(_encoder(), ours) == ["layers.0", "layers.1"]
+    with pytest.raises(ValueError, match="needs the layer classes"):
+        _names(Plain(), ours)
 
 
 def test_a_single_process_says_it_does_not_shard() -> None:

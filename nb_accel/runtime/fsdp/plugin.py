@@ -3,7 +3,7 @@
 Fields left as ``None`` are read from the ``FSDP_*`` environment variables Accelerate's launcher
 sets (``FSDP_RESHARD_AFTER_FORWARD``, ``FSDP_AUTO_WRAP_POLICY``, ...), then take the defaults
 below. The engine is PyTorch's FSDP2 (``torch.distributed.fsdp.fully_shard``): FSDP1-only options
-are accepted and reported once as having no effect.
+are accepted and said once, with the reason, to have no effect (:mod:`.notices`).
 """
 
 from __future__ import annotations
@@ -19,6 +19,7 @@ from ..._flags import parse_flag
 
 __all__ = [
     "FSDP1_ONLY",
+    "FSDP1_WHY",
     "FullyShardedDataParallelPlugin",
     "disable_fsdp_ram_efficient_loading",
     "enable_fsdp_ram_efficient_loading",
@@ -32,17 +33,23 @@ WRAP_POLICIES = ("transformer_based_wrap", "size_based_wrap", "no_wrap")
 STATE_DICT_TYPES = ("FULL_STATE_DICT", "SHARDED_STATE_DICT")
 # FSDP1's sharding strategies, by name and by Accelerate's numbering (1-based)
 _STRATEGIES = ("FULL_SHARD", "SHARD_GRAD_OP", "NO_SHARD", "HYBRID_SHARD", "HYBRID_SHARD_ZERO2")
+#: Options of FSDP1 that FSDP2 has no use for (accepted, said to have no effect), and why.
+FSDP1_WHY = {
+    "backward_prefetch": "FSDP2 always gathers the next unit's parameters ahead in the backward "
+    "pass (FSDP1's BACKWARD_PRE)",
+    "state_dict_config": "state_dict_type chooses what save_state writes",
+    "optim_state_dict_config": "state_dict_type chooses what save_state writes",
+    "limit_all_gathers": "FSDP2 holds at most the next unit's gathered parameters ahead by "
+    "itself, without FSDP1's rate limiter",
+    "use_orig_params": "FSDP2 always keeps the model's own parameters (as DTensor shards)",
+    "param_init_fn": "a model built on the meta device gets rank 0's weights in prepare() "
+    "(cpu_ram_efficient_loading=True)",
+    "sync_module_states": "prepare() always starts every process from rank 0's weights",
+    "forward_prefetch": "FSDP2 has no such switch (it gathers each unit's parameters as the "
+    "forward pass reaches it)",
+}
 #: Options of FSDP1 that FSDP2 has no use for (accepted, said to have no effect).
-FSDP1_ONLY = (
-    "backward_prefetch",
-    "state_dict_config",
-    "optim_state_dict_config",
-    "limit_all_gathers",
-    "use_orig_params",
-    "param_init_fn",
-    "sync_module_states",
-    "forward_prefetch",
-)
+FSDP1_ONLY = tuple(FSDP1_WHY)
 _DTYPES = {
     "bf16": torch.bfloat16,
     "bfloat16": torch.bfloat16,
@@ -86,21 +93,40 @@ class FullyShardedDataParallelPlugin:
             or a 🤗 model's ``_no_split_modules``), ``"size_based_wrap"`` (submodules with at least
             ``min_num_params`` parameters), ``"no_wrap"`` (the whole model as one unit), torch's
             ``transformer_auto_wrap_policy``/``size_based_auto_wrap_policy`` (or a ``partial`` of
-            them), or a function ``policy(module) -> bool``. Default (``None``): a 🤗 model's
-            ``_no_split_modules`` or torch's ``nn.Transformer*Layer`` layers when the model has
-            them, the whole model otherwise.
-        transformer_cls_names_to_wrap: class names for ``"transformer_based_wrap"`` (a list, or
-            one comma-separated string).
-        min_num_params: the size threshold of ``"size_based_wrap"``.
+            them), or a function ``policy(module) -> bool``. Default (``None``): by layer class,
+            as ``"transformer_based_wrap"``. Whenever the layer classes are left to find (no
+            ``transformer_cls_names_to_wrap``, no ``transformer_layer_cls``: this default, the
+            name, torch's policy, Accelerate's own plugin), they are a 🤗 model's
+            ``_no_split_modules``, else torch's ``nn.TransformerEncoderLayer``/
+            ``nn.TransformerDecoderLayer``; when the model has neither, the named policies are
+            an error listing its classes and the default says once that the whole model is one
+            unit.
+        transformer_cls_names_to_wrap: class names for ``"transformer_based_wrap"`` and the
+            default (a list, or one comma-separated string); said to have no effect with the
+            other policies.
+        min_num_params: the size threshold of ``"size_based_wrap"`` (said to have no effect
+            with the other policies).
         cpu_offload: keep the sharded parameters, gradients and optimizer state in CPU memory
-            (a GPU launch; no effect on a CPU launch). ``True`` or a ``CPUOffloadPolicy``.
+            (a GPU launch; on a CPU launch it is said once to have no effect). ``True`` or a
+            ``CPUOffloadPolicy``. The collectives on the offloaded tensors need a CPU backend
+            beside NCCL: an FSDP launch on GPUs (``fsdp=True``, the saved ``sharding: fsdp``,
+            or ``FSDP_OFFLOAD_PARAMS=true`` in the kernel) makes its process group
+            ``"cuda:nccl,cpu:gloo"``; a plugin that offloads in a launch whose group is NCCL
+            alone is refused when the model is prepared, saying so.
         mixed_precision_policy: the dtypes FSDP computes and reduces gradients in: a
             ``torch.distributed.fsdp.MixedPrecisionPolicy``, a dict
             (``{"param_dtype": "bf16", "reduce_dtype": "fp32"}``) or one dtype name. Default: from
             the Accelerator's ``mixed_precision`` (``"bf16"``: bf16 parameters, fp32 reductions).
+            A dict's ``buffer_dtype`` (FSDP1's) is said to have no effect: FSDP2 leaves buffers
+            in their own dtype.
         activation_checkpointing: recompute each wrapped layer's activations in the backward
-            pass instead of keeping them (less memory, more compute).
-        activation_checkpointing_offload: accepted; no effect (FSDP1 option).
+            pass instead of keeping them (less memory, more compute): each unit below the model
+            runs inside torch's ``checkpoint_wrapper``, so its forward runs twice per step.
+        activation_checkpointing_offload: with ``activation_checkpointing``, also keep what each
+            checkpointed unit saves for its recompute (its inputs) in CPU memory until the
+            backward pass needs it (torch's ``offload_wrapper`` around the checkpointed unit):
+            less accelerator memory for long sequences, at the cost of copies to and from the
+            host. Same numbers as without it.
         state_dict_type: what ``save_state`` writes: ``"SHARDED_STATE_DICT"`` (default; every
             process writes its shards through ``torch.distributed.checkpoint``) or
             ``"FULL_STATE_DICT"`` (the main process writes whole weights and optimizer state).
@@ -112,8 +138,8 @@ class FullyShardedDataParallelPlugin:
         sharding_strategy: FSDP1's name for ``reshard_after_forward`` (see there).
         kwargs: the other FSDP1 options (``backward_prefetch``, ``use_orig_params``,
             ``sync_module_states``, ``limit_all_gathers``, ``forward_prefetch``,
-            ``state_dict_config``, ``optim_state_dict_config``, ``param_init_fn``) are accepted
-            and have no effect under FSDP2.
+            ``state_dict_config``, ``optim_state_dict_config``, ``param_init_fn``) are accepted;
+            each given is said once, with the reason, to have no effect under FSDP2.
     """
 
     fsdp_version: int | None = None
@@ -137,14 +163,14 @@ class FullyShardedDataParallelPlugin:
     cpu_ram_efficient_loading: bool | None = None
     transformer_cls_names_to_wrap: list[str] | str | None = None
     min_num_params: int | None = None
-    notes: list[str] = field(default_factory=list, repr=False, compare=False)
+    notes: list[tuple[str, str]] = field(default_factory=list, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         version = self.fsdp_version if self.fsdp_version is not None else _env("VERSION") or 2
         if str(version) not in ("1", "2"):
             raise ValueError(f"fsdp_version={version!r}: use 2 (FSDP2; 1 is run as FSDP2)")
         if str(version) == "1":
-            self.notes.append("fsdp_version=1 runs as FSDP2 (torch's fully_shard)")
+            self.notes.append(("fsdp_version=1", "runs as FSDP2 (torch's fully_shard)"))
         self.fsdp_version = 2
         self._set_resharding()
         self.cpu_offload = self._resolve_flag(self.cpu_offload, "OFFLOAD_PARAMS", keep_objects=True)
@@ -168,11 +194,20 @@ class FullyShardedDataParallelPlugin:
         self._set_wrap_policy()
         if self.ignored_modules is None:
             self.ignored_modules = _env("IGNORED_MODULES")
+        if isinstance(self.mixed_precision_policy, dict) and (
+            self.mixed_precision_policy.get("buffer_dtype") is not None
+        ):
+            self.notes.append(
+                (
+                    "mixed_precision_policy['buffer_dtype']",
+                    "no effect, FSDP2's mixed precision leaves buffers in their own dtype",
+                )
+            )
         if self.mixed_precision_policy is not None:
             self.mixed_precision_policy = _mixed_precision(self.mixed_precision_policy)
-        given = [name for name in FSDP1_ONLY if getattr(self, name) not in (None, False)]
-        if given:
-            self.notes.append(f"{', '.join(given)}: FSDP1 options, no effect under FSDP2")
+        for name, why in FSDP1_WHY.items():
+            if getattr(self, name) not in (None, False):
+                self.notes.append((name, f"no effect under FSDP2, {why}"))
 
     # --- parsing ---------------------------------------------------------------------------
 
@@ -188,7 +223,9 @@ class FullyShardedDataParallelPlugin:
         value = self.reshard_after_forward
         if value is None and self.sharding_strategy is not None:
             value = self.sharding_strategy
-            self.notes.append("sharding_strategy is FSDP1's name; FSDP2's is reshard_after_forward")
+            self.notes.append(
+                ("sharding_strategy", "FSDP1's name; FSDP2's is reshard_after_forward")
+            )
         if value is None:
             value = _env("RESHARD_AFTER_FORWARD") or _env("SHARDING_STRATEGY") or True
         if isinstance(value, bool):
@@ -270,8 +307,20 @@ class FullyShardedDataParallelPlugin:
             {"param_dtype": dtype, "reduce_dtype": torch.float32}
         )
 
-    def take_notes(self) -> list[str]:
-        """The notes parsing made (FSDP1 options given, and the like), once."""
+    @property
+    def offloads_to_cpu(self) -> bool:
+        """True when ``cpu_offload`` asks for the shards in CPU memory: ``True``, a
+        ``CPUOffloadPolicy``, or FSDP1's ``CPUOffload(offload_params=True)``."""
+        from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy
+
+        offload = getattr(self.cpu_offload, "offload_params", self.cpu_offload)
+        if isinstance(offload, OffloadPolicy):
+            return isinstance(offload, CPUOffloadPolicy)
+        return bool(offload)
+
+    def take_notes(self) -> list[tuple[str, str]]:
+        """What parsing has to say, as ``(option, text)`` pairs (FSDP1 options given, and the
+        like), once: a second call gives only what was noted since."""
         notes, self.notes = list(self.notes), []
         return notes
 

@@ -4,12 +4,14 @@ model, after which every process holds 1/N of each parameter (a ``DTensor``)."""
 from __future__ import annotations
 
 import copy
-import warnings
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from ..group_backends import backend_for
+from .activations import checkpoint_units
+from .notices import say_no_effect
 from .plugin import FullyShardedDataParallelPlugin
 from .wrap_policy import ignored_modules, wrapped_modules
 
@@ -47,29 +49,37 @@ class ShardedModel:
         return entry[1]
 
 
+def _check_cpu_collectives() -> None:
+    """Refuse CPU offload on a process group that cannot run collectives on CPU tensors: the
+    shards' norm, rank 0's weights broadcast into them and whole state dicts are such
+    collectives, and torch runs them on the default group (there is no other to give them)."""
+    backend = str(dist.get_backend())
+    if backend_for(backend, "cpu") is not None:
+        return
+    raise ValueError(
+        f"cpu_offload=True needs a process group that also reduces CPU tensors, and this "
+        f"launch's group runs {backend!r} only (made before the function started, when the "
+        "launch could not know the plugin would offload). Launch with FSDP: "
+        "notebook_launcher(..., fsdp=True), %%distributed --fsdp or the saved sharding: fsdp "
+        "(its group on GPUs is 'cuda:nccl,cpu:gloo'), or set FSDP_OFFLOAD_PARAMS=true in the "
+        "kernel before launching; under torchrun, "
+        "InitProcessGroupKwargs(backend='cuda:nccl,cpu:gloo')"
+    )
+
+
 def _offload_policy(plugin: FullyShardedDataParallelPlugin, device: torch.device) -> Any:
+    """torch's ``CPUOffloadPolicy`` when the plugin offloads on an accelerator, else the
+    policy that keeps the shards on the device."""
     from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy
 
+    if not plugin.offloads_to_cpu:
+        return OffloadPolicy()
+    if device.type == "cpu":
+        say_no_effect("cpu_offload", "this launch runs on the CPU, where the shards are already", 4)
+        return OffloadPolicy()
+    _check_cpu_collectives()
     offload = plugin.cpu_offload
-    offload = getattr(offload, "offload_params", offload)  # FSDP1's CPUOffload(offload_params)
-    if isinstance(offload, OffloadPolicy):
-        return offload if device.type != "cpu" else OffloadPolicy()
-    if offload and device.type != "cpu":
-        return CPUOffloadPolicy()
-    return OffloadPolicy()
-
-
-def _checkpoint_activations(units: list[tuple[str, torch.nn.Module]]) -> None:
-    from torch.distributed._composable import checkpoint
-
-    if not units:
-        warnings.warn(
-            "activation_checkpointing has nothing to act on: no layer of the model is its own "
-            "FSDP unit; choose the layers with auto_wrap_policy / transformer_cls_names_to_wrap",
-            stacklevel=4,
-        )
-    for _, unit in units:
-        checkpoint(unit)
+    return offload if isinstance(offload, CPUOffloadPolicy) else CPUOffloadPolicy()
 
 
 def _wrap_error(name: str, module: torch.nn.Module, error: Exception) -> ValueError:
@@ -131,13 +141,14 @@ def shard_model(
             "cpu_ram_efficient_loading only the other processes may build it on meta"
         )
     full = {k: v.detach().cpu() for k, v in model.state_dict().items()} if rank0 else {}
-    before = dict(model.named_parameters())
     _check_dtypes([*units, ("", model)], ignored_params)
+    offload_policy = _offload_policy(plugin, device)  # before anything waits on the others
     if plugin.activation_checkpointing:
-        _checkpoint_activations(units)
+        units = checkpoint_units(model, units, bool(plugin.activation_checkpointing_offload))
+    before = dict(model.named_parameters())  # after the wrappers, which rename parameters
     options: dict[str, Any] = {
         "mesh": init_device_mesh(device.type, (dist.get_world_size(),)),
-        "offload_policy": _offload_policy(plugin, device),
+        "offload_policy": offload_policy,
     }
     if precision.mixed_precision_policy is not None:
         options["mp_policy"] = precision.mixed_precision_policy

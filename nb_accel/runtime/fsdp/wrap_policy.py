@@ -4,6 +4,12 @@ Each unit's parameters are gathered for its forward and backward and freed after
 size of one transformer block keep the gathered memory small. The policies are Accelerate's:
 by layer class (``transformer_based_wrap``), by size (``size_based_wrap``), none (``no_wrap``), or
 a function; torch's FSDP1 policy functions are understood too.
+
+Every policy by layer class finds its classes the same way when none are named (the default,
+``"transformer_based_wrap"``, torch's ``transformer_auto_wrap_policy`` without
+``transformer_layer_cls``, and so Accelerate's own plugin): a 🤗 model's ``_no_split_modules``,
+else torch's ``nn.Transformer*Layer`` layers. Finding none is an error for a policy that asked
+for layers, and said once for the default, under which the whole model is then one unit.
 """
 
 from __future__ import annotations
@@ -15,6 +21,7 @@ from typing import Any
 
 import torch
 
+from .notices import say_no_effect, say_once
 from .plugin import FullyShardedDataParallelPlugin
 
 __all__ = ["ignored_modules", "wrapped_modules"]
@@ -120,14 +127,67 @@ def _user_policy(policy: Callable[..., Any]) -> Callable[[torch.nn.Module], bool
     return decide
 
 
-def _default_policy(model: torch.nn.Module) -> Callable[[torch.nn.Module], bool] | None:
-    names = list(getattr(model, "_no_split_modules", None) or [])
-    present = set(_class_names(model))
-    names = [name for name in names if name in present]
+def _found_layers(
+    model: torch.nn.Module, names: list[str]
+) -> Callable[[torch.nn.Module], bool] | None:
+    """By the classes ``names``, else by the model's ``_no_split_modules`` that it contains,
+    else by torch's transformer layers; None when there are none of these."""
     if names:
         return _by_class_names(model, names)
+    present = set(_class_names(model))
+    hinted = [name for name in getattr(model, "_no_split_modules", None) or [] if name in present]
+    if hinted:
+        return _by_class_names(model, hinted)
     if any(isinstance(m, _TORCH_LAYERS) for m in model.modules()):
         return lambda module: isinstance(module, _TORCH_LAYERS)
+    return None
+
+
+def _no_layers_error(model: torch.nn.Module, policy: str) -> ValueError:
+    return ValueError(
+        f"auto_wrap_policy={policy} needs the layer classes to shard: "
+        f"transformer_cls_names_to_wrap=[...]. {type(model).__name__} has no "
+        "_no_split_modules and no nn.TransformerEncoderLayer/DecoderLayer to take instead "
+        f"(its classes: {', '.join(_class_names(model))})"
+    )
+
+
+def _unused(plugin: FullyShardedDataParallelPlugin, policy: str, reads: str) -> None:
+    """Say once that the class names or the size threshold (those the policy does not
+    ``reads``: ``"classes"``, ``"size"`` or ``""``) do nothing under ``policy``."""
+    if plugin.transformer_cls_names_to_wrap and reads != "classes":
+        say_no_effect(
+            "transformer_cls_names_to_wrap",
+            f"auto_wrap_policy={policy} does not choose layers by class",
+            stacklevel=4,
+        )
+    if plugin.min_num_params is not None and reads != "size":
+        say_no_effect(
+            "min_num_params",
+            f"auto_wrap_policy={policy} does not choose layers by size",
+            stacklevel=4,
+        )
+
+
+def _by_layers(
+    model: torch.nn.Module, plugin: FullyShardedDataParallelPlugin, policy: str
+) -> Callable[[torch.nn.Module], bool] | None:
+    """The rule of a policy by layer class (``policy``: its name in messages)."""
+    _unused(plugin, policy, "classes")
+    rule = _found_layers(model, list(plugin.transformer_cls_names_to_wrap or []))
+    if rule is not None:
+        return rule
+    if plugin.auto_wrap_policy is not None:
+        raise _no_layers_error(model, policy)
+    say_once(
+        "auto_wrap_policy",
+        f"{type(model).__name__} has no layer to make its own unit (no "
+        "transformer_cls_names_to_wrap, _no_split_modules or nn.Transformer*Layer), so the whole "
+        "model is one FSDP unit, gathered whole for its forward and backward. Name its layers "
+        "with transformer_cls_names_to_wrap=[...], or choose auto_wrap_policy='size_based_wrap' "
+        "or 'no_wrap'",
+        stacklevel=4,
+    )
     return None
 
 
@@ -136,33 +196,28 @@ def _choose(
 ) -> Callable[[torch.nn.Module], bool] | int | None:
     """A predicate on modules, a size threshold, or None (no unit below the model)."""
     policy = plugin.auto_wrap_policy
-    if policy is None:
-        return _default_policy(model)
+    if policy is None or policy == "transformer_based_wrap":
+        return _by_layers(model, plugin, repr(policy))
     if policy == "no_wrap":
+        _unused(plugin, repr(policy), "")
         return None
     if policy == "size_based_wrap":
+        _unused(plugin, repr(policy), "size")
         return int(plugin.min_num_params or 0)
-    if policy == "transformer_based_wrap":
-        names = plugin.transformer_cls_names_to_wrap or list(
-            getattr(model, "_no_split_modules", None) or []
-        )
-        if not names:
-            raise ValueError(
-                "auto_wrap_policy='transformer_based_wrap' needs the layer classes to shard: "
-                "transformer_cls_names_to_wrap=[...] (the classes of "
-                f"{type(model).__name__}: {', '.join(_class_names(model))})"
-            )
-        return _by_class_names(model, list(names))
     known = _torch_policy(policy)
-    if known is not None:
-        kind, keywords = known
-        if kind == "size":
-            return int(keywords.get("min_num_params", plugin.min_num_params or 100_000_000))
-        classes = tuple(keywords.get("transformer_layer_cls") or ())
-        if classes:
-            return lambda module: isinstance(module, classes)
-        return _by_class_names(model, list(plugin.transformer_cls_names_to_wrap or []))
-    return _user_policy(policy)  # type: ignore[arg-type]
+    if known is None:
+        _unused(plugin, "a function", "")
+        return _user_policy(policy)  # type: ignore[arg-type]
+    kind, keywords = known
+    name = "size_based_auto_wrap_policy" if kind == "size" else "transformer_auto_wrap_policy"
+    if kind == "size":
+        _unused(plugin, name, "size")
+        return int(keywords.get("min_num_params", plugin.min_num_params or 100_000_000))
+    classes = tuple(keywords.get("transformer_layer_cls") or ())
+    if classes:
+        _unused(plugin, name, "")
+        return lambda module: isinstance(module, classes)
+    return _by_layers(model, plugin, name)
 
 
 def wrapped_modules(

@@ -7,7 +7,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -17,6 +16,7 @@ import torch
 from ..._flags import parse_flag
 from ..enums import DistributedType
 from ..fsdp.gradients import clip_sharded_grad_norm_, gradient_sync
+from ..fsdp.notices import say_once
 from ..fsdp.optimizer_params import check_not_prepared_before, move_onto_shards
 from ..fsdp.plugin import FSDP1_ONLY, FullyShardedDataParallelPlugin
 from ..fsdp.sharding import is_fsdp_module, shard_model
@@ -47,14 +47,17 @@ def fsdp_plugin_from(plugin: Any) -> FullyShardedDataParallelPlugin | None:
                 f"fsdp_plugin must be a FullyShardedDataParallelPlugin, not {type(plugin).__name__}"
             )
         plugin = _convert(plugin)  # Accelerate's own plugin class
-    for note in plugin.take_notes():
-        warnings.warn(f"FullyShardedDataParallelPlugin: {note}", stacklevel=4)
+    for option, text in plugin.take_notes():
+        say_once(option, text, stacklevel=3)
     return plugin
 
 
 def _convert(plugin: Any) -> FullyShardedDataParallelPlugin:
     """Our plugin with the fields of another library's ``FullyShardedDataParallelPlugin``
-    (less the FSDP1 options, which that library fills in by itself)."""
+    (less the FSDP1 options, which that library fills in by itself, and itself warns about
+    under FSDP2). Its ``auto_wrap_policy`` arrives as torch's policy function (Accelerate turns
+    ``"transformer_based_wrap"`` into ``transformer_auto_wrap_policy``), which finds the layer
+    classes as every policy by class does when none are named."""
     names = set(FullyShardedDataParallelPlugin.__dataclass_fields__) - {"notes", *FSDP1_ONLY}
     fields = {n: getattr(plugin, n) for n in names if hasattr(plugin, n)}
     return FullyShardedDataParallelPlugin(**fields)
