@@ -1,15 +1,18 @@
 """FSDP options on real worker groups: an Accelerate FSDP script with only its import changed,
-the launcher's switch, activation checkpointing, weights only on rank 0, ignored modules and the
-mixed precision policy."""
+the launcher's switch, activation checkpointing (and its offload), resharding after forward,
+weights only on rank 0, ignored modules and the mixed precision policy. Each option is told from
+a no-op by what it changes (forward passes run, parameters gathered, tensors saved), and from a
+mistake by the numbers it leaves alone."""
 
 from __future__ import annotations
 
+import contextlib
 from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from fsdp_models import Net, loader
+from fsdp_models import Net, forward_calls, loader
 from torch.distributed.tensor import DTensor
 
 from nb_accel import Accelerator, FullyShardedDataParallelPlugin, notebook_launcher
@@ -110,8 +113,26 @@ def test_the_launch_switch_turns_fsdp_on() -> None:
     assert off == [("MULTI_CPU", "DistributedDataParallel")] * 2
 
 
+#: Training steps of :func:`train`, and the blocks of its model.
+STEPS, BLOCKS = 6, 3
+
+
+def _saved_outside(count: list[int]) -> torch.autograd.graph.saved_tensors_hooks:
+    """Count the tensors autograd saves for the backward pass outside any offloaded unit (an
+    offloaded unit's own ``save_on_cpu`` hooks, innermost, take the ones saved inside it)."""
+
+    def pack(tensor: torch.Tensor) -> torch.Tensor:
+        count[0] += 1
+        return tensor
+
+    return torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor)
+
+
 def train(options: dict[str, Any]) -> dict[str, Any]:
-    """Six steps with the plugin options given; rank 0's final whole weights."""
+    """Six steps with the plugin options given; rank 0's final whole weights, and what the
+    options changed along the way."""
+    from nb_accel.runtime.fsdp.activations import is_checkpointed, is_offloaded
+
     accelerator = Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(**options))
     set_seed(1)
     meta = options.get("cpu_ram_efficient_loading") and not accelerator.is_main_process
@@ -120,15 +141,29 @@ def train(options: dict[str, Any]) -> dict[str, Any]:
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     model, optimizer, data = accelerator.prepare(model, optimizer, loader())
     kinds = {name: isinstance(p, DTensor) for name, p in model.named_parameters()}
+    saved = [0]
     for step, (x, y) in enumerate(data):
-        accelerator.backward(torch.nn.functional.mse_loss(model(x).float(), y))
+        with _saved_outside(saved) if step == 0 else contextlib.nullcontext():
+            loss = torch.nn.functional.mse_loss(model(x).float(), y)
+        if step == 0:  # between forward and backward: are the blocks' parameters gathered?
+            gathered = [not isinstance(p, DTensor) for b in model.blocks for p in b.parameters()]
+        accelerator.backward(loss)
         if step == 0:
             grads = {name: p.grad.dtype for name, p in model.named_parameters()}
         optimizer.step()
         optimizer.zero_grad()
-        if step == 5:
+        if step == STEPS - 1:
             break
-    return {"weights": accelerator.get_state_dict(model), "sharded": kinds, "grads": grads}
+    return {
+        "weights": accelerator.get_state_dict(model),
+        "sharded": kinds,
+        "grads": grads,
+        "forward_calls": forward_calls(model),
+        "gathered_after_forward": gathered,
+        "checkpointed": [is_checkpointed(block) for block in model.blocks],
+        "offloaded": [is_offloaded(block) for block in model.blocks],
+        "saved_outside": saved[0],
+    }
 
 
 def _baseline() -> dict[str, torch.Tensor]:
@@ -139,16 +174,58 @@ def _baseline() -> dict[str, torch.Tensor]:
     "options",
     [
         {"activation_checkpointing": True, "auto_wrap_policy": "transformer_based_wrap"},
+        {"activation_checkpointing": True, "activation_checkpointing_offload": True},
         {"cpu_ram_efficient_loading": True},
         {"reshard_after_forward": False},
     ],
-    ids=["activation-checkpointing", "weights-on-rank-0-only", "no-reshard"],
+    ids=[
+        "activation-checkpointing",
+        "checkpointing-offload",
+        "weights-on-rank-0-only",
+        "no-reshard",
+    ],
 )
 def test_options_that_do_not_change_the_numbers(options: dict[str, Any]) -> None:
     options = {"transformer_cls_names_to_wrap": ["Block"], **options}
     result = notebook_launcher(train, (options,), 2, show_progress=False)[0]
     for name, value in _baseline().items():
         torch.testing.assert_close(result["weights"][name], value, atol=1e-6, rtol=0)
+
+
+def _launch(options: dict[str, Any]) -> dict[str, Any]:
+    options = {"transformer_cls_names_to_wrap": ["Block"], **options}
+    return notebook_launcher(train, (options,), 2, show_progress=False)[0]
+
+
+def test_activation_checkpointing_runs_each_blocks_forward_again_in_the_backward() -> None:
+    plain = _launch({})
+    checkpointed = _launch({"activation_checkpointing": True})
+    offloaded = _launch(
+        {"activation_checkpointing": True, "activation_checkpointing_offload": True}
+    )
+    assert plain["forward_calls"] == STEPS * BLOCKS
+    assert checkpointed["forward_calls"] == offloaded["forward_calls"] == 2 * STEPS * BLOCKS
+    assert plain["checkpointed"] == [False] * BLOCKS and plain["offloaded"] == [False] * BLOCKS
+    assert checkpointed["checkpointed"] == [True] * BLOCKS
+    assert checkpointed["offloaded"] == [False] * BLOCKS
+    assert offloaded["checkpointed"] == offloaded["offloaded"] == [True] * BLOCKS
+    # what the checkpointed blocks save for their recompute (each block's input) goes to the
+    # offload's save_on_cpu instead of the hooks around the model
+    assert checkpointed["saved_outside"] < plain["saved_outside"]  # recomputed, not kept
+    assert offloaded["saved_outside"] <= checkpointed["saved_outside"] - BLOCKS
+    for result in (checkpointed, offloaded):
+        for name, value in plain["weights"].items():
+            torch.testing.assert_close(result["weights"][name], value, atol=1e-6, rtol=0)
+
+
+def test_reshard_after_forward_false_keeps_the_blocks_gathered_until_backward() -> None:
+    resharded = _launch({"reshard_after_forward": True})
+    kept = _launch({"reshard_after_forward": False})
+    assert resharded["gathered_after_forward"] == [False] * 6 * BLOCKS  # 6 parameters each
+    assert kept["gathered_after_forward"] == [True] * 6 * BLOCKS
+    assert all(kept["sharded"].values())  # sharded again once the backward has run
+    for name, value in resharded["weights"].items():
+        torch.testing.assert_close(kept["weights"][name], value, atol=1e-6, rtol=0)
 
 
 def test_ignored_modules_stay_whole() -> None:
