@@ -1,11 +1,13 @@
-"""FSDP benchmark: per-rank memory of parameters, gradients and optimizer state under DDP and
-FSDP, and the step time of an FSDP loop through ``nb_accel.Accelerator`` versus the same loop
-written by hand with torch's ``fully_shard``.
+"""FSDP benchmark: per-rank memory under DDP and FSDP (the parameters, gradients and optimizer
+state each rank holds, and the process's resident memory, steady and peak) at two model sizes,
+and the step time of an FSDP loop through ``nb_accel.Accelerator`` versus the same loop written
+by hand with torch's ``fully_shard``.
 
 Run from the repository root: ``.venv/bin/python benchmarks/fsdp.py`` (also part of
-``make bench``). Three launches of 2 worker processes (gloo, CPU):
+``make bench``). Launches of 2 worker processes (gloo, CPU; ``--gpu`` for GPUs, NCCL):
 
-1. memory, DDP: ``Accelerator()`` prepares a residual MLP of about 270 MB (fp32) and AdamW;
+1. memory, DDP: ``Accelerator()`` prepares a residual MLP of about 270 MB (fp32) and AdamW,
+   then the same for a model of the same shape 4x smaller (about 67 MB);
 2. memory, FSDP: the same with ``Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin(...))``,
    each residual block its own unit;
 3. step time: a smaller model of the same shape through both FSDP loops (and the hand-written
@@ -15,27 +17,35 @@ Run from the repository root: ``.venv/bin/python benchmarks/fsdp.py`` (also part
    column is both processes' CPU time per step (all threads), which other load on the machine
    disturbs less than the wall time.
 
-Memory is counted from the tensors, not from the process's RSS: after every backward pass and
-after every optimizer step each rank adds up the bytes of the storages behind its parameters,
-their gradients and the optimizer's state tensors (for a ``DTensor``, the storage of its local
-shard, padding included), each storage once; the figure is the peak over the steps.
+Memory is counted two ways. From the tensors: after every backward pass and after every
+optimizer step each rank adds up the bytes of the storages behind its parameters, their
+gradients and the optimizer's state tensors (for a ``DTensor``, the storage of its local shard,
+padding included), each storage once; the figure is the peak over the steps. From the process:
+its resident set size (RSS) when the worker starts, before the model is built, is the baseline;
+"steady" is how far above it the RSS is after the last step, "peak" how far above it the RSS
+ever got (``resource``'s ``ru_maxrss``), which also holds activations, FSDP's gathered
+parameters and reduce buffers, DDP's gradient buckets and what the allocator keeps; on GPUs the
+peak of CUDA memory allocated (``torch.cuda.max_memory_allocated``) too.
 """
 
 from __future__ import annotations
 
 import argparse
 import os
+import resource
 import statistics
 import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import psutil
 import torch
 import torch.distributed as dist
 
 import nb_accel
 
 MEMORY_SHAPE = (2048, 4096, 4)  # width, hidden width, residual blocks: 67.1 M parameters
+SMALL_MEMORY_SHAPE = (1024, 2048, 4)  # 4x fewer: 16.8 M parameters
 STEP_SHAPE = (256, 1024, 4)  # 2.1 M parameters
 CLASSES = 16
 MEMORY_TARGET = 0.55
@@ -149,11 +159,20 @@ def live_bytes() -> int:
     return _storage_bytes(tensors)
 
 
-def memory_worker(sharded: bool, steps: int, batch: int) -> dict[str, Any]:
+def peak_rss() -> int:
+    """The largest resident set size this process has had, in bytes (Linux counts KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def memory_worker(
+    shape: tuple[int, int, int], sharded: bool, steps: int, batch: int
+) -> dict[str, Any]:
     """A few AdamW steps through ``Accelerator`` (DDP, or FSDP when ``sharded``); the
-    peak of the held bytes and the losses (runs on every rank)."""
+    peak of the held bytes, the process's memory and the losses (runs on every rank)."""
+    start_rss = psutil.Process().memory_info().rss
     accelerator = nb_accel.Accelerator(fsdp_plugin=plugin() if sharded else None)
-    model = make_model(MEMORY_SHAPE)
+    cuda = accelerator.device.type == "cuda"
+    model = make_model(shape)
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-4)
     model, optimizer = accelerator.prepare(model, optimizer)
     peak: dict[str, int] = {"params": 0, "grads": 0, "optimizer": 0, "total": 0}
@@ -166,7 +185,8 @@ def memory_worker(sharded: bool, steps: int, batch: int) -> dict[str, Any]:
             peak.update(now)
 
     live = 0
-    for x, y in make_batches(MEMORY_SHAPE[0], batch, steps):
+    for inputs, labels in make_batches(shape[0], batch, steps):
+        x, y = inputs.to(accelerator.device), labels.to(accelerator.device)
         loss = torch.nn.functional.cross_entropy(model(x), y)
         accelerator.backward(loss)
         sample()  # parameters + gradients (+ the optimizer state of the step before)
@@ -175,7 +195,18 @@ def memory_worker(sharded: bool, steps: int, batch: int) -> dict[str, Any]:
         losses.append(loss.item())
         live = max(live, live_bytes())
         optimizer.zero_grad()
-    return {"peak": peak, "live": live, "losses": losses, "fsdp": accelerator.is_fsdp2}
+    return {
+        "peak": peak,
+        "live": live,
+        "losses": losses,
+        "fsdp": accelerator.is_fsdp2,
+        "rss": {
+            "start": start_rss,
+            "steady": psutil.Process().memory_info().rss - start_rss,
+            "peak": peak_rss() - start_rss,
+        },
+        "cuda_peak": torch.cuda.max_memory_allocated(accelerator.device) if cuda else None,
+    }
 
 
 # ---------------------------------------------------------------------------------------------
@@ -278,6 +309,10 @@ def step_worker(
 # Report
 
 
+#: Launch on the GPUs (NCCL) rather than the CPU (``--gpu``; memory only).
+ON_GPU = [False]
+
+
 def _launch(function: Callable[..., Any], *args: Any) -> list[Any]:
     # fsdp=False and mixed_precision="no" whatever a saved configuration says: the contenders
     # that shard pass their own plugin
@@ -285,7 +320,7 @@ def _launch(function: Callable[..., Any], *args: Any) -> list[Any]:
         function,
         args=args,
         num_processes=2,
-        cpu=True,
+        cpu=not ON_GPU[0],
         show_progress=False,
         fsdp=False,
         mixed_precision="no",
@@ -298,15 +333,17 @@ def _shape_text(shape: tuple[int, int, int]) -> str:
     return f"{blocks} residual blocks {width}-{hidden}-{width} ({size:.1f} MB fp32)"
 
 
-def report_memory(steps: int, batch: int) -> None:
-    """Launch DDP, then FSDP, and print the per-rank peaks."""
-    ddp = _launch(memory_worker, False, steps, batch)
-    fsdp = _launch(memory_worker, True, steps, batch)
-    if not all(r["fsdp"] for r in fsdp) or any(r["fsdp"] for r in ddp):
-        raise RuntimeError("the FSDP launch did not shard, or the DDP launch did")
+def _where() -> str:
+    return "NCCL" if ON_GPU[0] else "gloo"
+
+
+def report_held(
+    shape: tuple[int, int, int], ddp: list[Any], fsdp: list[Any], steps: int, batch: int
+) -> None:
+    """Print the per-rank peaks of what the tensors hold, and the checks on them."""
     print(
-        f"\nPer-rank parameters + gradients + AdamW state, {_shape_text(MEMORY_SHAPE)}, "
-        f"batch {batch} per rank, 2 processes (gloo); peak over {steps} steps"
+        f"\nPer-rank parameters + gradients + AdamW state, {_shape_text(shape)}, "
+        f"batch {batch} per rank, 2 processes ({_where()}); peak over {steps} steps"
     )
     print(
         f"{'contender':<34}  {'rank':>4}  {'params MB':>9}  {'grads MB':>8}  "
@@ -337,6 +374,48 @@ def report_memory(steps: int, batch: int) -> None:
         f"DDP {max(r['live'] for r in ddp) / MB:.1f} MB, "
         f"FSDP {max(r['live'] for r in fsdp) / MB:.1f} MB"
     )
+
+
+def report_process_memory(runs: dict[tuple[int, int, int], tuple[list[Any], list[Any]]]) -> None:
+    """Print each rank's resident memory above its start, steady and peak, FSDP against DDP,
+    for every model size (and the CUDA peak on GPUs)."""
+    cuda = ON_GPU[0]
+    print(
+        f"\nPer-rank process memory above the worker's start (RSS), 2 processes ({_where()}): "
+        "steady after the last step, peak over the run"
+    )
+    header = (
+        f"{'model':<8}  {'contender':<5}  {'rank':>4}  {'start MB':>8}  {'steady MB':>9}  "
+        f"{'peak MB':>8}  {'steady vs DDP':>13}  {'peak vs DDP':>11}"
+    )
+    print(header + (f"  {'CUDA peak MB':>12}  {'vs DDP':>7}" if cuda else ""))
+    for shape, (ddp, fsdp) in runs.items():
+        size = f"{parameter_count(shape) * 4 / MB:.0f} MB"
+        for name, results in (("DDP", ddp), ("FSDP", fsdp)):
+            for rank, result in enumerate(results):
+                rss, base = result["rss"], ddp[rank]["rss"]
+                line = (
+                    f"{size:<8}  {name:<5}  {rank:>4}  {rss['start'] / MB:8.1f}  "
+                    f"{rss['steady'] / MB:9.1f}  {rss['peak'] / MB:8.1f}  "
+                    f"{rss['steady'] / base['steady']:12.3f}x  {rss['peak'] / base['peak']:10.3f}x"
+                )
+                if cuda:
+                    peak, ddp_peak = result["cuda_peak"], ddp[rank]["cuda_peak"]
+                    line += f"  {peak / MB:12.1f}  {peak / ddp_peak:6.3f}x"
+                print(line)
+
+
+def report_memory(steps: int, batch: int) -> None:
+    """Launch DDP, then FSDP, at both model sizes; print the per-rank peaks."""
+    runs = {}
+    for shape in (MEMORY_SHAPE, SMALL_MEMORY_SHAPE):
+        ddp = _launch(memory_worker, shape, False, steps, batch)
+        fsdp = _launch(memory_worker, shape, True, steps, batch)
+        if not all(r["fsdp"] for r in fsdp) or any(r["fsdp"] for r in ddp):
+            raise RuntimeError("the FSDP launch did not shard, or the DDP launch did")
+        runs[shape] = (ddp, fsdp)
+    report_held(MEMORY_SHAPE, *runs[MEMORY_SHAPE], steps, batch)
+    report_process_memory(runs)
 
 
 def _paired(values: list[float], base: list[float]) -> float:
@@ -393,8 +472,10 @@ def main() -> None:
         help="step-time model: width,hidden,blocks",
     )
     parser.add_argument("--skip-memory", action="store_true")
+    parser.add_argument("--gpu", action="store_true", help="memory on 2 GPUs (NCCL) instead")
     parser.add_argument("--skip-steps", action="store_true")
     args = parser.parse_args()
+    ON_GPU[0] = args.gpu
     if not args.skip_memory:
         report_memory(args.memory_steps, args.memory_batch)
     if not args.skip_steps:
