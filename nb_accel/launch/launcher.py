@@ -121,8 +121,9 @@ def notebook_launcher(
     built-in defaults shown below; arguments given explicitly always win.
 
     Each worker is one rank of a ``torch.distributed`` process group (gloo on CPU, nccl on
-    GPUs) that exists while the function runs. The function may be defined in a notebook cell,
-    be a closure or a lambda: it travels to the workers by cloudpickle.
+    GPUs, ``cuda:nccl,cpu:gloo`` on GPUs with ``fsdp``) that exists while the function runs.
+    The function may be defined in a notebook cell, be a closure or a lambda: it travels to the
+    workers by cloudpickle.
 
     Args:
         function: what every rank runs.
@@ -168,6 +169,7 @@ def notebook_launcher(
             given, as with ``Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())``.
             ``None`` takes the saved configuration's ``sharding`` (built-in default False,
             DDP). The launch's title says ``"FSDP, N shards"``. CPUs and GPUs only, not XLA.
+            On GPUs the group gets gloo beside NCCL for the plugin's ``cpu_offload``.
         hosts: run ``num_processes`` ranks on each of these machines, driven from here: a node
             process is started on each over SSH (the system's ``ssh``, with the user's own
             configuration or ``ssh_config``), or with ``"slurm"`` on each node of the current
