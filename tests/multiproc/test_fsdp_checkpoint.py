@@ -23,13 +23,16 @@ def _local(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {n: p.to_local().detach().clone() for n, p in model.named_parameters()}
 
 
-def run(folder: str, mode: str, kind: str) -> dict[str, Any]:
+def run(folder: str, mode: str, kind: str, checkpointing: bool = False) -> dict[str, Any]:
     """``full``: STEPS steps, saving at SAVE_AT. ``first``: SAVE_AT steps, save, stop.
-    ``resume``: load, then the remaining steps."""
+    ``resume``: load, then the remaining steps. ``checkpointing``: activation checkpointing
+    and its offload (torch's wrappers around each block, which rename its parameters)."""
     plugin = FullyShardedDataParallelPlugin(
         auto_wrap_policy="transformer_based_wrap",
         transformer_cls_names_to_wrap=["Block"],
         state_dict_type=kind,
+        activation_checkpointing=checkpointing,
+        activation_checkpointing_offload=checkpointing,
     )
     accelerator = Accelerator(fsdp_plugin=plugin)
     set_seed(3)
@@ -121,6 +124,23 @@ def test_whole_weights_load_into_a_plain_model(tmp_path: Path) -> None:
     for name, shard in results[0]["saved"].items():  # rank 0's shards at the save
         rows = shard.shape[0]
         assert torch.equal(from_checkpoint.state_dict()[name][:rows], shard), name
+
+
+def test_a_checkpointed_model_saves_and_loads_under_its_plain_names(tmp_path: Path) -> None:
+    folder = str(tmp_path / "a" / "ckpt")
+    wrapped = notebook_launcher(
+        run, (folder, "full", "SHARDED_STATE_DICT", True), 2, show_progress=False
+    )
+    plain = Net()
+    assert sorted(wrapped[0]["whole"]) == sorted(plain.state_dict())  # no wrapper's prefix
+    plain.load_state_dict(load_file(tmp_path / "a" / "final" / "model.safetensors"))
+    # the wrapped run's checkpoint resumes a run without the wrappers, step for step
+    resumed = notebook_launcher(
+        run, (folder, "resume", "SHARDED_STATE_DICT", False), 2, show_progress=False
+    )
+    assert resumed[0]["losses"] == pytest.approx(wrapped[0]["losses"][SAVE_AT:], abs=1e-6)
+    for name, value in wrapped[0]["whole"].items():
+        torch.testing.assert_close(resumed[0]["whole"][name], value, atol=1e-6, rtol=0)
 
 
 def load_elsewhere(folder: str) -> None:
