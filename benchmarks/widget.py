@@ -15,7 +15,9 @@ that serialises each message to JSON, as the kernel would before sending it, and
 Figures, median over rounds (the rank counts alternate within each round): the kernel's time
 per report (the ``report`` and ``tick`` calls, wall time, divided by the number of reports)
 and the widget messages to the browser per report (state updates; opening the widgets is
-counted apart), each with its ratio to the 2-rank figure of the same run.
+counted apart), each with its ratio to the 2-rank figure of the same run. Then the same per
+second of the launch (every rank reporting 8 times a second): the kernel's milliseconds of work
+per second, as a share of one core, and the messages per second.
 """
 
 from __future__ import annotations
@@ -136,6 +138,19 @@ def main() -> None:
         print(
             f"{world_size:>5} {cost * 1e6:>10.1f} {cost / base_cost:>5.2f}x {sent:>12.2f} "
             f"{sent / base_sent:>5.2f}x {widgets[world_size]:>8}"
+        )
+    print("\nThe same per second of a launch (each rank reporting 8 times a second)")
+    heads = ("ranks", "ms/s", "% core", "vs 2", "msgs/s", "vs 2")
+    print(" ".join(f"{h:>{w}}" for h, w in zip(heads, (5, 8, 7, 6, 8, 6), strict=True)))
+    rate = {n: REPORTS_PER_RANK_PER_S * n for n in RANK_COUNTS}  # reports per second
+    base_ms = base_cost * rate[2] * 1e3
+    base_msgs = base_sent * rate[2]
+    for world_size in RANK_COUNTS:
+        ms = statistics.median(costs[world_size]) * rate[world_size] * 1e3
+        msgs = statistics.median(messages[world_size]) * rate[world_size]
+        print(
+            f"{world_size:>5} {ms:>8.2f} {ms / 10:>6.2f}% {ms / base_ms:>5.2f}x "
+            f"{msgs:>8.1f} {msgs / base_msgs:>5.2f}x"
         )
 
 
