@@ -21,6 +21,7 @@ __all__ = [
     "Report",
     "Result",
     "Started",
+    "TrackerRun",
     "decode",
     "encode",
 ]
@@ -143,7 +144,21 @@ class CellDone:
     failure: Failure | None = None
 
 
-Event = Started | Output | Result | Failure | Report | CellDone
+@dataclass(frozen=True)
+class TrackerRun:
+    """A tracker of the rank opened a run (``open``), or ended it, that the kernel can end
+    itself when the rank is stopped before it can: ``tracker`` is the tracker's name
+    (``"mlflow"``), ``run_id`` the run and ``location`` where it is kept (MLflow's tracking
+    URI)."""
+
+    rank: int
+    tracker: str
+    run_id: str
+    location: str
+    open: bool = True
+
+
+Event = Started | Output | Result | Failure | Report | CellDone | TrackerRun
 
 
 @dataclass(frozen=True)
@@ -201,6 +216,6 @@ def encode(event: Event) -> bytes:
 def decode(data: bytes) -> Event:
     """Inverse of :func:`encode`."""
     event = pickle.loads(data)
-    if not isinstance(event, (Started, Output, Result, Failure, Report, CellDone)):
+    if not isinstance(event, (Started, Output, Result, Failure, Report, CellDone, TrackerRun)):
         raise TypeError(f"unexpected message on the event channel: {type(event).__name__}")
     return event

@@ -37,6 +37,7 @@ from .failures.whereabouts import RankStack, in_collectives, stacks_note, where_
 from .hosts.plan import HostPlan, make_host_plan
 from .hosts.pool_ranks import start_host_ranks
 from .launchers.interface import Launcher
+from .launchers.left_open_runs import end_runs_left_open
 from .launchers.outcome import failure_outcome
 from .multinode.nodes import NodePlan
 from .plan import LaunchPlan, show_notes
@@ -161,6 +162,8 @@ class WorkerPool(Launcher):
             with contextlib.suppress(OSError):
                 group.send(rank, data)
         group.stop(graceful=graceful and not group.dead_ranks())
+        if self.hosts is None:  # runs kept on other machines are out of the kernel's reach
+            end_runs_left_open(group.events.open_runs.values())
 
     def restart(self) -> None:
         """Stop and start again (a fresh namespace on every rank)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 from typing import Any
 
+from .._messages import TrackerRun
 from .launchers.interface import Launcher
 from .payload import LaunchPayload
 from .plan import LaunchPlan
@@ -73,3 +74,7 @@ class SingleNodeLauncher(Launcher):
         self._printer.flush()  # what the workers wrote to their descriptors on their way out
         if self._store_dir is not None:
             shutil.rmtree(self._store_dir, ignore_errors=True)
+
+    def runs_left_open(self) -> list[TrackerRun]:
+        """The tracker runs the ranks opened and were not heard ending."""
+        return [] if self._group is None else list(self._group.events.open_runs.values())

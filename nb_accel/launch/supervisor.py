@@ -15,7 +15,7 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
 
-from .._messages import Output, decode
+from .._messages import Output, TrackerRun, decode
 from .failures.failure_log import FailureLog
 from .failures.verdict import died_failure
 from .failures.whereabouts import RankStack, stacks_note, take_stacks, where_lines
@@ -100,6 +100,17 @@ class WorkerGroup(DispatchHooks):
                 self.events.handle(decode(worker.conn.recv_bytes()), worker)
         except (EOFError, OSError):
             self._open.pop(worker.rank, None)
+
+    def _read_run_news(self, worker: WorkerProcess) -> None:
+        """Read what ``worker`` sent before it was stopped, keeping only the news of its
+        tracker runs (a run it ended on its way out is then not ended again)."""
+        try:
+            while worker.conn.poll():
+                event = decode(worker.conn.recv_bytes())
+                if isinstance(event, TrackerRun):
+                    self.events.handle(event, worker)
+        except (EOFError, OSError):
+            pass
 
     def _read_captured(self, worker: WorkerProcess, fd: int | None = None) -> None:
         """Pass on what ``worker`` wrote to its file descriptors 1 and 2 (to ``fd`` only)."""
@@ -215,6 +226,7 @@ class WorkerGroup(DispatchHooks):
         stop_processes(self.workers, EXIT_GRACE_S if graceful else 0.0)
         for worker in self.workers:
             worker.reap()
+            self._read_run_news(worker)
             if worker.captured is not None and worker.rank not in self._exited:
                 for event in worker.captured.finish():  # its last words, if it had any
                     self.events.on_output(event)

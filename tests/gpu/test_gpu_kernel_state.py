@@ -218,7 +218,7 @@ CELL = '''
 import time, torch, torch.distributed as dist
 if rank == 0:
     dist.all_reduce(torch.full((1,), 100.0, device="cuda"))  # queued; rank 1 never joins
-    open(marker, "w").close()
+open(f"{marker}.{rank}", "w").close()
 time.sleep(60)
 '''
 SUM = '''
@@ -229,9 +229,9 @@ value.item()
 
 
 def interrupt_when(marker):
-    while not marker.exists():
+    # once rank 0 has queued its all-reduce and both ranks are in the cell's sleep
+    while not all(Path(f"{marker}.{rank}").exists() for rank in (0, 1)):
         time.sleep(0.02)
-    time.sleep(0.3)
     os.kill(os.getpid(), signal.SIGINT)
 
 

@@ -23,6 +23,9 @@ import nb_accel
 #: The folder the ``trackers`` scenario's runs go to (and its MLflow store, by
 #: ``MLFLOW_TRACKING_URI``), given by the test.
 TRACKERS_FOLDER = "NB_ACCEL_TEST_TRACKERS_FOLDER"
+#: The folder where the ``sleep`` scenario's ranks each write ``rank<N>-asleep`` as they start
+#: sleeping, given by the test.
+ASLEEP_FOLDER = "NB_ACCEL_TEST_ASLEEP_FOLDER"
 
 
 def log_then_fail(folder: str, project: str) -> None:
@@ -53,7 +56,8 @@ def work(scenario: str) -> dict[str, Any] | None:
         raise RuntimeError("first attempt fails")
     if scenario == "sleep":
         print("ready", flush=True)
-        time.sleep(20)
+        open(os.path.join(os.environ[ASLEEP_FOLDER], f"rank{rank}-asleep"), "w").close()
+        time.sleep(20)  # the test interrupts a node meanwhile
     if scenario in ("fail", "restart", "sleep"):
         dist.barrier()
     gathered = accelerator.gather(torch.tensor([rank]))

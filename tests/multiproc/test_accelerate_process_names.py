@@ -4,11 +4,11 @@ and in-order records, ``on_local_process`` and ``PartialState.destroy_process_gr
 from __future__ import annotations
 
 import logging
-import time
 from pathlib import Path
 
 import torch
 import torch.distributed as dist
+from markers import touch_when_waiting, wait_until
 
 from nb_accel import Accelerator, PartialState, notebook_launcher
 from nb_accel.logging import get_logger
@@ -33,9 +33,14 @@ def log_three_ways(path: Path) -> None:
     logger.info("main only")
     logger.warning("everywhere %d", accelerator.process_index, main_process_only=False)
     accelerator.wait_for_everyone()
-    if accelerator.is_main_process:
-        time.sleep(0.5)  # rank 1 would write first if the ranks did not take turns
+    rank1_waiting, rank1_logged = path.with_name("rank1-waiting"), path.with_name("rank1-logged")
+    if accelerator.is_main_process:  # rank 1 would write first if the ranks did not take turns
+        wait_until(lambda: rank1_waiting.exists() or rank1_logged.exists(), "rank 1's turn")
+    else:
+        touch_when_waiting(rank1_waiting)
     logger.info("in order", in_order=True)
+    if not accelerator.is_main_process:
+        rank1_logged.touch()
     logger.debug("below the level", main_process_only=False)
 
 

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import torch.distributed as dist
+from markers import touch_when_waiting, wait_until
 from torch.nn.parallel import DistributedDataParallel
 from torch.utils.data import DataLoader
 
@@ -139,14 +139,28 @@ def test_triggers_decorators_and_splitting() -> None:
 
 
 def ordered_work(folder: str) -> float:
+    """The main process writes its marker only once every other rank waits to enter the block
+    (or, were it not made to wait, is inside it and has looked for the marker already)."""
     accelerator = Accelerator()
-    marker = Path(folder) / "main-done"
+    where, rank = Path(folder), accelerator.process_index
+    marker = where / "main-done"
+    if not accelerator.is_main_process:
+        touch_when_waiting(where / f"rank{rank}-waiting")
     with accelerator.main_process_first():
         if accelerator.is_main_process:
-            time.sleep(0.3)
+            others = range(1, accelerator.num_processes)
+            wait_until(
+                lambda: all(
+                    (where / f"rank{r}-waiting").exists() or (where / f"rank{r}-inside").exists()
+                    for r in others
+                ),
+                "the other ranks at the block",
+            )
             marker.write_text("ready")
             return float(marker.exists())
-        return float(marker.exists())  # written before the others may enter
+        seen = marker.exists()  # written before the others may enter
+        (where / f"rank{rank}-inside").touch()
+        return float(seen)
 
 
 def test_main_process_first_runs_main_before_the_others(tmp_path: Path) -> None:

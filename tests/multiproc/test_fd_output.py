@@ -10,11 +10,14 @@ import os
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 import torch.distributed as dist
+from markers import wait_for_files
 
 from nb_accel import CollectiveTimeoutError, WorkerDiedError, notebook_launcher
+from nb_accel.launch.views.view import NullView, register_view_factory, view_factory
 
 #: What NCCL's watchdog writes (torch 2.x) before it aborts the process, here from rank 1.
 WATCHDOG_TEXT = (
@@ -94,14 +97,14 @@ def test_an_nccl_watchdog_abort_is_a_collective_timeout_on_its_rank(
     assert "[rank 1] [rank1]:[E1124" in capsys.readouterr().err  # NCCL's own lines are shown
 
 
-def leave_words_for_later() -> str:
-    """Return; rank 0 then writes to its fd 1 while its process group is torn down, after its
-    result has been sent (as a library's clean-up at exit does)."""
+def leave_words_for_later(folder: str) -> str:
+    """Return; rank 0 then writes to its fd 1 while its process group is torn down, once the
+    kernel has its result (as a library's clean-up at exit does)."""
     if dist.get_rank() == 0:
         destroy = dist.destroy_process_group
 
         def destroy_with_last_words(*args: object, **kwargs: object) -> None:
-            time.sleep(0.5)
+            wait_for_files(Path(folder, "kernel-has-rank0-result"))
             os.write(1, b"late words\n")
             destroy(*args, **kwargs)  # type: ignore[arg-type]
 
@@ -109,9 +112,26 @@ def leave_words_for_later() -> str:
     return "done"
 
 
+class MarksResults(NullView):
+    """A launch view that marks each rank's result as the kernel receives it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def returned(self, rank: int) -> None:
+        """Mark it."""
+        (self.folder / f"kernel-has-rank{rank}-result").touch()
+
+
 @pytest.mark.timeout(120)
 def test_what_a_worker_writes_after_its_result_is_still_shown(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    assert notebook_launcher(leave_words_for_later, num_processes=2) == ["done", "done"]
+    previous = view_factory()
+    register_view_factory(lambda *args, **kwargs: MarksResults(tmp_path))
+    try:
+        results = notebook_launcher(leave_words_for_later, args=(str(tmp_path),), num_processes=2)
+    finally:
+        register_view_factory(previous)
+    assert results == ["done", "done"]
     assert "[rank 0] late words\n" in capsys.readouterr().out

@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from markers import wait_for_files
+from multinode_node import ASLEEP_FOLDER
 
 from nb_accel.launch.multinode.elastic_agent import EXIT_BARRIER_S
 
@@ -67,11 +69,21 @@ Started = tuple[subprocess.Popen[bytes], Path]
 
 
 def _both_asleep(tmp_path: Path, scenario: str) -> tuple[Started, Started]:
-    """Both nodes started on ``scenario`` (whose workers sleep), once their workers sleep."""
+    """Both nodes started on ``scenario`` (whose workers sleep), once every rank of both has
+    written that it is asleep."""
     endpoint = f"127.0.0.1:{_free_port()}"
-    node0 = _start(tmp_path, "0", endpoint, scenario, "num_nodes=2")
-    node1 = _start(tmp_path, "1", endpoint, scenario, "num_nodes=2")
-    time.sleep(8)  # both nodes' workers are asleep by now
+    folder = tmp_path / "asleep"
+    folder.mkdir()
+    env = {ASLEEP_FOLDER: str(folder)}
+    node0 = _start(tmp_path, "0", endpoint, scenario, "num_nodes=2", env=env)
+    node1 = _start(tmp_path, "1", endpoint, scenario, "num_nodes=2", env=env)
+    try:
+        wait_for_files(*(folder / f"rank{rank}-asleep" for rank in range(4)), timeout_s=120)
+    except AssertionError:
+        for process, _ in (node0, node1):
+            process.kill()
+            process.communicate()
+        raise
     return node0, node1
 
 

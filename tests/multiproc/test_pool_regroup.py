@@ -11,32 +11,37 @@ import time
 from pathlib import Path
 
 import pytest
+from markers import touch_when_waiting
 
 from nb_accel.launch.pool import WorkerPool, load_value
 
-#: Rank 0 enters all_reduces that rank 1 never joins; the kernel is interrupted meanwhile.
+#: Rank 0 enters all_reduces that rank 1 never joins; the kernel is interrupted once rank 0
+#: waits inside the second (and rank 1 in its sleep).
 INSIDE_A_COLLECTIVE = """
 import time
 import torch
 import torch.distributed as dist
 if rank == 0:
     dist.all_reduce(torch.full((1,), 100.0), async_op=True)
-    open(marker, "w").close()
+    touch_when_waiting(marker)
     dist.all_reduce(torch.full((1,), 100.0))  # waits here when the interrupt comes
 else:
+    open(marker + ".1", "w").close()
     time.sleep(60)
 """
 
-#: Rank 0 waits on a collective's handle, which an interrupt cannot stop before the timeout.
+#: Rank 0 waits on a collective's handle (inside that C++ call when the interrupt comes),
+#: which an interrupt cannot stop before the timeout.
 WAITING_ON_A_HANDLE = """
 import time
 import torch
 import torch.distributed as dist
 if rank == 0:
     work = dist.all_reduce(torch.full((1,), 100.0), async_op=True)
-    open(marker, "w").close()
+    touch_when_waiting(marker, in_python=False)
     work.wait()
 else:
+    open(marker + ".1", "w").close()
     time.sleep(60)
 """
 
@@ -48,10 +53,11 @@ value.item()
 
 
 def _interrupt_when(marker: Path, deadline: float) -> None:
-    """Interrupt this process (as Kernel → Interrupt does) soon after ``marker`` exists."""
-    while not marker.exists() and time.monotonic() < deadline:
+    """Interrupt this process (as Kernel → Interrupt does) once rank 0's ``marker`` and rank
+    1's exist."""
+    markers = (marker, marker.with_name(marker.name + ".1"))
+    while not all(m.exists() for m in markers) and time.monotonic() < deadline:
         time.sleep(0.02)
-    time.sleep(0.3)
     os.kill(os.getpid(), signal.SIGINT)
 
 
@@ -70,11 +76,12 @@ def test_the_next_cell_after_an_interrupted_collective_computes_the_right_sum(
     marker = tmp_path / "inside"
     interrupter = threading.Thread(target=_interrupt_when, args=(marker, time.monotonic() + 30))
     try:
-        pool.push({"marker": str(marker)})
+        pool.push({"marker": str(marker), "touch_when_waiting": touch_when_waiting})
         interrupter.start()
         with pytest.raises(KeyboardInterrupt) as info:
             pool.execute(cell)
         interrupter.join()
+        assert marker.exists(), "rank 0 was not waiting in the collective when interrupted"
         assert pool.running, (info.value.__cause__, getattr(info.value, "__notes__", None))
         capsys.readouterr()
         assert _sum_of_ranks(pool) == [3.0, 3.0]

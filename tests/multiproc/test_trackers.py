@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,6 +17,7 @@ import pytest
 import torch
 
 from nb_accel import Accelerator, GeneralTracker, WorkerDiedError, notebook_launcher
+from nb_accel.tracking import MLflowTracker
 
 sys.path.insert(0, str(Path(__file__).parent))
 import tracker_files
@@ -161,3 +163,85 @@ def test_a_killed_rank_leaves_readable_runs(tmp_path: Path, tracker_env: str) ->
     (mlflow_run,) = tracker_files.mlflow_runs(tracker_env)
     assert mlflow_run["metrics"] == {"loss": [(s, float(s)) for s in range(3)]}
     assert mlflow_run["params"] == {"lr": "0.1"}
+    assert mlflow_run["status"] == "KILLED"  # ended by the kernel once the rank was gone
+
+
+class RunPerRank(MLflowTracker):
+    """MLflow, with a run on every rank (each rank's own ``rank`` param)."""
+
+    main_process_only = False
+
+
+def fail_while_rank0_waits(folder: str, block_sigterm: bool) -> None:
+    """Every rank opens an MLflow run; rank 0 then waits (a minute at most) with its marker
+    written, SIGTERM held back when ``block_sigterm`` (as in a call that does not return to
+    Python), and rank 1 raises once the marker is there."""
+    accelerator = Accelerator(log_with=[RunPerRank("stopped")])
+    accelerator.init_trackers("stopped", config={"rank": accelerator.process_index})
+    accelerator.log({"loss": 1.0}, step=0)
+    marker = Path(folder, "rank0-waiting")
+    if accelerator.process_index == 0:
+        if block_sigterm:
+            signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
+        marker.touch()
+        threading.Event().wait(60)  # the launch stops it long before
+        raise AssertionError("rank 0 was not stopped")
+    deadline = time.monotonic() + 60
+    while not marker.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    raise RuntimeError("rank 1 fails while rank 0 waits")
+
+
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize(("block_sigterm", "rank0_status"), [(True, "KILLED"), (False, "FAILED")])
+def test_a_rank_stopped_after_another_failed_leaves_no_mlflow_run_running(
+    tmp_path: Path,
+    tracker_env: str,
+    capsys: pytest.CaptureFixture[str],
+    block_sigterm: bool,
+    rank0_status: str,
+) -> None:
+    """Rank 1 fails while rank 0 waits; the launch stops rank 0. A rank 0 that can unwind
+    ends its run as failed itself; one that cannot is killed, and the kernel ends its run as
+    killed (MLflow's status for a run stopped from outside)."""
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=tracker_env).create_experiment("stopped")  # not made by 2 at once
+    with pytest.raises(RuntimeError, match="rank 1 fails while rank 0 waits"):
+        notebook_launcher(
+            fail_while_rank0_waits, args=(str(tmp_path), block_sigterm), num_processes=2
+        )
+    statuses = {
+        run["params"]["rank"]: run["status"] for run in tracker_files.mlflow_runs(tracker_env)
+    }
+    assert statuses == {"0": rank0_status, "1": "FAILED"}
+    said = "rank 0 was stopped before it ended its mlflow run" in capsys.readouterr().err
+    assert said == block_sigterm
+
+
+@pytest.mark.timeout(240)
+def test_a_pool_rank_killed_with_a_run_open_has_it_ended_when_the_pool_stops(
+    tracker_env: str,
+) -> None:
+    """A ``%%distributed`` run stays open across cells; the rank holding it dies: stopping
+    the pool ends the run as killed."""
+    from nb_accel.launch.pool import WorkerPool
+
+    pool = WorkerPool(2, cpu=True)
+    pool.start()
+    try:
+        pool.execute(
+            "from nb_accel import Accelerator\n"
+            "accelerator = Accelerator(log_with='mlflow')\n"
+            "accelerator.init_trackers('pool', config={'lr': 0.1})\n"
+        )
+        (run,) = tracker_files.mlflow_runs(tracker_env)
+        assert run["status"] == "RUNNING"  # open across cells
+        with pytest.raises(WorkerDiedError):
+            pool.execute(
+                "import os, signal\nif rank == 0:\n    os.kill(os.getpid(), signal.SIGKILL)\n"
+            )
+    finally:
+        pool.stop()
+    (run,) = tracker_files.mlflow_runs(tracker_env)
+    assert run["status"] == "KILLED"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from nbclient import NotebookClient
@@ -9,17 +10,24 @@ from nbformat.v4 import new_code_cell, new_notebook
 
 TYPO_ON_RANK_1 = """
 import time
+from pathlib import Path
 import torch
 import torch.distributed as dist
 from nb_accel import notebook_launcher
 
-def train():
-    if dist.get_rank() == 1:
-        time.sleep(0.3)  # the others are waiting in the all-reduce when it fails
+def train(folder):
+    rank, others = dist.get_rank(), [0, 2]
+    if rank == 1:  # once the others have issued the all-reduce and wait in it
+        deadline = time.monotonic() + 60
+        while not all(Path(folder, f"rank{r}-in-all-reduce").exists() for r in others):
+            assert time.monotonic() < deadline, "the others never reached the all-reduce"
+            time.sleep(0.01)
         undefined_name
-    dist.all_reduce(torch.ones(1))
+    work = dist.all_reduce(torch.ones(1), async_op=True)
+    Path(folder, f"rank{rank}-in-all-reduce").touch()
+    work.wait()
 
-notebook_launcher(train, num_processes=3, cpu=True)
+notebook_launcher(train, args=(FOLDER,), num_processes=3, cpu=True)
 """
 
 
@@ -40,8 +48,9 @@ def _widget_texts(notebook: Any, cell: Any) -> str:
     return "\n".join(texts)
 
 
-def test_the_widget_shows_the_cause_failed_and_the_others_stopped_by_it() -> None:
-    notebook = new_notebook(cells=[new_code_cell(TYPO_ON_RANK_1)])
+def test_the_widget_shows_the_cause_failed_and_the_others_stopped_by_it(tmp_path: Path) -> None:
+    cell_source = TYPO_ON_RANK_1.replace("FOLDER", repr(str(tmp_path)))
+    notebook = new_notebook(cells=[new_code_cell(cell_source)])
     NotebookClient(
         notebook, timeout=120, kernel_name="python3", allow_errors=True, store_widget_state=True
     ).execute()

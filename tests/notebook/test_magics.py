@@ -14,6 +14,7 @@ import psutil
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.manager import KernelManager
 from kernel_driver import CellRun, collect, run_cell, running_kernel, start_cell
+from markers import process_ended, wait_until
 
 
 def _plain(run: CellRun) -> str:
@@ -225,12 +226,10 @@ def test_rough_edges_get_clear_answers() -> None:
         mismatch = run_cell(client, "%%distributed --mixed-precision bf16\nrank")
         assert mismatch.status == "error"
         assert "%distributed restart --mixed-precision bf16" in mismatch.stderr
-        _ok(
-            client,
-            "%%distributed\nif rank == 1:\n"
-            "    threading.Timer(0.2, os.kill, (os.getpid(), signal.SIGKILL)).start()",
-        )
-        _ok(client, "import time\ntime.sleep(1)")  # rank 1 dies between the cells
+        _ok(client, "%%distributed -o pids\nos.getpid()")
+        pids = ast.literal_eval(_ok(client, "print(pids)").stdout.strip())
+        os.kill(pids[1], signal.SIGKILL)  # rank 1 dies between the cells
+        wait_until(lambda: process_ended(pids[1]), "rank 1's death")
         gone = run_cell(client, "%%distributed\nrank")
         assert gone.ename == "WorkerDiedError" and "rank 1" in gone.evalue
         assert "has stopped" in _ok(client, "%distributed status").stdout

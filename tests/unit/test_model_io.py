@@ -163,15 +163,20 @@ def test_sharded_round_trip_writes_index_and_greedy_shards(tmp_path: Path) -> No
         assert sorted(_stored_keys(shard)) == sorted(
             name for name, file in index["weight_map"].items() if file == shard.name
         )
-    # Greedy in state-dict order: each shard fits the limit unless it holds one tensor, and
-    # the next shard's first tensor would not have fitted.
-    order = [index["weight_map"][name] for name in state]
-    assert order == sorted(order)
-    sizes: dict[str, list[int]] = {shard.name: [] for shard in shards}
-    for name, tensor in state.items():
-        sizes[index["weight_map"][name]].append(_nbytes(tensor))
-    for number, shard in enumerate(shards):
-        assert sum(sizes[shard.name]) <= 1000 or len(sizes[shard.name]) == 1
+    # As Accelerate splits: a tensor above the limit alone in a shard (here encoder.0.weight,
+    # 1280 bytes, listed first); the others fill shards in state-dict order, each up to the
+    # limit, the next shard's first tensor being the one that would not have fitted.
+    big = [name for name, tensor in state.items() if _nbytes(tensor) > 1000]
+    assert big == ["encoder.0.weight"]
+    assert index["weight_map"]["encoder.0.weight"] == shards[0].name
+    rest = [name for name in state if name not in big]
+    filled = [index["weight_map"][name] for name in rest]
+    assert filled == sorted(filled) and filled[0] == shards[1].name
+    sizes: dict[str, list[int]] = {shard.name: [] for shard in shards[1:]}
+    for name in rest:
+        sizes[index["weight_map"][name]].append(_nbytes(state[name]))
+    for number, shard in enumerate(shards[1:], start=1):
+        assert sum(sizes[shard.name]) <= 1000
         if number + 1 < count:
             assert sum(sizes[shard.name]) + sizes[shards[number + 1].name][0] > 1000
 
@@ -184,13 +189,15 @@ def test_sharded_round_trip_writes_index_and_greedy_shards(tmp_path: Path) -> No
 
 
 def test_a_tensor_larger_than_the_limit_gets_its_own_shard(tmp_path: Path) -> None:
+    """As Accelerate's save_model: the big tensor's shard comes first, the small ones share
+    the shard that was being filled around it."""
     state = {"small1": torch.ones(10), "big": torch.ones(1000), "small2": torch.ones(10)}
     save_model_files(state, tmp_path, max_shard_size="1KB")
     index = json.loads((tmp_path / "model.safetensors.index.json").read_text())
     assert index["weight_map"] == {
-        "small1": "model-00001-of-00003.safetensors",
-        "big": "model-00002-of-00003.safetensors",
-        "small2": "model-00003-of-00003.safetensors",
+        "big": "model-00001-of-00002.safetensors",
+        "small1": "model-00002-of-00002.safetensors",
+        "small2": "model-00002-of-00002.safetensors",
     }
 
 

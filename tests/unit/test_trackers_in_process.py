@@ -285,3 +285,30 @@ def test_log_without_trackers_still_works_outside_a_launch() -> None:
     accelerator.log({"loss": 1.0, "nested": {"a": torch.tensor(2.0)}}, step=0)
     assert accelerator.trackers == []
     accelerator.end_training()
+
+
+def test_the_kernel_ends_only_runs_still_open_and_never_raises(
+    mlflow_uri: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from nb_accel._messages import TrackerRun
+    from nb_accel.launch.launchers.left_open_runs import end_runs_left_open
+
+    client = MlflowClient(tracking_uri=mlflow_uri)
+    experiment = client.create_experiment("left-open")
+    running = client.create_run(experiment).info.run_id
+    finished = client.create_run(experiment).info.run_id
+    client.set_terminated(finished, status="FINISHED")
+    runs = [
+        TrackerRun(0, "mlflow", running, mlflow_uri),
+        TrackerRun(1, "mlflow", finished, mlflow_uri),
+        TrackerRun(2, "no-such-tracker", "x", "nowhere"),
+        TrackerRun(3, "mlflow", "0" * 32, mlflow_uri),  # not in the store
+    ]
+    assert end_runs_left_open(runs) == runs[:1]
+    assert client.get_run(running).info.status == "KILLED"
+    assert client.get_run(finished).info.status == "FINISHED"
+    err = capsys.readouterr().err
+    assert f"rank 0 was stopped before it ended its mlflow run {running}: ended as killed" in err
+    assert f"could not end the mlflow run {'0' * 32} that rank 3 left open" in err

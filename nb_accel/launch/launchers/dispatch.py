@@ -3,9 +3,10 @@
 :class:`EventDispatcher` passes :class:`Output` to the output printer, :class:`Report` and
 :class:`Started` to the launch view, keeps :class:`Result` data and records :class:`Failure`
 events in a :class:`~nb_accel.launch.failures.failure_log.FailureLog` (which keeps the view in
-step with the root cause). What a launcher adds is a :class:`DispatchHooks`: showing what a
-worker wrote to its file descriptors before a change of its state, ignoring the late words of
-an earlier attempt, events of its own (a pool's ``CellDone``). :meth:`EventDispatcher.wake`
+step with the root cause), and keeps the tracker runs the ranks have open (:class:`TrackerRun`).
+What a launcher adds is a :class:`DispatchHooks`: showing what a worker wrote to its file
+descriptors before a change of its state, ignoring the late words of an earlier attempt, events
+of its own (a pool's ``CellDone``). :meth:`EventDispatcher.wake`
 ticks the view and writes held-back output when due, for every launcher's event loop.
 """
 
@@ -15,7 +16,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from ..._messages import Event, Failure, Output, Report, Result, Started
+from ..._messages import Event, Failure, Output, Report, Result, Started, TrackerRun
 from ...errors import WorkerFailure
 from ..failures.failure_log import FailureLog
 from ..views.view import LaunchView, NullView
@@ -68,6 +69,8 @@ class EventDispatcher:
     Attributes:
         results: the ranks' pickled results, by rank.
         failures: the failures so far.
+        open_runs: the tracker runs the ranks opened and have not said they ended, by rank,
+            tracker and run (for the kernel to end those a stopped rank leaves open).
     """
 
     def __init__(
@@ -83,6 +86,7 @@ class EventDispatcher:
         self._next_tick = time.monotonic() + TICK_S
         self.results: dict[int, bytes] = {}
         self.failures = FailureLog(view)
+        self.open_runs: dict[tuple[int, str, str], TrackerRun] = {}
         self._given_view = view
         self.view: LaunchView = view if view is not None else NullView()
 
@@ -100,6 +104,13 @@ class EventDispatcher:
         """Act on one event from a worker (``sender``: where it came from, for the hooks)."""
         if isinstance(event, Output):
             self.on_output(event)
+            return
+        if isinstance(event, TrackerRun):  # of an earlier attempt too: the run is real
+            key = (event.rank, event.tracker, event.run_id)
+            if event.open:
+                self.open_runs[key] = event
+            else:
+                self.open_runs.pop(key, None)
             return
         if not isinstance(event, Report):
             self._hooks.before_change(sender)

@@ -5,7 +5,9 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from typing import Any
 
+from ..._messages import TrackerRun
 from ..views.view import LaunchView
+from .left_open_runs import end_runs_left_open
 
 __all__ = ["Launcher", "run_launch"]
 
@@ -36,12 +38,18 @@ class Launcher(ABC):
         """Stop every worker and release what the launch holds; with ``graceful`` (the
         launch succeeded) the workers are first given time to exit on their own."""
 
+    def runs_left_open(self) -> list[TrackerRun]:
+        """The tracker runs the ranks opened and did not say they ended (asked once every
+        worker is gone); none where the launcher cannot end them from here (the default)."""
+        return []
+
 
 def run_launch(launcher: Launcher) -> Any:
     """Run one launch: start, wait for the outcome, tell the view how it ended, stop.
 
     Returns the outcome (the results, or the exception to raise); whatever ends it
-    (``KeyboardInterrupt`` included), no worker is left behind.
+    (``KeyboardInterrupt`` included), no worker is left behind, and a tracker run a stopped
+    rank left open is ended.
     """
     succeeded = False
     try:
@@ -54,3 +62,4 @@ def run_launch(launcher: Launcher) -> Any:
             launcher.view.finished(succeeded)  # the held output first
         finally:
             launcher.stop(graceful=succeeded)
+            end_runs_left_open(launcher.runs_left_open())

@@ -2,8 +2,12 @@
 
 File names follow the Hugging Face conventions: ``model.safetensors`` (``pytorch_model.bin``
 without safetensors), shards ``model-00001-of-00003.safetensors`` and the index
-``model.safetensors.index.json``. Every file appears atomically (written under a temporary name,
-then renamed), and files of the same base name left by an earlier save are removed afterwards.
+``model.safetensors.index.json``; which tensor goes to which shard is huggingface_hub's
+``split_torch_state_dict_into_shards`` (Accelerate's ``save_model`` uses it too), imported when a
+save asks for it. The writing stays here, because the library's ``save_torch_state_dict`` removes
+the previous save's files first and then writes in place, so a crash would leave neither: every
+file appears atomically (written under a temporary name, then renamed), and files of the same base
+name left by an earlier save are removed afterwards.
 :func:`find_checkpoint_file` picks the file to read in a folder; loading lives in
 :mod:`nb_accel.runtime.checkpoint.model_io`.
 """
@@ -13,14 +17,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import uuid
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import torch
 from safetensors.torch import save_file
+
+from .file_batch import FileBatch
+
+if TYPE_CHECKING:
+    from huggingface_hub import StateDictSplit
 
 __all__ = [
     "SAFE_WEIGHTS_NAME",
@@ -30,7 +39,6 @@ __all__ = [
     "ALIASES_KEY",
     "parse_size",
     "index_name",
-    "shard_name",
     "save_model_files",
     "safetensors_contents",
     "find_checkpoint_file",
@@ -96,12 +104,6 @@ def parse_size(size: int | str) -> int:
 def _split_name(weights_name: str) -> tuple[str, str]:
     stem, ext = os.path.splitext(weights_name)
     return stem, ext
-
-
-def shard_name(weights_name: str, number: int, count: int) -> str:
-    """Name of shard ``number`` (from 1) of ``count``: ``model-00001-of-00003.safetensors``."""
-    stem, ext = _split_name(weights_name)
-    return f"{stem}-{number:05d}-of-{count:05d}{ext}"
 
 
 def index_name(weights_name: str) -> str:
@@ -220,30 +222,22 @@ def _entries(state_dict: Mapping[str, torch.Tensor]) -> list[_Entry]:
     return entries
 
 
-def _plan_shards(entries: list[_Entry], limit: int) -> list[list[_Entry]]:
-    """Fill shards in order; a shard takes tensors until the next would pass ``limit``."""
-    shards: list[list[_Entry]] = []
-    size = 0
-    for entry in entries:
-        if not shards or size + entry.nbytes > limit:
-            shards.append([])
-            size = 0
-        shards[-1].append(entry)
-        size += entry.nbytes
-    return shards
+def _split(entries: list[_Entry], weights_name: str, limit: int) -> StateDictSplit:
+    """Which stored name goes to which file, as huggingface_hub (and with it Accelerate's
+    ``save_model``) decides: shards filled in order up to ``limit``, a tensor above it alone in a
+    shard, files named ``model-00001-of-00003.safetensors``. It is asked with data-less stand-ins
+    of the tensors as they will be stored, so nothing is copied for the plan."""
+    from huggingface_hub import split_torch_state_dict_into_shards
 
-
-def _write_atomic(path: Path, write: Callable[[str], object]) -> None:
-    """Write ``path`` under a temporary name beside it, flush it to disk, then rename it."""
-    temporary = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    try:
-        write(str(temporary))
-        with open(temporary, "rb") as handle:
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        temporary.unlink(missing_ok=True)
-        raise
+    stem, ext = (part.replace("{", "{{").replace("}", "}}") for part in _split_name(weights_name))
+    pattern = f"{stem}{{suffix}}{ext}"
+    stand_ins = {
+        entry.names[0]: torch.empty(entry.tensor.shape, dtype=entry.tensor.dtype, device="meta")
+        for entry in entries
+    }
+    return split_torch_state_dict_into_shards(
+        stand_ins, filename_pattern=pattern, max_shard_size=limit
+    )
 
 
 def _safetensors_file(
@@ -272,16 +266,18 @@ def safetensors_contents(
     return tensors, metadata, aliases
 
 
-def _write_shard(path: Path, shard: list[_Entry], safe: bool, aliases: dict[str, str]) -> None:
+def _write_shard(
+    batch: FileBatch, path: Path, shard: list[_Entry], safe: bool, aliases: dict[str, str]
+) -> None:
     if safe:
         tensors, metadata = _safetensors_file(shard, aliases)
-        _write_atomic(path, lambda name: save_file(tensors, name, metadata=metadata))
+        batch.write(path, lambda name: save_file(tensors, name, metadata=metadata))
     else:
         # torch.save keeps tied names sharing one storage, so every name is stored.
         tied = {
             name: tensor for entry in shard for tensor in [entry.to_cpu()] for name in entry.names
         }
-        _write_atomic(path, lambda name: torch.save(tied, name))
+        batch.write(path, lambda name: torch.save(tied, name))
 
 
 def _remove_stale(directory: Path, weights_name: str, sharded: bool, keep: set[str]) -> None:
@@ -307,11 +303,12 @@ def save_model_files(
 
     With ``safe_serialization`` the weights go to ``model.safetensors``, else to
     ``pytorch_model.bin`` (``torch.save``); ``weights_name`` replaces that base name. When the
-    tensors' bytes pass ``max_shard_size`` (see :func:`parse_size`) they are split, in the state
-    dict's order, into shards ``model-00001-of-00003.safetensors`` ... holding tensors until the
-    next one would pass the limit (a tensor larger than the limit gets a shard of its own), plus
-    ``model.safetensors.index.json``: ``{"metadata": {"total_size": bytes}, "weight_map":
-    {name: shard file}}``.
+    tensors' bytes pass ``max_shard_size`` (see :func:`parse_size`) they are split into shards
+    ``model-00001-of-00003.safetensors`` ... plus ``model.safetensors.index.json``:
+    ``{"metadata": {"total_size": bytes}, "weight_map": {name: shard file}}``. The split is
+    huggingface_hub's ``split_torch_state_dict_into_shards``, as in Accelerate's ``save_model``:
+    shards filled in the state dict's order until the next tensor would pass the limit, and a
+    tensor larger than the limit in a shard of its own, listed before the shard being filled.
 
     Tensors are detached, made contiguous and copied to the CPU. Names holding the very same view
     of one memory (tied weights) are stored once, under the first name: in a safetensors file the
@@ -320,9 +317,11 @@ def save_model_files(
     ``torch.save`` files keep every name with the memory shared. Different views of one memory
     (overlapping slices) are stored as independent copies.
 
-    Each file is written under a temporary name and renamed into place, the index last, so a
-    reader never sees a partial file. Afterwards, files of the same base name left by an earlier
-    save (shards of another count, the single file or the index) are removed; no other file is.
+    Every file is written under a temporary name first; only when all are written are they
+    renamed into place, the index last, so a reader never sees a partial file and a save that
+    fails while writing leaves the previous save's files as they were.
+    Afterwards, files of the same base name left by an earlier save (shards of another count, the
+    single file or the index) are removed; no other file is.
 
     Raises:
         ValueError: ``max_shard_size`` or ``weights_name`` is invalid, or a tensor is on the
@@ -337,28 +336,31 @@ def save_model_files(
     directory.mkdir(parents=True, exist_ok=True)
     entries = _entries(state_dict)
     aliases = {name: entry.names[0] for entry in entries for name in entry.names[1:]}
-    shards = _plan_shards(entries, limit)
-    if len(shards) <= 1:
-        path = directory / base
-        _write_shard(path, shards[0] if shards else [], safe_serialization, aliases)
-        _remove_stale(directory, base, sharded=False, keep={base})
-        return [str(path)]
-    written: list[str] = []
-    weight_map: dict[str, str] = {}
-    for number, shard in enumerate(shards, start=1):
-        name = shard_name(base, number, len(shards))
-        _write_shard(directory / name, shard, safe_serialization, aliases)
-        written.append(str(directory / name))
-        for entry in shard:
-            for stored in entry.names if not safe_serialization else entry.names[:1]:
-                weight_map[stored] = name
-    metadata: dict[str, object] = {"total_size": sum(entry.nbytes for entry in entries)}
-    if safe_serialization and aliases:
+    split = _split(entries, base, limit)
+    by_name = {entry.names[0]: entry for entry in entries}
+    files = split.filename_to_tensors if split.is_sharded else {base: list(by_name)}
+    with FileBatch() as batch:
+        for name, stored in files.items():
+            shard = [by_name[n] for n in stored]
+            _write_shard(batch, directory / name, shard, safe_serialization, aliases)
+        if split.is_sharded:
+            text = _index_text(split, aliases, safe_serialization)
+            index = index_name(base)
+            batch.write(directory / index, lambda n: Path(n).write_text(text, encoding="utf-8"))
+            files = {**files, index: []}
+    _remove_stale(directory, base, sharded=split.is_sharded, keep=set(files))
+    return [str(directory / name) for name in files]
+
+
+def _index_text(split: StateDictSplit, aliases: dict[str, str], safe: bool) -> str:
+    """The index of a sharded save, as Accelerate writes it (keys sorted, indented by two), with
+    the tied names: recorded under ``"aliases"`` for safetensors, which stores them once, and in
+    the weight map beside the name they share memory with for ``torch.save`` files."""
+    weight_map = dict(split.tensor_to_filename)
+    metadata: dict[str, object] = dict(split.metadata)
+    if safe and aliases:
         metadata["aliases"] = aliases
+    elif not safe:
+        weight_map.update({dropped: weight_map[kept] for dropped, kept in aliases.items()})
     text = json.dumps({"metadata": metadata, "weight_map": weight_map}, indent=2, sort_keys=True)
-    index = directory / index_name(base)
-    _write_atomic(index, lambda name: Path(name).write_text(text + "\n", encoding="utf-8"))
-    written.append(str(index))
-    keep = {Path(p).name for p in written}
-    _remove_stale(directory, base, sharded=True, keep=keep)
-    return written
+    return text + "\n"

@@ -91,6 +91,19 @@ class GeneralTracker:
         library has the notion)."""
         self.finish()
 
+    def _run_reference(self) -> tuple[str, str] | None:
+        """The started run as another process can find it, ``(run_id, location)``, for the
+        kernel to end it if this rank is stopped before it can (see :meth:`_end_left_open`);
+        ``None`` (the default) where the library has no such notion."""
+        return None
+
+    @classmethod
+    def _end_left_open(cls, run_id: str, location: str) -> bool:
+        """In the kernel, after the rank that started run ``run_id`` at ``location`` was
+        stopped without ending it: end it as killed; True when the run was still open and is
+        ended now (by default nothing can be done: False)."""
+        return False
+
 
 def _plain(value: Any) -> Any:
     if isinstance(value, torch.Tensor):

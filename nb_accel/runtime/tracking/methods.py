@@ -16,7 +16,7 @@ from ..reporting.reporter import current_reporter
 from ..state import PartialState
 from .base import GeneralTracker
 from .live_chart import LiveChartTracker
-from .open_runs import forget_tracker, remember_tracker
+from .open_runs import finish_tracker, remember_tracker
 from .registry import LOGGER_TYPE_TO_CLASS, filter_trackers
 
 __all__ = ["TrackingMethods"]
@@ -139,5 +139,4 @@ class TrackingMethods:
         of training; a worker that ends without it, or fails, finishes them on its way out.
         :attr:`trackers` still lists them afterwards."""
         for tracker in self.trackers:
-            if forget_tracker(tracker):
-                tracker.finish()
+            finish_tracker(tracker)

@@ -163,6 +163,26 @@ class MLflowTracker(GeneralTracker):
         """End the run as failed."""
         self._end("FAILED")
 
+    def _run_reference(self) -> tuple[str, str] | None:
+        """The run's id and the tracking URI it is kept at."""
+        if self.active_run is None:
+            return None
+        import mlflow
+
+        return self.active_run.info.run_id, mlflow.get_tracking_uri()
+
+    @classmethod
+    def _end_left_open(cls, run_id: str, location: str) -> bool:
+        """End the run as ``KILLED`` (MLflow's status for a run stopped from outside) if it is
+        still ``RUNNING``."""
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=location)
+        if client.get_run(run_id).info.status != "RUNNING":
+            return False
+        client.set_terminated(run_id, status="KILLED")
+        return True
+
     def _end(self, status: str) -> None:
         if self.active_run is None:
             return

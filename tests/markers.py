@@ -1,0 +1,77 @@
+"""Ordering a test's events by marker files instead of sleeps: one side touches a file when it
+has reached a point, the other waits for it (a poll with a deadline against hanging, never a
+timing the test relies on)."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+from types import FrameType
+
+#: The longest a test waits for a marker (a bound against hanging, not a timing).
+WAIT_S = 60.0
+
+
+def wait_until(condition: Callable[[], bool], what: str, timeout_s: float = WAIT_S) -> None:
+    """Poll ``condition`` until it holds; ``AssertionError`` naming ``what`` past
+    ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"{what} did not happen within {timeout_s:.0f} s")
+        time.sleep(0.01)
+
+
+def wait_for_files(*paths: Path, timeout_s: float = WAIT_S) -> None:
+    """Wait until every one of ``paths`` exists."""
+    names = ", ".join(path.name for path in paths)
+    wait_until(lambda: all(path.exists() for path in paths), f"markers {names}", timeout_s)
+
+
+def process_ended(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie its parent has not reaped)."""
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _blocked(caller: FrameType, line: int, thread: int, in_python: bool) -> bool:
+    """Whether ``thread`` runs line ``line`` of ``caller`` inside a call: a Python function
+    (a frame above ``caller``) when ``in_python``, else C code (``caller`` innermost)."""
+    top = sys._current_frames().get(thread)
+    if top is None or caller.f_lineno != line:
+        return False
+    if not in_python:
+        return top is caller
+    frame = top.f_back
+    while frame is not None and frame is not caller:
+        frame = frame.f_back
+    return frame is caller
+
+
+def touch_when_waiting(
+    marker: Path | str, lines_below: int = 1, in_python: bool = True, timeout_s: float = WAIT_S
+) -> None:
+    """Touch ``marker`` from a thread of its own once the calling thread waits in the call on
+    the line ``lines_below`` lines below this one: seen there on two polls in a row, so that a
+    call that merely passes through is not taken for one that waits. ``in_python``: the call
+    waits inside a Python function; else inside C code (a collective's ``work.wait()``).
+    Nothing is touched if that does not happen within ``timeout_s``."""
+    caller = sys._getframe(1)
+    line, thread = caller.f_lineno + lines_below, threading.get_ident()
+
+    def watch() -> None:
+        seen, deadline = 0, time.monotonic() + timeout_s
+        while seen < 2 and time.monotonic() < deadline:
+            seen = seen + 1 if _blocked(caller, line, thread, in_python) else 0
+            time.sleep(0.005)
+        if seen >= 2:
+            Path(marker).touch()
+
+    threading.Thread(target=watch, name="touch_when_waiting", daemon=True).start()
