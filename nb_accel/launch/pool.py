@@ -2,9 +2,11 @@
 
 The pool is an ordinary launch (same start methods, environment and process group as
 ``notebook_launcher``) whose function is the worker's command loop
-(:func:`~nb_accel.runtime.workers.pool_worker.serve`). The kernel sends commands down each worker's
-event connection and watches the same events as a launch, plus one
-:class:`~nb_accel._messages.CellDone` per rank and command.
+(:func:`~nb_accel.runtime.workers.pool_worker.serve`). The kernel sends commands to each rank
+through :class:`~nb_accel.launch.pool_ranks.interface.PoolRanks` (down each worker's event
+connection on this machine, or through each host's node process for a pool spread over hosts)
+and watches the same events as a launch, plus one :class:`~nb_accel._messages.CellDone` per
+rank and command.
 
 Kernel → Interrupt while a command runs sends SIGINT to the workers, which raises
 ``KeyboardInterrupt`` in their code; a rank that does not stop within :data:`INTERRUPT_GRACE_S`
