@@ -7,7 +7,7 @@ TORCH_PIN := torch==2.13.0
 # The Accelerate release the compatibility lane runs the tests of (and the benchmarks compare with).
 ACCELERATE_PIN := accelerate==1.15.0
 
-.PHONY: setup hosts-setup demo test test-accelerate test-xla test-browser bench clean
+.PHONY: setup hosts-setup demo test test-accelerate test-xla test-trackers test-browser bench clean
 
 $(BIN)/.nb_accel-installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -51,6 +51,22 @@ test-xla:
 		safetensors tqdm pyyaml numpy pytest pytest-timeout psutil mlflow tensorboard
 	.venv-xla/bin/python -m pip install --quiet --no-deps -e . torch==2.9.0
 	PJRT_DEVICE=CPU .venv-xla/bin/python -m pytest tests/xla
+
+# Opt-in lane: the six hosted trackers (trackio, Aim, Comet, ClearML, DVCLive, SwanLab) on their
+# real libraries, each offline, in their own venv; every pip command pins torch so that pip never
+# swaps it, and NB_ACCEL_TRACKERS_LANE=1 makes a missing library a failure instead of a skip.
+TRACKERS_VENV := .venv-trackers
+TRACKERS_EXTRAS := trackio,aim,comet_ml,clearml,dvclive,swanlab
+# what tests/multiproc needs of the test extra (the rest of it is other lanes' libraries)
+TRACKERS_TEST_DEPS := "pytest>=8" "pytest-timeout>=2.2" "psutil>=5.9"
+test-trackers:
+	test -x $(TRACKERS_VENV)/bin/python || $(PYTHON) -m venv $(TRACKERS_VENV)
+	$(TRACKERS_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(TRACKERS_VENV)/bin/python -m pip install --quiet $(TORCH_PIN)
+	$(TRACKERS_VENV)/bin/python -m pip install --quiet -e ".[$(TRACKERS_EXTRAS)]" \
+		$(TRACKERS_TEST_DEPS) $(TORCH_PIN)
+	NB_ACCEL_TRACKERS_LANE=1 $(TRACKERS_VENV)/bin/python -m pytest -v -rs \
+		tests/multiproc/test_trackers_more.py
 
 # Opt-in: the notebooks run in JupyterLab in headless Chromium (Debian's package: Playwright
 # downloads no browser here); screenshots go to build/browser/.

@@ -1,11 +1,14 @@
 """trackio, SwanLab, Comet, ClearML, DVCLive and Aim in a 2-process launch, each offline with its
 files in ``tmp_path``: one run (the main process's) holding every step. Each test runs where
-its library is installed (``pip install nb_accel[<name>]``) and is skipped elsewhere."""
+its library is installed (``pip install nb_accel[<name>]``) and is skipped elsewhere, except under
+``NB_ACCEL_TRACKERS_LANE=1`` (``make test-trackers``, which installs all six), where a missing
+library fails the test."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import sqlite3
 import subprocess
 import sys
@@ -35,8 +38,11 @@ def train_and_log(name: str, folder: str, init_kwargs: dict[str, Any]) -> list[s
 
 def _needs(module: str) -> None:
     """Skip unless ``module`` is installed (not imported here: some read their folders from the
-    environment when imported, and the workers must do that after the test set it)."""
+    environment when imported, and the workers must do that after the test set it); under
+    ``NB_ACCEL_TRACKERS_LANE=1`` a missing ``module`` fails the test instead."""
     if importlib.util.find_spec(module) is None:
+        if os.environ.get("NB_ACCEL_TRACKERS_LANE") == "1":
+            pytest.fail(f"{module} is not installed, and the trackers lane needs it")
         pytest.skip(f"{module} is not installed")
 
 

@@ -153,6 +153,11 @@ class ClearMLTracker(GeneralTracker):
         name = self.user_provided_run_name
         options.setdefault("project_name", os.environ.get("CLEARML_PROJECT", name))
         options.setdefault("task_name", os.environ.get("CLEARML_TASK", name))
+        # ClearML reports from an os.fork()ed process by default on Linux, forked while its
+        # repository-detection thread starts `git`: a fork at that moment holds the pipe that
+        # subprocess waits on, and closing the task then waits forever. A worker reports from
+        # its own threads instead.
+        Task._report_subprocess_enabled = False
         self.task = Task.init(**options)
 
     @property
