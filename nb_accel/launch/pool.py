@@ -164,7 +164,7 @@ class WorkerPool(Launcher):
             with contextlib.suppress(OSError):
                 group.send(rank, data)
         group.stop(graceful=graceful and not group.dead_ranks())
-        if self.hosts is None:  # runs kept on other machines are out of the kernel's reach
+        if self.hosts is None:  # across hosts, each host's node ends its workers' runs
             end_runs_left_open(group.events.open_runs.values())
 
     def restart(self) -> None:

@@ -19,11 +19,14 @@ pytestmark = [
     pytest.mark.skipif(_env.cuda_device_count() == 0, reason="needs a CUDA GPU"),
 ]
 
+#: Says "looping" once 100 all-reduces are queued on the GPU, and goes on for ever: the
+#: interrupt then lands with collectives in flight.
 LOOP = """%%distributed
-import torch, torch.distributed as dist
-print('looping', flush=True)
-while True:
+import itertools, torch, torch.distributed as dist
+for step in itertools.count():
     dist.all_reduce(torch.ones(1 << 20, device=accelerator.device))
+    if step == 100:
+        print('looping', flush=True)
 """
 
 CHECK = """%%distributed -o sums
@@ -75,7 +78,6 @@ def test_an_interrupted_cell_in_collectives_leaves_the_next_cell_right() -> None
         assert _run(client, f"%%distributed -n {count}\nrank")["status"] == "ok"
         looping = _run(client, LOOP, until="looping")
         assert looping["status"] == "running"
-        time.sleep(1)
         manager.interrupt_kernel()
         assert _collect(client, looping["msg_id"])["ename"] == "KeyboardInterrupt"
         for _ in range(3):

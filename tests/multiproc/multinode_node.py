@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -40,10 +41,29 @@ def log_then_fail(folder: str, project: str) -> None:
     accelerator.wait_for_everyone()  # the other ranks fail when rank 0 is gone
 
 
+def open_a_run_each_then_die_on_rank_3() -> None:
+    """Every rank opens an MLflow run of its own (the store in ``MLFLOW_TRACKING_URI``); once
+    all are open, rank 3 (on node 1) dies at once (SIGKILL: its run stays open)."""
+    from nb_accel.tracking import MLflowTracker
+
+    class RunPerRank(MLflowTracker):
+        main_process_only = False
+
+    accelerator = nb_accel.Accelerator(log_with=[RunPerRank("killed")])
+    accelerator.init_trackers("killed", config={"rank": accelerator.process_index})
+    accelerator.wait_for_everyone()
+    if accelerator.process_index == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    accelerator.wait_for_everyone()  # the others fail when rank 3 is gone
+
+
 def work(scenario: str) -> dict[str, Any] | None:
     """Every rank: an all-reduce over all ranks, then the scenario's twist."""
     if scenario == "trackers":
         log_then_fail(os.environ[TRACKERS_FOLDER], "two-nodes")
+        return None
+    if scenario == "killed_run":
+        open_a_run_each_then_die_on_rank_3()
         return None
     accelerator = nb_accel.Accelerator()
     rank = accelerator.process_index

@@ -104,6 +104,53 @@ def test_a_killed_remote_worker_names_its_rank_and_host(machines: SshMachines) -
     assert machines.processes() == []
 
 
+def open_a_run_each_then_die_on_rank_2(uri: str) -> None:
+    """Every rank opens an MLflow run of its own (in the store at ``uri``); once all are open,
+    rank 2 (on node1) dies at once (SIGKILL: its run stays open)."""
+    os.environ["MLFLOW_TRACKING_URI"] = uri
+    from nb_accel import Accelerator
+    from nb_accel.tracking import MLflowTracker
+
+    class RunPerRank(MLflowTracker):
+        main_process_only = False
+
+    accelerator = Accelerator(log_with=[RunPerRank("killed")])
+    accelerator.init_trackers("killed", config={"rank": accelerator.process_index})
+    accelerator.wait_for_everyone()
+    if accelerator.process_index == 2:
+        os.kill(os.getpid(), signal.SIGKILL)
+    accelerator.wait_for_everyone()
+
+
+def test_a_killed_remote_worker_s_run_is_ended_on_its_host(
+    machines: SshMachines, tmp_path: Path, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The run's store could be on node1 only: node1's node process ends the run of its
+    killed worker, and the kernel says so."""
+    from mlflow.tracking import MlflowClient
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    MlflowClient(tracking_uri=uri).create_experiment("killed")  # not made by 4 at once
+    with pytest.raises(WorkerDiedError, match=r"rank 2 \(pid \d+ on node1\)"):
+        notebook_launcher(
+            open_a_run_each_then_die_on_rank_2,
+            (uri,),
+            num_processes=2,
+            cpu=True,
+            hosts=["node0", "node1"],
+            ssh_config=machines.ssh_config,
+        )
+    runs = MlflowClient(tracking_uri=uri).search_runs(
+        [MlflowClient(tracking_uri=uri).get_experiment_by_name("killed").experiment_id]
+    )
+    statuses = {run.data.params["rank"]: run.info.status for run in runs}
+    assert statuses == {"0": "FAILED", "1": "FAILED", "2": "KILLED", "3": "FAILED"}
+    said = capfd.readouterr().err
+    assert "rank 2 was stopped before it ended its mlflow run" in said, said
+    assert "ended as killed (on host node1)" in said, said
+    assert machines.processes() == []
+
+
 def test_an_unreachable_host_is_named_and_nothing_stays_on_the_others(
     machines: SshMachines,
 ) -> None:

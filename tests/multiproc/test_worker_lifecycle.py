@@ -2,7 +2,8 @@
 failed, its MLflow run ends ``FAILED`` and the TensorBoard events it logged can be read, in a
 single-node launch and in a launch over two nodes (two node processes on this machine, as in
 ``test_multinode.py``), and also when the rank holding the runs is stopped because another
-failed. The XLA lane checks the same in ``tests/xla``."""
+failed. A rank killed outright cannot end its run: the kernel of its node does (the SSH hosts'
+nodes do the same, in ``test_hosts_ssh.py``). The XLA lane checks the same in ``tests/xla``."""
 
 from __future__ import annotations
 
@@ -64,6 +65,23 @@ def test_a_failed_rank_finishes_its_trackers_on_two_nodes(tmp_path: Path, mlflow
         assert node.get("error") == "RuntimeError", node
         assert node["message"] == "stopped mid-run", node
     _assert_finished_as_failed(tmp_path / "two-nodes", mlflow_uri)
+
+
+@pytest.mark.timeout(300)
+def test_a_killed_rank_s_run_is_ended_by_its_own_node_s_kernel(
+    tmp_path: Path, mlflow_uri: str
+) -> None:
+    """Rank 3 (node 1) is killed with its MLflow run open: node 1's kernel ends that run as
+    killed; the other ranks end theirs as failed on their way out."""
+    from mlflow.tracking import MlflowClient
+
+    MlflowClient(tracking_uri=mlflow_uri).create_experiment("killed")  # not made by 4 at once
+    node0, node1 = _two_nodes(tmp_path, "killed_run", "num_nodes=2")
+    assert node1.get("error") == "WorkerDiedError", node1
+    assert "error" in node0, node0  # its ranks lost their peer
+    runs = tracker_files.mlflow_runs(mlflow_uri)
+    statuses = {run["params"]["rank"]: run["status"] for run in runs}
+    assert statuses == {"0": "FAILED", "1": "FAILED", "2": "FAILED", "3": "KILLED"}
 
 
 def log_then_wait_for_a_failure(folder: str) -> None:

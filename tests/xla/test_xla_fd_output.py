@@ -16,14 +16,17 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
+from markers import wait_for_files
 
 pytest.importorskip("torch_xla")
 
 from nb_accel import Accelerator, WorkerDiedError, notebook_launcher
 from nb_accel._messages import Output
+from nb_accel.launch.views.view import NullView, register_view_factory, view_factory
 from nb_accel.launch.xla.output import ProcessOutputs
 from nb_accel.runtime.workers.process_fds import set_process_pipes, write_to_process_pipes
 
@@ -126,23 +129,39 @@ def test_an_abort_in_a_process_of_two_rank_threads_names_both_ranks(
     assert "[rank 0] " + CHECK_FAILED in capsys.readouterr().err
 
 
-def leave_words_for_later() -> str:
-    """Return; the worker process writes to fd 1 on its way out, after its result has been sent
-    (as a library's clean-up at exit does)."""
+def leave_words_for_later(folder: str) -> str:
+    """Return; the worker process writes to fd 1 on its way out, once the kernel has its
+    result (as a library's clean-up at exit does)."""
 
     def last_words() -> None:
-        time.sleep(0.3)
+        wait_for_files(Path(folder, "kernel-has-rank0-result"))
         os.write(1, b"late words\n")
 
     multiprocessing.util.Finalize(None, last_words, exitpriority=0)
     return "done"
 
 
+class MarksResults(NullView):
+    """A launch view that marks each rank's result as the kernel receives it."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def returned(self, rank: int) -> None:
+        """Mark it."""
+        (self.folder / f"kernel-has-rank{rank}-result").touch()
+
+
 @pytest.mark.timeout(120)
 def test_what_a_worker_writes_after_its_result_is_still_shown(
-    capsys: pytest.CaptureFixture[str],
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    assert notebook_launcher(leave_words_for_later, show_progress=False) == ["done"]
+    previous = view_factory()
+    register_view_factory(lambda *args, **kwargs: MarksResults(tmp_path))
+    try:
+        assert notebook_launcher(leave_words_for_later, args=(str(tmp_path),)) == ["done"]
+    finally:
+        register_view_factory(previous)
     assert "late words\n" in capsys.readouterr().out
 
 

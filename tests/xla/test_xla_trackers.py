@@ -13,7 +13,7 @@ pytest.importorskip("torch_xla")
 pytest.importorskip("mlflow")
 pytest.importorskip("tensorboard")
 
-from nb_accel import Accelerator, notebook_launcher
+from nb_accel import Accelerator, WorkerDiedError, notebook_launcher
 
 sys.path.insert(0, str(Path(__file__).parents[1] / "multiproc"))
 import tracker_files
@@ -54,3 +54,28 @@ def test_a_failed_xla_rank_finishes_its_trackers(
     assert run["status"] == "FAILED"
     assert run["metrics"] == LOGGED
     assert run["params"] == {"lr": "0.1"}
+
+
+def log_then_die() -> None:
+    """An MLflow run of one step; then the worker dies at once (SIGKILL: no exit path runs)."""
+    import os
+    import signal
+
+    accelerator = Accelerator(log_with="mlflow")
+    accelerator.init_trackers("xla-killed", config={"lr": 0.1})
+    accelerator.log({"loss": 0.0}, step=0)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+@pytest.mark.timeout(240)
+def test_a_killed_xla_rank_s_run_is_ended_by_the_kernel(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    monkeypatch.setenv("MLFLOW_DISABLE_TELEMETRY", "true")
+    with pytest.raises(WorkerDiedError):
+        notebook_launcher(log_then_die, show_progress=False)
+    (run,) = tracker_files.mlflow_runs(uri)
+    assert run["status"] == "KILLED"
+    assert "rank 0 was stopped before it ended its mlflow run" in capsys.readouterr().err

@@ -14,6 +14,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 from multiprocessing.connection import Connection, wait
@@ -115,6 +116,8 @@ class NodeChannel:
                 message = receive(self.reader)
                 if isinstance(message, AgentEnded):
                     self.ended = message
+                    for note in message.notes:
+                        print(f"{note} (on host {self.host})", file=sys.stderr)
                 found.append(message)
         except (EOFError, OSError):
             self.open = False
@@ -302,5 +305,7 @@ class HostNodes:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.process.wait(max(deadline - time.monotonic(), 0.0))
         for node in self.nodes:
+            if node.open:
+                node.messages()  # its last words: how it ended, what it said of the runs
             node.close()
         self.nodes = []

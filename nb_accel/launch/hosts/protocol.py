@@ -141,11 +141,15 @@ class AgentEnded:
         problem: the error that stopped the node before or between its workers (the nodes
             could not meet, the rendezvous was lost), in words; empty when there was none.
         stopped: the node was told to stop (or its channel ended).
+        notes: what the node says of the tracker runs it ended for its workers, which were
+            stopped with a run open (their store may be on this host only), for the kernel
+            to show.
     """
 
     died: list[tuple[int, int, int]] = field(default_factory=list)
     problem: str = ""
     stopped: bool = False
+    notes: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

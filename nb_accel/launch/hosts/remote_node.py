@@ -17,6 +17,7 @@ their stacks, their memory).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 import secrets
@@ -28,8 +29,10 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
+from ..._messages import TrackerRun, decode
 from ...errors import LaunchError
 from ..failures.whereabouts import abort_collectives, take_stacks
+from ..launchers.left_open_runs import end_runs_left_open
 from ..multinode.launcher import agent_run
 from ..multinode.node_events import WorkerListener
 from ..processes import resident_mb
@@ -65,7 +68,12 @@ def _peer_pid(conn: Connection) -> int | None:
 
 class _Forwarder(WorkerListener):
     """Sends each worker's frames to the kernel as they come, numbering the connections; the
-    kernel names a worker by its number when it writes to it."""
+    kernel names a worker by its number when it writes to it.
+
+    It reads one kind of frame itself: a worker's word that it opened or ended a tracker run
+    (:class:`TrackerRun`). A run a stopped worker left open may be kept on this host only (an
+    MLflow folder), out of the kernel's reach; the node ends it once its workers are gone.
+    """
 
     def __init__(self, writer: Connection, lock: threading.Lock, authkey: bytes) -> None:
         super().__init__(authkey)
@@ -74,6 +82,8 @@ class _Forwarder(WorkerListener):
         self._numbers: dict[Connection, int] = {}
         self._by_number: dict[int, tuple[Connection, int | None]] = {}
         self._count = itertools.count()
+        #: The tracker runs the workers opened and have not said they ended.
+        self.open_runs: dict[tuple[int, str, str], TrackerRun] = {}
         self.listen()
 
     def on_frame(self, data: bytes, conn: Connection) -> None:
@@ -82,8 +92,19 @@ class _Forwarder(WorkerListener):
         if number is None:
             number = self._numbers[conn] = next(self._count)
             self._by_number[number] = (conn, _peer_pid(conn))
+        if len(data) <= _RUN_FRAME_MAX and TrackerRun.__name__.encode() in data:
+            self._note_run(data)
         with self._write_lock, contextlib.suppress(OSError):  # the kernel has gone
             send(self._writer, Forwarded(number, data))
+
+    def _note_run(self, data: bytes) -> None:
+        event = decode(data)
+        if isinstance(event, TrackerRun):
+            key = (event.rank, event.tracker, event.run_id)
+            if event.open:
+                self.open_runs[key] = event
+            else:
+                self.open_runs.pop(key, None)
 
     def write(self, number: int, data: bytes) -> None:
         """Write ``data`` to connection ``number`` (unless that worker has gone)."""
@@ -103,6 +124,8 @@ class _Forwarder(WorkerListener):
 _agent_running = threading.Event()
 #: Set once the kernel asked this node to stop (an agent not started yet then never starts).
 _stopping = threading.Event()
+#: A frame this size or smaller may be a worker's word about a tracker run (see _Forwarder).
+_RUN_FRAME_MAX = 4096
 
 
 class _Host:
@@ -212,8 +235,10 @@ def main() -> None:
         ended = _run(job, host)
     finally:
         host.close()
+    notes: list[str] = []  # the workers are gone: end the runs they left open
+    end_runs_left_open(host.forwarder.open_runs.values(), say=notes.append)
     with lock, contextlib.suppress(OSError):
-        send(writer, ended)
+        send(writer, dataclasses.replace(ended, notes=tuple(notes)))
 
 
 if __name__ == "__main__":

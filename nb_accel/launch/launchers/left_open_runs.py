@@ -11,7 +11,7 @@ ends those still open through the tracker's own library
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 
 from ..._messages import TrackerRun
 from ...runtime.tracking.registry import LOGGER_TYPE_TO_CLASS
@@ -19,10 +19,16 @@ from ...runtime.tracking.registry import LOGGER_TYPE_TO_CLASS
 __all__ = ["end_runs_left_open"]
 
 
-def end_runs_left_open(runs: Iterable[TrackerRun]) -> list[TrackerRun]:
-    """End each of ``runs`` that its store still shows open, as killed, saying so on stderr;
-    returns those ended. A run that cannot be ended (its store unreachable, say) is reported
-    and skipped: this never raises."""
+def _to_stderr(note: str) -> None:
+    print(note, file=sys.stderr)
+
+
+def end_runs_left_open(
+    runs: Iterable[TrackerRun], say: Callable[[str], None] = _to_stderr
+) -> list[TrackerRun]:
+    """End each of ``runs`` that its store still shows open, as killed, saying so (on stderr,
+    or to ``say``); returns those ended. A run that cannot be ended (its store unreachable,
+    say) is reported and skipped: this never raises."""
     ended: list[TrackerRun] = []
     for run in runs:
         tracker_class = LOGGER_TYPE_TO_CLASS.get(run.tracker)
@@ -32,16 +38,14 @@ def end_runs_left_open(runs: Iterable[TrackerRun]) -> list[TrackerRun]:
             if not tracker_class._end_left_open(run.run_id, run.location):
                 continue
         except Exception as exc:  # noqa: BLE001 - the launch's own outcome comes first
-            print(
+            say(
                 f"nb_accel: could not end the {run.tracker} run {run.run_id} that rank "
-                f"{run.rank} left open ({type(exc).__name__}: {exc})",
-                file=sys.stderr,
+                f"{run.rank} left open ({type(exc).__name__}: {exc})"
             )
             continue
         ended.append(run)
-        print(
+        say(
             f"nb_accel: rank {run.rank} was stopped before it ended its {run.tracker} run "
-            f"{run.run_id}: ended as killed",
-            file=sys.stderr,
+            f"{run.run_id}: ended as killed"
         )
     return ended

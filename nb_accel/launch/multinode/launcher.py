@@ -27,6 +27,7 @@ import signal
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..._messages import TrackerRun
 from ..._openmp import release_openmp_threads
 from ...errors import LaunchError, WorkerFailure
 from ...runtime.transfer.segments import SHARE_DIR_ENV
@@ -228,6 +229,7 @@ class NodesLauncher(Launcher):
         self._events: NodeEvents | None = None
         self._log_dir: str | None = None
         self._run: Callable[[], Any] | None = None
+        self._left_open: list[TrackerRun] = []
 
     def start(self) -> None:
         """Listen for this node's workers and make the agent's configuration; the workers
@@ -292,12 +294,18 @@ class NodesLauncher(Launcher):
             failed.add_note(f"Restarting afterwards failed: {lost}")
         return failed
 
+    def runs_left_open(self) -> list[TrackerRun]:
+        """The tracker runs this node's ranks opened and were not heard ending (the other
+        nodes' kernels end theirs)."""
+        return list(self._left_open)
+
     def stop(self, graceful: bool = False) -> None:
         """Stop listening for the workers (the elastic agent has stopped them) and remove
         the agent's scratch folder."""
         events, self._events = self._events, None
         if events is not None:
             events.close()
+            self._left_open = list(events.events.open_runs.values())
         if self._log_dir is not None:
             shutil.rmtree(self._log_dir, ignore_errors=True)
             self._log_dir = None

@@ -22,7 +22,7 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import wait
 from typing import Any
 
-from ..._messages import Output, Started, decode
+from ..._messages import Output, Started, TrackerRun, decode
 from ...config import load_config
 from ...errors import LaunchError, WorkerDiedError
 from ..launchers.dispatch import DispatchHooks, EventDispatcher
@@ -222,6 +222,10 @@ class XlaLauncher(Launcher):
             self._events.wake()
         self._show(outputs.finish())  # every worker has ended: this is all they wrote
         return self._outcome()
+
+    def runs_left_open(self) -> list[TrackerRun]:
+        """The tracker runs the ranks opened and were not heard ending."""
+        return list(self._events.open_runs.values())
 
     def _outcome(self) -> list[Any] | BaseException:
         """The results in rank order, or the exception the kernel raises."""
