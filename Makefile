@@ -7,7 +7,7 @@ TORCH_PIN := torch==2.13.0
 # The Accelerate release the compatibility lane runs the tests of (and the benchmarks compare with).
 ACCELERATE_PIN := accelerate==1.15.0
 
-.PHONY: setup hosts-setup demo test test-accelerate test-xla test-trackers test-browser bench clean
+.PHONY: setup hosts-setup demo lab docs test test-accelerate test-xla test-trackers test-browser bench clean
 
 $(BIN)/.nb_accel-installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -23,6 +23,22 @@ demo: setup
 
 test: setup hosts-setup
 	$(BIN)/python -m pytest
+
+# JupyterLab on the notebooks, to see the live view and the config form as widgets.
+lab: setup
+	$(BIN)/python -c "import jupyterlab" 2>/dev/null \
+		|| $(BIN)/python -m pip install --quiet jupyterlab $(TORCH_PIN)
+	$(BIN)/python -m jupyterlab --notebook-dir=notebooks
+
+# The documentation site, built offline into site/ in strict mode, then every internal link
+# and the API reference's coverage of the public names checked.
+$(BIN)/.nb_accel-docs-installed: $(BIN)/.nb_accel-installed pyproject.toml
+	$(BIN)/python -m pip install --quiet -e ".[docs]" $(TORCH_PIN)
+	touch $@
+
+docs: $(BIN)/.nb_accel-docs-installed
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict --quiet
+	$(BIN)/python tools/check_site.py site
 
 # The SSH hosts and the SLURM cluster of the tests (network namespaces, root only): Debian's
 # OpenSSH server, SLURM and munge, and the folder sshd's privilege separation needs.
@@ -98,4 +114,4 @@ bench: setup
 	$(BIN)/python benchmarks/multinode.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info

@@ -5,6 +5,7 @@ Accelerate's documented training-loop API (``prepare``, ``backward``, ``gather_f
 """
 
 import os
+from typing import TYPE_CHECKING
 
 # torch.cuda.is_available() then asks NVML instead of initialising CUDA in this process, so
 # that forked workers can still use the GPUs (set before anything can ask torch).
@@ -60,12 +61,16 @@ from .runtime.training.compile import TorchDynamoPlugin
 from .runtime.training.optimizer import AcceleratedOptimizer
 from .runtime.training.scheduler import AcceleratedScheduler
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"
 
 register_view_factory(notebook_view)
 register_traceback_renderer(render_traceback)
 register_place_namer(cell_place)
 watch_cuda_initialisation()  # a kernel that initialises CUDA is told which line did it
+
+
+if TYPE_CHECKING:  # for type checkers and the API reference; imported on use below
+    from .notebook.config_widget import ConfigWidget
 
 
 def __getattr__(name: str) -> object:

@@ -160,9 +160,9 @@ class Accelerator(
             (not together with ``dynamo_backend``).
         fsdp_plugin: a :class:`FullyShardedDataParallelPlugin`: shard prepared models with
             FSDP2 instead of DDP (on by default in a ``notebook_launcher(..., fsdp=True)``).
-        deepspeed_plugin, deepspeed_plugins, megatron_lm_plugin, torch_tp_plugin: Accelerate's
-            other engines; nb_accel does not run them and refuses them with
-            ``NotImplementedError``.
+        deepspeed_plugin: one of Accelerate's other engines; nb_accel does not run it and
+            refuses it with ``NotImplementedError`` (so too ``deepspeed_plugins``,
+            ``megatron_lm_plugin`` and ``torch_tp_plugin``).
         parallelism_config: a :class:`ParallelismConfig`: ``dp_replicate_size`` runs
             ``DistributedDataParallel`` over the processes, ``dp_shard_size`` shards the models
             over them with FSDP2 (a default ``FullyShardedDataParallelPlugin`` when none is

@@ -1,7 +1,7 @@
 """The tests of Accelerate's suite that nb_accel does not have to pass, each with the reason.
 
-Only tests that read Accelerate's private internals belong here; the README's compatibility
-section names each one.
+Only tests that read Accelerate's private internals belong here; the documentation's "Coming
+from Accelerate" page names each one.
 """
 
 from __future__ import annotations

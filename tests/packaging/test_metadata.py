@@ -13,6 +13,8 @@ from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 REPOSITORY = "https://github.com/nb-accel/nb_accel"
+#: The documentation site (``site_url`` in mkdocs.yml): its pages are built from ``docs/``.
+SITE = "https://nb-accel.github.io/nb_accel/"
 #: Engines imported only when asked for, and the extra that installs each.
 OPTIONAL = {
     "torch-xla": "xla",
@@ -84,7 +86,8 @@ def test_the_metadata_links_the_repository_and_classifies_the_package(wheel: Pat
     metadata = wheel_metadata(wheel)
     urls = dict(line.split(", ", 1) for line in metadata.get_all("Project-URL") or [])
     assert {"Homepage", "Documentation", "Source", "Issues"} <= set(urls), urls
-    assert all(url.startswith(REPOSITORY) for url in urls.values()), urls
+    assert all(url.startswith((REPOSITORY, SITE)) for url in urls.values()), urls
+    assert urls["Documentation"] == SITE
     classifiers = metadata.get_all("Classifier") or []
     assert "Typing :: Typed" in classifiers and "Framework :: Jupyter" in classifiers
     python = re.fullmatch(r">=3\.(\d+)", metadata["Requires-Python"])
@@ -123,11 +126,34 @@ def test_the_readme_links_work_on_a_package_index_page() -> None:
     assert not relative, f"relative links in README.md: {relative}"
     headings = {_slug(h) for h in re.findall(r"^#+\s+(.+)$", text, flags=re.MULTILINE)}
     for target in targets:
-        within = re.match(re.escape(REPOSITORY) + r"/(?:blob|tree)/main/([^#]+)", target)
+        within = re.match(re.escape(REPOSITORY) + r"/(?:blob|tree|raw)/main/([^#]+)", target)
         if within:
             assert (ROOT / within.group(1)).exists(), f"README.md links {target}: no such file"
+        if target.startswith(SITE):
+            assert _site_source(target), f"README.md links {target}: no such page in docs/"
         if target.startswith(REPOSITORY + "#"):
             assert target.split("#", 1)[1] in headings, f"README.md links {target}: no heading"
+
+
+def _site_source(url: str) -> Path | None:
+    """The file of ``docs/`` (or the notebook) the site builds the page at ``url`` from."""
+    page = url[len(SITE) :].split("#", 1)[0].strip("/")
+    if not page:
+        return ROOT / "docs" / "index.md"
+    for source in (ROOT / "docs" / f"{page}.md", ROOT / "docs" / page / "index.md"):
+        if source.exists():
+            return source
+    notebook = ROOT / f"{page}.ipynb"
+    return notebook if page.startswith("notebooks/") and notebook.exists() else None
+
+
+def test_the_readme_shows_the_first_step_on_its_first_screen() -> None:
+    """A newcomer reads a short README and finds how to try it without scrolling."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 150, f"README.md has {len(lines)} lines"
+    first_screen = "\n".join(lines[:30])
+    for step in ("make lab", "make demo", "make test", "pip install nb-accel"):
+        assert step in first_screen, f"{step!r} is not on the README's first screen"
 
 
 def _slug(heading: str) -> str:

@@ -49,15 +49,19 @@ __all__ = [
 
 #: The file that marks (and describes) a checkpoint folder.
 META_NAME = "nb_accel_checkpoint.json"
-#: The files' names, as Accelerate's ``save_state`` writes them (``accelerate.utils``'s
-#: constants): ``pytorch_model.bin`` (``model.safetensors`` with safetensors), ``optimizer.bin``,
-#: ``scheduler.bin`` (``_1``, ``_2``... for the next ones), ``scaler.pt``,
-#: ``random_states_<rank>.pkl``.
+# The files' names, as Accelerate's ``save_state`` writes them (``accelerate.utils``'s
+# constants).
 MODEL_NAME = "pytorch_model"
+"""A checkpoint's model file: ``pytorch_model.bin`` (``model.safetensors`` with safetensors),
+``pytorch_model_1.bin``... for the next models."""
 OPTIMIZER_NAME = "optimizer"
+"""A checkpoint's optimizer file: ``optimizer.bin`` (``optimizer_1.bin``... for the next)."""
 SCHEDULER_NAME = "scheduler"
+"""A checkpoint's scheduler file: ``scheduler.bin`` (``scheduler_1.bin``... for the next)."""
 SCALER_NAME = "scaler.pt"
+"""A checkpoint's gradient scaler file (fp16 training)."""
 RNG_STATE_NAME = "random_states"
+"""A checkpoint's random number generators' states: ``random_states_<rank>.pkl``."""
 _FORMAT = 1
 _NO_SHARDING = 2**62
 

@@ -45,14 +45,14 @@ __all__ = [
     "name_list",
 ]
 
-#: Base name of a safetensors checkpoint.
 SAFE_WEIGHTS_NAME = "model.safetensors"
-#: Base name of a pickle (``torch.save``) checkpoint.
+"""Base name of a safetensors checkpoint."""
 WEIGHTS_NAME = "pytorch_model.bin"
-#: The index of a sharded safetensors checkpoint.
+"""Base name of a pickle (``torch.save``) checkpoint."""
 SAFE_WEIGHTS_INDEX_NAME = "model.safetensors.index.json"
-#: The index of a sharded pickle checkpoint.
+"""The index of a sharded safetensors checkpoint."""
 WEIGHTS_INDEX_NAME = "pytorch_model.bin.index.json"
+"""The index of a sharded pickle checkpoint."""
 #: Safetensors header key holding ``{dropped_name: kept_name}`` (JSON) for tied tensors.
 ALIASES_KEY = "nb_accel.aliases"
 

@@ -136,10 +136,11 @@ class FullyShardedDataParallelPlugin:
         ignored_modules: submodules left out of sharding (their parameters are neither sharded
             nor averaged across processes): modules, or a regular expression of their names.
         sharding_strategy: FSDP1's name for ``reshard_after_forward`` (see there).
-        kwargs: the other FSDP1 options (``backward_prefetch``, ``use_orig_params``,
-            ``sync_module_states``, ``limit_all_gathers``, ``forward_prefetch``,
-            ``state_dict_config``, ``optim_state_dict_config``, ``param_init_fn``) are accepted;
-            each given is said once, with the reason, to have no effect under FSDP2.
+
+    The other FSDP1 options (``backward_prefetch``, ``use_orig_params``,
+    ``sync_module_states``, ``limit_all_gathers``, ``forward_prefetch``, ``state_dict_config``,
+    ``optim_state_dict_config``, ``param_init_fn``) are accepted; each given is said once, with
+    the reason, to have no effect under FSDP2.
     """
 
     fsdp_version: int | None = None

@@ -29,8 +29,6 @@ __all__ = [
     "register_tracker_class",
 ]
 
-#: Tracker classes by name: the built-in ones and those registered with
-#: :func:`register_tracker_class`.
 LOGGER_TYPE_TO_CLASS: dict[str, type[GeneralTracker]] = {
     "tensorboard": TensorBoardTracker,
     "wandb": WandBTracker,
@@ -42,6 +40,8 @@ LOGGER_TYPE_TO_CLASS: dict[str, type[GeneralTracker]] = {
     "dvclive": DVCLiveTracker,
     "swanlab": SwanLabTracker,
 }
+"""Tracker classes by name: the built-in ones and those registered with
+:func:`register_tracker_class`."""
 
 #: A built-in tracker's library: (module, distribution) pairs any of which will do, the pip
 #: package to name, and nb_accel's extra that installs it.
