@@ -28,7 +28,7 @@ test: setup hosts-setup
 lab: setup
 	$(BIN)/python -c "import jupyterlab" 2>/dev/null \
 		|| $(BIN)/python -m pip install --quiet jupyterlab $(TORCH_PIN)
-	$(BIN)/python -m jupyterlab --notebook-dir=notebooks
+	$(BIN)/python -m jupyterlab --notebook-dir=notebooks $(if $(filter 0,$(shell id -u)),--allow-root)
 
 # The documentation site, built offline into site/ in strict mode, then every internal link
 # and the API reference's coverage of the public names checked.
