@@ -7,7 +7,8 @@ TORCH_PIN := torch==2.13.0
 # The Accelerate release the compatibility lane runs the tests of (and the benchmarks compare with).
 ACCELERATE_PIN := accelerate==1.15.0
 
-.PHONY: setup hosts-setup demo lab docs test test-accelerate test-xla test-trackers test-browser bench clean
+.PHONY: setup hosts-setup demo lab docs test test-accelerate test-xla test-trackers test-browser \
+	screenshots bench clean
 
 $(BIN)/.nb_accel-installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -97,6 +98,12 @@ $(BIN)/.nb_accel-browser-installed: $(BIN)/.nb_accel-installed Makefile
 
 test-browser: $(BIN)/.nb_accel-browser-installed
 	NB_ACCEL_BROWSER_TESTS=1 NB_ACCEL_CHROMIUM=$(CHROMIUM) $(BIN)/python -m pytest -v tests/browser
+
+# The documentation's screenshots (docs/images/, committed): the browser lane's pictures of the
+# widgets, made small with Pillow by tools/docs_images.py.
+screenshots: test-browser
+	$(BIN)/python -m pip install --quiet pillow $(TORCH_PIN)
+	$(BIN)/python tools/docs_images.py
 
 # Accelerate is only a comparison row; the torch pin keeps pip from replacing the CPU build.
 bench: setup

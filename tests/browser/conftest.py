@@ -19,6 +19,7 @@ from lab_browser import (
     ACTION_TIMEOUT_MS,
     CHROMIUM,
     CHROMIUM_ARGS,
+    DEVICE_SCALE_FACTOR,
     VIEWPORT_HEIGHT,
     VIEWPORT_WIDTH,
     OpenNotebook,
@@ -120,6 +121,7 @@ def page(lab: LabServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
             args=CHROMIUM_ARGS,
             env=env,
             viewport={"width": VIEWPORT_WIDTH, "height": VIEWPORT_HEIGHT},
+            device_scale_factor=DEVICE_SCALE_FACTOR,
         )
         try:
             context.set_default_timeout(ACTION_TIMEOUT_MS)

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from playwright.sync_api import Locator, Page
+    from playwright.sync_api import FloatRect, Locator, Page
 
 #: The environment variable that turns the browser tests on.
 ENABLE_VAR = "NB_ACCEL_BROWSER_TESTS"
@@ -34,6 +34,9 @@ CHROMIUM_ARGS = [
 ]
 #: The browser window (CSS pixels): a laptop screen.
 VIEWPORT_WIDTH, VIEWPORT_HEIGHT = 1400, 1000
+#: Device pixels per CSS pixel, as on a high-density screen: screenshots (the documentation's
+#: pictures among them) stay sharp when shown at their size in CSS pixels, or zoomed.
+DEVICE_SCALE_FACTOR = 2
 #: Longest wait for one browser action or for an element to appear (milliseconds).
 ACTION_TIMEOUT_MS = 60_000
 #: The tab of an open document, in JupyterLab's main area.
@@ -78,6 +81,19 @@ def save_screenshot(target: Page | Locator, path: Path) -> None:
     thread that then outlives the test.
     """
     path.write_bytes(target.screenshot())
+
+
+def save_region(page: Page, parts: list[Locator], path: Path, margin: float = 8) -> None:
+    """Save a PNG of the smallest part of the page's viewport that holds every visible element
+    ``parts`` match, with ``margin`` CSS pixels around them."""
+    boxes = [box for part in parts for element in part.all() if (box := element.bounding_box())]
+    assert boxes, "no visible element to save"
+    left = min(box["x"] for box in boxes) - margin
+    top = min(box["y"] for box in boxes) - margin
+    right = max(box["x"] + box["width"] for box in boxes) + margin
+    bottom = max(box["y"] + box["height"] for box in boxes) + margin
+    clip: FloatRect = {"x": left, "y": top, "width": right - left, "height": bottom - top}
+    path.write_bytes(page.screenshot(clip=clip))
 
 
 def dismiss_dialogs(page: Page) -> list[str]:

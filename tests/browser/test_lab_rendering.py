@@ -3,8 +3,9 @@
 Each test opens a notebook from JupyterLab's file browser, runs every cell from the Run menu,
 waits for the last output, and checks what the page shows: the launch view and the config form
 must be drawn by ipywidgets (bars, labels, inputs, the metric chart), never left at "Loading
-widget..." nor shown as their text repr ("VBox(children=...)"). Screenshots are saved under
-``build/browser/``.
+widget..." nor shown as their text repr ("VBox(children=...)"), and ``%%distributed`` cells
+must show their ranks' output. Screenshots are saved under ``build/browser/``; ``make
+screenshots`` copies those the documentation shows to ``docs/images/``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from lab_browser import OpenNotebook, dismiss_dialogs, save_screenshot
+from lab_browser import OpenNotebook, dismiss_dialogs, save_region, save_screenshot
 
 from nb_accel.notebook.config_widget import LABELS
 
@@ -207,6 +208,9 @@ def test_config_form_renders_and_talks_to_the_kernel(
     save_screenshot(launch, artifacts / "config_widget-launch.png")
     form.evaluate("output => output.scrollIntoView({block: 'start'})")
     save_screenshot(page, artifacts / "config_widget.png")
+    # its fields and buttons, without the lines that name this test's temporary files
+    fields = [form.locator(".widget-inline-hbox:not(.widget-html)"), form.locator("button")]
+    save_region(page, fields, artifacts / "config_widget-fields.png")
 
     # Edits in the browser reach the kernel, whose answer comes back to the page.
     num_nodes = _control(form, "num_nodes").locator("input")
@@ -227,3 +231,25 @@ def test_config_form_renders_and_talks_to_the_kernel(
     assert _selected(form, "num_processes") == "auto"
     assert _selected(form, "mixed_precision") == "no"
     assert_no_widget_fallbacks(config)
+
+
+def test_cell_magic_shows_each_cells_output(notebook: OpenFn, page: Page, artifacts: Path) -> None:
+    """``%%distributed`` cells run on a pool of 2 ranks: rank 0's output by default, every
+    rank's, prefixed, with ``--all-ranks``; the caught error and the pool's status as text."""
+    magic = notebook("cell_magic.ipynb")
+    run_all_cells(magic, "caught: rank 1 found a bad batch | Raised on rank 1 of 2")
+
+    first = code_cell(magic, "%%distributed -n 2")
+    expect(first.locator(".jp-OutputArea")).to_contain_text("for %%distributed")
+    expect(first.locator(".jp-OutputArea")).to_contain_text("rank 0 of 2 is ready")
+    everyone = code_cell(magic, "%%distributed --all-ranks")
+    for rank in range(2):
+        expect(everyone.locator(".jp-OutputArea")).to_contain_text(f"[rank {rank}] weights sum")
+    status = code_cell(magic, "%distributed status").locator(".jp-OutputArea")
+    expect(status).to_contain_text("alive")
+    assert_no_widget_fallbacks(magic)
+
+    save_screenshot(first, artifacts / "cell_magic-start.png")
+    save_screenshot(everyone, artifacts / "cell_magic-all-ranks.png")
+    first.evaluate("cell => cell.scrollIntoView({block: 'start'})")
+    save_screenshot(page, artifacts / "cell_magic.png")
