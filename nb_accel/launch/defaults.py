@@ -6,7 +6,13 @@ import os
 
 from ..config import Config, config_path, load_config
 from ..errors import LaunchError
-from .multinode.nodes import NODE_FIELDS, NodePlan, make_node_plan
+from .multinode.nodes import (
+    NODE_FIELDS,
+    NodePlan,
+    check_rdzv_conf,
+    make_node_plan,
+    pop_join_timeout,
+)
 from .plan import LaunchPlan, make_plan, sharding_for
 
 __all__ = ["CPU_VARIABLE", "plan_with_defaults", "node_plan_with_defaults"]
@@ -63,12 +69,22 @@ def node_plan_with_defaults(
     rdzv_backend: object,
     max_restarts: object,
     rdzv_timeout: object,
+    *,
+    rdzv_conf: object = None,
+    rdzv_id: object = None,
+    monitor_interval: object = None,
 ) -> NodePlan:
-    """The launch's nodes; every option left as ``None`` takes ``config``'s value."""
+    """The launch's nodes; every option left as ``None`` takes ``config``'s value. A
+    ``join_timeout`` in ``rdzv_conf`` is ``rdzv_timeout`` given (it wins over the saved one)."""
+    conf = check_rdzv_conf(rdzv_conf)
+    rdzv_timeout = pop_join_timeout(conf, rdzv_timeout)
     given = (num_nodes, node_rank, rdzv_endpoint, rdzv_backend, max_restarts, rdzv_timeout)
     return make_node_plan(
         *(
             getattr(config, name) if value is None else value
             for name, value in zip(NODE_FIELDS, given, strict=True)
-        )
+        ),
+        rdzv_conf=conf,
+        rdzv_id=rdzv_id,
+        monitor_interval=monitor_interval,
     )

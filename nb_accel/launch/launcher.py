@@ -9,6 +9,7 @@ the kernel runs on a TPU runtime (:mod:`.xla.launcher`), torch's elastic agent a
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -20,11 +21,12 @@ from .hosts.plan import HostPlan, make_host_plan
 from .launchers.interface import Launcher, run_launch
 from .launchers.view import make_view
 from .multinode.launcher import NodesLauncher
-from .multinode.nodes import NodePlan
+from .multinode.nodes import NodePlan, check_monitor_interval, check_rdzv_conf, check_rdzv_id
 from .payload import LaunchPayload, check_arguments, launch_payload
 from .plan import LaunchPlan, sharding_for, show_notes
 from .processes import multiprocessing_helpers
 from .single_node import SingleNodeLauncher
+from .views.output import check_prefix_template
 from .views.view import LaunchView
 from .xla.launcher import launch_xla, xla_requested
 
@@ -53,12 +55,59 @@ def _hosts_view(
 
 
 def _launcher(
-    plan: LaunchPlan, nodes: NodePlan, payload: LaunchPayload, prefix_output: bool, view: LaunchView
+    plan: LaunchPlan,
+    nodes: NodePlan,
+    payload: LaunchPayload,
+    prefix_output: bool,
+    view: LaunchView,
+    prefix_template: str | None,
 ) -> Launcher:
     """The launcher of a launch on CPUs or GPUs: across the nodes, or on this one."""
     if nodes.multi_node:
-        return NodesLauncher(plan, nodes, payload, prefix_output, view)
-    return SingleNodeLauncher(plan, payload, prefix_output, view)
+        return NodesLauncher(plan, nodes, payload, prefix_output, view, prefix_template)
+    return SingleNodeLauncher(plan, payload, prefix_output, view, prefix_template)
+
+
+def _check_agent_options(
+    rdzv_conf: object, rdzv_id: object, monitor_interval: object, template: object, prefix: bool
+) -> None:
+    """Check the options of torch's elastic agent and its output (what every launch takes,
+    whether it uses them or not): ``TypeError``/``ValueError`` naming the option."""
+    check_rdzv_conf(rdzv_conf)
+    check_rdzv_id(rdzv_id)
+    check_monitor_interval(monitor_interval)
+    check_prefix_template(template)
+    if template and not prefix:
+        raise ValueError(
+            "log_line_prefix_template gives each worker line a prefix, but prefix_output=False "
+            "turns prefixes off: leave one of them out"
+        )
+
+
+def _warn_without_agent(
+    launch: str, rdzv_conf: Mapping[str, Any] | None, rdzv_id: str | None, interval: float | None
+) -> None:
+    """Warn once (a ``UserWarning`` at the caller's line) that the rendezvous options given
+    do nothing in ``launch``, which runs no rendezvous and no elastic agent."""
+    given = [
+        name
+        for name, used in (
+            ("rdzv_conf", bool(rdzv_conf)),
+            ("rdzv_id", rdzv_id not in (None, "none")),
+            ("monitor_interval", interval is not None),
+        )
+        if used
+    ]
+    if given:
+        names = ", ".join(given)
+        warnings.warn(
+            f"{names} {'has' if len(given) == 1 else 'have'} no effect on {launch}: its workers "
+            "are started and watched directly, with no rendezvous and no elastic agent (they "
+            f"apply with num_nodes > 1 or hosts); leave {'it' if len(given) == 1 else 'them'} "
+            "out to silence this warning",
+            UserWarning,
+            stacklevel=3,
+        )
 
 
 def _check_call(function: object, args: object, kwargs: object) -> None:
@@ -113,6 +162,10 @@ def notebook_launcher(
     hosts: str | Sequence[str] | None = None,
     ssh_config: str | os.PathLike[str] | None = None,
     remote_python: str | None = None,
+    rdzv_conf: Mapping[str, Any] | None = None,
+    rdzv_id: str | None = None,
+    monitor_interval: float | None = None,
+    log_line_prefix_template: str | None = None,
 ) -> list[Any]:
     """Run ``function(*args, **kwargs)`` on ``num_processes`` worker processes and wait.
 
@@ -162,7 +215,8 @@ def notebook_launcher(
         max_restarts: how many times the worker group is restarted on every node after a
             failure before the launch fails (built-in default 0).
         rdzv_timeout: seconds to wait for the rendezvous: reaching node 0, and every node
-            joining (built-in default 900).
+            joining (built-in default 900); torch's ``read_timeout`` and ``join_timeout``
+            (see ``rdzv_conf``).
         fsdp: shard the model across the ranks with FSDP2 (torch's ``fully_shard``; each rank
             holds one shard of the parameters, gradients and optimizer state) instead of
             replicating it with DDP: ``Accelerator()`` inside then shards what ``prepare`` is
@@ -183,6 +237,29 @@ def notebook_launcher(
             ``num_nodes``, ``node_rank`` or ``rdzv_endpoint`` is given).
         remote_python: the Python interpreter the ``hosts`` run (default: the kernel's own
             path, as on a cluster whose machines share their software).
+        rdzv_conf: more options for torch's rendezvous in a multi-node or ``hosts`` launch
+            (``LaunchConfig.rdzv_configs``, e.g. ``{"read_timeout": 120}`` or
+            ``{"last_call_timeout": 5}``), set over nb_accel's own. Its ``join_timeout`` is
+            ``rdzv_timeout`` by torch's name: given alone it sets the rendezvous timeout (it
+            wins over a saved ``rdzv_timeout``); given with ``rdzv_timeout`` the two must agree
+            (ValueError otherwise). ``rdzv_timeout`` sets torch's ``join_timeout`` and
+            ``read_timeout`` unless ``rdzv_conf`` has them. Keys nb_accel sets from other options
+            (``is_host``, ``run_id``, ``endpoint``, ...) are refused, naming the option to use.
+            A single-node launch has no rendezvous: a non-empty ``rdzv_conf`` there warns
+            (``UserWarning``) that it has no effect.
+        rdzv_id: the rendezvous run id (``None`` or Accelerate's ``"none"``: ``"nb_accel"``).
+            It must be the same on every node: only nodes with the same id meet (others wait
+            until ``rdzv_timeout``). No effect on a single node (a warning says so).
+        monitor_interval: seconds between two looks of torch's elastic agent at its workers,
+            on every node of a multi-node or ``hosts`` launch (above 0; ``None``: 0.05).
+            A single-node launch hears its workers end at once, without polling: a value
+            given there has no effect, and a warning says so.
+        log_line_prefix_template: the prefix of each line the workers print, in place of
+            ``[rank N] ``, as torch's elastic agent takes it: ``${rank}`` (global rank),
+            ``${local_rank}`` (rank on its machine) and ``${role_name}`` (``"default_role"``,
+            torch's ``elastic_launch`` role) are filled in, e.g. ``"[${role_name}${rank}]:"``
+            gives ``[default_role0]:``. Any launch; used even with one rank. Another
+            placeholder is a ValueError; with ``prefix_output=False`` too.
 
     Returns:
         Each rank's return value, in rank order (tensors moved to the CPU); in a multi-node
@@ -201,8 +278,11 @@ def notebook_launcher(
     __tracebackhide__ = True  # IPython and pytest leave this frame out
     try:
         _check_call(function, args, kwargs)
+        template = log_line_prefix_template
+        _check_agent_options(rdzv_conf, rdzv_id, monitor_interval, template, prefix_output)
         if cpu is not True and xla_requested():  # a TPU runtime: torch_xla's xmp.spawn
             _refuse_fsdp_on_xla(fsdp)
+            _warn_without_agent("an XLA launch", rdzv_conf, rdzv_id, monitor_interval)
             return launch_xla(
                 function,
                 args,
@@ -213,12 +293,22 @@ def notebook_launcher(
                 prefix_output=prefix_output,
                 show_progress=show_progress,
                 all_ranks_metrics=all_ranks_metrics,
+                log_line_prefix_template=template,
             )
         config = load_config()
         if rdzv_endpoint is None and master_addr is not None and use_port is not None:
             rdzv_endpoint = f"{master_addr}:{use_port}"
         nodes = node_plan_with_defaults(
-            config, num_nodes, node_rank, rdzv_endpoint, rdzv_backend, max_restarts, rdzv_timeout
+            config,
+            num_nodes,
+            node_rank,
+            rdzv_endpoint,
+            rdzv_backend,
+            max_restarts,
+            rdzv_timeout,
+            rdzv_conf=rdzv_conf,
+            rdzv_id=rdzv_id,
+            monitor_interval=monitor_interval,
         )
         given_nodes = any(v is not None for v in (num_nodes, node_rank, rdzv_endpoint))
         if hosts is None and not given_nodes:  # the saved hosts, unless nodes were given
@@ -229,6 +319,8 @@ def notebook_launcher(
             if hosts is not None
             else None
         )
+        if on_hosts is None and not nodes.multi_node:
+            _warn_without_agent("a single-node launch", rdzv_conf, rdzv_id, monitor_interval)
         plan = plan_with_defaults(
             num_processes,
             mixed_precision,
@@ -247,10 +339,12 @@ def notebook_launcher(
         show_notes(plan)
         if on_hosts is not None:
             view = _hosts_view(plan, on_hosts, show_progress, all_ranks_metrics)
-            launcher: Launcher = HostsLauncher(plan, on_hosts, payload, prefix_output, view)
+            launcher: Launcher = HostsLauncher(
+                plan, on_hosts, payload, prefix_output, view, template
+            )
         else:
             view = _make_view(plan, nodes, show_progress, all_ranks_metrics)
-            launcher = _launcher(plan, nodes, payload, prefix_output, view)
+            launcher = _launcher(plan, nodes, payload, prefix_output, view, template)
         with multiprocessing_helpers(plan.start_method):
             outcome = run_launch(launcher)
         if isinstance(outcome, BaseException):

@@ -33,14 +33,23 @@ class SingleNodeLauncher(Launcher):
             inherit, or pickled.
         prefix_output: prefix each line of output with its rank.
         view: the launch's view.
+        prefix_template: a ``log_line_prefix_template`` for those prefixes (``None``: the
+            rank's).
     """
 
     def __init__(
-        self, plan: LaunchPlan, payload: LaunchPayload, prefix_output: bool, view: LaunchView
+        self,
+        plan: LaunchPlan,
+        payload: LaunchPayload,
+        prefix_output: bool,
+        view: LaunchView,
+        prefix_template: str | None = None,
     ) -> None:
         self._plan = plan
         self._payload = payload
-        self._printer = OutputPrinter(plan.num_processes, prefix_output, view=view)
+        self._printer = OutputPrinter(
+            plan.num_processes, prefix_output, view=view, template=prefix_template
+        )
         self.view = self._printer.view  # the held output first at each change of state
         self._workers: list[WorkerProcess] = []
         self._group: WorkerGroup | None = None

@@ -1,8 +1,8 @@
 """One "node" of a multi-node launch, run as its own process by test_multinode.py.
 
-Usage: ``python multinode_node.py NODE_RANK ENDPOINT SCENARIO OUT_FILE [OPTION=VALUE ...]``.
-The node launches 2 processes and writes what its ``notebook_launcher`` call returned or
-raised to ``OUT_FILE`` as JSON.
+Usage: ``python multinode_node.py NODE_RANK ENDPOINT SCENARIO OUT_FILE [OPTION=VALUE ...]``
+(each VALUE read as JSON, else as a string). The node launches 2 processes and writes what its
+``notebook_launcher`` call returned or raised to ``OUT_FILE`` as JSON.
 """
 
 from __future__ import annotations
@@ -67,6 +67,8 @@ def work(scenario: str) -> dict[str, Any] | None:
         return None
     accelerator = nb_accel.Accelerator()
     rank = accelerator.process_index
+    if scenario == "say":
+        print(f"hello from rank {rank}", flush=True)
     total = torch.tensor([float(rank + 1)])
     dist.all_reduce(total)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
@@ -91,6 +93,7 @@ def work(scenario: str) -> dict[str, Any] | None:
         "gathered": gathered.tolist(),
         "attempt": attempt,
         "main": accelerator.is_main_process,
+        "run_id": os.environ.get("TORCHELASTIC_RUN_ID"),
     }
 
 
@@ -128,7 +131,10 @@ def main() -> None:
     options: dict[str, Any] = {}
     for item in sys.argv[5:]:
         key, _, value = item.partition("=")
-        options[key] = float(value) if key == "rdzv_timeout" else int(value)
+        try:
+            options[key] = json.loads(value)
+        except json.JSONDecodeError:
+            options[key] = value
     if endpoint != "-":
         options["rdzv_endpoint"] = endpoint
     if node_rank != "-":

@@ -143,6 +143,43 @@ def test_prefixes_can_be_turned_off(capsys: pytest.CaptureFixture[str]) -> None:
     assert capsys.readouterr().out.count("\nplain\n") + 0 >= 1
 
 
+@pytest.mark.timeout(120)
+def test_accelerates_log_line_prefix_template_prefixes_each_rank(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    def talk() -> None:
+        print(f"hello from {dist.get_rank()}\nbye")
+
+    notebook_launcher(talk, num_processes=2, log_line_prefix_template="[${role_name}${rank}]:")
+    lines = capsys.readouterr().out.splitlines()[1:]
+    assert sorted(lines) == [
+        "[default_role0]:bye",
+        "[default_role0]:hello from 0",
+        "[default_role1]:bye",
+        "[default_role1]:hello from 1",
+    ]
+    notebook_launcher(only_rank_0_prints, num_processes=1, log_line_prefix_template="${rank}> ")
+    assert capsys.readouterr().out.splitlines()[1:] == ["0> loss 0.5", "0> loss 0.4"]
+
+
+@pytest.mark.timeout(120)
+def test_rendezvous_options_warn_that_a_single_node_launch_has_no_rendezvous() -> None:
+    with pytest.warns(UserWarning, match="rdzv_conf has no effect on a single-node launch"):
+        results = notebook_launcher(lambda: 7, num_processes=2, rdzv_conf={"join_timeout": 30})
+    assert results == [7, 7]
+    with pytest.warns(UserWarning, match="rdzv_id, monitor_interval have no effect"):
+        notebook_launcher(lambda: 7, num_processes=1, rdzv_id="exp", monitor_interval=0.1)
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.filterwarnings("error")
+def test_accelerates_default_rendezvous_options_do_not_warn() -> None:
+    results = notebook_launcher(
+        lambda: 7, num_processes=2, rdzv_conf={}, rdzv_id="none", monitor_interval=None
+    )
+    assert results == [7, 7]
+
+
 def listening_addresses() -> list[str]:
     dist.barrier()
     me = psutil.Process()

@@ -119,6 +119,42 @@ def test_two_nodes_all_reduce_across_four_ranks(tmp_path: Path) -> None:
 
 
 @pytest.mark.timeout(200)
+def test_two_nodes_meet_with_accelerates_rendezvous_and_agent_options(tmp_path: Path) -> None:
+    """A custom rdzv_id, rdzv_conf and monitor_interval reach torch's agent on both nodes, and
+    the log_line_prefix_template prefixes each node's worker lines."""
+    template = "log_line_prefix_template=[${role_name}${rank}|${local_rank}]:"
+    options = ("num_nodes=2", 'rdzv_id="exp-42"', 'rdzv_conf={"join_timeout": 30}')
+    node0, node1 = _two_nodes(tmp_path, "say", *options, "monitor_interval=0.05", template)
+    assert "error" not in node0, node0
+    assert "error" not in node1, node1
+    results = node0["results"] + node1["results"]
+    assert [r["rank"] for r in results] == [0, 1, 2, 3]
+    assert {r["sum"] for r in results} == {1 + 2 + 3 + 4}
+    assert {r["run_id"] for r in results} == {"exp-42"}  # the agent's run id
+    assert "[default_role0|0]:hello from rank 0" in node0["output"].splitlines()
+    assert "[default_role1|1]:hello from rank 1" in node0["output"].splitlines()
+    assert "[default_role2|0]:hello from rank 2" in node1["output"].splitlines()
+    assert "[default_role3|1]:hello from rank 3" in node1["output"].splitlines()
+    assert "no effect" not in node0["output"] + node1["output"]  # no single-node warning
+
+
+@pytest.mark.timeout(120)
+def test_nodes_with_different_rdzv_ids_do_not_meet(tmp_path: Path) -> None:
+    """Each node waits in its own run: node 0 (alone in its run) says the others did not join.
+    Node 1 waits up to a minute to reach node 0's store (rdzv_conf's read_timeout), whichever
+    starts first, then fails too."""
+    endpoint = f"127.0.0.1:{_free_port()}"
+    options = ("num_nodes=2", "rdzv_timeout=3", 'rdzv_conf={"read_timeout": 60}')
+    node0 = _start(tmp_path, "0", endpoint, "ok", *options, "rdzv_id=first")
+    node1 = _start(tmp_path, "1", endpoint, "ok", *options, "rdzv_id=second")
+    first, second = _finish(*node0), _finish(*node1)
+    assert first.get("error") == "LaunchError", first
+    assert "not every node joined" in first["message"]
+    assert "rdzv_endpoint and rdzv_id" in first["message"]
+    assert second.get("error") == "LaunchError", second
+
+
+@pytest.mark.timeout(200)
 def test_a_failure_on_node_1_is_raised_on_node_0_with_its_type_and_rank(tmp_path: Path) -> None:
     node0, node1 = _two_nodes(tmp_path, "fail", "num_nodes=2")
     for node in (node0, node1):

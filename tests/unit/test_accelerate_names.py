@@ -636,14 +636,7 @@ def test_the_state_members_for_what_nb_accel_does_not_run() -> None:
 
 
 #: Parameters of Accelerate's documented callables that nb_accel's do not take yet, with why.
-PARAMETERS_LEFT_OUT = {
-    ("accelerate", "notebook_launcher"): {
-        "rdzv_conf": "not taken yet: torch elastic's rendezvous options",
-        "rdzv_id": "not taken yet: torch elastic's run id",
-        "monitor_interval": "not taken yet: torch elastic's agent polling interval",
-        "log_line_prefix_template": "not taken yet: nb_accel's view prefixes each rank's lines",
-    },
-}
+PARAMETERS_LEFT_OUT: dict[tuple[str, str], dict[str, str]] = {}
 
 
 def test_the_documented_callables_take_accelerates_parameters() -> None:

@@ -84,6 +84,37 @@ def test_one_shown_rank_and_turned_off_prefixes_stay_plain(
     assert capsys.readouterr().out == "a\nb\nx\ny\n"
 
 
+@pytest.mark.timeout(30)
+def test_a_prefix_template_is_filled_in_per_rank_as_torchs_agent_does(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    template = "[${role_name}${rank}|${local_rank}]$$ "
+    printer = OutputPrinter(world_size=4, template=template, per_node=2)
+    printer(Output(3, "stdout", "a\nb"))
+    printer(Output(3, "stdout", " still b\n"))
+    printer(Output(0, "stderr", "warning\n"))
+    printer.flush()
+    captured = capsys.readouterr()
+    assert captured.out == "[default_role3|1]$ a\n[default_role3|1]$ b still b\n"
+    assert captured.err == "[default_role0|0]$ warning\n"
+
+
+@pytest.mark.timeout(30)
+def test_a_prefix_template_replaces_the_host_and_applies_to_one_rank(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    hosts = OutputPrinter(4, place_of=lambda rank: f"node{rank // 2}", template="${rank}: ")
+    hosts(Output(2, "stdout", "x\n"))
+    hosts.flush()
+    alone = OutputPrinter(1, template="<${local_rank}>")
+    alone(Output(0, "stdout", "y\n"))
+    alone.flush()
+    unset = OutputPrinter(2, place_of=lambda rank: "gpu0", template="")  # torch: no template
+    unset(Output(1, "stdout", "z\n"))
+    unset.flush()
+    assert capsys.readouterr().out == "2: x\n<0>y\n[gpu0 rank 1] z\n"
+
+
 def test_a_burst_is_written_in_one_batch_per_interval(monkeypatch: pytest.MonkeyPatch) -> None:
     terminal = capture(monkeypatch)
     clock = Clock()

@@ -26,7 +26,6 @@ from ...runtime.transfer.segments import INLINE_ENV
 from ...runtime.workers.node_worker import global_rank
 from ..failures.verdict import died_failure
 from ..launchers.dispatch import TICK_S
-from ..multinode.nodes import NodePlan
 from ..plan import LaunchPlan
 from ..workers import worker_env
 from .plan import HostPlan
@@ -185,13 +184,7 @@ class HostNodes:
         env = {**worker_env(self.plan, single_node=False), INLINE_ENV: "1"}
         restarts = self.hosts.max_restarts if max_restarts is None else max_restarts
         for node in self.nodes:
-            nodes = NodePlan(
-                num_nodes=len(self.nodes),
-                node_rank=node.index,
-                rdzv_endpoint=endpoint,
-                max_restarts=restarts,
-                rdzv_timeout=self.hosts.rdzv_timeout,
-            )
+            nodes = self.hosts.node_plan(node.index, endpoint, restarts)
             node.tell(NodeJob(self.plan, nodes, payload, env))
 
     def _greet(self, node: NodeChannel) -> None:

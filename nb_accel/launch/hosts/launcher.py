@@ -48,8 +48,10 @@ class HostsLauncher(Launcher):
         plan: the launch's plan (``num_processes`` ranks on each host).
         hosts: the hosts and how they are reached.
         payload: the function and its arguments, pickled (they travel to the hosts).
-        prefix_output: prefix each line of output with its rank.
+        prefix_output: prefix each line of output with its rank (and host).
         view: the launch's view, a row for every rank.
+        prefix_template: a ``log_line_prefix_template`` for those prefixes (``None``: the
+            host's and rank's).
     """
 
     def __init__(
@@ -59,6 +61,7 @@ class HostsLauncher(Launcher):
         payload: LaunchPayload,
         prefix_output: bool,
         view: LaunchView,
+        prefix_template: str | None = None,
     ) -> None:
         self._plan = plan
         self._hosts = HostNodes(plan, hosts)
@@ -69,6 +72,8 @@ class HostsLauncher(Launcher):
             prefix_output,
             view=view,
             place_of=lambda rank: hosts.hosts[rank // per_host],
+            template=prefix_template,
+            per_node=per_host,
         )
         self.view = self._printer.view
         self._events = NodeHooks(self._printer, self.view)

@@ -6,9 +6,10 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
-from ..multinode.nodes import NodePlan
+from ..multinode.nodes import DEFAULT_RDZV_ID, MONITOR_INTERVAL_S, NodePlan
 from .transport import SrunTransport, SshTransport, Transport, slurm_hosts
 
 __all__ = ["LOCAL", "HostPlan", "make_host_plan"]
@@ -27,6 +28,9 @@ class HostPlan:
         python: the interpreter the hosts run (the kernel's, unless configured).
         rdzv_timeout: seconds every host may take to join the rendezvous.
         max_restarts: times the worker group is restarted after a failure.
+        rdzv_conf: more options for torch's rendezvous handler, on every host.
+        rdzv_id: the rendezvous run id.
+        monitor_interval: how often each host's elastic agent looks at its workers (seconds).
     """
 
     hosts: tuple[str, ...]
@@ -34,6 +38,22 @@ class HostPlan:
     python: str
     rdzv_timeout: float = 900.0
     max_restarts: int = 0
+    rdzv_conf: dict[str, Any] = field(default_factory=dict, hash=False)
+    rdzv_id: str = DEFAULT_RDZV_ID
+    monitor_interval: float = MONITOR_INTERVAL_S
+
+    def node_plan(self, node_rank: int, endpoint: str, max_restarts: int) -> NodePlan:
+        """The :class:`NodePlan` of host ``node_rank``, whose rendezvous is at ``endpoint``."""
+        return NodePlan(
+            num_nodes=len(self.hosts),
+            node_rank=node_rank,
+            rdzv_endpoint=endpoint,
+            max_restarts=max_restarts,
+            rdzv_timeout=self.rdzv_timeout,
+            rdzv_conf=self.rdzv_conf,
+            rdzv_id=self.rdzv_id,
+            monitor_interval=self.monitor_interval,
+        )
 
     def rank_hosts(self, per_host: int) -> list[str]:
         """Each rank's host, in rank order, with ``per_host`` ranks on each."""
@@ -64,7 +84,8 @@ def make_host_plan(
     Args:
         hosts: ``"slurm"``, the host names (as ``ssh`` knows them), or ``"local"``.
         ssh_config: an OpenSSH client configuration file (``None``: the user's own).
-        nodes: the node options (``rdzv_timeout`` and ``max_restarts`` apply to the hosts).
+        nodes: the node options (``rdzv_timeout``, ``max_restarts``, ``rdzv_conf``,
+            ``rdzv_id`` and ``monitor_interval`` apply to the hosts).
         given_nodes: whether ``num_nodes``, ``node_rank`` or ``rdzv_endpoint`` was passed:
             the hosts decide those themselves.
         python: the interpreter the hosts run (``None``: the kernel's own path).
@@ -85,13 +106,7 @@ def make_host_plan(
             )
         if ssh_config is not None:
             raise ValueError('ssh_config applies to SSH hosts, not to hosts="slurm"')
-        return HostPlan(
-            tuple(slurm_hosts()),
-            SrunTransport(),
-            interpreter,
-            nodes.rdzv_timeout,
-            nodes.max_restarts,
-        )
+        return _host_plan(tuple(slurm_hosts()), SrunTransport(), interpreter, nodes)
     names = list(hosts) if isinstance(hosts, Sequence) else None
     if not names or not all(isinstance(name, str) and name.strip() for name in names):
         raise TypeError(f"hosts must be a non-empty list of host names, got {hosts!r}")
@@ -103,10 +118,20 @@ def make_host_plan(
         config = os.path.abspath(os.path.expanduser(os.fspath(ssh_config)))
         if not os.path.isfile(config):
             raise ValueError(f"ssh_config {config} is not a file")
+    return _host_plan(tuple(names), SshTransport(config), interpreter, nodes)
+
+
+def _host_plan(
+    hosts: tuple[str, ...], transport: Transport, python: str, nodes: NodePlan
+) -> HostPlan:
+    """The plan of ``hosts``, with the rendezvous and agent options of ``nodes``."""
     return HostPlan(
-        tuple(names),
-        SshTransport(config),
-        interpreter,
+        hosts,
+        transport,
+        python,
         nodes.rdzv_timeout,
         nodes.max_restarts,
+        rdzv_conf=nodes.rdzv_conf,
+        rdzv_id=nodes.rdzv_id,
+        monitor_interval=nodes.monitor_interval,
     )

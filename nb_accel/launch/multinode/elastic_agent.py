@@ -24,19 +24,18 @@ import contextlib
 import math
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...errors import LaunchError
 from .network import rendezvous_listener, split_endpoint
 from .node_addresses import NodeCard, NodeNetwork
+from .nodes import DEFAULT_RDZV_ID, MONITOR_INTERVAL_S
 
 __all__ = ["EXIT_BARRIER_S", "MONITOR_INTERVAL_S", "launch_config", "run_agent"]
 
 #: How long a node whose workers have finished waits for the other nodes (seconds).
 EXIT_BARRIER_S = 30.0
-#: How often the agent looks at its workers (seconds).
-MONITOR_INTERVAL_S = 0.05
 
 
 def launch_config(
@@ -50,10 +49,17 @@ def launch_config(
     start_method: str,
     log_dir: str,
     local_addr: str | None = None,
+    *,
+    rdzv_conf: Mapping[str, Any] | None = None,
+    run_id: str = DEFAULT_RDZV_ID,
+    monitor_interval: float = MONITOR_INTERVAL_S,
 ) -> Any:
     """The ``LaunchConfig`` of one node: every node alike but for ``node_rank``; node 0 hosts
     the rendezvous store, the others only connect to it. ``local_addr`` is the address this
-    node advertises (``None``: torch's choice, its host name)."""
+    node advertises (``None``: torch's choice, its host name). ``rdzv_conf`` (the user's
+    rendezvous options) is set over the timeouts that ``rdzv_timeout`` gives; ``run_id`` must
+    be the same on every node; ``monitor_interval`` is how often the agent looks at its
+    workers (seconds)."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
 
@@ -63,12 +69,17 @@ def launch_config(
         max_nodes=num_nodes,
         nproc_per_node=per_node,
         logs_specs=DefaultLogsSpecs(log_dir=log_dir),
-        run_id="nb_accel",
+        run_id=run_id,
         rdzv_endpoint=endpoint,
         rdzv_backend=backend,
-        rdzv_configs={"join_timeout": wait_s, "read_timeout": wait_s, "is_host": node_rank == 0},
+        rdzv_configs={
+            "join_timeout": wait_s,
+            "read_timeout": wait_s,
+            "is_host": node_rank == 0,
+            **(rdzv_conf or {}),
+        },
         max_restarts=max_restarts,
-        monitor_interval=MONITOR_INTERVAL_S,
+        monitor_interval=monitor_interval,
         start_method=start_method,
         local_addr=local_addr,
     )

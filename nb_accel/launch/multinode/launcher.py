@@ -100,7 +100,7 @@ def _rendezvous_error(error: Exception, nodes: NodePlan, started: bool) -> Launc
         text = (
             f"not every node joined {where} within {nodes.rdzv_timeout:g} s (rdzv_timeout): run "
             f"the launch on all {nodes.num_nodes} nodes (node_rank 0 to {nodes.num_nodes - 1}), "
-            "with the same num_nodes, num_processes and rdzv_endpoint"
+            "with the same num_nodes, num_processes, rdzv_endpoint and rdzv_id"
         )
     elif "Closed" in name:
         text = f"{where} was closed by another node (it stopped or failed): launch on all again"
@@ -161,6 +161,9 @@ def node_launch_config(
         plan.start_method,
         log_dir,
         network.address,
+        rdzv_conf=nodes.rdzv_conf,
+        run_id=nodes.rdzv_id,
+        monitor_interval=nodes.monitor_interval,
     )
 
 
@@ -210,6 +213,8 @@ class NodesLauncher(Launcher):
         payload: the function and its arguments (pickled, or the call itself).
         prefix_output: prefix each line of output with its rank.
         view: the launch's view, a row for each of this node's ranks.
+        prefix_template: a ``log_line_prefix_template`` for those prefixes (``None``: the
+            rank's).
     """
 
     def __init__(
@@ -219,12 +224,19 @@ class NodesLauncher(Launcher):
         payload: LaunchPayload,
         prefix_output: bool,
         view: LaunchView,
+        prefix_template: str | None = None,
     ) -> None:
         self._plan = plan
         self._nodes = nodes
         self._payload = payload
         world = plan.num_processes * nodes.num_nodes
-        self._printer = OutputPrinter(world, prefix_output, view=view)
+        self._printer = OutputPrinter(
+            world,
+            prefix_output,
+            view=view,
+            template=prefix_template,
+            per_node=plan.num_processes,
+        )
         self.view = self._printer.view  # the held output first at each change of state
         self._events: NodeEvents | None = None
         self._log_dir: str | None = None

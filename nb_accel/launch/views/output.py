@@ -15,6 +15,7 @@ whenever they wake, and wait no longer than it says.
 
 from __future__ import annotations
 
+import string
 import sys
 import threading
 import time
@@ -24,12 +25,55 @@ from typing import Protocol, cast
 from ..._messages import Output, Report
 from .view import LaunchView, NullView
 
-__all__ = ["FLUSH_INTERVAL_S", "MAX_SEGMENTS", "BarLine", "OutputPrinter", "OutputSink"]
+__all__ = [
+    "FLUSH_INTERVAL_S",
+    "MAX_SEGMENTS",
+    "PREFIX_PLACEHOLDERS",
+    "ROLE_NAME",
+    "BarLine",
+    "OutputPrinter",
+    "OutputSink",
+    "check_prefix_template",
+]
 
 #: Shortest time between two writes of held-back output (seconds).
 FLUSH_INTERVAL_S = 0.2
 #: Most runs of one stream in a batch (stdout, stderr, stdout, ... each becomes a message).
 MAX_SEGMENTS = 8
+#: The placeholders of a ``log_line_prefix_template``, as torch's elastic agent fills them.
+PREFIX_PLACEHOLDERS = ("rank", "local_rank", "role_name")
+#: The workers' role name for ``${role_name}``: that of torch's ``elastic_launch``
+#: (``LaunchConfig.role``), which Accelerate's launcher and nb_accel's elastic agent use.
+ROLE_NAME = "default_role"
+
+
+def check_prefix_template(template: object) -> None:
+    """Check a ``log_line_prefix_template`` (``None``: none): ``TypeError`` when it is not a
+    ``str``, ``ValueError`` naming a placeholder other than :data:`PREFIX_PLACEHOLDERS`."""
+    if template is None:
+        return
+    if not isinstance(template, str):
+        raise TypeError(
+            'log_line_prefix_template must be a str such as "[${rank}]: ", got '
+            f"{type(template).__name__}"
+        )
+    found = string.Template.pattern.finditer(template)
+    names = [match.group("named") or match.group("braced") for match in found]
+    unknown = sorted({name for name in names if name and name not in PREFIX_PLACEHOLDERS})
+    if unknown:
+        known = ", ".join(f"${{{name}}}" for name in PREFIX_PLACEHOLDERS)
+        raise ValueError(
+            f"log_line_prefix_template has unknown placeholder(s) "
+            f"{', '.join(f'${{{name}}}' for name in unknown)}: the known ones are {known} "
+            "(write $$ for a literal $)"
+        )
+
+
+def _template_tag(template: str, rank: int, per_node: int) -> str:
+    """``template`` filled in for ``rank`` as torch's elastic agent fills it."""
+    return string.Template(template).safe_substitute(
+        role_name=ROLE_NAME, rank=rank, local_rank=rank % per_node
+    )
 
 
 class OutputSink(Protocol):
@@ -54,7 +98,7 @@ class BarLine(Protocol):
 
 class OutputPrinter:
     """Writes worker output to ``sys.stdout``/``sys.stderr`` in batches; with more than one
-    rank, every line is prefixed with its rank (``[rank N] ``).
+    rank, every line is prefixed with its rank (``[rank N] ``), or with ``template`` filled in.
 
     Args:
         world_size: number of ranks whose output is shown; with one no prefix is added.
@@ -67,6 +111,11 @@ class OutputPrinter:
         clock: time source (seconds).
         place_of: names the machine of a rank, for the prefix (``[node1 rank 2] ``), in a
             launch across hosts.
+        template: a ``log_line_prefix_template`` (checked by :func:`check_prefix_template`):
+            each line's whole prefix is this, with ``${rank}``, ``${local_rank}`` and
+            ``${role_name}`` filled in as torch's elastic agent does, even with one rank
+            (``None`` or empty: the rank prefix).
+        per_node: ranks on each machine, for ``${local_rank}`` (``None``: ``world_size``).
     """
 
     def __init__(
@@ -78,9 +127,14 @@ class OutputPrinter:
         interval: float | None = None,
         clock: Callable[[], float] = time.monotonic,
         place_of: Callable[[int], str] | None = None,
+        template: str | None = None,
+        per_node: int | None = None,
     ) -> None:
-        self._prefix = prefix and world_size > 1
+        self._prefix = prefix and (world_size > 1 or bool(template))
         self._place_of = place_of
+        self._template = template or None
+        self._per_node = max(per_node or world_size, 1)
+        self._tags: dict[int, str] = {}
         self._bar = _bar_line(view)
         self._interval = FLUSH_INTERVAL_S if interval is None else interval
         self._clock = clock
@@ -128,8 +182,7 @@ class OutputPrinter:
             self._at_line_start[(holder, event.stream)] = True
             self._open_line[event.stream] = None
         if self._prefix:
-            place = f"{self._place_of(event.rank)} " if self._place_of else ""
-            tag = f"[{place}rank {event.rank}] "
+            tag = self._tag(event.rank)
             start = self._at_line_start.get(key, True)
             lines = text.splitlines(keepends=True)
             text = "".join((tag if (i > 0 or start) else "") + line for i, line in enumerate(lines))
@@ -137,6 +190,18 @@ class OutputPrinter:
             self._at_line_start[key] = text.endswith("\n")
             self._open_line[event.stream] = None if text.endswith("\n") else event.rank
         return ended + text
+
+    def _tag(self, rank: int) -> str:
+        """The prefix of ``rank``'s lines."""
+        tag = self._tags.get(rank)
+        if tag is None:
+            if self._template is not None:
+                tag = _template_tag(self._template, rank, self._per_node)
+            else:
+                place = f"{self._place_of(rank)} " if self._place_of else ""
+                tag = f"[{place}rank {rank}] "
+            self._tags[rank] = tag
+        return tag
 
     def _hold(self, stream: str, text: str) -> None:
         if self._pending and self._pending[-1][0] == stream:

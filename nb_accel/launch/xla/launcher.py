@@ -283,6 +283,7 @@ def launch_xla(
     prefix_output: bool = True,
     show_progress: bool = True,
     all_ranks_metrics: bool = False,
+    log_line_prefix_template: str | None = None,
 ) -> list[Any]:
     """Run ``function(*args, **kwargs)`` on every local XLA device (or one) and wait.
 
@@ -305,6 +306,8 @@ def launch_xla(
         prefix_output: prefix worker output with the rank when there is more than one.
         show_progress: show the launch view (a widget in a notebook, text elsewhere).
         all_ranks_metrics: chart every rank's logged metrics, not only rank 0's.
+        log_line_prefix_template: the prefix of each worker line instead of the rank's
+            (``${rank}``, ``${local_rank}``, ``${role_name}``).
 
     Returns:
         Each rank's return value, in rank order (tensors moved to the CPU).
@@ -327,7 +330,7 @@ def launch_xla(
     settings = xla_worker_settings(precision, config.gradient_accumulation_steps)
     title = _describe(plan, precision)
     view = make_view(title, count, show_progress, all_ranks_metrics, always_print_title=True)
-    printer = OutputPrinter(count, prefix_output, view=view)
+    printer = OutputPrinter(count, prefix_output, view=view, template=log_line_prefix_template)
     spawn_args = (payload, settings, os.getpid())
     outcome = run_launch(XlaLauncher(xmp, spawn_args, plan, printer))
     if isinstance(outcome, BaseException):
