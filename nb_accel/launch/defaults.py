@@ -61,6 +61,10 @@ def plan_with_defaults(
     )
 
 
+#: Accelerate's default ``rdzv_backend``, taken as c10d (see :func:`node_plan_with_defaults`).
+STATIC_BACKEND = "static"
+
+
 def node_plan_with_defaults(
     config: Config,
     num_nodes: object,
@@ -75,7 +79,11 @@ def node_plan_with_defaults(
     monitor_interval: object = None,
 ) -> NodePlan:
     """The launch's nodes; every option left as ``None`` takes ``config``'s value. A
-    ``join_timeout`` in ``rdzv_conf`` is ``rdzv_timeout`` given (it wins over the saved one)."""
+    ``join_timeout`` in ``rdzv_conf`` is ``rdzv_timeout`` given (it wins over the saved one).
+    Accelerate's default backend, ``"static"`` (a fixed set of nodes, ranks by ``node_rank``),
+    is what the c10d rendezvous gives here: every node's ranks follow from its ``node_rank``."""
+    if rdzv_backend == STATIC_BACKEND:
+        rdzv_backend = "c10d"
     conf = check_rdzv_conf(rdzv_conf)
     rdzv_timeout = pop_join_timeout(conf, rdzv_timeout)
     given = (num_nodes, node_rank, rdzv_endpoint, rdzv_backend, max_restarts, rdzv_timeout)

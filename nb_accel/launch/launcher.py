@@ -211,7 +211,9 @@ def notebook_launcher(
             ``node_rank * num_processes`` and up, so rank 0 is on node 0.
         rdzv_endpoint: ``"host:port"`` of the rendezvous: node 0's address and a port free
             there and reachable from the other nodes. Node 0 hosts it.
-        rdzv_backend: the rendezvous backend; ``"c10d"`` (built-in default).
+        rdzv_backend: the rendezvous backend; ``"c10d"`` (built-in default). Accelerate's
+            ``"static"`` is taken too and means the same here: the nodes are fixed, and each
+            node's ranks follow from its ``node_rank``.
         max_restarts: how many times the worker group is restarted on every node after a
             failure before the launch fails (built-in default 0).
         rdzv_timeout: seconds to wait for the rendezvous: reaching node 0, and every node

@@ -90,6 +90,12 @@ def test_accelerates_defaults_read_as_nb_accels() -> None:
     )
 
 
+def test_accelerates_static_backend_is_taken_as_c10d() -> None:
+    """Accelerate's default ``rdzv_backend="static"``: fixed nodes, ranks by node_rank."""
+    plan = node_plan_with_defaults(Config(), 2, 1, "127.0.0.1:29500", "static", None, None)
+    assert (plan.rdzv_backend, plan.num_nodes, plan.node_rank) == ("c10d", 2, 1)
+
+
 def test_join_timeout_is_rdzv_timeout_by_torchs_name() -> None:
     saved = Config(rdzv_timeout=600)
     given = {"join_timeout": 30, "last_call_timeout": 5}
