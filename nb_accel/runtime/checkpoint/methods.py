@@ -147,8 +147,9 @@ class CheckpointMethods(StateHookMethods):
             return None
         if output_dir is None:
             raise ValueError(
-                "save_state needs an output_dir, or a ProjectConfiguration with "
-                "automatic_checkpoint_naming=True"
+                "save_state needs an output_dir, or automatic checkpoint naming in a project "
+                "folder: Accelerator(project_config=ProjectConfiguration(project_dir=..., "
+                "automatic_checkpoint_naming=True))"
             )
         target = Path(output_dir).expanduser()
         if target.exists() and not (target / META_NAME).is_file():
@@ -275,8 +276,9 @@ class CheckpointMethods(StateHookMethods):
             return folder
         if not self.project_configuration.automatic_checkpoint_naming:
             raise ValueError(
-                "load_state needs an input_dir, or a ProjectConfiguration with "
-                "automatic_checkpoint_naming=True to load the newest checkpoint"
+                "load_state needs an input_dir, or automatic checkpoint naming in a project "
+                "folder to load its newest checkpoint: Accelerator(project_config="
+                "ProjectConfiguration(project_dir=..., automatic_checkpoint_naming=True))"
             )
         parent = self._checkpoints_folder()
         found = numbered_checkpoints(parent)

@@ -157,7 +157,11 @@ class LocalSender:
             while self._acked[rank] < count:
                 data = peer.recv(4096)
                 if not data:
-                    raise ConnectionError(f"process {rank} of the data loader went away")
+                    raise ConnectionError(
+                        f"process {rank} of the dispatched data loader went away (it stopped "
+                        "iterating or exited); every process must iterate a dispatched loader "
+                        "the same number of times"
+                    )
                 self._acked[rank] += len(data)
 
     def _grow(self, region: int) -> int:
