@@ -3,7 +3,9 @@
 1. No dead internal link: every ``href`` and ``src`` of every page that stays inside the site
    names a file the build wrote, and its ``#anchor`` an ``id`` on that page.
 2. Every public name has a reference entry: for each module the API reference documents,
-   every name in its ``__all__`` has an entry (an element whose ``id`` is its full path).
+   every name in its ``__all__`` has an entry (an element whose ``id`` is its full path), and
+   so does every public member of the classes listed in :data:`MEMBERS` (the Accelerator's
+   methods come from several classes of their own).
 
 Usage: ``python tools/check_site.py [SITE_DIR]`` (default ``site``); exits 1 listing what is
 wrong.
@@ -25,6 +27,9 @@ REFERENCE = {
     "nb_accel.logging": "logging",
     "nb_accel.errors": "errors",
 }
+
+#: Classes whose every public member has an entry of its own, with the page it is on.
+MEMBERS = {"nb_accel.Accelerator": "nb_accel"}
 
 
 class _Page(HTMLParser):
@@ -114,6 +119,14 @@ def missing_reference_entries(site: Path) -> list[str]:
         for name in getattr(module, "__all__", []):
             if f"{module_name}.{name}" not in ids:
                 problems.append(f"reference/{page_name}: no entry for {module_name}.{name}")
+    for path, page_name in MEMBERS.items():
+        module_name, class_name = path.rsplit(".", 1)
+        page = site / "reference" / page_name / "index.html"
+        ids = _parse(page).ids if page.exists() else set()
+        cls = getattr(importlib.import_module(module_name), class_name)
+        for name in sorted(n for n in dir(cls) if not n.startswith("_")):
+            if f"{path}.{name}" not in ids:
+                problems.append(f"reference/{page_name}: no entry for {path}.{name}")
     return problems
 
 

@@ -59,6 +59,7 @@ def test_a_public_name_without_a_reference_entry_is_reported(
     site: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(check_site, "REFERENCE", {"nb_accel.logging": "logging"})
+    monkeypatch.setattr(check_site, "MEMBERS", {})
     entries = '<div id="nb_accel.logging.get_logger"></div>'
     _page(site, "reference/logging/index.html", entries)
     assert check_site.missing_reference_entries(site) == [
@@ -67,3 +68,20 @@ def test_a_public_name_without_a_reference_entry_is_reported(
     both = entries + entries.replace("get_logger", "MultiProcessAdapter")
     _page(site, "reference/logging/index.html", both)
     assert check_site.missing_reference_entries(site) == []
+
+
+@pytest.mark.timeout(30)
+def test_a_listed_class_s_public_member_without_an_entry_is_reported(
+    site: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(check_site, "REFERENCE", {})
+    monkeypatch.setattr(check_site, "MEMBERS", {"nb_accel.logging.MultiProcessAdapter": "logging"})
+    from nb_accel.logging import MultiProcessAdapter
+
+    public = sorted(n for n in dir(MultiProcessAdapter) if not n.startswith("_"))
+    prefix = "nb_accel.logging.MultiProcessAdapter"
+    entries = "".join(f'<div id="{prefix}.{name}"></div>' for name in public[1:])
+    _page(site, "reference/logging/index.html", entries)
+    assert check_site.missing_reference_entries(site) == [
+        f"reference/logging: no entry for {prefix}.{public[0]}"
+    ]

@@ -238,4 +238,6 @@ class TrainingMethods:
             torch.cuda.empty_cache()
         return [None for _ in objects]
 
-    clear = free_memory
+    def clear(self, *objects: Any) -> list[None]:
+        """Another name of :meth:`free_memory` (Accelerate has both)."""
+        return self.free_memory(*objects)
