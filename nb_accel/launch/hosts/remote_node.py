@@ -32,7 +32,7 @@ from typing import Any
 from ..._messages import TrackerRun, decode
 from ...errors import LaunchError
 from ..failures.whereabouts import abort_collectives, take_stacks
-from ..launchers.left_open_runs import end_runs_left_open
+from ..launchers.left_open_runs import OpenRuns, end_runs_left_open
 from ..multinode.launcher import agent_run
 from ..multinode.node_events import WorkerListener
 from ..processes import resident_mb
@@ -83,7 +83,7 @@ class _Forwarder(WorkerListener):
         self._by_number: dict[int, tuple[Connection, int | None]] = {}
         self._count = itertools.count()
         #: The tracker runs the workers opened and have not said they ended.
-        self.open_runs: dict[tuple[int, str, str], TrackerRun] = {}
+        self.open_runs = OpenRuns()
         self.listen()
 
     def on_frame(self, data: bytes, conn: Connection) -> None:
@@ -100,11 +100,7 @@ class _Forwarder(WorkerListener):
     def _note_run(self, data: bytes) -> None:
         event = decode(data)
         if isinstance(event, TrackerRun):
-            key = (event.rank, event.tracker, event.run_id)
-            if event.open:
-                self.open_runs[key] = event
-            else:
-                self.open_runs.pop(key, None)
+            self.open_runs.note(event)
 
     def write(self, number: int, data: bytes) -> None:
         """Write ``data`` to connection ``number`` (unless that worker has gone)."""

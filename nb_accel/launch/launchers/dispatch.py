@@ -20,6 +20,7 @@ from ..._messages import Event, Failure, Output, Report, Result, Started, Tracke
 from ...errors import WorkerFailure
 from ..failures.failure_log import FailureLog
 from ..views.view import LaunchView, NullView
+from .left_open_runs import OpenRuns
 
 __all__ = ["TICK_S", "DispatchHooks", "EventDispatcher"]
 
@@ -86,7 +87,7 @@ class EventDispatcher:
         self._next_tick = time.monotonic() + TICK_S
         self.results: dict[int, bytes] = {}
         self.failures = FailureLog(view)
-        self.open_runs: dict[tuple[int, str, str], TrackerRun] = {}
+        self.open_runs = OpenRuns()
         self._given_view = view
         self.view: LaunchView = view if view is not None else NullView()
 
@@ -106,11 +107,7 @@ class EventDispatcher:
             self.on_output(event)
             return
         if isinstance(event, TrackerRun):  # of an earlier attempt too: the run is real
-            key = (event.rank, event.tracker, event.run_id)
-            if event.open:
-                self.open_runs[key] = event
-            else:
-                self.open_runs.pop(key, None)
+            self.open_runs.note(event)
             return
         if not isinstance(event, Report):
             self._hooks.before_change(sender)

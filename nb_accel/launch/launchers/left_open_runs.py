@@ -16,7 +16,19 @@ from collections.abc import Callable, Iterable
 from ..._messages import TrackerRun
 from ...runtime.tracking.registry import LOGGER_TYPE_TO_CLASS
 
-__all__ = ["end_runs_left_open"]
+__all__ = ["OpenRuns", "end_runs_left_open"]
+
+
+class OpenRuns(dict[tuple[int, str, str], TrackerRun]):
+    """The tracker runs ranks opened and have not said they ended, by rank, tracker and run."""
+
+    def note(self, event: TrackerRun) -> None:
+        """Keep ``event``'s run if it opened, forget it if it ended."""
+        key = (event.rank, event.tracker, event.run_id)
+        if event.open:
+            self[key] = event
+        else:
+            self.pop(key, None)
 
 
 def _to_stderr(note: str) -> None:
