@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 # that forked workers can still use the GPUs (set before anything can ask torch).
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
+from ._version import __version__ as __version__
 from .config import Config, load_config, save_config
 from .errors import (
     CollectiveTimeoutError,
@@ -60,8 +61,6 @@ from .runtime.tracking.base import GeneralTracker
 from .runtime.training.compile import TorchDynamoPlugin
 from .runtime.training.optimizer import AcceleratedOptimizer
 from .runtime.training.scheduler import AcceleratedScheduler
-
-__version__ = "0.2.0"
 
 register_view_factory(notebook_view)
 register_traceback_renderer(render_traceback)

@@ -14,8 +14,8 @@ import os
 import platform
 import sys
 
-from . import _env
 from .config import ConfigError, config_path, load_config
+from .runtime.device_types.cuda_facts import cuda_device_count
 
 __all__ = ["main"]
 
@@ -62,7 +62,7 @@ def show_env() -> int:
     print(f"Python {platform.python_version()} ({platform.platform()})")
     for package in _PACKAGES:
         print(f"  {package}: {_version(package)}")
-    gpus = _env.cuda_device_count()
+    gpus = cuda_device_count()
     print(f"CPU cores: {os.cpu_count()}")
     print(f"CUDA GPUs: {gpus}" + ("" if gpus else " (none visible)"))
     tpu = importlib.util.find_spec("torch_xla") is not None

@@ -22,6 +22,7 @@ import yaml
 
 __all__ = [
     "CHOICES",
+    "SHARDING_ALIASES",
     "SHARDING_STRATEGIES",
     "Config",
     "ConfigError",
@@ -37,8 +38,11 @@ __all__ = [
 #: and one line here.
 SHARDING_STRATEGIES: dict[str, str] = {
     "ddp": "nb_accel.runtime.sharding.ddp:DataParallelStrategy",
-    "fsdp": "nb_accel.runtime.sharding.fsdp2:FullyShardedStrategy",
+    "fsdp2": "nb_accel.runtime.sharding.fsdp2:FullyShardedStrategy",
 }
+#: Other names a strategy is known by (``"fsdp"``: what earlier releases saved, and Accelerate's
+#: own word), read as the name they stand for wherever a strategy is named.
+SHARDING_ALIASES: dict[str, str] = {"fsdp": "fsdp2"}
 
 #: Allowed values of the fields that take one of a few.
 CHOICES: dict[str, tuple[Any, ...]] = {
@@ -65,8 +69,10 @@ class Config:
         num_processes: ranks per node; ``None``: one per GPU, else 1.
         mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"`` (on the CPU too, under CPU autocast
             with a CPU ``GradScaler``).
-        sharding: ``"ddp"`` (each rank holds the whole model) or ``"fsdp"`` (parameters,
-            gradients and optimizer state sharded across the ranks, with torch's fully_shard).
+        sharding: ``"ddp"`` (each rank holds the whole model), ``"fsdp2"`` (parameters,
+            gradients and optimizer state sharded across the ranks, with torch's fully_shard;
+            ``"fsdp"`` is read as it), or the name of a strategy registered with
+            ``register_sharding_strategy``.
         start_method: ``"fork"``, ``"spawn"``, ``"forkserver"``; ``None``: the platform's.
         gradient_accumulation_steps: what ``Accelerator()`` uses when not told otherwise.
         timeout: seconds a collective may wait for the other ranks.
@@ -99,6 +105,8 @@ class Config:
     ssh_config: str | None = None
 
     def __post_init__(self) -> None:
+        if isinstance(self.sharding, str) and self.sharding in SHARDING_ALIASES:
+            object.__setattr__(self, "sharding", SHARDING_ALIASES[self.sharding])
         problems = self.problems()
         if problems:
             raise ConfigError("; ".join(f"{name}: {text}" for name, text in problems.items()))
@@ -232,12 +240,14 @@ def load_config(path: str | os.PathLike[str] | None = None) -> Config:
 
 def _normalised(data: dict[Any, Any]) -> dict[Any, Any]:
     """Undo the surprises of hand-written files: YAML 1.1's unquoted ``no`` read as false and
-    ``1e3`` (no dot) read as a string, and ``sharding`` written in capitals (``FSDP``)."""
+    ``1e3`` (no dot) read as a string, and ``sharding`` written in capitals (``FSDP2``) or by
+    another name (``fsdp``, what earlier releases saved)."""
     fixed = dict(data)
     if fixed.get("mixed_precision") is False:
         fixed["mixed_precision"] = "no"
     if isinstance(fixed.get("sharding"), str):
-        fixed["sharding"] = fixed["sharding"].lower()  # "FSDP" as the form shows it
+        name = fixed["sharding"].lower()  # "FSDP2" as the form shows it
+        fixed["sharding"] = SHARDING_ALIASES.get(name, name)
     for name in ("timeout", "rdzv_timeout"):
         value = fixed.get(name)
         if isinstance(value, str):

@@ -1,140 +1,23 @@
 """``notebook_launcher`` and ``debug_launcher``: run a function on N worker processes.
 
-The launcher is chosen here, once, from the arguments and the environment: XLA devices when
-the kernel runs on a TPU runtime (:mod:`.xla.launcher`), torch's elastic agent across
-``num_nodes`` machines (:mod:`.multinode.launcher`), else this machine's processes
-(:mod:`.single_node`). Each implements :class:`~nb_accel.launch.launchers.interface.Launcher`.
+A launch is three steps: the options resolved into one checked spec (:mod:`.resolve`, with the
+saved configuration and the environment), the backend that runs such a spec chosen
+(:mod:`.backends`: XLA devices, hosts over SSH or SLURM, nodes through torch's elastic agent,
+this machine's processes, or one registered since), and the launch run to its outcome.
 """
 
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from ..config import config_path, load_config
-from .defaults import node_plan_with_defaults, plan_with_defaults
+from .backends import launch
 from .failures.user_errors import for_the_user, meant_for_the_user
-from .hosts.launcher import HostsLauncher
-from .hosts.plan import HostPlan, make_host_plan
-from .launchers.interface import Launcher, run_launch
-from .launchers.view import make_view
-from .multinode.launcher import NodesLauncher
-from .multinode.nodes import NodePlan, check_monitor_interval, check_rdzv_conf, check_rdzv_id
-from .payload import LaunchPayload, check_arguments, launch_payload
-from .plan import LaunchPlan, sharding_for, show_notes
-from .processes import multiprocessing_helpers
-from .single_node import SingleNodeLauncher
-from .views.output import check_prefix_template
-from .views.view import LaunchView
-from .xla.launcher import launch_xla, xla_requested
+from .request import LaunchCall, LaunchRequest
+from .resolve import resolve_spec
 
 __all__ = ["notebook_launcher", "debug_launcher"]
-
-
-def _make_view(
-    plan: LaunchPlan, nodes: NodePlan, show_progress: bool, all_ranks_metrics: bool
-) -> LaunchView:
-    """The launch's view, titled with the launch's line (a row per rank of this node)."""
-    title = plan.describe(world_size=nodes.num_nodes * plan.num_processes)
-    if nodes.multi_node:
-        title += "; " + nodes.describe(plan.num_processes)
-    first_rank = nodes.node_rank * plan.num_processes
-    return make_view(title, plan.num_processes, show_progress, all_ranks_metrics, first_rank)
-
-
-def _hosts_view(
-    plan: LaunchPlan, hosts: HostPlan, show_progress: bool, all_ranks_metrics: bool
-) -> LaunchView:
-    """The view of a launch across ``hosts``: a row for every rank."""
-    world = len(hosts.hosts) * plan.num_processes
-    title = plan.describe(world_size=world) + " " + hosts.describe(plan.num_processes)
-    places = hosts.rank_hosts(plan.num_processes)
-    return make_view(title, world, show_progress, all_ranks_metrics, hosts=places)
-
-
-def _launcher(
-    plan: LaunchPlan,
-    nodes: NodePlan,
-    payload: LaunchPayload,
-    prefix_output: bool,
-    view: LaunchView,
-    prefix_template: str | None,
-) -> Launcher:
-    """The launcher of a launch on CPUs or GPUs: across the nodes, or on this one."""
-    if nodes.multi_node:
-        return NodesLauncher(plan, nodes, payload, prefix_output, view, prefix_template)
-    return SingleNodeLauncher(plan, payload, prefix_output, view, prefix_template)
-
-
-def _check_agent_options(
-    rdzv_conf: object, rdzv_id: object, monitor_interval: object, template: object, prefix: bool
-) -> None:
-    """Check the options of torch's elastic agent and its output (what every launch takes,
-    whether it uses them or not): ``TypeError``/``ValueError`` naming the option."""
-    check_rdzv_conf(rdzv_conf)
-    check_rdzv_id(rdzv_id)
-    check_monitor_interval(monitor_interval)
-    check_prefix_template(template)
-    if template and not prefix:
-        raise ValueError(
-            "log_line_prefix_template gives each worker line a prefix, but prefix_output=False "
-            "turns prefixes off: leave one of them out"
-        )
-
-
-def _warn_without_agent(
-    launch: str, rdzv_conf: Mapping[str, Any] | None, rdzv_id: str | None, interval: float | None
-) -> None:
-    """Warn once (a ``UserWarning`` at the caller's line) that the rendezvous options given
-    do nothing in ``launch``, which runs no rendezvous and no elastic agent."""
-    given = [
-        name
-        for name, used in (
-            ("rdzv_conf", bool(rdzv_conf)),
-            ("rdzv_id", rdzv_id not in (None, "none")),
-            ("monitor_interval", interval is not None),
-        )
-        if used
-    ]
-    if given:
-        names = ", ".join(given)
-        warnings.warn(
-            f"{names} {'has' if len(given) == 1 else 'have'} no effect on {launch}: its workers "
-            "are started and watched directly, with no rendezvous and no elastic agent (they "
-            f"apply with num_nodes > 1 or hosts); leave {'it' if len(given) == 1 else 'them'} "
-            "out to silence this warning",
-            UserWarning,
-            stacklevel=3,
-        )
-
-
-def _check_call(function: object, args: object, kwargs: object) -> None:
-    if not callable(function):
-        raise TypeError(f"function must be callable, got {type(function).__name__}")
-    if isinstance(args, (str, bytes)) or not isinstance(args, Sequence):
-        raise TypeError(
-            f"args must be a tuple of arguments, got {type(args).__name__}; "
-            "for a single argument write args=(value,)"
-        )
-    if kwargs is not None and not isinstance(kwargs, Mapping):
-        raise TypeError(f"kwargs must be a dict of keyword arguments, got {type(kwargs).__name__}")
-    check_arguments(function, args, kwargs or {})
-
-
-def _refuse_fsdp_on_xla(fsdp: object) -> None:
-    """An XLA launch asked to shard with FSDP (``fsdp=True``, or the saved configuration's
-    ``sharding: fsdp`` with ``fsdp`` left out) is refused: FSDP here is torch's
-    ``fully_shard`` on CPUs and GPUs."""
-    if sharding_for(fsdp, load_config().sharding) != "fsdp":
-        return
-    asked = "fsdp=True" if fsdp else f"the saved configuration ({config_path()}) has sharding: fsdp"
-    raise ValueError(
-        f"{asked}, but this is an XLA (TPU) launch, and FSDP shards with torch's fully_shard on "
-        "CPUs and GPUs only. Pass fsdp=False to run data parallel on the XLA devices, or "
-        "cpu=True to run FSDP on the CPU"
-    )
 
 
 def notebook_launcher(
@@ -159,6 +42,7 @@ def notebook_launcher(
     max_restarts: int | None = None,
     rdzv_timeout: float | None = None,
     fsdp: bool | None = None,
+    sharding: str | None = None,
     hosts: str | Sequence[str] | None = None,
     ssh_config: str | os.PathLike[str] | None = None,
     remote_python: str | None = None,
@@ -226,6 +110,12 @@ def notebook_launcher(
             ``None`` takes the saved configuration's ``sharding`` (built-in default False,
             DDP). The launch's title says ``"FSDP, N shards"``. CPUs and GPUs only, not XLA.
             On GPUs the group gets gloo beside NCCL for the plugin's ``cpu_offload``.
+            Accelerate's spelling of ``sharding="fsdp2"``.
+        sharding: how ``prepare`` spreads models over the ranks, by the strategy's name:
+            ``"ddp"`` (every rank holds the whole model), ``"fsdp2"`` (as ``fsdp=True``), or
+            a strategy registered with ``register_sharding_strategy``. ``None`` takes
+            ``fsdp``, else the saved configuration's ``sharding``; given with ``fsdp``, the two
+            must agree (ValueError otherwise).
         hosts: run ``num_processes`` ranks on each of these machines, driven from here: a node
             process is started on each over SSH (the system's ``ssh``, with the user's own
             configuration or ``ssh_config``), or with ``"slurm"`` on each node of the current
@@ -279,76 +169,9 @@ def notebook_launcher(
     """
     __tracebackhide__ = True  # IPython and pytest leave this frame out
     try:
-        _check_call(function, args, kwargs)
-        template = log_line_prefix_template
-        _check_agent_options(rdzv_conf, rdzv_id, monitor_interval, template, prefix_output)
-        if cpu is not True and xla_requested():  # a TPU runtime: torch_xla's xmp.spawn
-            _refuse_fsdp_on_xla(fsdp)
-            _warn_without_agent("an XLA launch", rdzv_conf, rdzv_id, monitor_interval)
-            return launch_xla(
-                function,
-                args,
-                kwargs,
-                num_processes=num_processes,
-                mixed_precision=mixed_precision,
-                start_method=start_method,
-                prefix_output=prefix_output,
-                show_progress=show_progress,
-                all_ranks_metrics=all_ranks_metrics,
-                log_line_prefix_template=template,
-            )
-        config = load_config()
-        if rdzv_endpoint is None and master_addr is not None and use_port is not None:
-            rdzv_endpoint = f"{master_addr}:{use_port}"
-        nodes = node_plan_with_defaults(
-            config,
-            num_nodes,
-            node_rank,
-            rdzv_endpoint,
-            rdzv_backend,
-            max_restarts,
-            rdzv_timeout,
-            rdzv_conf=rdzv_conf,
-            rdzv_id=rdzv_id,
-            monitor_interval=monitor_interval,
-        )
-        given_nodes = any(v is not None for v in (num_nodes, node_rank, rdzv_endpoint))
-        if hosts is None and not given_nodes:  # the saved hosts, unless nodes were given
-            hosts = config.hosts
-            ssh_config = config.ssh_config if ssh_config is None else ssh_config
-        on_hosts = (
-            make_host_plan(hosts, ssh_config, nodes, given_nodes, remote_python)
-            if hosts is not None
-            else None
-        )
-        if on_hosts is None and not nodes.multi_node:
-            _warn_without_agent("a single-node launch", rdzv_conf, rdzv_id, monitor_interval)
-        plan = plan_with_defaults(
-            num_processes,
-            mixed_precision,
-            start_method,
-            timeout,
-            cpu,
-            config,
-            single_node=False,
-            fsdp=fsdp,
-        )
-        # Forked workers (on every node, the elastic agent forks them from the kernel)
-        # inherit the call; spawned ones get it pickled.
-        # Workers on other hosts always get it pickled.
-        inherited = plan.start_method == "fork" and on_hosts is None
-        payload = launch_payload(function, args, kwargs or {}, inherited, on_hosts is not None)
-        show_notes(plan)
-        if on_hosts is not None:
-            view = _hosts_view(plan, on_hosts, show_progress, all_ranks_metrics)
-            launcher: Launcher = HostsLauncher(
-                plan, on_hosts, payload, prefix_output, view, template
-            )
-        else:
-            view = _make_view(plan, nodes, show_progress, all_ranks_metrics)
-            launcher = _launcher(plan, nodes, payload, prefix_output, view, template)
-        with multiprocessing_helpers(plan.start_method):
-            outcome = run_launch(launcher)
+        call = LaunchCall.checked(function, args, kwargs)
+        spec = resolve_spec(LaunchRequest.of(locals()))
+        outcome = launch(spec, call)
         if isinstance(outcome, BaseException):
             raise outcome
     except BaseException as error:

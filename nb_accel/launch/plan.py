@@ -1,4 +1,6 @@
-"""Checking a launch request and deciding what to launch, before any process starts."""
+"""What one machine of a launch runs, decided before any process starts: how many ranks, on which
+device type (asked through its interface: ``runtime/device_types``), with which process-group
+backend and start method, in which precision, sharded how."""
 
 from __future__ import annotations
 
@@ -10,44 +12,41 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import _env, _nvml
+from .. import _env
 from ..config import MAX_TIMEOUT_S
 from ..errors import LaunchError
-from ..runtime.cuda_origin import first_cuda_call
-from ..runtime.group_backends import new_group_backend, offload_asked_by_environment
-from ..runtime.sharding import STRATEGIES, strategy_class
+from ..runtime.device_types import DeviceType, FirstUse, device_type
+from ..runtime.device_types.group_backends import offload_asked_by_environment
+from ..runtime.sharding import DEFAULT, strategy_class
 from ..runtime.state import MIXED_PRECISION_CHOICES
 from .failures.whereabouts import Frame
-from .gpu_advice import advise
 from .processes import START_METHODS
 
 __all__ = [
-    "LaunchPlan",
-    "make_plan",
-    "sharding_for",
-    "show_notes",
     "DEFAULT_TIMEOUT_S",
     "FORK_FALLBACK_NOTE",
-    "cuda_culprit",
-    "gpu_backend",
+    "LaunchPlan",
+    "check_num_processes",
+    "first_use_in_words",
+    "make_plan",
+    "show_notes",
 ]
 
 #: Default bound on one collective, in seconds (as torch.distributed's default).
 DEFAULT_TIMEOUT_S = 1800.0
 
-#: Said when workers cannot be forked because CUDA was initialised in the kernel (``{method}``:
-#: the start method used instead).
+#: Said when workers cannot be forked because the kernel initialised the devices (``{runtime}``:
+#: what it initialised, ``CUDA``; ``{method}``: the start method used instead).
 FORK_FALLBACK_NOTE = (
-    "CUDA was initialised in this kernel ({culprit}); starting workers with {method} instead "
-    "of fork: about 2 s more per launch (each launch starts a fresh interpreter that imports "
-    "torch)"
+    "{runtime} was initialised in this kernel ({culprit}); starting workers with {method} "
+    "instead of fork: about 2 s more per launch (each launch starts a fresh interpreter that "
+    "imports torch)"
 )
 
 
-def cuda_culprit() -> str:
-    """Who initialised CUDA in this kernel, in words: the first call that could have, and
-    where in the user's code it was made; or how to find out."""
-    call = first_cuda_call()
+def first_use_in_words(call: FirstUse | None) -> str:
+    """Who initialised the devices in this kernel, in words: the first call that could have,
+    and where in the user's code it was made; or how to find out."""
     if call is None:
         return (
             "before nb_accel was imported, so where cannot be told: make `import nb_accel` the "
@@ -67,9 +66,10 @@ def cuda_culprit() -> str:
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """What a launch will run: how many processes, where, how started."""
+    """What one machine of a launch runs: how many ranks, on what, how started."""
 
     num_processes: int
+    #: The device type's registered name (``"cpu"``, ``"cuda"``): see :attr:`device`.
     device_type: str
     backend: str
     start_method: str
@@ -80,33 +80,31 @@ class LaunchPlan:
     notes: tuple[str, ...] = ()
     #: Environment variables the workers get on top of the kernel's.
     worker_env: tuple[tuple[str, str], ...] = ()
-    #: The sharding strategy's name (``runtime/sharding/registry.py``): ``"ddp"`` (every rank
-    #: holds the whole model) or ``"fsdp"`` (sharded across the ranks).
-    sharding: str = "ddp"
+    #: The sharding strategy's registered name (``runtime/sharding/registry.py``).
+    sharding: str = DEFAULT
+
+    @property
+    def device(self) -> DeviceType:
+        """The device type the ranks run on."""
+        return device_type(self.device_type)
 
     def describe(self, world_size: int | None = None) -> str:
-        """One truthful line, e.g. ``"Launching 2 processes on CPU (gloo; fork)"``; with FSDP
-        it names the shards, one per rank of the launch (``world_size`` when several nodes take
-        part, else this plan's processes): ``"... (gloo; fork, FSDP, 2 shards)"``."""
-        plural = "es" if self.num_processes > 1 else ""
-        if self.device_type == "cuda":
-            where = f"{self.num_processes} GPU{'s' if self.num_processes > 1 else ''}"
-        else:
-            where = "CPU"
-        extras = [f"{self.start_method}"]
+        """One truthful line, e.g. ``"Launching 2 processes on CPU (gloo; fork)"``; the
+        sharding strategy says its part for a launch of ``world_size`` ranks (when several
+        machines take part; else this plan's): ``"... (gloo; fork, FSDP, 2 shards)"``."""
+        where, engine = self.device.describe_launch(self.num_processes, self.backend)
+        extras = [self.start_method]
         if self.mixed_precision != "no":
             extras.append(f"{self.mixed_precision} mixed precision")
         title = strategy_class(self.sharding).launch_title(world_size or self.num_processes)
         if title:
             extras.append(title)
-        return (
-            f"Launching {self.num_processes} process{plural} on {where} ({self.backend}; "
-            + ", ".join(extras)
-            + ")"
-        )
+        return f"Launching {where} ({engine}; " + ", ".join(extras) + ")"
 
 
-def _check_num_processes(value: object) -> int | None:
+def check_num_processes(value: object) -> int | None:
+    """``num_processes`` as an int (``None`` when not given): ``TypeError`` or ``ValueError``
+    unless a positive whole number."""
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -118,8 +116,8 @@ def _check_num_processes(value: object) -> int | None:
     return int(value)
 
 
-def _check_start_method(value: str | None) -> str:
-    method = value or _env.default_start_method()
+def _check_start_method(value: str | None, device: DeviceType) -> str:
+    method = value or (device.start_methods or (_env.default_start_method(),))[0]
     if method not in START_METHODS:
         raise ValueError(f"start_method={method!r} is not supported; use one of {START_METHODS}")
     if method not in multiprocessing.get_all_start_methods():
@@ -127,54 +125,27 @@ def _check_start_method(value: str | None) -> str:
             f"start_method={method!r} is not available on this platform; use one of "
             f"{tuple(multiprocessing.get_all_start_methods())}"
         )
+    if device.start_methods is not None and method not in device.start_methods:
+        allowed = " or ".join(repr(m) for m in device.start_methods)
+        raise ValueError(
+            f"start_method={method!r}: workers on {device.label}s start with {allowed} only; "
+            "leave start_method out"
+        )
     return method
 
 
-def _check_mixed_precision(value: object) -> str:
+def _check_mixed_precision(value: object, device: DeviceType) -> str:
     if not isinstance(value, str) or value.lower() not in MIXED_PRECISION_CHOICES:
         raise ValueError(
             f"mixed_precision={value!r} is not valid; use one of "
             + ", ".join(repr(c) for c in MIXED_PRECISION_CHOICES)
         )
-    return value.lower()
-
-
-def _check_sharding(value: object) -> str:
-    if not isinstance(value, str) or value not in STRATEGIES:
+    if device.precisions is not None and value.lower() not in device.precisions:
         raise ValueError(
-            f"sharding={value!r} is not valid; use one of " + ", ".join(map(repr, STRATEGIES))
+            f"mixed_precision={value!r} is not available on {device.label}s; use "
+            + " or ".join(repr(p) for p in device.precisions)
         )
-    return value
-
-
-def sharding_for(fsdp: object, saved: str) -> str:
-    """The sharding a launch asked for with ``fsdp``: ``"fsdp"`` for True, ``"ddp"`` for
-    False, ``saved`` (the saved configuration's) for None; anything else is a ``TypeError``."""
-    if fsdp is None:
-        return saved
-    if not isinstance(fsdp, bool):
-        raise TypeError(
-            f"fsdp must be True, False or None (the saved configuration's sharding), got "
-            f"{fsdp!r} ({type(fsdp).__name__})"
-        )
-    return "fsdp" if fsdp else "ddp"
-
-
-def gpu_backend(sharding: str, environ: Mapping[str, str]) -> str:
-    """The process group's backend on GPUs: NCCL, with gloo for CPU tensors beside it
-    (``"cuda:nccl,cpu:gloo"``) when the launch shards with FSDP or the kernel's environment asks
-    FSDP's CPU offload (``FSDP_OFFLOAD_PARAMS``).
-
-    Offloaded shards, their gradients and optimizer state live in CPU memory, and the
-    collectives on them (the gradient norm, rank 0's weights broadcast into the shards, whole
-    state dicts) need a CPU backend in the default group, the one FSDP's device mesh and torch's
-    state-dict functions use. That group exists before the launched function runs, and the
-    plugin is often made inside it, where the launch cannot see whether it offloads: so every
-    FSDP launch gets the gloo part (one more set of connections at start-up, nothing per step).
-    A DDP launch stays on NCCL alone; a plugin made there with ``cpu_offload`` is refused
-    when the model is prepared, saying to launch with ``fsdp=True``.
-    """
-    return new_group_backend(True, sharding == "fsdp" or offload_asked_by_environment(environ))
+    return value.lower()
 
 
 def _check_timeout(value: object) -> float:
@@ -188,74 +159,71 @@ def _check_timeout(value: object) -> float:
 
 
 def make_plan(
+    device: DeviceType,
     num_processes: object,
     mixed_precision: object,
     start_method: str | None,
     timeout: object,
-    cpu: bool,
     gradient_accumulation_steps: int = 1,
-    sharding: object = "ddp",
+    sharding: str = DEFAULT,
+    environ: Mapping[str, str] | None = None,
 ) -> LaunchPlan:
-    """Validate the launch options and decide device, backend and start method.
+    """Validate the launch options and decide what ``device``'s launch runs: ranks, backend,
+    start method, notes and variables.
 
     Raises ``TypeError``/``ValueError`` for bad values and :class:`LaunchError` for a kernel
     state that forbids the launch, each saying what to do instead.
     """
-    requested = _check_num_processes(num_processes)
-    precision = _check_mixed_precision(mixed_precision)
-    method = _check_start_method(start_method)
+    environ = os.environ if environ is None else environ
+    requested = check_num_processes(num_processes)
+    precision = _check_mixed_precision(mixed_precision, device)
+    method = _check_start_method(start_method, device)
     timeout_s = _check_timeout(timeout)
-    shards = _check_sharding(sharding)
-    gpus = 0 if cpu else _env.cuda_device_count()
-    if gpus == 0:
-        return LaunchPlan(
-            requested or 1,
-            "cpu",
-            "gloo",
-            method,
-            precision,
-            timeout_s,
-            gradient_accumulation_steps,
-            sharding=shards,
-        )
-    count = requested or gpus
-    if count > gpus:
-        raise ValueError(
-            f"num_processes={count} but only {gpus} GPU{'s are' if gpus > 1 else ' is'} visible; "
-            f"use num_processes<={gpus}, or cpu=True to run {count} processes on the CPU"
-        )
-    method, notes = _start_method_for_cuda(method, explicit=start_method is not None)
-    advice = advise(_nvml.gpu_report(), count, precision, os.environ)
+    count = device.ranks_per_node(requested)
+    method, notes = _start_method(device, method, explicit=start_method is not None)
+    advice = device.advice(count, precision, environ)
+    cpu_collectives = strategy_class(sharding).cpu_collectives
     return LaunchPlan(
         count,
-        "cuda",
-        gpu_backend(shards, os.environ),
+        device.name,
+        device.group_backend(cpu_collectives or offload_asked_by_environment(environ)),
         method,
         precision,
         timeout_s,
         gradient_accumulation_steps,
         notes + advice.notes,
         advice.worker_env,
-        shards,
+        sharding,
     )
 
 
-def _start_method_for_cuda(method: str, explicit: bool) -> tuple[str, tuple[str, ...]]:
-    """``method``, or where forked workers could not use CUDA, the method used instead and a
-    note saying so (an explicit ``fork`` is refused instead, saying how to fix it)."""
-    if method != "fork" or _env.cuda_works_after_fork():
+def _start_method(device: DeviceType, method: str, explicit: bool) -> tuple[str, tuple[str, ...]]:
+    """``method``, or where forked workers could not use ``device`` (the kernel initialised
+    it), the method used instead and a note saying so; an explicit ``fork``, or a device that
+    forks only, is refused instead, saying how to fix it."""
+    if method != "fork" or device.forks_safely():
         return method, ()
-    if explicit:
-        raise LaunchError(
-            f"CUDA is already initialised in this kernel ({cuda_culprit()}), so "
-            "forked workers cannot use the GPU. Restart the kernel and keep every CUDA call "
-            "(.cuda(), .to('cuda'), torch.cuda.*) inside the launched function, or pass "
-            "start_method='spawn' or 'forkserver' (or leave it unset: nb_accel then starts "
-            "workers with forkserver)."
+    culprit = first_use_in_words(device.first_use()) if device.tracks_first_use else ""
+    available = [m for m in ("forkserver", "spawn") if m in multiprocessing.get_all_start_methods()]
+    if device.start_methods is not None:
+        available = [m for m in available if m in device.start_methods]
+    if explicit or not available:
+        instead = (
+            ", or pass start_method='spawn' or 'forkserver' (or leave it unset: nb_accel then "
+            "starts workers with forkserver)"
+            if available
+            else ""
         )
-    available = multiprocessing.get_all_start_methods()
-    instead = "forkserver" if "forkserver" in available else "spawn"
-    return instead, (FORK_FALLBACK_NOTE.format(culprit=cuda_culprit(), method=instead),)
+        raise LaunchError(
+            f"{device.runtime} is already initialised in this kernel"
+            + (f" ({culprit})" if culprit else "")
+            + f", so forked workers cannot use the {device.label}. Restart the kernel and keep "
+            f"every {device.runtime} call ({device.first_calls}) inside the launched function"
+            + instead
+            + "."
+        )
+    note = FORK_FALLBACK_NOTE.format(runtime=device.runtime, culprit=culprit, method=available[0])
+    return available[0], (note,)
 
 
 def show_notes(plan: LaunchPlan) -> None:

@@ -19,7 +19,6 @@ next cell's, so the workers then rebuild their process group.
 from __future__ import annotations
 
 import contextlib
-import os
 import pickle
 import sys
 import time
@@ -27,24 +26,24 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from .._messages import CellDone, Command, Execute, Interrupt, Pull, Push, Stop
-from ..config import load_config
 from ..errors import LaunchError, WorkerDiedError
-from ..runtime.group_backends import uses_nccl
+from ..runtime.device_types.group_backends import uses_nccl
 from ..runtime.transfer.pickling import loads, pickle_sharing, segment_of
 from ..runtime.transfer.segments import remove_segment
 from ..runtime.workers.regroup import Release, Settle
-from .defaults import plan_with_defaults
 from .failures.failure_log import FailureLog
 from .failures.whereabouts import RankStack, in_collectives, stacks_note, where_lines
-from .hosts.plan import HostPlan, make_host_plan
 from .hosts.pool_ranks import start_host_ranks
 from .launchers.interface import Launcher
 from .launchers.left_open_runs import end_runs_left_open
 from .launchers.outcome import failure_outcome
-from .multinode.nodes import NodePlan
+from .placement.hosts import HostPlan
 from .plan import LaunchPlan, show_notes
 from .pool_ranks.interface import PoolRanks, RankStatus
 from .pool_ranks.local import start_local_ranks
+from .request import LaunchRequest
+from .resolve import resolve_spec
+from .spec import LaunchSpec
 from .views.output import OutputPrinter
 from .views.view import LaunchView, NullView
 
@@ -70,43 +69,21 @@ class WorkerPool(Launcher):
     Args:
         num_processes: number of ranks (on each host, with ``hosts``); ``None``: the saved
             configuration's, else as ``notebook_launcher``.
-        mixed_precision, start_method, timeout, cpu, fsdp: as for ``notebook_launcher``
-            (``None``: the saved configuration's value).
-        hosts, ssh_config, remote_python: spread the pool over these machines, as for
-            ``notebook_launcher`` (``None``: the saved hosts, if any).
+        spec: the workers, resolved already (the other arguments are then not given).
+        options: any other option of ``notebook_launcher`` (``mixed_precision``,
+            ``start_method``, ``timeout``, ``cpu``, ``fsdp``, ``sharding``, ``hosts``,
+            ``ssh_config``, ``remote_python``, ...), meaning the same; ``None``: the saved
+            configuration's value. The workers run on this machine, or on ``hosts``.
     """
 
     def __init__(
-        self,
-        num_processes: int | None = None,
-        *,
-        mixed_precision: str | None = None,
-        start_method: str | None = None,
-        timeout: float | None = None,
-        cpu: bool | None = None,
-        fsdp: bool | None = None,
-        hosts: str | Sequence[str] | None = None,
-        ssh_config: str | os.PathLike[str] | None = None,
-        remote_python: str | None = None,
+        self, num_processes: int | None = None, *, spec: LaunchSpec | None = None, **options: Any
     ) -> None:
-        config = load_config()
-        if hosts is None:
-            hosts = config.hosts
-            ssh_config = config.ssh_config if ssh_config is None else ssh_config
-        #: The hosts the pool is spread over (``None``: this machine only).
-        self.hosts: HostPlan | None = None
-        if hosts is not None:  # "local": this machine, whatever is saved
-            self.hosts = make_host_plan(hosts, ssh_config, NodePlan(), False, remote_python)
-        self.plan: LaunchPlan = plan_with_defaults(
-            num_processes,
-            mixed_precision,
-            start_method,
-            timeout,
-            cpu,
-            config,
-            single_node=self.hosts is None,
-            fsdp=fsdp,
-        )
+        if spec is None:
+            request = LaunchRequest(num_processes=num_processes, **options)
+            spec = resolve_spec(request, pool=True)
+        #: What the workers are: ranks, devices, start method, hosts, as resolved.
+        self.spec: LaunchSpec = spec
         self._group: PoolRanks | None = None
         self._cell = 0
         self._unsettled = False  # a command failed or was interrupted since the last Settle
@@ -115,22 +92,28 @@ class WorkerPool(Launcher):
         self.view: LaunchView = NullView()
 
     @property
+    def plan(self) -> LaunchPlan:
+        """What each machine runs."""
+        return self.spec.plan
+
+    @property
+    def hosts(self) -> HostPlan | None:
+        """The hosts the pool is spread over (``None``: this machine only)."""
+        return self.spec.hosts
+
+    @property
     def world_size(self) -> int:
         """Number of ranks (on every host together)."""
-        hosts = len(self.hosts.hosts) if self.hosts is not None else 1
-        return self.plan.num_processes * hosts
+        return self.spec.world_size
 
     def describe(self) -> str:
         """The pool in words: ``"2 processes on CPU (gloo; fork)"``, with its hosts."""
-        text = self.plan.describe(world_size=self.world_size).removeprefix("Launching ")
-        if self.hosts is not None:
-            text += " " + self.hosts.describe(self.plan.num_processes)
-        return text
+        return self.spec.describe_pool()
 
     @property
     def rank_hosts(self) -> list[str] | None:
         """Each rank's host, in rank order (``None``: every rank runs on this machine)."""
-        return None if self.hosts is None else self.hosts.rank_hosts(self.plan.num_processes)
+        return self.spec.rank_hosts
 
     @property
     def running(self) -> bool:

@@ -7,59 +7,47 @@ events and exits until every rank returned or one failed.
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-from typing import Any
+from typing import Any, ClassVar
 
 from .._messages import TrackerRun
-from .launchers.interface import Launcher
-from .payload import LaunchPayload
-from .plan import LaunchPlan
-from .processes import WorkerProcess
+from .launchers.backend import LaunchBackend
+from .processes import WorkerProcess, multiprocessing_helpers
+from .request import LaunchCall
 from .scratch import make_scratch_dir
+from .spec import LaunchSpec
 from .supervisor import WorkerGroup
-from .views.output import OutputPrinter
-from .views.view import LaunchView
 from .workers import start_workers
 
 __all__ = ["SingleNodeLauncher"]
 
 
-class SingleNodeLauncher(Launcher):
-    """Runs ``payload`` on ``plan.num_processes`` worker processes of this machine.
+class SingleNodeLauncher(LaunchBackend):
+    """Runs a launch's ranks as worker processes of this machine, each watched directly
+    (no rendezvous, no elastic agent)."""
 
-    Args:
-        plan: the launch's plan.
-        payload: the function and its arguments: the call itself, which forked workers
-            inherit, or pickled.
-        prefix_output: prefix each line of output with its rank.
-        view: the launch's view.
-        prefix_template: a ``log_line_prefix_template`` for those prefixes (``None``: the
-            rank's).
-    """
+    name: ClassVar[str] = "single_node"
 
-    def __init__(
-        self,
-        plan: LaunchPlan,
-        payload: LaunchPayload,
-        prefix_output: bool,
-        view: LaunchView,
-        prefix_template: str | None = None,
-    ) -> None:
-        self._plan = plan
-        self._payload = payload
-        self._printer = OutputPrinter(
-            plan.num_processes, prefix_output, view=view, template=prefix_template
-        )
-        self.view = self._printer.view  # the held output first at each change of state
+    @classmethod
+    def runs(cls, spec: LaunchSpec) -> bool:
+        """Every launch on this machine alone."""
+        return spec.device.launcher is None and spec.hosts is None and not spec.nodes.multi_node
+
+    def __init__(self, spec: LaunchSpec, call: LaunchCall) -> None:
+        super().__init__(spec, call)
+        self._plan = spec.plan
         self._workers: list[WorkerProcess] = []
         self._group: WorkerGroup | None = None
         self._store_dir: str | None = None
+        self._helpers = contextlib.ExitStack()
 
     def start(self) -> None:
         """Start one worker per rank (those started are stopped if a later one fails)."""
+        self._helpers.enter_context(multiprocessing_helpers(self._plan.start_method))
         self._store_dir = make_scratch_dir("launch")
-        start_workers(self._plan, self._store_dir, self._payload, self._workers)
-        printer = self._printer
+        start_workers(self._plan, self._store_dir, self.payload, self._workers)
+        printer = self.printer
         self._group = WorkerGroup(
             self._workers,
             printer,
@@ -78,11 +66,14 @@ class SingleNodeLauncher(Launcher):
     def stop(self, graceful: bool = False) -> None:
         """Stop and reap every worker, show what they wrote on their way out, and remove the
         launch's scratch folder."""
-        group = self._group or WorkerGroup(self._workers, self._printer, self._plan.timeout_s)
-        group.stop(graceful=graceful)
-        self._printer.flush()  # what the workers wrote to their descriptors on their way out
-        if self._store_dir is not None:
-            shutil.rmtree(self._store_dir, ignore_errors=True)
+        try:
+            group = self._group or WorkerGroup(self._workers, self.printer, self._plan.timeout_s)
+            group.stop(graceful=graceful)
+            self.printer.flush()  # what the workers wrote to their descriptors on their way out
+            if self._store_dir is not None:
+                shutil.rmtree(self._store_dir, ignore_errors=True)
+        finally:
+            self._helpers.close()
 
     def runs_left_open(self) -> list[TrackerRun]:
         """The tracker runs the ranks opened and were not heard ending."""

@@ -6,6 +6,7 @@ import os
 
 from .. import _env
 from .._openmp import release_openmp_threads
+from ..runtime.device_types import DEVICE_TYPE_VARIABLE
 from ..runtime.sharding import strategy_class
 from ..runtime.transfer.segments import SHARE_DIR_ENV
 from ..runtime.workers.spec import WorkerArgs
@@ -18,15 +19,16 @@ __all__ = ["start_workers", "sharding_env", "worker_env"]
 
 def sharding_env(sharding: str) -> dict[str, str]:
     """What tells ``Accelerator()`` (nb_accel's and Accelerate's) to use the sharding strategy
-    named ``sharding`` (``"fsdp"``: FSDP2, ``"ddp"``), as the strategy says.
+    named ``sharding`` (``"fsdp2"``: FSDP2, ``"ddp"``), as the strategy says.
     ``ACCELERATE_USE_FSDP`` is set either way, so that a value left in the kernel's
     environment cannot contradict the launch."""
     return strategy_class(sharding).worker_env()
 
 
 def worker_env(plan: LaunchPlan, single_node: bool = True) -> dict[str, str]:
-    """Environment variables every worker of ``plan`` sets (on one node, the backends' sockets
-    are kept on the loopback interface; the sharding as :func:`sharding_env` says)."""
+    """Environment variables every worker of ``plan`` sets: its device type's name and what
+    that type adds; on one node, the backends' sockets kept on the loopback interface; the
+    sharding as :func:`sharding_env` says."""
     env: dict[str, str] = {}
     loopback = _env.loopback_interface() if single_node else None
     if loopback:
@@ -34,8 +36,8 @@ def worker_env(plan: LaunchPlan, single_node: bool = True) -> dict[str, str]:
         for name in ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME"):
             if name not in os.environ:
                 env[name] = loopback
-    if plan.device_type == "cpu":
-        env["NB_ACCEL_USE_CPU"] = "1"
+    env[DEVICE_TYPE_VARIABLE] = plan.device_type
+    env.update(plan.device.worker_env())
     if plan.gradient_accumulation_steps != 1:
         env["NB_ACCEL_GRADIENT_ACCUMULATION_STEPS"] = str(plan.gradient_accumulation_steps)
     env.update(sharding_env(plan.sharding))

@@ -23,7 +23,6 @@ from typing import Any
 
 import ipywidgets
 
-from .. import _env, _nvml
 from ..config import (
     CHOICES,
     Config,
@@ -33,7 +32,8 @@ from ..config import (
     load_config,
     save_config,
 )
-from ..launch.gpu_advice import bf16_note
+from ..runtime.device_types import cuda_facts, nvml
+from ..runtime.device_types.gpu_advice import bf16_note
 
 __all__ = ["ConfigWidget", "LABELS", "MULTI_NODE_FIELDS", "field_help", "hosts_from_text"]
 
@@ -144,10 +144,10 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
         """Build the form from the file at ``path`` (``kwargs`` go to ``ipywidgets.VBox``)."""
         super().__init__(**kwargs)
         self.path: Path = config_path(path)
-        self.gpu_count: int = _env.cuda_device_count()
+        self.gpu_count: int = cuda_facts.cuda_device_count()
         self.cpu_count: int = os.cpu_count() or 1
         self.tpu_available: bool = _tpu_available()
-        report = _nvml.gpu_report() if self.gpu_count else None
+        report = nvml.gpu_report() if self.gpu_count else None
         #: Shown next to mixed precision while bf16 is picked on GPUs that only emulate it.
         self.bf16_note: str | None = bf16_note(report.gpus) if report else None
         self._filling = False
@@ -195,7 +195,7 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
         return [(str(p), p) for p in CHOICES["mixed_precision"]]
 
     def _sharding_options(self) -> Options:
-        return [(str(s).upper(), s) for s in CHOICES["sharding"]]  # DDP, FSDP
+        return [(str(s).upper(), s) for s in CHOICES["sharding"]]  # DDP, FSDP2, registered
 
     def _start_method_options(self) -> Options:
         here = set(multiprocessing.get_all_start_methods())

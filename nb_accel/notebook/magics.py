@@ -35,8 +35,10 @@ from IPython.core.magic_arguments import argument, magic_arguments, parse_argstr
 from .._messages import CellDone, Report
 from ..launch.failures.user_errors import for_the_user, meant_for_the_user
 from ..launch.pool import WorkerPool, load_value
+from ..launch.resolve import resolve_spec
 from ..launch.views.view import LaunchView
 from .launch_view import notebook_view
+from .magic_flags import flag_text, pool_flags, pool_options, ranks_option
 from .tracebacks import check_syntax, show_cell_syntax_errors
 
 __all__ = [
@@ -134,52 +136,11 @@ def _silenced(cell: str) -> bool:
     return bool(lines) and lines[-1].endswith(";")
 
 
-def _ranks(text: str | None) -> list[int] | None:
-    if not text:
-        return None
-    try:
-        return [int(part) for part in text.split(",") if part.strip()]
-    except ValueError:
-        raise UsageError(f"--ranks takes rank numbers separated by commas, got {text!r}") from None
-
-
-#: The help of ``--hosts``.
-_HOSTS_HELP = (
-    "spread the pool over these machines, -n ranks on each: host names separated by commas, "
-    "slurm for the nodes of this SLURM allocation, or local for this machine only (default: "
-    "the saved hosts, if any)"
-)
-#: The help of ``--ssh-config``.
-_SSH_CONFIG_HELP = "an OpenSSH client configuration file for --hosts (default: your own)"
-
-
-def _hosts(text: str | None) -> str | list[str] | None:
-    """``--hosts``' value as ``WorkerPool`` takes it."""
-    if text is None:
-        return None
-    if text.strip() in ("slurm", "local"):
-        return text.strip()
-    names = [part.strip() for part in text.split(",") if part.strip()]
-    if not names:
-        raise UsageError("--hosts takes host names separated by commas, or slurm")
-    return names
-
-
-#: The help of ``--fsdp`` / ``--no-fsdp``.
-_FSDP_HELP = "shard the model across the ranks with FSDP2{}; --no-fsdp: DDP (default: as saved)"
-
-
 @magic_arguments()
 @argument("command", choices=["start", "stop", "restart", "status", "where", "push", "pull"])
 @argument("names", nargs="*", help="variables to push, or the one to pull")
-@argument("-n", "--num-processes", type=int, help="number of ranks (start, restart)")
 @argument("--ranks", help="ranks to push to or pull from, e.g. 0,1 (default: all)")
-@argument("--start-method", help="fork, spawn or forkserver")
-@argument("--mixed-precision", help="no, bf16 or fp16")
-@argument("--cpu", action="store_true", help="use the CPU even when GPUs are present")
-@argument("--fsdp", action=argparse.BooleanOptionalAction, help=_FSDP_HELP.format(""))
-@argument("--hosts", help=_HOSTS_HELP)
-@argument("--ssh-config", help=_SSH_CONFIG_HELP)
+@pool_flags
 def _line_usage(line: str) -> None:
     """%distributed start|stop|restart|status|where|push NAMES|pull NAME: manage the pool."""
 
@@ -248,17 +209,8 @@ class DistributedMagics(Magics):  # type: ignore[misc]
     def _stop(self) -> None:
         stop_pool()
 
-    def _start(self, args: Any) -> WorkerPool:
+    def _start(self, pool: WorkerPool) -> WorkerPool:
         global _pool  # noqa: PLW0603 - one pool per kernel
-        pool = WorkerPool(
-            args.num_processes,
-            mixed_precision=args.mixed_precision,
-            start_method=args.start_method,
-            cpu=True if args.cpu else None,
-            fsdp=args.fsdp,
-            hosts=_hosts(args.hosts),
-            ssh_config=args.ssh_config,
-        )
         pool.start()
         _pool = pool
         print(f"Started {pool.describe()} for %%distributed")
@@ -274,62 +226,31 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             )
         return pool
 
-    def _running_pool(self, args: Any) -> WorkerPool:
+    def _running_pool(self, args: argparse.Namespace) -> WorkerPool:
+        """The kernel's pool, started with the flags' settings on first use; a flag the running
+        pool differs in is refused, saying how to restart with it."""
         pool = self.pool
+        given = pool_options(args)
         if pool is None:
-            return self._start(args)
+            return self._start(WorkerPool(**given))
         if not pool.running:
             raise UsageError("the pool has stopped (a rank died): %distributed restart")
-        plan = pool.plan
-        asked = {
-            "-n": (args.num_processes, plan.num_processes),
-            "--mixed-precision": (args.mixed_precision, plan.mixed_precision),
-            "--start-method": (args.start_method, plan.start_method),
-            "--cpu": (True if args.cpu else None, plan.device_type == "cpu"),
-        }
-        for flag, (wanted, current) in asked.items():
-            if wanted is not None and wanted != current:
-                raise UsageError(
-                    f"the pool runs with {flag} {current}; %distributed restart {flag} "
-                    f"{wanted} starts one with the new setting"
-                )
-        hosts = _hosts(args.hosts)
-        if hosts is not None:
-            current = pool.hosts
-            names = "local" if current is None else ",".join(current.hosts)
-            wanted = hosts if isinstance(hosts, str) else ",".join(hosts)
-            if wanted == "local":
-                differs = current is not None
-            elif wanted == "slurm":
-                differs = current is None or current.transport.name != "srun"
-            else:
-                differs = current is None or tuple(hosts) != current.hosts
+        for name, value in given.items():
+            wanted = resolve_spec(pool.spec.with_options(**{name: value}), pool=True)
+            differs = pool.spec.shape.differences(wanted.shape)
             if differs:
+                flag = flag_text(self.distributed.parser, name, value)
                 raise UsageError(
-                    f"the pool runs on {names}; %distributed restart --hosts {wanted} starts "
-                    "one there"
+                    f"the pool runs with {', '.join(differs)}; %distributed restart {flag} "
+                    "starts one with the new setting"
                 )
-        if args.fsdp is not None and args.fsdp != (plan.sharding == "fsdp"):
-            flag = "--fsdp" if args.fsdp else "--no-fsdp"
-            raise UsageError(
-                f"the pool runs with {plan.sharding.upper()}; %distributed restart {flag} "
-                "starts one with the new setting"
-            )
         return pool
 
     @magic_arguments()
-    @argument("-n", "--num-processes", type=int, help="number of ranks (first use)")
     @argument("--ranks", help="run on these ranks only, e.g. 0 or 0,1 (default: all)")
     @argument("--all-ranks", action="store_true", help="show every rank's output, prefixed")
     @argument("-o", "--output", help="store every rank's last-expression value in this variable")
-    @argument("--start-method", help="fork, spawn or forkserver (first use)")
-    @argument("--mixed-precision", help="no, bf16 or fp16 (first use)")
-    @argument("--cpu", action="store_true", help="use the CPU even when GPUs are present")
-    @argument(
-        "--fsdp", action=argparse.BooleanOptionalAction, help=_FSDP_HELP.format(" (first use)")
-    )
-    @argument("--hosts", help=_HOSTS_HELP + " (first use)")
-    @argument("--ssh-config", help=_SSH_CONFIG_HELP)
+    @pool_flags
     @line_cell_magic
     @_errors_for_the_user
     def distributed(self, line: str, cell: str | None = None) -> Any:
@@ -341,7 +262,7 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         name = _cell_file(self.shell, source)
         check_syntax(source, name or "<%%distributed cell>")  # before any rank runs it
         pool = self._running_pool(args)
-        ranks = _ranks(args.ranks)
+        ranks = ranks_option(args.ranks)
         shown = min(ranks) if ranks else 0  # the rank whose value is the cell's result
         title = "%%distributed on " + pool.describe()
         view = _CellView(title, pool.world_size, bool(args.all_ranks), pool.rank_hosts)
@@ -391,28 +312,18 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             if self.pool is not None and self.pool.running:
                 raise UsageError("the pool is running: %distributed restart to start afresh")
             self._stop()
-            self._start(args)
+            self._start(WorkerPool(**pool_options(args)))
         elif args.command == "stop":
             self._stop()
         elif args.command == "restart":
-            previous = self.pool.plan if self.pool is not None else None
-            previous_hosts = self.pool.hosts if self.pool is not None else None
+            previous = self.pool.spec if self.pool is not None else None
             self._stop()
-            if previous is not None and previous_hosts is None and args.hosts is None:
-                args.hosts = "local"  # where it ran, whatever hosts were saved since
-            if previous_hosts is not None and args.hosts is None:
-                args.hosts = ",".join(previous_hosts.hosts)
-                if previous_hosts.transport.name == "srun":
-                    args.hosts = "slurm"
-                elif args.ssh_config is None:
-                    args.ssh_config = getattr(previous_hosts.transport, "config", None)
-            if previous is not None:  # the same settings unless given anew
-                args.num_processes = args.num_processes or previous.num_processes
-                args.mixed_precision = args.mixed_precision or previous.mixed_precision
-                args.start_method = args.start_method or previous.start_method
-                if args.fsdp is None:
-                    args.fsdp = previous.sharding == "fsdp"
-            self._start(args)
+            given = pool_options(args)
+            if previous is None:
+                self._start(WorkerPool(**given))
+            else:  # the same workers, whatever is saved since, unless given anew
+                spec = resolve_spec(previous.with_options(**given), pool=True)
+                self._start(WorkerPool(spec=spec))
         elif args.command == "status":
             return self._status()
         elif args.command == "where":
@@ -447,8 +358,8 @@ class DistributedMagics(Magics):  # type: ignore[misc]
 
     def _where(self, args: Any) -> None:
         pool = self._existing_pool()
-        stacks = pool.where(_ranks(args.ranks))
-        for rank in _ranks(args.ranks) or range(pool.world_size):
+        stacks = pool.where(ranks_option(args.ranks))
+        for rank in ranks_option(args.ranks) or range(pool.world_size):
             stack = stacks.get(rank)
             if stack is None:
                 print(f"rank {rank}: did not answer (dead, or its signals are blocked)")
@@ -476,13 +387,13 @@ class DistributedMagics(Magics):  # type: ignore[misc]
                     f"cannot send {name} to the workers: {type(error).__name__}: {error} "
                     "(locks, open files and sockets cannot travel; make one on each rank)"
                 ) from None
-        pool.push(values, _ranks(args.ranks))
+        pool.push(values, ranks_option(args.ranks))
 
     def _pull(self, args: Any) -> list[Any]:
         if len(args.names) != 1:
             raise UsageError("%distributed pull NAME: one variable, returned as a per-rank list")
         pool = self._existing_pool()
-        return pool.pull(args.names[0], _ranks(args.ranks))
+        return pool.pull(args.names[0], ranks_option(args.ranks))
 
 
 def load_ipython_extension(ipython: Any) -> None:

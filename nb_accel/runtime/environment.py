@@ -17,8 +17,8 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
 
-from .. import _env
 from .._flags import env_flag
+from .device_types.cuda_facts import cuda_device_count
 
 __all__ = [
     "clear_environment",
@@ -173,7 +173,7 @@ def _installed(module: str, distribution: str | None = None) -> bool:
 
 def is_cuda_available() -> bool:
     """True when a CUDA device is visible, asked without initialising CUDA in this process."""
-    return _env.cuda_device_count() > 0
+    return cuda_device_count() > 0
 
 
 def is_torch_xla_available(check_is_tpu: bool = False, check_is_gpu: bool = False) -> bool:

@@ -11,7 +11,7 @@ from typing import Any
 
 import torch
 
-from .. import _env
+from .device_types import device_types
 
 __all__ = ["find_executable_batch_size", "release_memory", "should_reduce_batch_size"]
 
@@ -37,8 +37,8 @@ def should_reduce_batch_size(exception: BaseException) -> bool:
 
 def _free_cached_memory() -> None:
     gc.collect()
-    if _env.cuda_initialized():  # never initialise CUDA just to empty its cache
-        torch.cuda.empty_cache()
+    for device in device_types():  # each empties its own cache, if it has one in use
+        device.empty_cache()
 
 
 def release_memory(*objects: Any) -> list[None]:

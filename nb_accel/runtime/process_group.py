@@ -12,7 +12,7 @@ from datetime import timedelta
 
 import torch.distributed as dist
 
-from .group_backends import backends_by_device
+from .device_types.group_backends import backends_by_device
 from .options import InitProcessGroupKwargs
 
 __all__ = ["apply_process_group_options", "applied_timeout_s", "init_process_group_kwargs"]

@@ -17,6 +17,7 @@ import torch.distributed as dist
 from .device_backends.base import DeviceBackend
 from .device_backends.choice import choose as choose_device_backend
 from .device_backends.shape_checks import debug_mode, set_debug_mode
+from .device_types import DeviceType
 from .enums import DistributedType
 from .rank_local import RankLocalDict
 from .sharding import ShardingStrategy, choose_strategy, default_strategy
@@ -79,6 +80,8 @@ class PartialState(_SharedState):
     local_process_index: int
     num_local_processes: int
     device: torch.device
+    #: The kind of device :attr:`device` is: what the rank asks about its devices.
+    device_type: DeviceType
     distributed_type: DistributedType
 
     def __init__(self, cpu: bool = False, **kwargs: Any) -> None:

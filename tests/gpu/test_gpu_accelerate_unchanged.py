@@ -8,13 +8,14 @@ from typing import Any
 import pytest
 import torch
 
-from nb_accel import _env, notebook_launcher
+from nb_accel import notebook_launcher
+from nb_accel.runtime.device_types import cuda_facts
 
 accelerate = pytest.importorskip("accelerate")
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(_env.cuda_device_count() < 2, reason="needs two CUDA GPUs"),
+    pytest.mark.skipif(cuda_facts.cuda_device_count() < 2, reason="needs two CUDA GPUs"),
     pytest.mark.timeout(300),
 ]
 

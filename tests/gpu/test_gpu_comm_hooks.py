@@ -7,15 +7,16 @@ from typing import Any
 import pytest
 import torch
 
-from nb_accel import Accelerator, _env, notebook_launcher
+from nb_accel import Accelerator, notebook_launcher
+from nb_accel.runtime.device_types import cuda_facts
 from nb_accel.runtime.training.profiling import ProfilingMethods
 from nb_accel.utils import DistributedDataParallelKwargs, ProfileKwargs, set_seed
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(_env.cuda_device_count() == 0, reason="needs a CUDA GPU"),
+    pytest.mark.skipif(cuda_facts.cuda_device_count() == 0, reason="needs a CUDA GPU"),
 ]
-two_gpus = pytest.mark.skipif(_env.cuda_device_count() < 2, reason="needs two CUDA GPUs")
+two_gpus = pytest.mark.skipif(cuda_facts.cuda_device_count() < 2, reason="needs two CUDA GPUs")
 
 
 def bf16_first_step() -> dict[str, Any]:

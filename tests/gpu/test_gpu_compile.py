@@ -15,14 +15,14 @@ from nb_accel import (
     Accelerator,
     CollectiveTimeoutError,
     InitProcessGroupKwargs,
-    _env,
     notebook_launcher,
 )
+from nb_accel.runtime.device_types import cuda_facts
 from nb_accel.utils import set_seed
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(_env.cuda_device_count() < 2, reason="needs two CUDA GPUs"),
+    pytest.mark.skipif(cuda_facts.cuda_device_count() < 2, reason="needs two CUDA GPUs"),
 ]
 
 

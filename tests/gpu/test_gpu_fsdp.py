@@ -10,14 +10,15 @@ from typing import Any
 import pytest
 import torch
 
-from nb_accel import Accelerator, FullyShardedDataParallelPlugin, _env, notebook_launcher
+from nb_accel import Accelerator, FullyShardedDataParallelPlugin, notebook_launcher
+from nb_accel.runtime.device_types import cuda_facts
 
 MAPPED = "cuda:nccl,cpu:gloo"
 
 pytestmark = [
     pytest.mark.gpu,
     pytest.mark.timeout(300),
-    pytest.mark.skipif(_env.cuda_device_count() < 2, reason="needs two CUDA GPUs"),
+    pytest.mark.skipif(cuda_facts.cuda_device_count() < 2, reason="needs two CUDA GPUs"),
 ]
 
 

@@ -14,11 +14,11 @@ from pathlib import Path
 
 import pytest
 
-from nb_accel import _env
+from nb_accel.runtime.device_types import cuda_facts
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(_env.cuda_device_count() == 0, reason="needs a CUDA GPU"),
+    pytest.mark.skipif(cuda_facts.cuda_device_count() == 0, reason="needs a CUDA GPU"),
 ]
 
 #: Shared by the scripts: a function every launch runs, and a launch that prints its outcome.
@@ -66,9 +66,9 @@ IS_AVAILABLE_FIRST = """
 if __name__ == "__main__":
     device = "cuda" if torch.cuda.is_available() else "cpu"  # before nb_accel: poisons fork
     import nb_accel
-    from nb_accel import _env
+    from nb_accel.runtime.device_types import cuda_facts
     print("initialized:", torch.cuda.is_initialized(), flush=True)  # torch cannot tell
-    print("works after fork:", _env.cuda_works_after_fork(), flush=True)
+    print("works after fork:", cuda_facts.cuda_works_after_fork(), flush=True)
     launch()                      # falls back to forkserver, saying so
     launch(start_method="fork")   # an explicit fork keeps the clear error
 """
@@ -87,14 +87,14 @@ def test_is_available_before_import_falls_back_to_forkserver(tmp_path: Path) -> 
 IMPORT_FIRST = """
 if __name__ == "__main__":
     import nb_accel
-    from nb_accel import _env, _cuda_fork
+    from nb_accel.runtime.device_types import cuda_facts, cuda_fork
     device = "cuda" if torch.cuda.is_available() else "cpu"  # after nb_accel: asks NVML
     assert device == "cuda"
-    count = _env.cuda_device_count()
+    count = cuda_facts.cuda_device_count()
     torch.cuda._device_count_nvml = lambda: -1   # as with MIG ids: NVML cannot count
-    print("count without NVML:", _env.cuda_device_count() == count, flush=True)
-    print("child:", _cuda_fork.ask_forked_child(), flush=True)
-    print("works after fork:", _env.cuda_works_after_fork(), flush=True)
+    print("count without NVML:", cuda_facts.cuda_device_count() == count, flush=True)
+    print("child:", cuda_fork.ask_forked_child(), flush=True)
+    print("works after fork:", cuda_facts.cuda_works_after_fork(), flush=True)
     launch(start_method="fork")
     print("initialized:", torch.cuda.is_initialized(), flush=True)
 """
@@ -138,8 +138,9 @@ def describe(value):
 
 if __name__ == "__main__":
     import nb_accel
-    from nb_accel import _env, notebook_launcher
+    from nb_accel import notebook_launcher
     from nb_accel.launch.pool import WorkerPool, load_value
+    from nb_accel.runtime.device_types import cuda_facts
     which = sys.argv[1]
     if which == "pool":
         pool = WorkerPool(1, start_method="fork")
@@ -151,7 +152,7 @@ if __name__ == "__main__":
         [value] = notebook_launcher(cuda_values, num_processes=1, show_progress=False)
     print("devices:", describe(value), flush=True)
     print("initialized:", torch.cuda.is_initialized(), flush=True)
-    print("works after fork:", _env.cuda_works_after_fork(), flush=True)
+    print("works after fork:", cuda_facts.cuda_works_after_fork(), flush=True)
     launch(start_method="fork")  # the next fork launch still works
 """
 
@@ -192,10 +193,10 @@ def test_cuda_tensors_in_a_returned_dataclass_reach_the_kernel_on_the_cpu(tmp_pa
 
 NVML_REPORT = """
 if __name__ == "__main__":
-    from nb_accel import _env, _nvml
-    report = _nvml.gpu_report()
-    print("works after fork:", _env.cuda_works_after_fork(), flush=True)  # NVML left CUDA alone
-    print("count:", len(report.gpus) == _env.cuda_device_count(), flush=True)
+    from nb_accel.runtime.device_types import cuda_facts, nvml
+    report = nvml.gpu_report()
+    print("works after fork:", cuda_facts.cuda_works_after_fork(), flush=True)  # CUDA left alone
+    print("count:", len(report.gpus) == cuda_facts.cuda_device_count(), flush=True)
     print("driver:", bool(report.driver), flush=True)
     capabilities = [gpu.capability for gpu in report.gpus]
     torch_says = [torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())]
@@ -252,7 +253,7 @@ if __name__ == "__main__":
 """
 
 
-@pytest.mark.skipif(_env.cuda_device_count() < 2, reason="needs 2 GPUs")
+@pytest.mark.skipif(cuda_facts.cuda_device_count() < 2, reason="needs 2 GPUs")
 @pytest.mark.timeout(300)
 def test_a_queued_nccl_collective_does_not_pair_with_the_next_cell(tmp_path: Path) -> None:
     script = tmp_path / "kernel.py"

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from nb_accel import PartialState, _env, notebook_launcher
+from nb_accel import PartialState, notebook_launcher
+from nb_accel.runtime.device_types import cuda_facts
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(_env.cuda_device_count() == 0, reason="needs a CUDA GPU"),
+    pytest.mark.skipif(cuda_facts.cuda_device_count() == 0, reason="needs a CUDA GPU"),
 ]
 
 
@@ -36,7 +37,7 @@ def test_single_gpu_nccl_launch_returns_cpu_tensors() -> None:
 
 
 def test_all_gpus_nccl_launch() -> None:
-    count = _env.cuda_device_count()
+    count = cuda_facts.cuda_device_count()
     results = notebook_launcher(nccl_all_reduce, num_processes=count)
     expected = count * (count + 1) / 2
     assert [r[2].item() for r in results] == [expected] * count
@@ -86,7 +87,7 @@ def spawned_rank() -> tuple[str, str, float]:
 @pytest.mark.parametrize("start_method", ["spawn", "forkserver"])
 @pytest.mark.timeout(300)
 def test_spawn_and_forkserver_launches_on_gpus(start_method: str) -> None:
-    count = _env.cuda_device_count()
+    count = cuda_facts.cuda_device_count()
     results = notebook_launcher(spawned_rank, num_processes=count, start_method=start_method)
     assert [r[0] for r in results] == ["nccl"] * count
     assert [r[2].item() for r in results] == [count * (count + 1) / 2] * count

@@ -10,13 +10,13 @@ import pytest
 import torch
 
 import nb_accel
-from nb_accel import _env
 from nb_accel._messages import Report
 from nb_accel.launch.views.view import NullView, register_view_factory, view_factory
+from nb_accel.runtime.device_types import cuda_facts
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(_env.cuda_device_count() == 0, reason="needs a CUDA GPU"),
+    pytest.mark.skipif(cuda_facts.cuda_device_count() == 0, reason="needs a CUDA GPU"),
 ]
 
 

@@ -12,11 +12,11 @@ import pytest
 from jupyter_client import KernelManager
 from jupyter_client.blocking import BlockingKernelClient
 
-from nb_accel import _env
+from nb_accel.runtime.device_types import cuda_facts
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(_env.cuda_device_count() == 0, reason="needs a CUDA GPU"),
+    pytest.mark.skipif(cuda_facts.cuda_device_count() == 0, reason="needs a CUDA GPU"),
 ]
 
 #: Says "looping" once 100 all-reduces are queued on the GPU, and goes on for ever: the
@@ -67,7 +67,7 @@ def _collect(client: BlockingKernelClient, msg_id: str, until: str | None = None
 
 @pytest.mark.timeout(400)
 def test_an_interrupted_cell_in_collectives_leaves_the_next_cell_right() -> None:
-    count = _env.cuda_device_count()
+    count = cuda_facts.cuda_device_count()
     manager = KernelManager(kernel_name="python3")
     manager.start_kernel()
     client = manager.client()
@@ -101,7 +101,7 @@ dist.all_reduce(value)
 value.item()
 """
 
-two_gpus = pytest.mark.skipif(_env.cuda_device_count() < 2, reason="needs two CUDA GPUs")
+two_gpus = pytest.mark.skipif(cuda_facts.cuda_device_count() < 2, reason="needs two CUDA GPUs")
 
 
 @two_gpus
@@ -111,7 +111,7 @@ def test_a_failing_rank_frees_the_ranks_waiting_in_an_nccl_collective() -> None:
 
     from nb_accel.launch.pool import WorkerPool, load_value
 
-    count = _env.cuda_device_count()
+    count = cuda_facts.cuda_device_count()
     pool = WorkerPool(count, timeout=600)  # the test's own timeout fails a hang long before
     pool.start()
     shown = ShownRows()

@@ -16,13 +16,14 @@ from pathlib import Path
 import pytest
 import torch
 
-from nb_accel import Accelerator, CollectiveTimeoutError, _env, notebook_launcher
+from nb_accel import Accelerator, CollectiveTimeoutError, notebook_launcher
+from nb_accel.runtime.device_types import cuda_facts
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(_env.cuda_device_count() == 0, reason="needs a CUDA GPU"),
+    pytest.mark.skipif(cuda_facts.cuda_device_count() == 0, reason="needs a CUDA GPU"),
 ]
-two_gpus = pytest.mark.skipif(_env.cuda_device_count() < 2, reason="needs two CUDA GPUs")
+two_gpus = pytest.mark.skipif(cuda_facts.cuda_device_count() < 2, reason="needs two CUDA GPUs")
 
 
 def group_binding() -> tuple[str, str, float]:
@@ -36,7 +37,7 @@ def group_binding() -> tuple[str, str, float]:
 
 
 def test_each_rank_s_group_is_bound_to_its_gpu_and_its_store_waits_the_launch_timeout() -> None:
-    count = _env.cuda_device_count()
+    count = cuda_facts.cuda_device_count()
     results = notebook_launcher(group_binding, num_processes=count, timeout=1234)
     assert results == [("nccl", f"cuda:{rank}", 1234.0) for rank in range(count)]
     assert not torch.cuda.is_initialized()  # the launcher never touched CUDA in this process

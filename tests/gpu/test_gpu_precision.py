@@ -6,12 +6,13 @@ from __future__ import annotations
 import pytest
 import torch
 
-from nb_accel import Accelerator, _env, notebook_launcher
+from nb_accel import Accelerator, notebook_launcher
+from nb_accel.runtime.device_types import cuda_facts
 from nb_accel.utils import set_seed
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(_env.cuda_device_count() == 0, reason="needs a CUDA GPU"),
+    pytest.mark.skipif(cuda_facts.cuda_device_count() == 0, reason="needs a CUDA GPU"),
 ]
 
 

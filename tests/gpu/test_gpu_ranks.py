@@ -8,11 +8,12 @@ from pathlib import Path
 import pytest
 import torch
 
-from nb_accel import Accelerator, _env, notebook_launcher
+from nb_accel import Accelerator, notebook_launcher
+from nb_accel.runtime.device_types import cuda_facts
 
 pytestmark = [
     pytest.mark.gpu,
-    pytest.mark.skipif(_env.cuda_device_count() < 2, reason="needs two CUDA GPUs"),
+    pytest.mark.skipif(cuda_facts.cuda_device_count() < 2, reason="needs two CUDA GPUs"),
 ]
 
 

@@ -11,9 +11,11 @@ import pytest
 import torch
 import torch.distributed as dist
 
-from nb_accel import _cuda_fork, _env, notebook_launcher
+from nb_accel import notebook_launcher
 from nb_accel.launch import launcher
 from nb_accel.launch.plan import LaunchPlan
+from nb_accel.launch.spec import LaunchSpec
+from nb_accel.runtime.device_types import cuda_facts, cuda_fork
 
 
 def sum_of_ranks(offset: int) -> tuple[int, float]:
@@ -29,19 +31,20 @@ def test_a_default_launch_falls_back_to_forkserver_with_a_note(
     # Two GPUs, the CUDA driver loaded, and a child forked from here is a bad fork: what a
     # kernel that ran torch.cuda.is_available() before importing nb_accel shows.
     monkeypatch.delenv("NB_ACCEL_USE_CPU", raising=False)
-    monkeypatch.setattr(_env, "cuda_device_count", lambda: 2)
-    monkeypatch.setattr(_cuda_fork, "driver_loaded", lambda: True)
+    monkeypatch.setattr(cuda_facts, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(cuda_fork, "driver_loaded", lambda: True)
     monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: True)
     planned: list[LaunchPlan] = []
-    real_plan = launcher.plan_with_defaults
+    real_resolve = launcher.resolve_spec
 
-    def on_the_cpu(*args: Any, **kwargs: Any) -> LaunchPlan:
-        """The real plan, with its workers on the CPU (gloo): this machine has no GPU."""
-        plan = real_plan(*args, **kwargs)
-        planned.append(plan)
-        return dataclasses.replace(plan, device_type="cpu", backend="gloo")
+    def on_the_cpu(*args: Any, **kwargs: Any) -> LaunchSpec:
+        """The real spec, with its workers on the CPU (gloo): this machine has no GPU."""
+        spec = real_resolve(*args, **kwargs)
+        planned.append(spec.plan)
+        plan = dataclasses.replace(spec.plan, device_type="cpu", backend="gloo")
+        return dataclasses.replace(spec, plan=plan)
 
-    monkeypatch.setattr(launcher, "plan_with_defaults", on_the_cpu)
+    monkeypatch.setattr(launcher, "resolve_spec", on_the_cpu)
     results = notebook_launcher(sum_of_ranks, args=(10,), num_processes=2)
     assert planned[0].start_method == "forkserver" and planned[0].device_type == "cuda"
     assert [value for _, value in results] == [21.0, 21.0]

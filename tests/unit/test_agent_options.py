@@ -6,20 +6,22 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from typing import Any
 
 import pytest
 
 import nb_accel
 from nb_accel.config import Config
-from nb_accel.launch.defaults import node_plan_with_defaults
-from nb_accel.launch.hosts.plan import make_host_plan
 from nb_accel.launch.multinode.elastic_agent import launch_config
-from nb_accel.launch.multinode.nodes import (
+from nb_accel.launch.placement.hosts import make_host_plan
+from nb_accel.launch.placement.nodes import (
     DEFAULT_RDZV_ID,
     MONITOR_INTERVAL_S,
     NodePlan,
     make_node_plan,
 )
+from nb_accel.launch.request import LaunchRequest
+from nb_accel.launch.resolve import resolve_spec
 from nb_accel.launch.views.output import ROLE_NAME
 
 pytestmark = pytest.mark.timeout(60)
@@ -78,10 +80,13 @@ def test_bad_agent_options_are_refused_before_any_process_starts(
         nb_accel.notebook_launcher(_never_called, num_processes=1, **nodes, **options)  # type: ignore[arg-type]
 
 
+def _nodes(config: Config, **options: Any) -> NodePlan:
+    """The nodes a launch with ``options`` resolves to, ``config`` saved."""
+    return resolve_spec(LaunchRequest(num_processes=1, **options), config=config).nodes
+
+
 def test_accelerates_defaults_read_as_nb_accels() -> None:
-    plan = node_plan_with_defaults(
-        Config(), None, None, None, None, None, None, rdzv_conf=None, rdzv_id="none"
-    )
+    plan = _nodes(Config(), rdzv_id="none")
     assert plan == NodePlan()
     assert (plan.rdzv_conf, plan.rdzv_id, plan.monitor_interval) == (
         {},
@@ -92,14 +97,16 @@ def test_accelerates_defaults_read_as_nb_accels() -> None:
 
 def test_accelerates_static_backend_is_taken_as_c10d() -> None:
     """Accelerate's default ``rdzv_backend="static"``: fixed nodes, ranks by node_rank."""
-    plan = node_plan_with_defaults(Config(), 2, 1, "127.0.0.1:29500", "static", None, None)
+    plan = _nodes(
+        Config(), num_nodes=2, node_rank=1, rdzv_endpoint="127.0.0.1:29500", rdzv_backend="static"
+    )
     assert (plan.rdzv_backend, plan.num_nodes, plan.node_rank) == ("c10d", 2, 1)
 
 
 def test_join_timeout_is_rdzv_timeout_by_torchs_name() -> None:
     saved = Config(rdzv_timeout=600)
     given = {"join_timeout": 30, "last_call_timeout": 5}
-    plan = node_plan_with_defaults(saved, 2, 0, "h:1", None, None, None, rdzv_conf=given)
+    plan = _nodes(saved, num_nodes=2, node_rank=0, rdzv_endpoint="h:1", rdzv_conf=given)
     assert plan.rdzv_timeout == 30.0  # an argument wins over the saved configuration
     assert plan.rdzv_conf == {"last_call_timeout": 5}  # join_timeout comes from rdzv_timeout
     assert given == {"join_timeout": 30, "last_call_timeout": 5}  # the caller's dict untouched

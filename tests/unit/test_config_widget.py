@@ -9,21 +9,21 @@ import ipywidgets
 import pytest
 import yaml
 
-from nb_accel import _env
 from nb_accel.config import Config, ConfigError, load_config, save_config
 from nb_accel.notebook.config_widget import LABELS, MULTI_NODE_FIELDS, ConfigWidget, hosts_from_text
+from nb_accel.runtime.device_types import cuda_facts
 
 FIELD_NAMES = [f.name for f in fields(Config)]
 
 
 @pytest.fixture
 def no_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_env, "cuda_device_count", lambda: 0)
+    monkeypatch.setattr(cuda_facts, "cuda_device_count", lambda: 0)
 
 
 @pytest.fixture
 def four_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_env, "cuda_device_count", lambda: 4)
+    monkeypatch.setattr(cuda_facts, "cuda_device_count", lambda: 4)
 
 
 def _offered(form: ConfigWidget, name: str) -> list[object]:
@@ -133,7 +133,7 @@ def test_values_set_on_the_controls_are_saved_and_read_back(
     changes = {
         "num_processes": 2,
         "mixed_precision": "fp16",
-        "sharding": "fsdp",
+        "sharding": "fsdp2",
         "start_method": "spawn",
         "gradient_accumulation_steps": 4,
         "timeout": 60.5,
@@ -159,16 +159,16 @@ def test_sharding_is_a_ddp_or_fsdp_choice_saved_as_the_launch_default(
     file = tmp_path / "c.yaml"
     form = ConfigWidget(file)
     sharding = form.controls["sharding"]
-    assert list(sharding.options) == [("DDP", "ddp"), ("FSDP", "fsdp")]
+    assert list(sharding.options) == [("DDP", "ddp"), ("FSDP2", "fsdp2")]
     assert sharding.value == "ddp" and sharding.label == "DDP"
     assert "fully_shard" in sharding.tooltip and sharding.tooltip.startswith("sharding: ")
-    sharding.value = "fsdp"
+    sharding.value = "fsdp2"
     assert form.message.value == "Changed; not saved yet"
     form.save()
-    assert load_config(file) == Config(sharding="fsdp")
-    assert "sharding: fsdp" in file.read_text()
+    assert load_config(file) == Config(sharding="fsdp2")
+    assert "sharding: fsdp2" in file.read_text()
     again = ConfigWidget(file)
-    assert again.controls["sharding"].label == "FSDP"
+    assert again.controls["sharding"].label == "FSDP2"
     again.reset()
     assert again.controls["sharding"].value == "ddp" and again.config == Config()
 
@@ -337,7 +337,7 @@ def test_a_saved_value_this_machine_cannot_use_is_shown(tmp_path: Path, no_gpu: 
     assert 64 not in _offered(form, "num_processes")
 
 
-@pytest.mark.skipif(_env.cuda_device_count() > 0, reason="this machine has a GPU")
+@pytest.mark.skipif(cuda_facts.cuda_device_count() > 0, reason="this machine has a GPU")
 def test_this_machine_without_gpu(tmp_path: Path) -> None:
     form = ConfigWidget(tmp_path / "c.yaml")
     assert form.controls["cpu"].value is True and form.controls["cpu"].disabled

@@ -10,16 +10,17 @@ import sys
 
 import pytest
 import torch
+from plans import plan_of
 
-from nb_accel import LaunchError, _cuda_fork, _env
-from nb_accel.launch.plan import make_plan
+from nb_accel import LaunchError
+from nb_accel.runtime.device_types import cuda_facts, cuda_fork
 
 
 @pytest.fixture
 def two_gpus_and_a_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two GPUs, and the CUDA driver library loaded in this process (so a child is asked)."""
-    monkeypatch.setattr(_env, "cuda_device_count", lambda: 2)
-    monkeypatch.setattr(_cuda_fork, "driver_loaded", lambda: True)
+    monkeypatch.setattr(cuda_facts, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(cuda_fork, "driver_loaded", lambda: True)
 
 
 @pytest.fixture
@@ -31,13 +32,13 @@ def kernel_touched_cuda(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_the_forked_child_reports_a_bad_fork(kernel_touched_cuda: None) -> None:
-    assert _cuda_fork.ask_forked_child() == _cuda_fork.ForkedCuda(bad_fork=True, device_count=-1)
+    assert cuda_fork.ask_forked_child() == cuda_fork.ForkedCuda(bad_fork=True, device_count=-1)
 
 
 def test_a_default_launch_falls_back_to_forkserver_and_says_so(
     two_gpus_and_a_driver: None, kernel_touched_cuda: None
 ) -> None:
-    plan = make_plan(2, "no", None, 60, cpu=False)
+    plan = plan_of(num_processes=2, cpu=False)
     assert (plan.start_method, plan.device_type, plan.num_processes) == ("forkserver", "cuda", 2)
     [note] = plan.notes
     assert note.startswith(
@@ -51,14 +52,14 @@ def test_an_explicit_fork_keeps_the_clear_error(
     two_gpus_and_a_driver: None, kernel_touched_cuda: None
 ) -> None:
     with pytest.raises(LaunchError) as info:
-        make_plan(2, "no", "fork", 60, cpu=False)
+        plan_of(num_processes=2, start_method="fork", cpu=False)
     assert "Restart the kernel" in str(info.value)
     assert "start_method='spawn' or 'forkserver'" in str(info.value)
-    assert make_plan(2, "no", "spawn", 60, cpu=False).start_method == "spawn"
+    assert plan_of(num_processes=2, start_method="spawn", cpu=False).start_method == "spawn"
 
 
 def test_fork_stays_when_the_forked_child_can_use_cuda(two_gpus_and_a_driver: None) -> None:
-    plan = make_plan(2, "no", None, 60, cpu=False)
+    plan = plan_of(num_processes=2, cpu=False)
     assert (plan.start_method, plan.notes) == ("fork", ())
 
 
@@ -66,10 +67,10 @@ def test_without_the_driver_loaded_no_child_is_asked(monkeypatch: pytest.MonkeyP
     def no_child() -> None:
         raise AssertionError("a child was forked although CUDA cannot have been initialised")
 
-    monkeypatch.setattr(_env, "cuda_device_count", lambda: 2)
-    monkeypatch.setattr(_cuda_fork, "driver_loaded", lambda: False)
-    monkeypatch.setattr(_cuda_fork, "ask_forked_child", no_child)
-    assert make_plan(2, "no", None, 60, cpu=False).start_method == "fork"
+    monkeypatch.setattr(cuda_facts, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(cuda_fork, "driver_loaded", lambda: False)
+    monkeypatch.setattr(cuda_fork, "ask_forked_child", no_child)
+    assert plan_of(num_processes=2, cpu=False).start_method == "fork"
 
 
 def test_the_device_count_never_asks_the_cuda_runtime_in_this_process(
@@ -86,7 +87,7 @@ def test_the_device_count_never_asks_the_cuda_runtime_in_this_process(
     monkeypatch.setattr(torch.version, "cuda", "12.4")
     monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: -1)  # e.g. MIG ids
     monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", runtime_count, raising=False)
-    assert _env.cuda_device_count() == 3
+    assert cuda_facts.cuda_device_count() == 3
     assert asked_in == []  # the count came from the child; this process never asked
 
 

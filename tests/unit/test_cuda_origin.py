@@ -13,14 +13,15 @@ pytestmark = pytest.mark.timeout(120)
 
 #: Asks what a launch would say once CUDA is found initialised.
 ASK = """
-from nb_accel import _env
 from nb_accel.launch import plan
-_env.cuda_works_after_fork = lambda: False  # what a kernel whose CUDA is initialised finds
+from nb_accel.runtime.device_types import cuda_facts, device_type
+cuda_facts.cuda_works_after_fork = lambda: False  # what a kernel whose CUDA is initialised finds
+cuda = device_type("cuda")
 try:
-    plan._start_method_for_cuda("fork", explicit=True)
+    plan._start_method(cuda, "fork", explicit=True)
 except Exception as error:
     print("ERROR", error)
-print("NOTE", plan._start_method_for_cuda("fork", explicit=False)[1][0])
+print("NOTE", plan._start_method(cuda, "fork", explicit=False)[1][0])
 """
 
 

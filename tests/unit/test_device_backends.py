@@ -16,6 +16,7 @@ from nb_accel.runtime.collectives import ops
 from nb_accel.runtime.device_backends import choice
 from nb_accel.runtime.device_backends.base import DeviceBackend, Rank
 from nb_accel.runtime.device_backends.torch_distributed import TorchDistributedBackend
+from nb_accel.runtime.device_types import device_type
 from nb_accel.runtime.enums import DistributedType
 from nb_accel.runtime.state import reset_all_states
 
@@ -39,6 +40,7 @@ class RecordingBackend(DeviceBackend):
             "local_process_index": 1,
             "num_local_processes": 2,
             "device": torch.device("cpu"),
+            "device_type": device_type("cpu"),
             "distributed_type": DistributedType.MULTI_CPU,
         }
 

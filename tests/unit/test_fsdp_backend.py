@@ -9,19 +9,20 @@ from typing import Any
 import pytest
 import torch
 import torch.distributed as dist
+from plans import plan_of
 
-from nb_accel import FullyShardedDataParallelPlugin, _env
-from nb_accel.launch.plan import make_plan
+from nb_accel import FullyShardedDataParallelPlugin
 from nb_accel.launch.workers import worker_env
 from nb_accel.runtime.device_backends.torch_distributed import TorchDistributedBackend
-from nb_accel.runtime.fsdp.sharding import _offload_policy
-from nb_accel.runtime.group_backends import (
+from nb_accel.runtime.device_types import cuda_facts
+from nb_accel.runtime.device_types.group_backends import (
     backend_for,
     backends_by_device,
     new_group_backend,
     uses_nccl,
     with_cpu_backend,
 )
+from nb_accel.runtime.fsdp.sharding import _offload_policy
 from nb_accel.runtime.workers.spec import WorkerArgs
 
 pytestmark = pytest.mark.timeout(60)
@@ -45,12 +46,12 @@ def test_backend_strings() -> None:
 @pytest.fixture
 def two_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two GPUs as far as the launch plan can tell (it reads NVML, never CUDA)."""
-    monkeypatch.setattr(_env, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(cuda_facts, "cuda_device_count", lambda: 2)
     monkeypatch.delenv("FSDP_OFFLOAD_PARAMS", raising=False)
 
 
 def _backend(sharding: str, cpu: bool = False) -> str:
-    return make_plan(2, "no", "spawn", 60, cpu=cpu, sharding=sharding).backend
+    return plan_of(num_processes=2, start_method="spawn", cpu=cpu, sharding=sharding).backend
 
 
 @pytest.mark.usefixtures("two_gpus")
@@ -69,7 +70,7 @@ def test_an_fsdp_launch_on_gpus_gets_gloo_beside_nccl(monkeypatch: pytest.Monkey
 
 @pytest.mark.usefixtures("two_gpus")
 def test_the_workers_join_a_group_with_the_planned_backend() -> None:
-    plan = make_plan(2, "no", "spawn", 60, cpu=False, sharding="fsdp")
+    plan = plan_of(num_processes=2, start_method="spawn", cpu=False, sharding="fsdp")
     assert plan.describe().startswith(f"Launching 2 processes on 2 GPUs ({MAPPED}; spawn")
     args = WorkerArgs(
         0, 0, 2, 2, 0, "store", plan.backend, "cuda", 60.0, "no", b"", 1, env=worker_env(plan)
@@ -80,7 +81,7 @@ def test_the_workers_join_a_group_with_the_planned_backend() -> None:
 def _torchrun_backend(monkeypatch: pytest.MonkeyPatch, **options: Any) -> str:
     """The backend ``PartialState`` creates the group with under torchrun, on two GPUs."""
     made: list[str] = []
-    monkeypatch.setattr(_env, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(cuda_facts, "cuda_device_count", lambda: 2)
     monkeypatch.delenv("NB_ACCEL_USE_CPU", raising=False)
     monkeypatch.delenv("NB_ACCEL_BACKEND", raising=False)
     monkeypatch.setenv("WORLD_SIZE", "2")

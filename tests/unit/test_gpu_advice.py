@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from plans import plan_of
 
-from nb_accel import _env, _nvml
-from nb_accel._nvml import GpuInfo, GpuReport
-from nb_accel.launch.gpu_advice import bf16_note, nccl_transport_env
-from nb_accel.launch.plan import make_plan
 from nb_accel.launch.workers import worker_env
 from nb_accel.notebook.config_widget import ConfigWidget
+from nb_accel.runtime.device_types import cuda_facts, nvml
+from nb_accel.runtime.device_types.gpu_advice import bf16_note, nccl_transport_env
+from nb_accel.runtime.device_types.nvml import GpuInfo, GpuReport
 
 T4 = GpuInfo("Tesla T4", "GPU-aaaa", (7, 5))
 A100 = GpuInfo("NVIDIA A100-SXM4-40GB", "GPU-bbbb", (8, 0))
@@ -24,8 +24,8 @@ OLD_DRIVER = "535.129.03"
 def gpus(monkeypatch: pytest.MonkeyPatch) -> list[GpuReport]:
     """Two GPUs; the test puts the NVML report it wants in the list."""
     reports: list[GpuReport] = []
-    monkeypatch.setattr(_env, "cuda_device_count", lambda: 2)
-    monkeypatch.setattr(_nvml, "gpu_report", lambda: reports[0])
+    monkeypatch.setattr(cuda_facts, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(nvml, "gpu_report", lambda: reports[0])
     monkeypatch.delenv("NCCL_P2P_DISABLE", raising=False)
     monkeypatch.delenv("NCCL_IB_DISABLE", raising=False)
     return reports
@@ -43,11 +43,11 @@ def test_bf16_is_flagged_below_compute_capability_8() -> None:
 
 def test_a_bf16_launch_on_a_t4_says_so_and_fp16_does_not(gpus: list[GpuReport]) -> None:
     gpus.append(GpuReport((T4, T4), "550.54.15"))
-    [note] = make_plan(2, "bf16", None, 60, cpu=False).notes
+    [note] = plan_of(num_processes=2, mixed_precision="bf16", cpu=False).notes
     assert "Tesla T4" in note and "emulated" in note
-    assert make_plan(2, "fp16", None, 60, cpu=False).notes == ()
+    assert plan_of(num_processes=2, mixed_precision="fp16", cpu=False).notes == ()
     gpus[0] = GpuReport((A100, A100), "550.54.15")
-    assert make_plan(2, "bf16", None, 60, cpu=False).notes == ()
+    assert plan_of(num_processes=2, mixed_precision="bf16", cpu=False).notes == ()
 
 
 @pytest.mark.parametrize(
@@ -88,12 +88,12 @@ def test_nccl_transports_rule(
 
 def test_the_workers_of_an_rtx_4090_launch_get_the_variables(gpus: list[GpuReport]) -> None:
     gpus.append(GpuReport((RTX4090, RTX4090), OLD_DRIVER))
-    plan = make_plan(2, "no", None, 60, cpu=False)
+    plan = plan_of(num_processes=2, cpu=False)
     env = worker_env(plan)
     assert env["NCCL_P2P_DISABLE"] == env["NCCL_IB_DISABLE"] == "1"
     [note] = plan.notes
     assert "NCCL_P2P_DISABLE=1 NCCL_IB_DISABLE=1" in note
-    assert "NCCL_P2P_DISABLE" not in worker_env(make_plan(2, "no", None, 60, cpu=True))
+    assert "NCCL_P2P_DISABLE" not in worker_env(plan_of(num_processes=2, cpu=True))
 
 
 @pytest.mark.parametrize(
@@ -109,9 +109,9 @@ def test_the_workers_of_an_rtx_4090_launch_get_the_variables(gpus: list[GpuRepor
 )
 def test_visible_devices_are_read_as_cuda_reads_them(spec: str | None, expected: list[str]) -> None:
     gpus = [GpuInfo(name, f"GPU-{name * 4}") for name in "abc"]
-    chosen = _nvml.visible(gpus, spec)
+    chosen = nvml.visible(gpus, spec)
     assert chosen is not None and [gpu.name for gpu in chosen] == expected
-    assert _nvml.visible(gpus, "MIG-1234") is None
+    assert nvml.visible(gpus, "MIG-1234") is None
 
 
 def test_the_config_form_notes_bf16_on_a_t4(tmp_path: Path, gpus: list[GpuReport]) -> None:

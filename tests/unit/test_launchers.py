@@ -43,10 +43,10 @@ def _imports_xla(path: Path) -> bool:
     return False
 
 
-def test_only_the_chooser_imports_the_xla_launcher() -> None:
+def test_only_the_registry_of_backends_imports_the_xla_launcher() -> None:
     outside = [p for p in LAUNCH.rglob("*.py") if "xla" not in p.relative_to(LAUNCH).parts]
     importers = sorted(str(p.relative_to(LAUNCH)) for p in outside if _imports_xla(p))
-    assert importers == ["launcher.py"]
+    assert importers == ["backends.py"]
 
 
 #: A worker that ignores SIGTERM and has started a child of its own (in its process group).

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 import nb_accel
 from nb_accel.config import Config
 from nb_accel.errors import LaunchError
-from nb_accel.launch.defaults import node_plan_with_defaults, plan_with_defaults
-from nb_accel.launch.multinode.nodes import NodePlan, make_node_plan
+from nb_accel.launch.placement.nodes import NodePlan, make_node_plan
+from nb_accel.launch.request import LaunchRequest
+from nb_accel.launch.resolve import resolve_spec
+from nb_accel.launch.spec import LaunchSpec
 from nb_accel.runtime.workers.node_worker import global_rank
 
 
@@ -18,8 +21,12 @@ def _never_called() -> None:
     raise AssertionError("no worker may start")
 
 
+def _resolved(config: Config, pool: bool = False, **options: Any) -> LaunchSpec:
+    return resolve_spec(LaunchRequest(**options), pool=pool, config=config)
+
+
 def test_a_single_node_is_the_default() -> None:
-    plan = node_plan_with_defaults(Config(), None, None, None, None, None, None)
+    plan = _resolved(Config()).nodes
     assert plan == NodePlan()
     assert not plan.multi_node
 
@@ -54,7 +61,7 @@ def test_accelerates_master_addr_and_use_port_name_the_endpoint() -> None:
 
 def test_arguments_win_over_the_saved_configuration() -> None:
     saved = Config(num_nodes=2, node_rank=1, rdzv_endpoint="10.0.0.1:29500", max_restarts=2)
-    plan = node_plan_with_defaults(saved, None, 0, None, None, None, 30)
+    plan = _resolved(saved, node_rank=0, rdzv_timeout=30).nodes
     assert (plan.num_nodes, plan.node_rank, plan.rdzv_endpoint) == (2, 0, "10.0.0.1:29500")
     assert (plan.max_restarts, plan.rdzv_timeout) == (2, 30.0)
 
@@ -62,8 +69,10 @@ def test_arguments_win_over_the_saved_configuration() -> None:
 def test_persistent_workers_refuse_a_saved_multi_node_configuration(tmp_path: Path) -> None:
     saved = Config(num_nodes=2, rdzv_endpoint="10.0.0.1:29500")
     with pytest.raises(LaunchError, match="persistent %%distributed workers run on this machine"):
-        plan_with_defaults(None, None, None, None, None, saved)
-    assert plan_with_defaults(None, None, None, None, None, saved, single_node=False)
+        _resolved(saved, pool=True)
+    with pytest.raises(LaunchError, match="num_nodes=2 was given, but persistent"):
+        _resolved(Config(), pool=True, num_nodes=2, rdzv_endpoint="10.0.0.1:29500")
+    assert _resolved(saved).nodes.num_nodes == 2
 
 
 def test_node_k_holds_the_kth_block_of_ranks() -> None:
@@ -74,8 +83,8 @@ def test_node_k_holds_the_kth_block_of_ranks() -> None:
 def test_hosts_are_checked_before_anything_starts(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nb_accel.launch.hosts.plan import make_host_plan
-    from nb_accel.launch.multinode.nodes import NodePlan
+    from nb_accel.launch.placement.hosts import make_host_plan
+    from nb_accel.launch.placement.nodes import NodePlan
 
     nodes = NodePlan()
     with pytest.raises(ValueError, match="hosts= decides num_nodes"):

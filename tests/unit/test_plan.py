@@ -6,10 +6,10 @@ import threading
 
 import psutil
 import pytest
+from plans import plan_of
 
-from nb_accel import LaunchError, _env, notebook_launcher
-from nb_accel.launch.defaults import plan_with_defaults
-from nb_accel.launch.plan import make_plan
+from nb_accel import LaunchError, notebook_launcher
+from nb_accel.runtime.device_types import cuda_facts
 
 
 def _noop() -> int:
@@ -97,44 +97,44 @@ def test_unpicklable_closure_is_named(capsys: pytest.CaptureFixture[str]) -> Non
 
 
 def test_more_processes_than_gpus(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_env, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(cuda_facts, "cuda_device_count", lambda: 2)
     with pytest.raises(ValueError, match=r"num_processes=4 but only 2 GPUs are visible.*cpu=True"):
-        make_plan(4, "no", None, 60, cpu=False)
-    plan = make_plan(None, "no", None, 60, cpu=False)
+        plan_of(num_processes=4, cpu=False)
+    plan = plan_of(timeout=60, cpu=False)
     assert (plan.num_processes, plan.backend, plan.device_type) == (2, "nccl", "cuda")
-    assert make_plan(4, "no", None, 60, cpu=True).backend == "gloo"
+    assert plan_of(num_processes=4, cpu=True).backend == "gloo"
 
 
 def test_cuda_initialised_before_fork_says_how_to_fix(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_env, "cuda_device_count", lambda: 1)
-    monkeypatch.setattr(_env, "cuda_initialized", lambda: True)
+    monkeypatch.setattr(cuda_facts, "cuda_device_count", lambda: 1)
+    monkeypatch.setattr(cuda_facts, "cuda_initialized", lambda: True)
     with pytest.raises(LaunchError) as info:
-        make_plan(1, "no", "fork", 60, cpu=False)
+        plan_of(num_processes=1, start_method="fork", cpu=False)
     assert "Restart the kernel" in str(info.value) and "start_method='spawn'" in str(info.value)
-    assert make_plan(1, "no", "spawn", 60, cpu=False).start_method == "spawn"
+    assert plan_of(num_processes=1, start_method="spawn", cpu=False).start_method == "spawn"
 
 
 def test_plan_describes_the_launch_truthfully() -> None:
-    plan = make_plan(2, "no", "fork", 60, cpu=True)
+    plan = plan_of(num_processes=2, start_method="fork", cpu=True)
     assert plan.describe() == "Launching 2 processes on CPU (gloo; fork)"
-    plan = make_plan(1, "bf16", "spawn", 60, cpu=True)
+    plan = plan_of(num_processes=1, mixed_precision="bf16", start_method="spawn", cpu=True)
     assert plan.describe() == "Launching 1 process on CPU (gloo; spawn, bf16 mixed precision)"
-    plan = make_plan(2, "fp16", "fork", 60, cpu=True)
+    plan = plan_of(num_processes=2, mixed_precision="fp16", start_method="fork", cpu=True)
     assert plan.describe() == "Launching 2 processes on CPU (gloo; fork, fp16 mixed precision)"
 
 
 def test_default_is_one_cpu_process_without_gpus() -> None:
-    if _env.cuda_device_count():
+    if cuda_facts.cuda_device_count():
         pytest.skip("GPUs present")
-    assert make_plan(None, "no", None, 60, cpu=False).num_processes == 1
+    assert plan_of(timeout=60, cpu=False).num_processes == 1
 
 
 def test_nb_accel_use_cpu_puts_a_launch_on_the_cpu(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_env, "cuda_device_count", lambda: 2)
+    monkeypatch.setattr(cuda_facts, "cuda_device_count", lambda: 2)
     monkeypatch.setenv("NB_ACCEL_USE_CPU", "1")
-    plan = plan_with_defaults(None, None, None, None, None)
+    plan = plan_of()
     assert (plan.device_type, plan.backend, plan.num_processes) == ("cpu", "gloo", 1)
-    explicit = plan_with_defaults(None, None, None, None, cpu=False)
+    explicit = plan_of(cpu=False)
     assert (explicit.device_type, explicit.num_processes) == ("cuda", 2)  # cpu=False wins
     monkeypatch.delenv("NB_ACCEL_USE_CPU")
-    assert plan_with_defaults(None, None, None, None, None).device_type == "cuda"
+    assert plan_of().device_type == "cuda"

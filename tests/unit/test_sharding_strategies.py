@@ -9,14 +9,20 @@ import warnings
 
 import pytest
 import torch
+from plans import plan_of
 from torch import nn
 
 import nb_accel
 from nb_accel import DistributedType, FullyShardedDataParallelPlugin
 from nb_accel.config import CHOICES, Config, ConfigError
-from nb_accel.launch.plan import make_plan, sharding_for
 from nb_accel.launch.workers import sharding_env
-from nb_accel.runtime.sharding import DEFAULT, STRATEGIES, ShardingStrategy, choose_strategy
+from nb_accel.runtime.sharding import (
+    DEFAULT,
+    STRATEGIES,
+    ShardingStrategy,
+    choose_strategy,
+    sharding_for_fsdp,
+)
 from nb_accel.runtime.sharding.registry import unwrap_once, worker_only_advice
 from nb_accel.runtime.state import AcceleratorState
 
@@ -48,15 +54,17 @@ def test_every_registered_strategy_implements_the_interface(name: str) -> None:
 def test_the_configuration_and_the_launch_name_the_registered_strategies() -> None:
     assert tuple(STRATEGIES) == CHOICES["sharding"]
     assert DEFAULT in STRATEGIES and Config().sharding == DEFAULT
-    assert {sharding_for(True, DEFAULT), sharding_for(False, DEFAULT)} <= set(STRATEGIES)
+    assert {sharding_for_fsdp(True), sharding_for_fsdp(False)} <= set(STRATEGIES)
     for name in STRATEGIES:
         assert Config(sharding=name).sharding == name
-        assert make_plan(2, "no", "fork", 60, cpu=True, sharding=name).sharding == name
+        assert (
+            plan_of(num_processes=2, start_method="fork", cpu=True, sharding=name).sharding == name
+        )
         assert sharding_env(name) == STRATEGIES[name].worker_env()
     with pytest.raises(ConfigError):
         Config(sharding="zero3")
-    with pytest.raises(ValueError, match="use one of 'ddp', 'fsdp'"):
-        make_plan(2, "no", "fork", 60, cpu=True, sharding="zero3")
+    with pytest.raises(ValueError, match="use one of 'ddp', 'fsdp2'"):
+        plan_of(num_processes=2, start_method="fork", cpu=True, sharding="zero3")
     with pytest.raises(ValueError, match="use one of"):
         sharding_env("zero3")
 
@@ -66,7 +74,7 @@ def test_the_options_choose_the_strategy() -> None:
     assert choose_strategy({"fsdp_plugin": None}).name == DEFAULT
     plugin = FullyShardedDataParallelPlugin()
     chosen = choose_strategy({"fsdp_plugin": plugin})
-    assert chosen.name == "fsdp" and chosen.plugin is plugin  # type: ignore[attr-defined]
+    assert chosen.name == "fsdp2" and chosen.plugin is plugin  # type: ignore[attr-defined]
     for kind in (DistributedType.MULTI_CPU, DistributedType.MULTI_GPU):
         assert chosen.runs_on(kind) and chosen.distributed_type(kind) == DistributedType.FSDP
     for kind in (DistributedType.NO, DistributedType.XLA):
@@ -80,11 +88,11 @@ def test_the_state_keeps_the_chosen_strategy_and_runs_the_one_that_applies() -> 
     with pytest.warns(UserWarning, match="single process"):
         accelerator = nb_accel.Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())
     state = AcceleratorState()
-    assert state.chosen_sharding.name == "fsdp"  # asked for...
+    assert state.chosen_sharding.name == "fsdp2"  # asked for...
     assert state.sharding.name == DEFAULT  # ...but one process: models prepared as they are
     assert accelerator.distributed_type == DistributedType.NO
     state.distributed_type = DistributedType.MULTI_CPU  # as Accelerate's tests assign it
-    assert state.sharding.name == "fsdp" and accelerator.is_fsdp2
+    assert state.sharding.name == "fsdp2" and accelerator.is_fsdp2
 
 
 def test_a_plain_accelerator_runs_data_parallel() -> None:

@@ -48,11 +48,19 @@ def _imports(path: Path, lazy: bool = True) -> list[str]:
                 name = ".".join(base + ([node.module] if node.module else []))
             else:
                 name = node.module or ""
-            if node.module is None:  # "from .. import _env": the names are modules
-                found += [f"{name}.{alias.name}" for alias in node.names]
-            else:
-                found.append(name)
+            # "from .. import _env" names a module; "from ... import __version__" a name
+            # inside the package's __init__, which is then what is imported
+            for alias in node.names:
+                inner = f"{name}.{alias.name}"
+                found.append(inner if _is_module(inner) else name)
     return found
+
+
+@functools.cache
+def _is_module(name: str) -> bool:
+    """True when ``name`` is a module or package of nb_accel."""
+    path = PACKAGE.parent.joinpath(*name.split("."))
+    return path.with_suffix(".py").is_file() or (path / "__init__.py").is_file()
 
 
 def _load_time_statements(body: list[ast.stmt]) -> list[ast.stmt]:
@@ -72,12 +80,14 @@ def _load_time_statements(body: list[ast.stmt]) -> list[ast.stmt]:
     return found
 
 
-#: The package's front door and the modules that re-export names where Accelerate has them
-#: (the ``nb_accel.utils`` package, ``nb_accel.logging``, ...) sit above every layer.
+#: The package's front doors (its names, ``python -m nb_accel``) and the modules that re-export
+#: names where Accelerate has them (the ``nb_accel.utils`` package, ``nb_accel.logging``, ...)
+#: sit above every layer.
 FRONT = {
     PACKAGE / f"{name}.py"
     for name in (
         "__init__",
+        "__main__",
         "accelerator",
         "logging",
         "data_loader",
@@ -92,6 +102,18 @@ FRONT |= {
     for path in (PACKAGE / folder).glob("*.py")
 }
 MODULES = sorted(p for p in PACKAGE.rglob("*.py") if p not in FRONT)
+FRONT_NAMES = {_module_name(p) for p in FRONT}
+
+
+@pytest.mark.parametrize("path", MODULES, ids=_module_name)
+def test_nothing_below_the_front_door_imports_it(path: Path) -> None:
+    """The facade (``nb_accel/__init__.py``) and the re-export modules import the layers; a
+    module of a layer or of the base importing from them (its version, a public name) would
+    close a cycle through everything the facade loads (lazy imports count)."""
+    module = _module_name(path)
+    for imported in _imports(path):
+        target = imported if _is_module(imported) else imported.rsplit(".", 1)[0]
+        assert target not in FRONT_NAMES, f"{module} imports the front door's {imported}"
 
 
 @pytest.mark.parametrize("path", MODULES, ids=_module_name)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from nb_accel.launch.xla.tpu_plan import XlaFacts, XlaPlan, plan_xla, tpu_facts, tpu_generation
+from nb_accel.runtime.xla.tpu_plan import XlaFacts, XlaPlan, plan_xla, tpu_facts, tpu_generation
 
 
 @pytest.mark.parametrize(

@@ -118,7 +118,7 @@ PASSED_ON: dict[tuple[str, str], str] = {
     ),
     ("config.py", "{file}: {error}"): "a ConfigError's text with the file named",
     (
-        "launch/multinode/nodes.py",
+        "launch/placement/nodes.py",
         "{'; '.join((f'{name} {text}' for name, text in relevant.items()))}",
     ): ("Config.problems()'s texts for the multi-node options, joined"),
     ("launch/failures/verdict.py", "{event.message}"): "a worker's exception's own message",

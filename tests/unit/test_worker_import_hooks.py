@@ -12,6 +12,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from nb_accel.launch.plan import LaunchPlan
 from nb_accel.launch.xla.settings import xla_worker_settings
 from nb_accel.runtime.workers import import_hooks, trainer_support
 from nb_accel.runtime.workers.import_hooks import waiting_hooks, when_imported
@@ -111,7 +112,8 @@ def test_the_chart_gets_the_trainer_s_metrics_not_its_speed_summary() -> None:
 
 
 def test_xla_workers_tell_accelerate_to_use_the_xla_devices_without_fsdp() -> None:
-    settings = xla_worker_settings("bf16", 4)
+    plan = LaunchPlan(8, "xla", "xla", "fork", "bf16", 60.0, gradient_accumulation_steps=4)
+    settings = xla_worker_settings(plan)
     assert settings == {
         "NB_ACCEL_MIXED_PRECISION": "bf16",
         "NB_ACCEL_GRADIENT_ACCUMULATION_STEPS": "4",

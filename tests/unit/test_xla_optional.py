@@ -18,7 +18,7 @@ import torch._dynamo  # an optimizer's first use loads it, which sets an env var
 from torch.utils.data import DataLoader, TensorDataset
 
 from nb_accel import Accelerator, LaunchError, notebook_launcher
-from nb_accel.launch.xla.launcher import TPU_VARIABLES, xla_requested
+from nb_accel.runtime.xla.device_type import TPU_VARIABLES, xla_requested
 
 
 class NoTorchXla(importlib.abc.MetaPathFinder):
@@ -132,6 +132,7 @@ def test_tpu_runtime_without_torch_xla_fails_before_starting(
     blocker: NoTorchXla, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
     monkeypatch.setenv("PJRT_DEVICE", "TPU")
+    monkeypatch.delenv("NB_ACCEL_USE_CPU")  # the suite's: it would stand for cpu=True
     with pytest.raises(LaunchError, match=r'pip install "nb-accel\[xla\]"') as caught:
         notebook_launcher(_launched_attempts, args=(Path("unused"),))
     assert "PJRT_DEVICE=TPU" in str(caught.value)
@@ -164,6 +165,7 @@ def test_a_torch_xla_of_another_release_is_refused_before_anything_starts(
     }.items():
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.setenv("PJRT_DEVICE", "TPU")
+    monkeypatch.delenv("NB_ACCEL_USE_CPU")  # the suite's: it would stand for cpu=True
     with pytest.raises(LaunchError) as info:
         notebook_launcher(lambda: 1, num_processes=1)
     message = str(info.value)

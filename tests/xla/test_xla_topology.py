@@ -18,7 +18,7 @@ import torch_xla.runtime as xr
 from torch_xla._internal import tpu
 
 from nb_accel import Accelerator, notebook_launcher
-from nb_accel.launch.xla.tpu_plan import XlaFacts, read_xla_facts
+from nb_accel.runtime.xla.tpu_plan import XlaFacts, read_xla_facts
 
 
 def describe() -> dict[str, Any]:

@@ -26,9 +26,9 @@ from ...runtime.transfer.segments import INLINE_ENV
 from ...runtime.workers.node_worker import global_rank
 from ..failures.verdict import died_failure
 from ..launchers.dispatch import TICK_S
+from ..placement.hosts import HostPlan
 from ..plan import LaunchPlan
 from ..workers import worker_env
-from .plan import HostPlan
 from .protocol import (
     AgentEnded,
     Forwarded,
@@ -182,9 +182,8 @@ class HostNodes:
         endpoint = f"{transport.address(first.host)}:{first.hello.free_port}"
         # Big buffers travel inside the workers' messages: the kernel cannot map the hosts' files.
         env = {**worker_env(self.plan, single_node=False), INLINE_ENV: "1"}
-        restarts = self.hosts.max_restarts if max_restarts is None else max_restarts
         for node in self.nodes:
-            nodes = self.hosts.node_plan(node.index, endpoint, restarts)
+            nodes = self.hosts.node_plan(node.index, endpoint, max_restarts)
             node.tell(NodeJob(self.plan, nodes, payload, env))
 
     def _greet(self, node: NodeChannel) -> None:

@@ -14,20 +14,18 @@ launch fails or is interrupted, or the kernel goes away, every host stops its wo
 from __future__ import annotations
 
 import time
-from typing import Any
+from typing import Any, ClassVar
 
 from ...errors import LaunchError
 from ...runtime.transfer.pickling import Pickled
+from ..launchers.backend import LaunchBackend
 from ..launchers.dispatch import TICK_S
-from ..launchers.interface import Launcher
 from ..launchers.outcome import launch_outcome
 from ..multinode.node_events import NodeHooks
-from ..payload import LaunchPayload
-from ..plan import LaunchPlan
-from ..views.output import OutputPrinter
-from ..views.view import LaunchView
+from ..payload import LaunchPayload, launch_payload
+from ..request import LaunchCall
+from ..spec import LaunchSpec
 from .connections import STOP_GRACE_S, HostNodes, NodeChannel
-from .plan import HostPlan
 from .protocol import AgentEnded, Forwarded, StopNode
 
 __all__ = ["HostsLauncher"]
@@ -41,53 +39,38 @@ EXPLAIN_WINDOW_S = 5.0
 GRACEFUL_STOP_S = 10.0
 
 
-class HostsLauncher(Launcher):
-    """A launch of ``plan.num_processes`` ranks on each of ``hosts.hosts``.
+class HostsLauncher(LaunchBackend):
+    """A launch of ``plan.num_processes`` ranks on each of the spec's hosts, driven from here."""
 
-    Args:
-        plan: the launch's plan (``num_processes`` ranks on each host).
-        hosts: the hosts and how they are reached.
-        payload: the function and its arguments, pickled (they travel to the hosts).
-        prefix_output: prefix each line of output with its rank (and host).
-        view: the launch's view, a row for every rank.
-        prefix_template: a ``log_line_prefix_template`` for those prefixes (``None``: the
-            host's and rank's).
-    """
+    name: ClassVar[str] = "hosts"
 
-    def __init__(
-        self,
-        plan: LaunchPlan,
-        hosts: HostPlan,
-        payload: LaunchPayload,
-        prefix_output: bool,
-        view: LaunchView,
-        prefix_template: str | None = None,
-    ) -> None:
-        self._plan = plan
-        self._hosts = HostNodes(plan, hosts)
-        self._payload = payload
-        per_host = plan.num_processes
-        self._printer = OutputPrinter(
-            self.world_size,
-            prefix_output,
-            view=view,
-            place_of=lambda rank: hosts.hosts[rank // per_host],
-            template=prefix_template,
-            per_node=per_host,
-        )
-        self.view = self._printer.view
-        self._events = NodeHooks(self._printer, self.view)
+    @classmethod
+    def runs(cls, spec: LaunchSpec) -> bool:
+        """A launch with hosts."""
+        return spec.device.launcher is None and spec.hosts is not None
+
+    def __init__(self, spec: LaunchSpec, call: LaunchCall) -> None:
+        super().__init__(spec, call)
+        assert spec.hosts is not None, "a launch across hosts has hosts"
+        self._plan = spec.plan
+        self._hosts = HostNodes(spec.plan, spec.hosts)
+        self._events = NodeHooks(self.printer, self.view)
+
+    def make_payload(self, call: LaunchCall) -> LaunchPayload:
+        """The call pickled, with the function's own module by value unless installed: the
+        hosts may not have the user's files."""
+        return launch_payload(call.function, call.args, call.kwargs, False, elsewhere=True)
 
     @property
     def world_size(self) -> int:
         """Ranks in the launch."""
-        return self._plan.num_processes * len(self._hosts.hosts.hosts)
+        return self.spec.world_size
 
     def start(self) -> None:
         """Start every host's node process, check their versions, and send the jobs."""
-        if not isinstance(self._payload, Pickled):
+        if not isinstance(self.payload, Pickled):
             raise TypeError("a launch across hosts sends its call pickled")
-        self._hosts.start(self._payload.seal(None))  # no shared memory across hosts
+        self._hosts.start(self.payload.seal(None))  # no shared memory across hosts
 
     def wait(self) -> list[Any] | BaseException:
         """Pass the workers' events on until every host has ended; the results in rank order,
@@ -107,7 +90,7 @@ class HostsLauncher(Launcher):
             due = self._events.events.wake()
             for node in self._hosts.readable(TICK_S if due is None else max(due, 0.0)):
                 self._read(node)
-        self._printer.flush()
+        self.printer.flush()
         return self._outcome()
 
     def _read(self, node: NodeChannel) -> None:

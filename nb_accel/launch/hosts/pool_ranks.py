@@ -25,11 +25,11 @@ from ..failures.whereabouts import STACK_WAIT_S, RankStack
 from ..launchers.dispatch import TICK_S
 from ..multinode.node_events import NodeHooks
 from ..payload import launch_payload
+from ..placement.hosts import HostPlan
 from ..plan import LaunchPlan
 from ..pool_ranks.interface import CellOutput, PoolRanks, RankStatus
 from ..views.view import LaunchView, NullView
 from .connections import STOP_GRACE_S, HostNodes, NodeChannel
-from .plan import HostPlan
 from .protocol import AgentEnded, Answer, AskWorkers, Forwarded, SignalWorker, ToWorker
 
 __all__ = ["HostRanks", "start_host_ranks"]
@@ -189,13 +189,13 @@ class HostRanks(NodeHooks, PoolRanks):
         """Pid (on its host), liveness, device and memory of every rank."""
         memory = self._ask("memory", sorted(self._senders), 0.0)
         per_host = self._plan.num_processes
-        cpu = self._plan.device_type == "cpu"
+        device = self._plan.device
         return [
             RankStatus(
                 rank=rank,
                 pid=self._pids.get(rank, 0),
                 alive=self.alive(rank),
-                device="cpu" if cpu else f"cuda:{rank % per_host}",
+                device=str(device.rank_device(rank % per_host)),
                 memory_mb=memory.get(rank),
                 host=self._hosts.hosts.hosts[rank // per_host],
             )

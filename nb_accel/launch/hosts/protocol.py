@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..multinode.nodes import NodePlan
+from ..placement.nodes import NodePlan
 from ..plan import LaunchPlan
 
 __all__ = [
@@ -68,7 +68,7 @@ def local_versions() -> Versions:
     """This interpreter's :class:`Versions`."""
     import torch
 
-    from ... import __version__
+    from ..._version import __version__
 
     return Versions(
         python=".".join(platform.python_version_tuple()[:2]),

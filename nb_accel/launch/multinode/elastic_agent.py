@@ -28,9 +28,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...errors import LaunchError
+from ..placement.nodes import DEFAULT_RDZV_ID, MONITOR_INTERVAL_S
 from .network import rendezvous_listener, split_endpoint
 from .node_addresses import NodeCard, NodeNetwork
-from .nodes import DEFAULT_RDZV_ID, MONITOR_INTERVAL_S
 
 __all__ = ["EXIT_BARRIER_S", "MONITOR_INTERVAL_S", "launch_config", "run_agent"]
 

@@ -25,7 +25,7 @@ import secrets
 import shutil
 import signal
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, ClassVar
 
 from ..._messages import TrackerRun
 from ..._openmp import release_openmp_threads
@@ -34,18 +34,19 @@ from ...runtime.transfer.segments import SHARE_DIR_ENV
 from ...runtime.workers.node_worker import NodeWorkerArgs, global_rank, node_worker_main
 from ...runtime.workers.spec import Payload
 from ..failures.verdict import died_failure
-from ..launchers.interface import Launcher
+from ..launchers.backend import LaunchBackend
 from ..launchers.outcome import launch_outcome
-from ..payload import LaunchPayload, sealed
+from ..payload import sealed
+from ..placement.nodes import NodePlan
 from ..plan import LaunchPlan
+from ..processes import multiprocessing_helpers
+from ..request import LaunchCall
 from ..scratch import make_scratch_dir
-from ..views.output import OutputPrinter
-from ..views.view import LaunchView
+from ..spec import LaunchSpec
 from ..workers import worker_env
 from .elastic_agent import launch_config, run_agent
 from .node_addresses import NodeNetwork
 from .node_events import NodeEvents, NodeView
-from .nodes import NodePlan
 
 __all__ = ["NodesLauncher", "agent_run", "node_launch_config", "with_env"]
 
@@ -204,55 +205,38 @@ def with_env(args: NodeWorkerArgs, extra: dict[str, str]) -> tuple[NodeWorkerArg
     return (dataclasses.replace(args, env={**args.env, **extra}),)
 
 
-class NodesLauncher(Launcher):
-    """This node's share of a multi-node launch, through torch's elastic agent.
+class NodesLauncher(LaunchBackend):
+    """This node's share of a multi-node launch, through torch's elastic agent: the same call
+    runs on every node's kernel, each with its own ``node_rank``."""
 
-    Args:
-        plan: the launch's plan (``num_processes`` ranks on each node).
-        nodes: the nodes and their rendezvous.
-        payload: the function and its arguments (pickled, or the call itself).
-        prefix_output: prefix each line of output with its rank.
-        view: the launch's view, a row for each of this node's ranks.
-        prefix_template: a ``log_line_prefix_template`` for those prefixes (``None``: the
-            rank's).
-    """
+    name: ClassVar[str] = "nodes"
 
-    def __init__(
-        self,
-        plan: LaunchPlan,
-        nodes: NodePlan,
-        payload: LaunchPayload,
-        prefix_output: bool,
-        view: LaunchView,
-        prefix_template: str | None = None,
-    ) -> None:
-        self._plan = plan
-        self._nodes = nodes
-        self._payload = payload
-        world = plan.num_processes * nodes.num_nodes
-        self._printer = OutputPrinter(
-            world,
-            prefix_output,
-            view=view,
-            template=prefix_template,
-            per_node=plan.num_processes,
-        )
-        self.view = self._printer.view  # the held output first at each change of state
+    @classmethod
+    def runs(cls, spec: LaunchSpec) -> bool:
+        """A launch of ``num_nodes`` above 1, not driven over hosts."""
+        return spec.device.launcher is None and spec.hosts is None and spec.nodes.multi_node
+
+    def __init__(self, spec: LaunchSpec, call: LaunchCall) -> None:
+        super().__init__(spec, call)
+        self._plan = spec.plan
+        self._nodes = spec.nodes
         self._events: NodeEvents | None = None
         self._log_dir: str | None = None
         self._run: Callable[[], Any] | None = None
         self._left_open: list[TrackerRun] = []
+        self._helpers = contextlib.ExitStack()
 
     def start(self) -> None:
         """Listen for this node's workers and make the agent's configuration; the workers
         start once the nodes meet (in :meth:`wait`)."""
         plan, nodes = self._plan, self._nodes
+        self._helpers.enter_context(multiprocessing_helpers(plan.start_method))
         authkey = secrets.token_bytes(32)
         first = global_rank(nodes.node_rank, 0, plan.num_processes)
         node_view = NodeView(self.view, first, plan.num_processes)
-        self._events = events = NodeEvents(self._printer, node_view, authkey)
+        self._events = events = NodeEvents(self.printer, node_view, authkey)
         self._log_dir = make_scratch_dir("nodes")
-        payload = sealed(self._payload, self._log_dir)  # big buffers in this node's folder
+        payload = sealed(self.payload, self._log_dir)  # big buffers in this node's folder
         env = worker_env(plan, single_node=False)
         self._run = agent_run(plan, nodes, events.address, authkey, payload, env, self._log_dir)
 
@@ -321,3 +305,4 @@ class NodesLauncher(Launcher):
         if self._log_dir is not None:
             shutil.rmtree(self._log_dir, ignore_errors=True)
             self._log_dir = None
+        self._helpers.close()

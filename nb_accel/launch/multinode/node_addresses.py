@@ -24,7 +24,7 @@ import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from ...runtime.group_backends import backends_by_device
+from ...runtime.device_types.group_backends import uses_gloo
 from .network import (
     addresses_of,
     interface_addresses,
@@ -182,7 +182,7 @@ class NodeNetwork:
     def _socket_problem(self, peers: Sequence[NodeCard]) -> str | None:
         """Why gloo's sockets here would offer the other machines a loopback address."""
         away = [card for card in peers if self.elsewhere(card)]
-        if "gloo" not in backends_by_device(self._backend).values() or not away:
+        if not uses_gloo(self._backend) or not away:
             return None
         other = f"node {away[0].node_rank} (host {away[0].host}) runs on another machine"
         chosen = os.environ.get("GLOO_SOCKET_IFNAME")

@@ -105,13 +105,13 @@ class LocalRanks(WorkerGroup, PoolRanks):
 
     def status(self) -> list[RankStatus]:
         """Pid, liveness, device and resident memory of every worker."""
-        cpu = self._plan.device_type == "cpu"
+        device = self._plan.device
         return [
             RankStatus(
                 rank=w.rank,
                 pid=w.pid,
                 alive=w.poll() is None,
-                device="cpu" if cpu else f"cuda:{w.rank}",
+                device=str(device.rank_device(w.rank)),
                 memory_mb=resident_mb(w.pid) if w.poll() is None else None,
             )
             for w in self.workers

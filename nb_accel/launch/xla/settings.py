@@ -3,20 +3,21 @@
 from __future__ import annotations
 
 from ...runtime.workers.accelerate_env import accelerate_environment
+from ..plan import LaunchPlan
 from ..workers import sharding_env
 
 __all__ = ["xla_worker_settings"]
 
 
-def xla_worker_settings(precision: str, accumulation_steps: int) -> dict[str, str]:
-    """The variables every worker of an XLA launch sets: nb_accel's mixed precision
-    (``precision``) and gradient accumulation steps, and what makes 🤗 Accelerate's own
-    ``Accelerator()`` and the 🤗 Trainer use the XLA devices with ``precision`` and no FSDP,
-    whatever the kernel's environment says (the ranks' own variables come from the XLA
-    runtime, in the worker)."""
+def xla_worker_settings(plan: LaunchPlan) -> dict[str, str]:
+    """The variables every worker of an XLA launch sets: nb_accel's mixed precision and
+    gradient accumulation steps, and what makes 🤗 Accelerate's own ``Accelerator()`` and the
+    🤗 Trainer use the XLA devices with that precision and the plan's sharding, whatever the
+    kernel's environment says (the ranks' own variables come from the XLA runtime, in the
+    worker)."""
     return {
-        "NB_ACCEL_MIXED_PRECISION": precision,
-        "NB_ACCEL_GRADIENT_ACCUMULATION_STEPS": str(accumulation_steps),
-        **accelerate_environment("xla", precision),
-        **sharding_env("ddp"),
+        "NB_ACCEL_MIXED_PRECISION": plan.mixed_precision,
+        "NB_ACCEL_GRADIENT_ACCUMULATION_STEPS": str(plan.gradient_accumulation_steps),
+        **accelerate_environment(plan.device, plan.mixed_precision),
+        **sharding_env(plan.sharding),
     }

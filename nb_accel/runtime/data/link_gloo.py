@@ -14,7 +14,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..group_backends import uses_nccl
+from ..device_types.group_backends import uses_nccl
 from ..state import PartialState
 from .wire import HEADER_BYTES, Header, Prepared, aligned, pack_into, unpack
 

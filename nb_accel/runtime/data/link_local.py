@@ -24,6 +24,8 @@ from typing import Any
 import torch
 
 from ..collectives.ops import broadcast_object_list, gather_object
+from ..device_types.cpu import in_cpu_memory
+from ..device_types.group_backends import cpu_collectives_only
 from ..state import PartialState
 from .wire import HEADER_BYTES, Header, Prepared, pack_targets, spec_bytes, unpack, write_packed
 
@@ -57,8 +59,8 @@ def local_link_available(state: PartialState) -> bool:
         and hasattr(os, "memfd_create")
         and hasattr(socket, "send_fds")
         and hasattr(socket, "SO_PEERCRED")
-        and state.backend == "gloo"
-        and state.device.type == "cpu"
+        and cpu_collectives_only(state.backend)
+        and in_cpu_memory(state.device)
         and state.num_local_processes == state.num_processes
     )
 

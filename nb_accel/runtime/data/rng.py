@@ -12,7 +12,8 @@ import torch
 import torch.distributed as dist
 
 from ..device_backends.choice import named_device_backend
-from ..group_backends import uses_nccl
+from ..device_types import rank_device_type
+from ..device_types.group_backends import uses_nccl
 from ..state import PartialState
 
 __all__ = [
@@ -57,6 +58,8 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
     torch.manual_seed(seed)  # also seeds every CUDA device (lazily when CUDA is not up yet)
     if named_device_backend() is not None:  # a launch's own devices (XLA) have a generator
         PartialState().device_backend.seed_device(seed)
+    else:  # the rank's device type, for a generator torch.manual_seed does not reach
+        rank_device_type(None, 1, cpu=False).seed(seed)
     if deterministic:
         torch.use_deterministic_algorithms(True)
 

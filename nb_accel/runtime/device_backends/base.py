@@ -79,7 +79,8 @@ class DeviceBackend(ABC):
     @abstractmethod
     def rank_fields(self, cpu: bool, options: dict[str, Any]) -> dict[str, Any]:
         """The state's fields: ``backend``, ``num_processes``, ``process_index``,
-        ``local_process_index``, ``num_local_processes``, ``device``, ``distributed_type``.
+        ``local_process_index``, ``num_local_processes``, ``device``, ``device_type`` (the
+        :class:`~nb_accel.runtime.device_types.DeviceType` of ``device``), ``distributed_type``.
 
         Args:
             cpu: force the CPU even when GPUs are present.

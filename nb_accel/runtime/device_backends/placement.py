@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ..group_backends import backends_by_device
+from ..device_types.group_backends import backends_by_device
 
 __all__ = ["served_device_types", "move_target", "all_gather_rows"]
 

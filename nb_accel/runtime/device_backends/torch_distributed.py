@@ -13,10 +13,10 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ... import _env
 from ..._flags import env_flag
+from ..device_types import process_device_type, rank_device_type
+from ..device_types.group_backends import backend_for, offload_asked_by_environment
 from ..enums import DistributedType
-from ..group_backends import backend_for, new_group_backend, offload_asked_by_environment, uses_nccl
 from ..tree import recursively_apply
 from .base import DeviceBackend
 from .placement import all_gather_rows, move_target
@@ -27,12 +27,6 @@ __all__ = ["TorchDistributedBackend"]
 def _env_int(name: str, default: int) -> int:
     value = os.environ.get(name)
     return int(value) if value not in (None, "") else default
-
-
-def _use_cuda(cpu: bool) -> bool:
-    if cpu or os.environ.get("NB_ACCEL_USE_CPU") == "1":
-        return False
-    return _env.cuda_device_count() > 0
 
 
 def _offload_asked(options: dict[str, Any]) -> bool:
@@ -69,24 +63,20 @@ class TorchDistributedBackend(DeviceBackend):
             backend = (
                 backend
                 or options.get("backend")
-                or new_group_backend(_use_cuda(cpu), _offload_asked(options))
+                or process_device_type(cpu).group_backend(_offload_asked(options))
             )
             dist.init_process_group(backend=backend, **group)
         local_index = _env_int("LOCAL_RANK", 0)
-        use_cuda = uses_nccl(backend) or (
-            backend in (None, "gloo") and world_size == 1 and _use_cuda(cpu)
-        )
-        if world_size == 1:
-            kind = DistributedType.NO
-        else:
-            kind = DistributedType.MULTI_GPU if use_cuda else DistributedType.MULTI_CPU
+        device = rank_device_type(backend, world_size, cpu)
+        kind = DistributedType.NO if world_size == 1 else device.distributed_type
         return {
             "backend": backend if world_size > 1 else None,
             "num_processes": world_size,
             "process_index": dist.get_rank() if dist.is_initialized() else 0,
             "local_process_index": local_index,
             "num_local_processes": _env_int("LOCAL_WORLD_SIZE", world_size),
-            "device": torch.device("cuda", local_index) if use_cuda else torch.device("cpu"),
+            "device": device.rank_device(local_index),
+            "device_type": device,
             "distributed_type": kind,
         }
 

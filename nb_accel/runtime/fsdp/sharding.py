@@ -9,7 +9,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..group_backends import backend_for
+from ..device_types.group_backends import backend_for
 from .activations import checkpoint_units
 from .notices import say_no_effect
 from .plugin import FullyShardedDataParallelPlugin

@@ -23,6 +23,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
+from ..device_types.group_backends import uses_nccl
+
 __all__ = [
     "ABORT",
     "ASK",
@@ -82,7 +84,7 @@ class LastCollective:
         """Whether the rank is known to wait for it still. NCCL runs collectives apart from
         Python and says when they finish; a gloo rank waits inside its Python call, which its
         stack shows instead."""
-        return self.backend == "nccl" and self.state != "completed"
+        return uses_nccl(self.backend) and self.state != "completed"
 
     def describe(self) -> str:
         """``all_reduce #3``, with its group and whether it finished where that is known."""

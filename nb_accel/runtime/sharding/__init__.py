@@ -2,7 +2,17 @@
 interface (``strategy.py``), data parallel (``ddp.py``), FSDP2 (``fsdp2.py``) and the one list
 of them by name (``registry.py``)."""
 
-from .registry import DEFAULT, STRATEGIES, choose_strategy, default_strategy, strategy_class
+from .registry import (
+    DEFAULT,
+    STRATEGIES,
+    choose_strategy,
+    default_strategy,
+    register_sharding_strategy,
+    sharding_for_fsdp,
+    sharding_name,
+    strategy_class,
+    unregister_sharding_strategy,
+)
 from .strategy import ModelSetup, ShardingStrategy
 
 __all__ = [
@@ -12,5 +22,9 @@ __all__ = [
     "ShardingStrategy",
     "choose_strategy",
     "default_strategy",
+    "register_sharding_strategy",
+    "sharding_for_fsdp",
+    "sharding_name",
     "strategy_class",
+    "unregister_sharding_strategy",
 ]

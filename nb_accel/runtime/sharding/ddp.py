@@ -66,7 +66,7 @@ class DataParallelStrategy(ShardingStrategy):
         handler = setup.handlers.get("DistributedDataParallelKwargs")
         options = dict(handler.to_kwargs()) if handler is not None else {}
         hook_settings = {name: options.pop(name) for name in _COMM_FIELDS if name in options}
-        device_ids = [setup.local_process_index] if setup.device.type == "cuda" else None
+        device_ids = setup.device_type.model_device_ids(setup.device)
         wrapped = DistributedDataParallel(model, device_ids=device_ids, **options)
         if hook_settings and handler is not None:
             handler.register_comm_hook(wrapped)

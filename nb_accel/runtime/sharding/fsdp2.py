@@ -74,10 +74,14 @@ class FullyShardedStrategy(ShardingStrategy):
     """FSDP2 with the options of a :class:`FullyShardedDataParallelPlugin`, on several
     processes on CPUs or GPUs."""
 
-    name: ClassVar[str] = "fsdp"
+    name: ClassVar[str] = "fsdp2"
     label: ClassVar[str] = "FSDP"
     models_first: ClassVar[bool] = True
     places_model: ClassVar[bool] = False
+    #: The CPU offload's shards, gradients and optimizer state meet in CPU collectives (the
+    #: plugin is often made inside the function, where the launch cannot see whether it offloads).
+    cpu_collectives: ClassVar[bool] = True
+    needs_process_group: ClassVar[bool] = True
 
     plugin: FullyShardedDataParallelPlugin
 

@@ -1,7 +1,9 @@
 """The sharding strategies, by name: the one list the Accelerator, the launch plan and the saved
 configuration's names go by. A new strategy is a module implementing
 :class:`~nb_accel.runtime.sharding.strategy.ShardingStrategy` and one line in
-:data:`nb_accel.config.SHARDING_STRATEGIES`, from which :data:`STRATEGIES` is loaded."""
+:data:`nb_accel.config.SHARDING_STRATEGIES`, from which :data:`STRATEGIES` is loaded, or one
+:func:`register_sharding_strategy` call at run time. Names are compared here only: the launch,
+the magics and the form ask :func:`sharding_name` and :func:`sharding_for_fsdp`."""
 
 from __future__ import annotations
 
@@ -12,8 +14,9 @@ from typing import Any
 
 import torch
 
-from ...config import SHARDING_STRATEGIES
+from ...config import CHOICES, SHARDING_ALIASES, SHARDING_STRATEGIES
 from .ddp import DataParallelStrategy
+from .fsdp2 import FullyShardedStrategy
 from .strategy import ShardingStrategy
 
 __all__ = [
@@ -22,8 +25,12 @@ __all__ = [
     "choose_strategy",
     "default_strategy",
     "no_sync",
+    "register_sharding_strategy",
+    "sharding_for_fsdp",
+    "sharding_name",
     "strategy_class",
     "sync_in_backward",
+    "unregister_sharding_strategy",
     "unwrap_once",
     "worker_only_advice",
 ]
@@ -50,13 +57,46 @@ STRATEGIES: dict[str, type[ShardingStrategy]] = {
 DEFAULT = DataParallelStrategy.name
 
 
-def strategy_class(name: str) -> type[ShardingStrategy]:
-    """The strategy registered as ``name``; a ``ValueError`` naming the others if none is."""
-    try:
-        return STRATEGIES[name]
-    except KeyError:
+def sharding_name(name: object) -> str:
+    """The registered name ``name`` stands for (itself, or the strategy an alias such as
+    ``"fsdp"`` names; case aside); a ``ValueError`` naming the strategies when none is."""
+    key = name.lower() if isinstance(name, str) else name
+    key = SHARDING_ALIASES.get(key, key) if isinstance(key, str) else key
+    if not isinstance(key, str) or key not in STRATEGIES:
         names = ", ".join(repr(n) for n in STRATEGIES)
-        raise ValueError(f"sharding={name!r} is not valid; use one of {names}") from None
+        raise ValueError(f"sharding={name!r} is not valid; use one of {names}")
+    return key
+
+
+def strategy_class(name: str) -> type[ShardingStrategy]:
+    """The strategy registered as ``name`` (or an alias of it); a ``ValueError`` naming the
+    others if none is."""
+    return STRATEGIES[sharding_name(name)]
+
+
+def sharding_for_fsdp(fsdp: bool) -> str:
+    """The strategy Accelerate's spelling asks for: ``fsdp=True`` FSDP2, ``False`` the
+    default (data parallel)."""
+    return FullyShardedStrategy.name if fsdp else DEFAULT
+
+
+def register_sharding_strategy(strategy: type[ShardingStrategy]) -> None:
+    """Make ``strategy`` a sharding strategy launches, the magics, the saved configuration and
+    the Accelerator can name, as ``strategy.name``."""
+    if not (isinstance(strategy, type) and issubclass(strategy, ShardingStrategy)):
+        raise TypeError(f"{strategy!r} is not a ShardingStrategy subclass")
+    STRATEGIES[strategy.name] = strategy
+    SHARDING_STRATEGIES[strategy.name] = f"{strategy.__module__}:{strategy.__qualname__}"
+    CHOICES["sharding"] = tuple(SHARDING_STRATEGIES)
+
+
+def unregister_sharding_strategy(name: str) -> None:
+    """Forget a strategy :func:`register_sharding_strategy` added (the built-in ones stay)."""
+    if name in (DEFAULT, FullyShardedStrategy.name):
+        return
+    STRATEGIES.pop(name, None)
+    SHARDING_STRATEGIES.pop(name, None)
+    CHOICES["sharding"] = tuple(SHARDING_STRATEGIES)
 
 
 def choose_strategy(options: Mapping[str, Any]) -> ShardingStrategy:

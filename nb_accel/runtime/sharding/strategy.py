@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 import torch
 
+from ..device_types import DeviceType
 from ..enums import DistributedType
 
 __all__ = ["ModelSetup", "ShardingStrategy"]
@@ -28,6 +29,7 @@ class ModelSetup:
 
     Attributes:
         device: this process's device.
+        device_type: the kind of device it is (``runtime/device_types``).
         local_process_index: this process's index on its machine.
         distributed_type: the process's kind (``NO``, ``MULTI_CPU``, ``MULTI_GPU``, ...).
         mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``.
@@ -39,6 +41,7 @@ class ModelSetup:
     """
 
     device: torch.device
+    device_type: DeviceType
     local_process_index: int
     distributed_type: DistributedType
     mixed_precision: str
@@ -62,6 +65,12 @@ class ShardingStrategy(abc.ABC):
     #: True when the model is moved to the device before it is wrapped (else wrapping puts
     #: the parameters where they belong).
     places_model: ClassVar[bool] = True
+    #: True when its launches' process groups must run collectives on CPU tensors too, whatever
+    #: the devices (FSDP's CPU offload: gloo beside NCCL on GPUs).
+    cpu_collectives: ClassVar[bool] = False
+    #: True when it shards over a ``torch.distributed`` process group, which the devices of the
+    #: launch must offer (XLA's ranks run their collectives otherwise).
+    needs_process_group: ClassVar[bool] = False
 
     # --- the launch side: asked of the class, in the kernel ---------------------------------
 

@@ -157,6 +157,7 @@ class ShardingMethods:
         """What the strategy needs from this Accelerator to prepare a model or an optimizer."""
         return ModelSetup(
             device=self._partial.device,
+            device_type=self._partial.device_type,
             local_process_index=self._partial.local_process_index,
             distributed_type=self._partial.distributed_type,
             mixed_precision=mixed_precision,

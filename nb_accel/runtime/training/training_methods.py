@@ -234,8 +234,7 @@ class TrainingMethods:
         self._schedulers.clear()
         self._dataloaders.clear()
         gc.collect()
-        if self._partial.device.type == "cuda":
-            torch.cuda.empty_cache()
+        self._partial.device_type.empty_cache()
         return [None for _ in objects]
 
     def clear(self, *objects: Any) -> list[None]:

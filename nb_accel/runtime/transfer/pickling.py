@@ -22,6 +22,7 @@ from typing import Any
 
 import torch
 
+from ..device_types.cpu import in_cpu_memory
 from .code_files import CodePickler
 from .segments import SHARE_MIN_BYTES, map_segment, remove_segment, write_segment
 
@@ -71,10 +72,10 @@ def storage_reduction(obj: Any) -> Any:
     """
     if isinstance(obj, torch.TypedStorage):
         untyped = obj._untyped_storage
-        if untyped.device.type != "cpu":
+        if not in_cpu_memory(untyped.device):
             return NotImplemented
         return _typed_storage, (untyped, obj.dtype)
-    if isinstance(obj, torch.UntypedStorage) and obj.device.type == "cpu":
+    if isinstance(obj, torch.UntypedStorage) and in_cpu_memory(obj.device):
         return _untyped_storage, (pickle.PickleBuffer(_bytes_of(obj)),)
     return NotImplemented
 

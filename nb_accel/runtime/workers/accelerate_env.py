@@ -15,37 +15,22 @@ worker inherited from a kernel that had already made an ``accelerate.Accelerator
 
 from __future__ import annotations
 
-import os
 import sys
 
-__all__ = ["accelerate_environment", "forget_accelerate_state", "export_thread_count"]
+from ..device_types import DeviceType
+
+__all__ = ["accelerate_environment", "forget_accelerate_state"]
 
 
-def accelerate_environment(device_type: str, mixed_precision: str) -> dict[str, str]:
-    """The variables that make Accelerate's own state match a launch on ``device_type``
-    (``"cpu"``, ``"cuda"`` or ``"xla"``) with ``mixed_precision`` (``"no"``, ``"fp16"``,
-    ``"bf16"``).
+def accelerate_environment(device: DeviceType, mixed_precision: str) -> dict[str, str]:
+    """The variables that make Accelerate's own state match a launch on ``device`` with
+    ``mixed_precision`` (``"no"``, ``"fp16"``, ``"bf16"``).
 
     Both are set either way, so that a value left in the kernel's environment by an earlier
     experiment cannot contradict the launch (on XLA, ``ACCELERATE_USE_CPU=true`` would make
     Accelerate pass over the XLA devices).
     """
-    return {
-        "ACCELERATE_USE_CPU": "true" if device_type == "cpu" else "false",
-        "ACCELERATE_MIXED_PRECISION": mixed_precision,
-    }
-
-
-def export_thread_count() -> None:
-    """Publish the worker's intra-op thread count as ``OMP_NUM_THREADS`` when it is unset, so
-    that Accelerate keeps the count the worker chose instead of choosing (and warning) again."""
-    os.environ.setdefault("OMP_NUM_THREADS", str(_torch_threads()))
-
-
-def _torch_threads() -> int:
-    import torch
-
-    return int(torch.get_num_threads())
+    return {**device.accelerate_env(), "ACCELERATE_MIXED_PRECISION": mixed_precision}
 
 
 def forget_accelerate_state() -> None:

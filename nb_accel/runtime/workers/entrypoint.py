@@ -16,11 +16,12 @@ from typing import Any
 import torch.distributed as dist
 
 from ..._messages import Result
+from ..device_types.group_backends import cpu_collectives_only
 from . import rank_group
 from .fd_forwarder import faulthandler_to_stderr
 from .lifecycle import RankStart, live_as_rank
 from .outcomes import failure_event, result_event
-from .rank_group import leave_process_group, nccl_device, use_rank_device
+from .rank_group import bound_device, leave_process_group, use_rank_device
 from .spec import WorkerArgs, unpack_payload
 from .trainer_support import reached_by, set_up_training_arguments
 
@@ -40,11 +41,11 @@ def _init_process_group(args: WorkerArgs) -> None:
         rank=args.rank,
         world_size=args.world_size,
         timeout=timeout,
-        device_id=nccl_device(args.backend, args.local_rank),
+        device_id=bound_device(args.device_type, args.local_rank),
     )
     # A rank may leave init before its peers finished connecting to it; without this barrier
     # a rank that returns at once could close its sockets under a peer still connecting.
-    if args.backend == "gloo":
+    if cpu_collectives_only(args.backend):
         dist.barrier()
     else:
         if store.add("nb_accel/joined", 1) == args.world_size:

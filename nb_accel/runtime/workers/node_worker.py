@@ -31,12 +31,14 @@ import torch.distributed as dist
 
 from ..._messages import Failure
 from ...errors import LaunchError, is_peer_loss
+from ..device_types import device_type
+from ..device_types.group_backends import cpu_collectives_only
 from . import rank_group
 from .accelerate_env import accelerate_environment
 from .fd_forwarder import forward_file_descriptors
 from .lifecycle import RankStart, live_as_rank
 from .outcomes import Outcome, failure_event
-from .rank_group import leave_process_group, nccl_device, use_rank_device
+from .rank_group import bound_device, leave_process_group, use_rank_device
 from .spec import Payload, unpack_payload
 from .trainer_support import set_up_training_arguments
 
@@ -58,7 +60,7 @@ class NodeWorkerArgs:
         node_rank: this node's number.
         num_nodes: the number of nodes.
         backend: ``"gloo"``, ``"nccl"``, or ``"cuda:nccl,cpu:gloo"`` (FSDP on GPUs).
-        device_type: ``"cpu"`` or ``"cuda"``.
+        device_type: the device type's registered name (``"cpu"``, ``"cuda"``).
         timeout_s: bound on every collective, in seconds.
         mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``.
         payload: the cloudpickled ``(function, args, kwargs)`` (or the call itself, for
@@ -114,7 +116,7 @@ class _Node:
             "NB_ACCEL_LAUNCHED": "1",
             "NB_ACCEL_MIXED_PRECISION": self.args.mixed_precision,
             "NB_ACCEL_BACKEND": self.args.backend,
-            **accelerate_environment(self.args.device_type, self.args.mixed_precision),
+            **accelerate_environment(device_type(self.args.device_type), self.args.mixed_precision),
         }
         variables.update(self.args.env)
         return variables
@@ -171,9 +173,9 @@ class _Node:
             rank=self.rank,
             world_size=self.world_size,
             timeout=timedelta(seconds=self.args.timeout_s),
-            device_id=nccl_device(self.args.backend, self.local_rank),
+            device_id=bound_device(self.args.device_type, self.local_rank),
         )
-        if self.args.backend == "gloo":
+        if cpu_collectives_only(self.args.backend):
             dist.barrier()
 
     def publish_failure(self, failure: Failure) -> None:

@@ -1,18 +1,16 @@
-"""A worker's process group, apart from how it finds its peers: the device an NCCL group is
-bound to, the rank's device and CPU threads, the group a forked worker inherited from the
+"""A worker's process group, apart from how it finds its peers: the device it is bound to and
+the rank's device (as the device type says), the group a forked worker inherited from the
 kernel, and leaving the group at the end."""
 
 from __future__ import annotations
 
-import os
-
 import torch
 import torch.distributed as dist
 
-from .accelerate_env import export_thread_count
+from ..device_types import device_type as named_device_type
 
 __all__ = [
-    "nccl_device",
+    "bound_device",
     "use_rank_device",
     "forget_inherited_process_group",
     "leave_process_group",
@@ -25,24 +23,16 @@ __all__ = [
 _kept_alive: list[object] = []
 
 
-def nccl_device(backend: str, local_rank: int) -> torch.device | None:
-    """The GPU an NCCL process group is bound to (``None`` for other backends).
-
-    Bound, the group builds its communicator while the process group is made, when every rank
-    arrives together, rather than at the first collective, where a rank that is late (rank 0
-    downloading a model in ``main_process_first()``) could outlast the wait for it.
-    """
-    return torch.device("cuda", local_rank) if "nccl" in backend else None
+def bound_device(device_type: str, local_rank: int) -> torch.device | None:
+    """The device a rank's process group is bound to (``init_process_group(device_id=...)``),
+    as its device type says (a GPU: NCCL then connects when the group is made)."""
+    return named_device_type(device_type).bound_device(local_rank)
 
 
 def use_rank_device(device_type: str, local_rank: int, local_world_size: int) -> None:
-    """Make the rank's GPU the current one; on the CPU, share the cores among the machine's
-    ranks (unless ``OMP_NUM_THREADS`` says how many) and tell the libraries that read it."""
-    if device_type == "cuda":
-        torch.cuda.set_device(local_rank)
-    elif "OMP_NUM_THREADS" not in os.environ:
-        torch.set_num_threads(max(1, (os.cpu_count() or 1) // local_world_size))
-        export_thread_count()
+    """Make the rank's device the current one, as its device type says (on the CPU: share the
+    cores among the machine's ranks)."""
+    named_device_type(device_type).use_rank_device(local_rank, local_world_size)
 
 
 def forget_inherited_process_group() -> None:

@@ -25,8 +25,9 @@ from datetime import timedelta
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
-from ..group_backends import uses_nccl
-from .rank_group import nccl_device
+from ..device_types import rank_device_type
+from ..device_types.group_backends import uses_nccl
+from .rank_group import bound_device
 
 __all__ = [
     "PeerFailed",
@@ -166,6 +167,9 @@ def settle_process_group(settle: Settle) -> tuple[int, ...] | None:
         rank=rank,
         world_size=world_size,
         timeout=timedelta(seconds=settle.timeout_s),
-        device_id=nccl_device(backend, int(os.environ.get("LOCAL_RANK", "0"))),
+        device_id=bound_device(
+            rank_device_type(backend, world_size, cpu=False).name,
+            int(os.environ.get("LOCAL_RANK", "0")),
+        ),
     )
     return issued

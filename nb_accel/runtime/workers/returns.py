@@ -23,6 +23,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from ..device_types.cpu import in_cpu_memory
 from ..sharding.registry import unwrap_once, worker_only_advice
 from ..transfer.pickling import (
     PROTOCOL,
@@ -132,7 +133,7 @@ def cpu_reduction(obj: Any, protocol: int = PROTOCOL) -> Any:
     a storage's bytes as one buffer (:func:`storage_reduction`); ``NotImplemented`` for
     anything else, which pickles as usual. Meta tensors, which hold no data, stay meta."""
     if isinstance(obj, torch.Tensor):
-        if obj.device.type in ("cpu", "meta"):
+        if in_cpu_memory(obj.device) or obj.is_meta:
             return NotImplemented
         return _on_cpu(obj).__reduce_ex__(protocol)
     if isinstance(obj, (torch.UntypedStorage, torch.TypedStorage)):
@@ -140,7 +141,7 @@ def cpu_reduction(obj: Any, protocol: int = PROTOCOL) -> Any:
         untyped = obj if isinstance(obj, torch.UntypedStorage) else obj._untyped_storage
         if untyped.device.type == "meta":
             return NotImplemented
-        return storage_reduction(obj if untyped.device.type == "cpu" else obj.cpu())
+        return storage_reduction(obj if in_cpu_memory(untyped.device) else obj.cpu())
     if isinstance(obj, torch.nn.Module):
         inner = unwrap_once(obj)  # a strategy's wrapper, such as DistributedDataParallel
         if inner is not None:
@@ -186,7 +187,7 @@ def _leaf_to_cpu(value: Any) -> Any:
     if isinstance(value, torch.nn.Module):
         value = unwrap_once(value) or value  # a strategy's wrapper: its model
         return value.to("cpu")
-    return value if value.device.type == "cpu" else value.detach().cpu()
+    return value if in_cpu_memory(value.device) else value.detach().cpu()
 
 
 def to_cpu(value: Any) -> Any:

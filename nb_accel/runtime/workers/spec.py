@@ -7,6 +7,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..device_types import device_type
 from ..transfer.pickling import loads
 from .accelerate_env import accelerate_environment
 
@@ -62,7 +63,7 @@ class WorkerArgs:
         node_rank: index of this node.
         store_path: file used as the rendezvous store (single node; no port, no socket).
         backend: ``"gloo"``, ``"nccl"``, or ``"cuda:nccl,cpu:gloo"`` (FSDP on GPUs).
-        device_type: ``"cpu"`` or ``"cuda"``.
+        device_type: the device type's registered name (``"cpu"``, ``"cuda"``).
         timeout_s: bound on every collective, in seconds.
         mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``.
         env: extra environment variables the worker sets before anything else.
@@ -100,7 +101,7 @@ class WorkerArgs:
             "NB_ACCEL_LAUNCHED": "1",
             "NB_ACCEL_MIXED_PRECISION": self.mixed_precision,
             "NB_ACCEL_BACKEND": self.backend,
-            **accelerate_environment(self.device_type, self.mixed_precision),
+            **accelerate_environment(device_type(self.device_type), self.mixed_precision),
         }
         variables.update(self.env)
         return variables

@@ -16,10 +16,12 @@ from typing import Any, TypeVar, cast
 import torch
 
 from ..device_backends.base import DeviceBackend, DeviceRandomState
+from ..device_types import device_type
 from ..enums import DistributedType
 from . import ops
 from .checkpoint import XlaRandomState, contents_on_cpu, load_xla_random_state, on_cpu
 from .device import seed_device, state_fields
+from .device_type import XlaDevices
 from .loader import XlaDataLoaderShard
 from .train import (
     follow_moved_parameters,
@@ -49,7 +51,11 @@ class XlaBackend(DeviceBackend):
 
     def rank_fields(self, cpu: bool, options: dict[str, Any]) -> dict[str, Any]:
         """Ranks (per thread where a process runs several) and device from torch_xla."""
-        return {**state_fields(), "distributed_type": DistributedType.XLA}
+        return {
+            **state_fields(),
+            "device_type": device_type(XlaDevices.name),
+            "distributed_type": DistributedType.XLA,
+        }
 
     def barrier(self) -> None:
         """An ``all_reduce`` every rank waits for."""

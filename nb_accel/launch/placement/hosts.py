@@ -3,13 +3,13 @@ hosts, or ``"slurm"`` for the nodes of the current SLURM allocation."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
-from ..multinode.nodes import DEFAULT_RDZV_ID, MONITOR_INTERVAL_S, NodePlan
+from .nodes import NodePlan
 from .transport import SrunTransport, SshTransport, Transport, slurm_hosts
 
 __all__ = ["LOCAL", "HostPlan", "make_host_plan"]
@@ -26,33 +26,37 @@ class HostPlan:
         hosts: the hosts, host 0 first (it holds rank 0 and the rendezvous).
         transport: how each host's node process is started.
         python: the interpreter the hosts run (the kernel's, unless configured).
-        rdzv_timeout: seconds every host may take to join the rendezvous.
-        max_restarts: times the worker group is restarted after a failure.
-        rdzv_conf: more options for torch's rendezvous handler, on every host.
-        rdzv_id: the rendezvous run id.
-        monitor_interval: how often each host's elastic agent looks at its workers (seconds).
+        agent: the options of the elastic agent every host runs (rendezvous timeout,
+            restarts, ``rdzv_conf``, run id, monitor interval); each host's own place is
+            filled in by :meth:`node_plan`.
     """
 
     hosts: tuple[str, ...]
     transport: Transport
     python: str
-    rdzv_timeout: float = 900.0
-    max_restarts: int = 0
-    rdzv_conf: dict[str, Any] = field(default_factory=dict, hash=False)
-    rdzv_id: str = DEFAULT_RDZV_ID
-    monitor_interval: float = MONITOR_INTERVAL_S
+    agent: NodePlan = field(default_factory=NodePlan)
 
-    def node_plan(self, node_rank: int, endpoint: str, max_restarts: int) -> NodePlan:
-        """The :class:`NodePlan` of host ``node_rank``, whose rendezvous is at ``endpoint``."""
-        return NodePlan(
+    @property
+    def given_as(self) -> str | list[str]:
+        """The ``hosts`` option that names these hosts again (``"slurm"``, or the names)."""
+        return self.transport.hosts_option(self.hosts)
+
+    @property
+    def ssh_config(self) -> str | None:
+        """The OpenSSH configuration file the hosts are reached with (``None``: the user's own,
+        or no SSH)."""
+        return self.transport.config_file()
+
+    def node_plan(self, node_rank: int, endpoint: str, max_restarts: int | None = None) -> NodePlan:
+        """The :class:`NodePlan` of host ``node_rank``, whose rendezvous is at ``endpoint``
+        (``max_restarts``: the agent's, unless given)."""
+        restarts = self.agent.max_restarts if max_restarts is None else max_restarts
+        return dataclasses.replace(
+            self.agent,
             num_nodes=len(self.hosts),
             node_rank=node_rank,
             rdzv_endpoint=endpoint,
-            max_restarts=max_restarts,
-            rdzv_timeout=self.rdzv_timeout,
-            rdzv_conf=self.rdzv_conf,
-            rdzv_id=self.rdzv_id,
-            monitor_interval=self.monitor_interval,
+            max_restarts=restarts,
         )
 
     def rank_hosts(self, per_host: int) -> list[str]:
@@ -106,7 +110,7 @@ def make_host_plan(
             )
         if ssh_config is not None:
             raise ValueError('ssh_config applies to SSH hosts, not to hosts="slurm"')
-        return _host_plan(tuple(slurm_hosts()), SrunTransport(), interpreter, nodes)
+        return HostPlan(tuple(slurm_hosts()), SrunTransport(), interpreter, nodes)
     names = list(hosts) if isinstance(hosts, Sequence) else None
     if not names or not all(isinstance(name, str) and name.strip() for name in names):
         raise TypeError(f"hosts must be a non-empty list of host names, got {hosts!r}")
@@ -118,20 +122,4 @@ def make_host_plan(
         config = os.path.abspath(os.path.expanduser(os.fspath(ssh_config)))
         if not os.path.isfile(config):
             raise ValueError(f"ssh_config {config} is not a file")
-    return _host_plan(tuple(names), SshTransport(config), interpreter, nodes)
-
-
-def _host_plan(
-    hosts: tuple[str, ...], transport: Transport, python: str, nodes: NodePlan
-) -> HostPlan:
-    """The plan of ``hosts``, with the rendezvous and agent options of ``nodes``."""
-    return HostPlan(
-        hosts,
-        transport,
-        python,
-        nodes.rdzv_timeout,
-        nodes.max_restarts,
-        rdzv_conf=nodes.rdzv_conf,
-        rdzv_id=nodes.rdzv_id,
-        monitor_interval=nodes.monitor_interval,
-    )
+    return HostPlan(tuple(names), SshTransport(config), interpreter, nodes)

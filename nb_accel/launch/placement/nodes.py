@@ -14,6 +14,7 @@ __all__ = [
     "MONITOR_INTERVAL_S",
     "NodePlan",
     "NODE_FIELDS",
+    "STATIC_BACKEND",
     "check_monitor_interval",
     "check_rdzv_conf",
     "check_rdzv_id",
@@ -79,6 +80,9 @@ class NodePlan:
             f"of {per_node * self.num_nodes}), rendezvous at {self.rdzv_endpoint}"
         )
 
+
+#: Accelerate's default ``rdzv_backend``, taken as c10d (see :func:`make_node_plan`).
+STATIC_BACKEND = "static"
 
 #: The plan's fields that the saved configuration holds too, under the same names, in order.
 NODE_FIELDS = (
@@ -185,7 +189,11 @@ def make_node_plan(
     """Check the multi-node options (the same rules as the saved configuration's) and return
     the plan; ``ValueError`` (``TypeError`` for a wrong kind of value) naming the option, before
     any process starts. A ``join_timeout`` in ``rdzv_conf`` is ``rdzv_timeout`` by torch's name:
-    it must agree with it (:func:`pop_join_timeout`)."""
+    it must agree with it (:func:`pop_join_timeout`). Accelerate's default backend,
+    ``"static"`` (a fixed set of nodes, ranks by ``node_rank``), is what the c10d rendezvous
+    gives here: every node's ranks follow from its ``node_rank``."""
+    if rdzv_backend == STATIC_BACKEND:
+        rdzv_backend = "c10d"
     conf = check_rdzv_conf(rdzv_conf)
     rdzv_timeout = pop_join_timeout(conf, rdzv_timeout)
     given = (num_nodes, node_rank, rdzv_endpoint, rdzv_backend, max_restarts, rdzv_timeout)

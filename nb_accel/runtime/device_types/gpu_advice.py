@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
-from .._nvml import GpuInfo, GpuReport
+from .nvml import GpuInfo, GpuReport
 
 __all__ = [
     "BF16_NATIVE_FROM",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from .._flags import parse_flag
+from ..._flags import parse_flag
 
 __all__ = [
     "BACKEND_DEVICE_TYPES",
@@ -21,6 +21,8 @@ __all__ = [
     "backends_by_device",
     "new_group_backend",
     "offload_asked_by_environment",
+    "cpu_collectives_only",
+    "uses_gloo",
     "uses_nccl",
     "with_cpu_backend",
 ]
@@ -51,6 +53,17 @@ def backend_for(backend: str | None, device_type: str) -> str | None:
 def uses_nccl(backend: str | None) -> bool:
     """True for a group whose CUDA tensors go through NCCL (``"nccl"``, ``"cuda:nccl,..."``)."""
     return backend_for(backend, "cuda") == "nccl"
+
+
+def uses_gloo(backend: str | None) -> bool:
+    """True for a group whose collectives on some device type go through gloo."""
+    return "gloo" in backends_by_device(backend).values()
+
+
+def cpu_collectives_only(backend: str | None) -> bool:
+    """True for a group that runs collectives on CPU tensors only (``"gloo"``): a barrier
+    there is cheap, and is how its ranks confirm they are all connected."""
+    return set(backends_by_device(backend)) == {"cpu"}
 
 
 def with_cpu_backend(backend: str) -> str:

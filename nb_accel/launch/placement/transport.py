@@ -37,6 +37,14 @@ class Transport(ABC):
     def address(self, host: str) -> str:
         """The address the other hosts reach ``host`` at (for the rendezvous on host 0)."""
 
+    @abstractmethod
+    def hosts_option(self, hosts: tuple[str, ...]) -> str | list[str]:
+        """The ``hosts`` option that names ``hosts`` reached this way."""
+
+    def config_file(self) -> str | None:
+        """The configuration file the transport reads (``None``: its default, or none)."""
+        return None
+
     def unreachable(self, returncode: int) -> bool:
         """Whether a node process that ended with ``returncode`` before saying hello never
         reached its host (as opposed to failing there)."""
@@ -65,6 +73,14 @@ class SshTransport(Transport):
             f"ConnectTimeout={max(int(self.connect_timeout_s), 1)}",
         ]
         return [ssh, *(["-F", self.config] if self.config else []), *options]
+
+    def hosts_option(self, hosts: tuple[str, ...]) -> str | list[str]:
+        """The host names."""
+        return list(hosts)
+
+    def config_file(self) -> str | None:
+        """:attr:`config`."""
+        return self.config
 
     def command(self, host: str, python: str) -> list[str]:
         """``ssh [-F config] -T host python -m nb_accel.launch.hosts.remote_node``."""
@@ -95,6 +111,11 @@ class SrunTransport(Transport):
     """SLURM's ``srun``, one task on each named node of the current allocation."""
 
     name: str = "srun"
+
+    def hosts_option(self, hosts: tuple[str, ...]) -> str | list[str]:
+        """``"slurm"``: the nodes of the allocation."""
+        del hosts
+        return "slurm"
 
     def command(self, host: str, python: str) -> list[str]:
         """``srun -N1 -n1 -w host ... python -m nb_accel.launch.hosts.remote_node``."""

@@ -1,0 +1,200 @@
+"""From what was asked to what runs: a :class:`~.request.LaunchRequest` resolved into a
+:class:`~.spec.LaunchSpec`, every option left out taken from the saved configuration, then the
+built-in defaults; every mistake raised here, before any process starts.
+
+``notebook_launcher``, the ``%%distributed`` pool and its magics resolve through this one
+function, so an option means the same wherever it is given.
+"""
+
+from __future__ import annotations
+
+import os
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+from ..config import Config, config_path, load_config
+from ..errors import LaunchError
+from ..runtime.device_types import DeviceType, choose_device_type
+from ..runtime.device_types.cpu import CPU_VARIABLE
+from ..runtime.sharding import sharding_for_fsdp, sharding_name, strategy_class
+from .placement.hosts import HostPlan, make_host_plan
+from .placement.nodes import NODE_FIELDS, NodePlan, make_node_plan
+from .plan import make_plan
+from .request import LaunchRequest
+from .spec import LaunchSpec, OutputOptions
+from .views.output import check_prefix_template
+
+__all__ = ["resolve_spec"]
+
+
+def resolve_spec(
+    request: LaunchRequest, *, pool: bool = False, config: Config | None = None
+) -> LaunchSpec:
+    """The launch ``request`` asks for, with the saved configuration (``config``, else the
+    file's) filling what it leaves out; ``pool``: persistent workers, which run on this
+    machine or on hosts, never on nodes of their own kernels.
+
+    Raises:
+        TypeError, ValueError: an option that is not valid, naming it.
+        LaunchError: the saved configuration or the kernel's state forbids the launch.
+    """
+    config = load_config() if config is None else config
+    output = _output_options(request)
+    sharding = _sharding(request, config)
+    cpu = request.cpu
+    if cpu is None:  # NB_ACCEL_USE_CPU=1 stands for cpu=True, else the saved setting
+        cpu = os.environ.get(CPU_VARIABLE) == "1" or config.cpu
+    # persistent workers keep a process group: they run on the devices that have one
+    device = choose_device_type(cpu, own_launchers=not pool)
+    nodes = _nodes(request, config)
+    hosts = _hosts(request, config, nodes, device)
+    if pool and hosts is None and nodes.multi_node:
+        asked = (
+            f"num_nodes={nodes.num_nodes} was given"
+            if request.num_nodes is not None
+            else f"the saved configuration ({config_path()}) asks for num_nodes={nodes.num_nodes}"
+        )
+        raise LaunchError(
+            f"{asked}, but persistent %%distributed workers run on this machine only (or on "
+            "hosts): set num_nodes to 1 for them (notebook_launcher runs on several nodes)"
+        )
+    if hosts is None and not nodes.multi_node:
+        _warn_without_agent(device, request)
+    _check_sharding_runs_on(sharding, device, request, config)
+    plan = make_plan(
+        device,
+        config.num_processes if request.num_processes is None else request.num_processes,
+        config.mixed_precision if request.mixed_precision is None else request.mixed_precision,
+        config.start_method if request.start_method is None else request.start_method,
+        config.timeout if request.timeout is None else request.timeout,
+        config.gradient_accumulation_steps,
+        sharding,
+    )
+    return LaunchSpec(plan, nodes, hosts, output, request)
+
+
+def _output_options(request: LaunchRequest) -> OutputOptions:
+    template = request.log_line_prefix_template
+    check_prefix_template(template)
+    if template and not request.prefix_output:
+        raise ValueError(
+            "log_line_prefix_template gives each worker line a prefix, but prefix_output=False "
+            "turns prefixes off: leave one of them out"
+        )
+    return OutputOptions(
+        request.prefix_output, template, request.show_progress, request.all_ranks_metrics
+    )
+
+
+def _sharding(request: LaunchRequest, config: Config) -> str:
+    """The strategy's registered name: ``sharding``, or Accelerate's ``fsdp`` (True: FSDP2,
+    False: data parallel), or the saved one."""
+    fsdp = request.fsdp
+    if fsdp is not None and not isinstance(fsdp, bool):
+        raise TypeError(
+            f"fsdp must be True, False or None (the saved configuration's sharding), got "
+            f"{fsdp!r} ({type(fsdp).__name__})"
+        )
+    if request.sharding is None:
+        return sharding_for_fsdp(fsdp) if fsdp is not None else sharding_name(config.sharding)
+    chosen = sharding_name(request.sharding)
+    if fsdp is not None and sharding_for_fsdp(fsdp) != chosen:
+        raise ValueError(
+            f"sharding={request.sharding!r} and fsdp={fsdp} ask for different strategies: give "
+            "only sharding (fsdp=True is Accelerate's way of saying sharding='fsdp2')"
+        )
+    return chosen
+
+
+def _check_sharding_runs_on(
+    sharding: str, device: DeviceType, request: LaunchRequest, config: Config
+) -> None:
+    """A strategy that shards over a process group is refused on devices whose ranks join
+    none (XLA's), saying how the launch could run."""
+    strategy = strategy_class(sharding)
+    if not strategy.needs_process_group or device.process_group:
+        return
+    if request.fsdp or request.sharding is not None:
+        asked = "fsdp=True" if request.fsdp else f"sharding={request.sharding!r}"
+    else:
+        asked = f"the saved configuration ({config_path()}) has sharding: {config.sharding}"
+    raise ValueError(
+        f"{asked}, but this launch runs on {device.label}s, whose ranks join no torch.distributed "
+        f"process group, and {strategy.label} shards over one (torch's fully_shard, on CPUs and "
+        "GPUs). Pass sharding='ddp' (or fsdp=False) to run data parallel there, or cpu=True to "
+        f"run {strategy.label} on the CPU"
+    )
+
+
+def _nodes(request: LaunchRequest, config: Config) -> NodePlan:
+    """The machines of a launch run from several kernels: each option given, else saved.
+    A ``join_timeout`` in ``rdzv_conf`` counts as ``rdzv_timeout`` given."""
+    given: dict[str, Any] = {name: getattr(request, name) for name in NODE_FIELDS}
+    if given["rdzv_endpoint"] is None and request.master_addr and request.use_port is not None:
+        given["rdzv_endpoint"] = f"{request.master_addr}:{request.use_port}"
+    conf = request.rdzv_conf
+    joined = isinstance(conf, Mapping) and "join_timeout" in conf
+    values = [
+        value if value is not None or (name == "rdzv_timeout" and joined) else getattr(config, name)
+        for name, value in given.items()
+    ]
+    return make_node_plan(
+        *values,
+        rdzv_conf=conf,
+        rdzv_id=request.rdzv_id,
+        monitor_interval=request.monitor_interval,
+    )
+
+
+def _nodes_given(request: LaunchRequest) -> bool:
+    return any(
+        value is not None for value in (request.num_nodes, request.node_rank, request.rdzv_endpoint)
+    )
+
+
+def _hosts(
+    request: LaunchRequest, config: Config, nodes: NodePlan, device: DeviceType
+) -> HostPlan | None:
+    """The machines driven from this kernel: ``hosts`` given, else the saved ones (unless the
+    nodes were given, or the devices need a launch backend of their own, which runs here)."""
+    hosts, ssh_config = request.hosts, request.ssh_config
+    given_nodes = _nodes_given(request)
+    if device.launcher is not None:
+        if hosts not in (None, "local") or nodes.multi_node:
+            raise ValueError(
+                f"a launch on {device.label}s runs on this machine only: leave hosts and "
+                "num_nodes out, or pass cpu=True to run on the CPUs of several machines"
+            )
+        return None
+    if hosts is None and not given_nodes:  # the saved hosts, unless nodes were given
+        hosts = config.hosts
+        ssh_config = config.ssh_config if ssh_config is None else ssh_config
+    if hosts is None:
+        return None
+    return make_host_plan(hosts, ssh_config, nodes, given_nodes, request.remote_python)
+
+
+def _warn_without_agent(device: DeviceType, request: LaunchRequest) -> None:
+    """Warn once (a ``UserWarning`` at the caller's line) that the rendezvous options given do
+    nothing in a launch on one machine, which runs no rendezvous and no elastic agent."""
+    given = [
+        name
+        for name, used in (
+            ("rdzv_conf", bool(request.rdzv_conf)),
+            ("rdzv_id", request.rdzv_id not in (None, "none")),
+            ("monitor_interval", request.monitor_interval is not None),
+        )
+        if used
+    ]
+    if not given:
+        return
+    launch = "a single-node launch" if device.launcher is None else f"a launch on {device.label}s"
+    names, one = ", ".join(given), len(given) == 1
+    warnings.warn(
+        f"{names} {'has' if one else 'have'} no effect on {launch}: its workers are started and "
+        "watched directly, with no rendezvous and no elastic agent (they apply with "
+        f"num_nodes > 1 or hosts); leave {'it' if one else 'them'} out to silence this warning",
+        UserWarning,
+        stacklevel=4,
+    )

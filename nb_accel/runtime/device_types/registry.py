@@ -1,0 +1,124 @@
+"""The device types by name, and which one a launch, or a rank, runs on.
+
+A launch takes the CPU when asked (``cpu=True``; ``NB_ACCEL_USE_CPU=1`` when ``cpu`` is not
+given), else the type its
+environment asks for (a TPU runtime asks for XLA), else the first registered type with a
+visible device, else the CPU. A rank takes the type its launch named in
+:data:`DEVICE_TYPE_VARIABLE`; outside nb_accel's launches (under ``torchrun``) the one its
+process group's backend runs on. A new device type is a :class:`~.interface.DeviceType`
+subclass and one :func:`register_device_type` call (or one line in :data:`_BUILT_IN`).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+from collections.abc import Mapping
+
+from .cpu import CPU_VARIABLE, CpuDevices
+from .group_backends import backends_by_device
+from .interface import DeviceType
+
+__all__ = [
+    "DEVICE_TYPE_VARIABLE",
+    "choose_device_type",
+    "device_type",
+    "device_types",
+    "process_device_type",
+    "rank_device_type",
+    "register_device_type",
+    "unregister_device_type",
+]
+
+#: The variable a launch sets in its ranks: the name of the device type they run on.
+DEVICE_TYPE_VARIABLE = "NB_ACCEL_DEVICE_TYPE"
+
+#: The device types nb_accel brings, by name, considered in this order: ``"module:Class"``,
+#: loaded when first asked for (the XLA type's module imports ``torch_xla`` only when used).
+_BUILT_IN: dict[str, str] = {
+    "xla": "nb_accel.runtime.xla.device_type:XlaDevices",
+    "cuda": "nb_accel.runtime.device_types.cuda:CudaDevices",
+    "cpu": "nb_accel.runtime.device_types.cpu:CpuDevices",
+}
+
+#: Types registered at run time, considered before the built-in ones (newest first).
+_registered: dict[str, DeviceType] = {}
+_loaded: dict[str, DeviceType] = {}
+
+
+def register_device_type(device: DeviceType) -> None:
+    """Make ``device`` a device type launches can run on, under ``device.name``; it is
+    considered before the types registered earlier and the built-in ones."""
+    _registered.pop(device.name, None)
+    _registered[device.name] = device
+
+
+def unregister_device_type(name: str) -> None:
+    """Forget the device type registered as ``name`` (a built-in one stays)."""
+    _registered.pop(name, None)
+
+
+def _built_in(name: str) -> DeviceType:
+    if name not in _loaded:
+        module, _, attribute = _BUILT_IN[name].partition(":")
+        _loaded[name] = getattr(importlib.import_module(module), attribute)()
+    return _loaded[name]
+
+
+def device_types() -> list[DeviceType]:
+    """Every device type, in the order a launch considers them."""
+    names = [*reversed(_registered), *(n for n in _BUILT_IN if n not in _registered)]
+    return [device_type(name) for name in names]
+
+
+def device_type(name: str) -> DeviceType:
+    """The device type registered as ``name``; a ``ValueError`` naming the others if none is."""
+    if name in _registered:
+        return _registered[name]
+    if name in _BUILT_IN:
+        return _built_in(name)
+    known = ", ".join(repr(n) for n in [*_registered, *_BUILT_IN])
+    raise ValueError(f"no device type is named {name!r}; the device types are {known}")
+
+
+def choose_device_type(
+    cpu: bool, environ: Mapping[str, str] | None = None, own_launchers: bool = True
+) -> DeviceType:
+    """The device type of a launch: the CPU with ``cpu``, else the one ``environ`` asks for,
+    else the first with a visible device, else the CPU (``NB_ACCEL_USE_CPU`` is the launch's
+    to read: it stands for ``cpu=True`` when ``cpu`` is not given). Without ``own_launchers``,
+    only the types whose ranks join process groups (not XLA's, which need a launch of their
+    own) are considered."""
+    environ = os.environ if environ is None else environ
+    if cpu:
+        return device_type(CpuDevices.name)
+    candidates = [c for c in device_types() if own_launchers or c.launcher is None]
+    for candidate in candidates:
+        if candidate.requested(environ):
+            return candidate
+    for candidate in candidates:
+        if candidate.visible_count() > 0:
+            return candidate
+    return device_type(CpuDevices.name)
+
+
+def process_device_type(cpu: bool) -> DeviceType:
+    """The device type of a process outside nb_accel's launches (a script, ``torchrun``'s
+    workers, the kernel itself): the first with a visible device whose ranks join process
+    groups (``cpu``, or ``NB_ACCEL_USE_CPU=1``: the CPU)."""
+    return choose_device_type(cpu or os.environ.get(CPU_VARIABLE) == "1", own_launchers=False)
+
+
+def rank_device_type(backend: str | None, world_size: int, cpu: bool) -> DeviceType:
+    """The device type of this process's rank: the one its launch named; else, in a group of
+    several ranks, the one its backend runs collectives on (CPU tensors aside); else, on one
+    process, :func:`process_device_type`."""
+    named = os.environ.get(DEVICE_TYPE_VARIABLE)
+    if named:
+        return device_type(named)
+    served = [name for name in backends_by_device(backend) if name != CpuDevices.name]
+    if served:
+        return device_type(served[0])
+    if world_size > 1:
+        return device_type(CpuDevices.name)
+    return process_device_type(cpu)
