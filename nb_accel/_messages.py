@@ -216,6 +216,6 @@ def encode(event: Event) -> bytes:
 def decode(data: bytes) -> Event:
     """Inverse of :func:`encode`."""
     event = pickle.loads(data)
-    if not isinstance(event, (Started, Output, Result, Failure, Report, CellDone, TrackerRun)):
+    if not isinstance(event, Event):
         raise TypeError(f"unexpected message on the event channel: {type(event).__name__}")
     return event

@@ -217,14 +217,7 @@ class CheckpointMethods(StateHookMethods):
             contents = self._contents(self._saved_models(str(staging)))
             if contents.sharded:  # collective: every process writes its shards first
                 _check_not_accumulating(contents.accumulating)
-                save_sharded_parts(
-                    self.state.sharding,
-                    staging,
-                    contents.models,
-                    contents.optimizers,
-                    contents.sharded,
-                    safe_serialization,
-                )
+                save_sharded_parts(self.state.sharding, staging, contents, safe_serialization)
             contents = partial.device_backend.contents_to_save(contents)  # XLA: through the CPU
             device_random = partial.device_backend.random_state()
             write_process_file(staging, contents, partial.process_index)
@@ -310,15 +303,7 @@ class CheckpointMethods(StateHookMethods):
         load_shared_files(folder, contents, meta, load_kwargs)
         if contents.sharded:  # collective
             safe = bool(meta.get("safe_serialization", True))
-            load_sharded_parts(
-                self.state.sharding,
-                folder,
-                contents.models,
-                contents.optimizers,
-                contents.sharded,
-                safe,
-                load_kwargs,
-            )
+            load_sharded_parts(self.state.sharding, folder, contents, safe, load_kwargs)
         self._accumulator.step = load_process_file(
             folder, contents, self._partial.process_index, load_kwargs
         )

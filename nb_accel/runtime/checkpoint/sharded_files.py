@@ -23,7 +23,13 @@ import torch.distributed as dist
 
 from ..fsdp.state_dicts import model_of
 from ..sharding import ShardingStrategy
-from .contents import OPTIMIZER_NAME, model_file_name, numbered_name, safe_load
+from .contents import (
+    OPTIMIZER_NAME,
+    CheckpointContents,
+    model_file_name,
+    numbered_name,
+    safe_load,
+)
 from .model_io import load_state_dict_file, save_model_files
 
 __all__ = ["load_sharded_parts", "merge_fsdp_weights", "save_sharded_parts"]
@@ -44,17 +50,14 @@ def _owner(optimizer: Any, models: list[torch.nn.Module], index: int) -> torch.n
 
 
 def save_sharded_parts(
-    strategy: ShardingStrategy,
-    folder: Path,
-    models: list[torch.nn.Module],
-    optimizers: list[Any],
-    kind: str,
-    safe: bool,
+    strategy: ShardingStrategy, folder: Path, contents: CheckpointContents, safe: bool
 ) -> None:
-    """Collective: write every model's weights and every optimizer's state into ``folder``,
-    in the layout ``kind`` (the strategy's :meth:`~ShardingStrategy.checkpoint_layout`)."""
+    """Collective: write every model's weights and every optimizer's state of ``contents``
+    into ``folder``, in the layout ``contents.sharded`` (the strategy's
+    :meth:`~ShardingStrategy.checkpoint_layout`)."""
     import torch.distributed.checkpoint as dcp
 
+    models, kind = contents.models, contents.sharded
     main = dist.get_rank() == 0
     for index, model in enumerate(models):
         if kind == "SHARDED_STATE_DICT" and strategy.is_sharded(model):
@@ -67,7 +70,7 @@ def save_sharded_parts(
             save_model_files(
                 state, folder, max_shard_size=_NO_SPLIT, safe_serialization=safe, weights_name=name
             )
-    for index, optimizer in enumerate(optimizers):
+    for index, optimizer in enumerate(contents.optimizers):
         inner = getattr(optimizer, "optimizer", optimizer)
         model = _owner(optimizer, models, index)
         if kind == "SHARDED_STATE_DICT":
@@ -82,15 +85,15 @@ def save_sharded_parts(
 def load_sharded_parts(
     strategy: ShardingStrategy,
     folder: Path,
-    models: list[torch.nn.Module],
-    optimizers: list[Any],
-    kind: str,
+    contents: CheckpointContents,
     safe: bool,
     load_kwargs: dict[str, Any] | None = None,
 ) -> None:
-    """Collective: load what :func:`save_sharded_parts` wrote into the live objects."""
+    """Collective: load what :func:`save_sharded_parts` wrote into the live objects of
+    ``contents``."""
     import torch.distributed.checkpoint as dcp
 
+    models, kind = contents.models, contents.sharded
     for index, model in enumerate(models):
         if kind == "SHARDED_STATE_DICT" and strategy.is_sharded(model):
             state = {"model": strategy.model_state_dict(model, full=False)}
@@ -99,7 +102,7 @@ def load_sharded_parts(
             continue
         weights = load_state_dict_file(_existing(folder / model_file_name(index, safe)))
         strategy.load_model_state_dict(model, weights, full=True)
-    for index, optimizer in enumerate(optimizers):
+    for index, optimizer in enumerate(contents.optimizers):
         inner = getattr(optimizer, "optimizer", optimizer)
         model = _owner(optimizer, models, index)
         if kind == "SHARDED_STATE_DICT":

@@ -73,11 +73,16 @@ class DataLoaderDispatcher(StatefulChoice, DataLoaderStateMixin, DataLoader):  #
             ``state_dict()`` and ``load_state_dict()`` (process 0's state is the one that
             counts: it alone reads the data).
         kwargs: every other ``DataLoader`` argument.
-
-    Attributes:
-        total_batch_size: samples per step over all processes.
-        total_dataset_length: length of the whole dataset.
     """
+
+    _own_arguments = (
+        "split_batches",
+        "_drop_last",
+        "_non_blocking",
+        "slice_fn",
+        "even_batches",
+        "use_stateful_dataloader",
+    )
 
     def __init__(
         self,

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import BatchSampler, DataLoader
@@ -61,6 +61,8 @@ class DataLoaderStateMixin:
         tail_follows: some processes hold no batch at the next step.
         trailing_ranks: at this process's last batch, when others still hold one at the next
             step: those processes (this one then takes part in their gather as well).
+        total_batch_size: samples per step over all processes.
+        total_dataset_length: length of the whole dataset (all processes together).
     """
 
     #: Returned from a launched function it is refused (see ``runtime/workers/returns.py``).
@@ -84,6 +86,23 @@ class DataLoaderStateMixin:
     _epoch_start: dict[str, Any] | None = None  # generator states at the iteration's start
     _abandoned: bool = False  # the last iteration was left part-way (a break)
     _opened: int = -1  # when the last iteration started (a process-wide count)
+    if TYPE_CHECKING:  # each loader class defines them
+
+        @property
+        def total_batch_size(self) -> int:
+            """Samples per step over all processes."""
+
+        @property
+        def total_dataset_length(self) -> int:
+            """Length of the whole dataset."""
+
+    #: The arguments of the loader's class beyond ``DataLoader``'s that a copy of it keeps
+    #: (``skip_first_batches``), read from the attributes of the same names.
+    _own_arguments: tuple[str, ...] = ()
+
+    def _own_settings(self) -> dict[str, Any]:
+        """The values of :attr:`_own_arguments` this loader has."""
+        return {name: getattr(self, name) for name in self._own_arguments}
 
     def _note_position(self) -> None:
         """The batch about to be handed out was read (stateful loaders remember the spot)."""
@@ -116,14 +135,14 @@ class DataLoaderStateMixin:
             self.trailing_ranks = following
 
     def _sample_count(self) -> int:
-        return int(self.total_dataset_length)  # type: ignore[attr-defined]
+        return int(self.total_dataset_length)
 
     def begin(self) -> None:
         """Start an iteration: reset the state and register with the gradient state."""
         self.reset()
         if not self._drop_last:
             try:
-                self.remainder = self._sample_count() % int(self.total_batch_size)  # type: ignore[attr-defined]
+                self.remainder = self._sample_count() % int(self.total_batch_size)
             except (TypeError, ValueError, AttributeError, ZeroDivisionError):
                 self.remainder = -1
         self.gradient_state._add_dataloader(self)
@@ -175,11 +194,15 @@ class DataLoaderShard(StatefulChoice, DataLoaderStateMixin, DataLoader):  # type
         use_stateful_dataloader: build the loader on torchdata's ``StatefulDataLoader``, with
             ``state_dict()`` and ``load_state_dict()`` (see :mod:`.stateful`).
         kwargs: every other ``DataLoader`` argument.
-
-    Attributes:
-        total_batch_size: samples per step over all processes.
-        total_dataset_length: length of the whole dataset.
     """
+
+    _own_arguments = (
+        "device",
+        "rng_types",
+        "synchronized_generator",
+        "_drop_last",
+        "_non_blocking",
+    )
 
     def __init__(
         self,

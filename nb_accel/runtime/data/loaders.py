@@ -294,39 +294,27 @@ def skip_first_batches(dataloader: DataLoader, num_batches: int = 0) -> DataLoad
     prepared loader's epoch count, and an interrupted epoch that ``load_state`` restored, carry
     over to the new loader, which hands its epoch count back when its iteration completes.
     """
-    dataset = dataloader.dataset
-    if isinstance(dataloader, DataLoaderDispatcher):
-        per_step = 1 if dataloader.split_batches else dataloader.state.num_processes
-        kwargs = _skipping(dataloader, num_batches * per_step)
-        if "skip_batches" in kwargs:
-            kwargs["skip_batches"] = num_batches + dataloader.skip_batches
-        dispatcher = DataLoaderDispatcher(
-            dataset,
-            split_batches=dataloader.split_batches,
-            _drop_last=dataloader._drop_last,
-            _non_blocking=dataloader._non_blocking,
-            slice_fn=dataloader.slice_fn,
-            even_batches=dataloader.even_batches,
-            use_stateful_dataloader=dataloader.use_stateful_dataloader,
-            **kwargs,
-        )
-        inherit_position(dispatcher, dataloader)
-        return dispatcher
+    if isinstance(dataloader, (DataLoaderDispatcher, DataLoaderShard)):
+        return _prepared_copy(dataloader, num_batches)
     kwargs = _skipping(dataloader, num_batches)
-    if isinstance(dataloader, DataLoaderShard):
-        if "skip_batches" in kwargs:
-            kwargs["skip_batches"] = num_batches + dataloader.skip_batches
-        shard = type(dataloader)(  # an XLA loader stays one
-            dataset,
-            device=dataloader.device,
-            rng_types=dataloader.rng_types,
-            synchronized_generator=dataloader.synchronized_generator,
-            _drop_last=dataloader._drop_last,
-            _non_blocking=dataloader._non_blocking,
-            **kwargs,
-        )
-        inherit_position(shard, dataloader)
-        return shard
     if "skip_batches" in kwargs:
-        return SkipDataLoader(dataset, **kwargs)
-    return DataLoader(dataset, **kwargs)
+        return SkipDataLoader(dataloader.dataset, **kwargs)
+    return DataLoader(dataloader.dataset, **kwargs)
+
+
+def _prepared_copy(
+    loader: DataLoaderDispatcher | DataLoaderShard, num_batches: int
+) -> DataLoaderDispatcher | DataLoaderShard:
+    """A prepared ``loader`` made again with its own settings, ``num_batches`` steps further
+    in, and where it stood (its epoch count, an interrupted epoch)."""
+    if isinstance(loader, DataLoaderDispatcher):
+        per_step = 1 if loader.split_batches else loader.state.num_processes
+        loader_class: type[DataLoaderDispatcher | DataLoaderShard] = DataLoaderDispatcher
+    else:
+        per_step, loader_class = 1, type(loader)  # an XLA loader stays one
+    kwargs = _skipping(loader, num_batches * per_step)
+    if "skip_batches" in kwargs:
+        kwargs["skip_batches"] = num_batches + loader.skip_batches
+    rebuilt = loader_class(loader.dataset, **loader._own_settings(), **kwargs)
+    inherit_position(rebuilt, loader)
+    return rebuilt

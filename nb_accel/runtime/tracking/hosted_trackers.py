@@ -7,68 +7,19 @@ import os
 from typing import Any
 
 from .base import GeneralTracker, flat_numbers, on_main_process, plain_values
+from .init_run import InitRunTracker
 
 __all__ = ["ClearMLTracker", "CometMLTracker", "SwanLabTracker", "TrackioTracker"]
 
 
-class _InitRunTracker(GeneralTracker):
-    """A library with ``init(project=...)`` returning a run with ``log``, ``finish`` and a
-    ``config`` (trackio and SwanLab share W&B's shape)."""
-
-    requires_logging_directory = False
-    _module = ""
-
-    def __init__(self, run_name: str, **kwargs: Any) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.init_kwargs = kwargs
-        self.run: Any = None
-
-    @on_main_process
-    def start(self) -> None:
-        """Start the run."""
-        library = __import__(self._module)
-        self.run = library.init(project=self.run_name, **self.init_kwargs)
-
-    @property
-    def tracker(self) -> Any:
-        """The library's run."""
-        return self.run
-
-    @on_main_process
-    def store_init_configuration(self, values: dict[str, Any]) -> None:
-        """Put ``values`` in the run's config."""
-        library = __import__(self._module)
-        library.config.update(plain_values(values), allow_val_change=True)
-
-    @on_main_process
-    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        """``run.log(values, step=step, **kwargs)``, tensors read first."""
-        self.run.log(plain_values(values), step=step, **kwargs)
-
-    @on_main_process
-    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        """Each value a list of images, logged as the library's ``Image``s."""
-        library = __import__(self._module)
-        for key, images in values.items():
-            self.run.log({key: [library.Image(image) for image in images]}, step=step, **kwargs)
-
-    @on_main_process
-    def finish(self) -> None:
-        """Finish the run."""
-        if self.run is not None:
-            run, self.run = self.run, None
-            run.finish()
-
-
-class TrackioTracker(_InitRunTracker):
+class TrackioTracker(InitRunTracker):
     """Logs to a trackio run (``trackio.init(project=run_name, **kwargs)``)."""
 
     name = "trackio"
     _module = "trackio"
 
 
-class SwanLabTracker(_InitRunTracker):
+class SwanLabTracker(InitRunTracker):
     """Logs to a SwanLab run (``swanlab.init(project=run_name, **kwargs)``)."""
 
     name = "swanlab"

@@ -5,13 +5,17 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from .base import GeneralTracker, on_main_process, plain_values
+from .base import on_main_process, plain_values
+from .init_run import InitRunTracker
 
 __all__ = ["WandBTracker"]
 
 
-class WandBTracker(GeneralTracker):
+class WandBTracker(InitRunTracker):
     """Logs to a Weights & Biases run (``WANDB_MODE=offline`` keeps it on disk only).
+
+    ``log`` passes its values to ``run.log`` (nested dicts are W&B's own ``outer.inner``
+    names); ``log_images`` logs each value, a list of images, as ``wandb.Image``s.
 
     Args:
         run_name: the W&B project (the ``project_name`` of ``init_trackers``).
@@ -19,20 +23,7 @@ class WandBTracker(GeneralTracker):
     """
 
     name = "wandb"
-    requires_logging_directory = False
-
-    def __init__(self, run_name: str, **kwargs: Any) -> None:
-        super().__init__()
-        self.run_name = run_name
-        self.init_kwargs = kwargs
-        self.run: Any = None
-
-    @on_main_process
-    def start(self) -> None:
-        """Start the run."""
-        import wandb
-
-        self.run = wandb.init(project=self.run_name, **self.init_kwargs)
+    _module = "wandb"
 
     def _where(self) -> str | None:
         """The run's name, mode and folder."""
@@ -43,29 +34,10 @@ class WandBTracker(GeneralTracker):
         folder = os.path.dirname(os.path.normpath(self.run.dir))
         return f"run {name!r} of project {self.run_name!r} ({mode}) in {folder}"
 
-    @property
-    def tracker(self) -> Any:
-        """The ``wandb`` run."""
-        return self.run
-
     @on_main_process
     def store_init_configuration(self, values: dict[str, Any]) -> None:
         """Put ``values`` in the run's config."""
         self.run.config.update(plain_values(values), allow_val_change=True)
-
-    @on_main_process
-    def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        """``run.log(values, step=step, **kwargs)`` with tensors read first (nested dicts are
-        W&B's own ``outer.inner`` names)."""
-        self.run.log(plain_values(values), step=step, **kwargs)
-
-    @on_main_process
-    def log_images(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        """Each value a list of images (arrays or PIL images), logged as ``wandb.Image``s."""
-        import wandb
-
-        for key, images in values.items():
-            self.run.log({key: [wandb.Image(image) for image in images]}, step=step, **kwargs)
 
     @on_main_process
     def log_table(
