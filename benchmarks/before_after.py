@@ -1,12 +1,13 @@
-"""Launch and step benchmarks of two versions of nb_accel, measured in the same run.
+"""Launch, step and ``%%distributed`` benchmarks of two versions of nb_accel, in the same run.
 
 Run from the repository root::
 
     .venv/bin/python benchmarks/before_after.py --baseline <git revision>
 
 The baseline's package is exported (``git archive``) to a temporary folder; the working tree is
-the other contender. Both are measured with this tree's ``benchmarks/launch.py`` and
-``benchmarks/step.py`` (the same measuring code), each run in a fresh interpreter whose
+the other contender. Both are measured with this tree's ``benchmarks/launch.py``,
+``benchmarks/step.py`` and ``benchmarks/magic.py`` (an empty cell through a real kernel, whose
+pool's workers inherit the path), the same measuring code, each run in a fresh interpreter whose
 ``PYTHONPATH`` puts one version first. The versions alternate (ABBA order) for ``--repeats``
 rounds, so a slow spell of the machine falls on both; the table gives the median of each
 figure over the rounds and after / before.
@@ -38,10 +39,15 @@ FIGURES = {
         ("training step, median ms", r"^nb_accel\.Accelerator\s+([\d.]+)\s+[\d.]+x"),
         ("step vs hand-written DDP (paired)", r"^nb_accel\.Accelerator\s+[\d.]+\s+([\d.]+)x"),
     ],
+    "magic": [
+        ("empty %%distributed cell, median ms", r"^\s+%%distributed cell\s+([\d.]+)\s+[\d.]+$"),
+        ("its overhead on a plain cell, ms", r"^\s+overhead: ([\d.-]+) ms median"),
+    ],
 }
 COMMANDS = {
     "launch": ["benchmarks/launch.py", "--no-accelerate", "--rounds", "10", "--failure-rounds=6"],
     "step": ["benchmarks/step.py", "--rounds", "20"],
+    "magic": ["benchmarks/magic.py", "--rounds", "60", "--warmup", "10", "--no-load"],
 }
 
 
@@ -115,7 +121,8 @@ def main() -> None:
     for label in labels:
         before = statistics.median(seen[(label, "before")])
         after = statistics.median(seen[(label, "after")])
-        print(f"{label:<{width}}  {before:8.3f}  {after:8.3f}  {after / before:11.3f}x")
+        ratio = f"{after / before:11.3f}x" if before > 0 else f"{'-':>12}"
+        print(f"{label:<{width}}  {before:8.3f}  {after:8.3f}  {ratio}")
 
 
 if __name__ == "__main__":

@@ -110,7 +110,7 @@ def test_the_form_is_a_widget_in_a_layout_with_labels_in_words(tmp_path: Path) -
 
 PICK_FSDP = """
 form.controls["num_processes"].value = 2
-form.controls["sharding"].value = "fsdp"
+form.controls["sharding"].value = "fsdp2"
 print("picked", form.controls["sharding"].label)
 form.save_button.click()
 print(form.message.value)
@@ -139,10 +139,10 @@ def test_fsdp_picked_in_the_form_shards_the_next_launch(tmp_path: Path) -> None:
     NotebookClient(notebook, timeout=120, kernel_name="python3", store_widget_state=True).execute()
     models = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
     dropdowns = {m["state"].get("description"): m["state"] for m in models.values()}
-    assert dropdowns["Sharding"]["_options_labels"] == ["DDP", "FSDP"]
+    assert dropdowns["Sharding"]["_options_labels"] == ["DDP", "FSDP2"]
     picked = "".join(o.get("text", "") for o in notebook.cells[1].outputs)
-    assert "picked FSDP" in picked and "Saved to" in picked
-    assert "sharding: fsdp" in path.read_text()
+    assert "picked FSDP2" in picked and "Saved to" in picked
+    assert "sharding: fsdp2" in path.read_text()
     launched = "".join(  # streams, and each launch view's plain-text form (its title)
         o.get("text", "") or o.get("data", {}).get("text/plain", "") + "\n"
         for o in notebook.cells[2].outputs

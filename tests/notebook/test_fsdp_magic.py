@@ -29,7 +29,7 @@ def test_the_pool_shards_with_fsdp_when_asked() -> None:
         assert _seen(client) == "['false', 'false']"
         mismatch = run_cell(client, "%%distributed --fsdp\nrank")
         assert mismatch.status == "error"
-        assert "the pool runs with DDP; %distributed restart --fsdp" in mismatch.stderr
+        assert "the pool runs with sharding ddp; %distributed restart --fsdp" in mismatch.stderr
         restarted = _ok(client, "%distributed restart --fsdp")
         assert "(gloo; fork, FSDP, 2 shards) for %%distributed" in restarted.stdout
         assert _seen(client) == "['true', 'true']"

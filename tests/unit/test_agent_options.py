@@ -126,20 +126,7 @@ def test_the_options_reach_the_agents_launch_config() -> None:
         rdzv_id="exp-42",
         monitor_interval=0.25,
     )
-    config = launch_config(
-        plan.num_nodes,
-        plan.node_rank,
-        2,
-        "h:1",
-        "c10d",
-        0,
-        plan.rdzv_timeout,
-        "fork",
-        "/unused",
-        rdzv_conf=plan.rdzv_conf,
-        run_id=plan.rdzv_id,
-        monitor_interval=plan.monitor_interval,
-    )
+    config = launch_config(plan, 2, "fork", "/unused")
     assert config.run_id == "exp-42" and config.monitor_interval == 0.25
     assert config.rdzv_configs["join_timeout"] == 31  # from rdzv_timeout, in whole seconds
     assert config.rdzv_configs["read_timeout"] == 120  # the user's, over nb_accel's

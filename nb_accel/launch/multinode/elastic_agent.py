@@ -24,62 +24,49 @@ import contextlib
 import math
 import time
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from ...errors import LaunchError
-from ..placement.nodes import DEFAULT_RDZV_ID, MONITOR_INTERVAL_S
+from ..placement.nodes import NodePlan
 from .network import rendezvous_listener, split_endpoint
 from .node_addresses import NodeCard, NodeNetwork
 
-__all__ = ["EXIT_BARRIER_S", "MONITOR_INTERVAL_S", "launch_config", "run_agent"]
+__all__ = ["EXIT_BARRIER_S", "launch_config", "run_agent"]
 
 #: How long a node whose workers have finished waits for the other nodes (seconds).
 EXIT_BARRIER_S = 30.0
 
 
 def launch_config(
-    num_nodes: int,
-    node_rank: int,
-    per_node: int,
-    endpoint: str,
-    backend: str,
-    max_restarts: int,
-    rdzv_timeout: float,
-    start_method: str,
-    log_dir: str,
-    local_addr: str | None = None,
-    *,
-    rdzv_conf: Mapping[str, Any] | None = None,
-    run_id: str = DEFAULT_RDZV_ID,
-    monitor_interval: float = MONITOR_INTERVAL_S,
+    nodes: NodePlan, per_node: int, start_method: str, log_dir: str, local_addr: str | None = None
 ) -> Any:
-    """The ``LaunchConfig`` of one node: every node alike but for ``node_rank``; node 0 hosts
-    the rendezvous store, the others only connect to it. ``local_addr`` is the address this
-    node advertises (``None``: torch's choice, its host name). ``rdzv_conf`` (the user's
-    rendezvous options) is set over the timeouts that ``rdzv_timeout`` gives; ``run_id`` must
-    be the same on every node; ``monitor_interval`` is how often the agent looks at its
-    workers (seconds)."""
+    """The ``LaunchConfig`` of one node of ``nodes``, running ``per_node`` workers: every node
+    alike but for its ``node_rank``; node 0 hosts the rendezvous store, the others only connect
+    to it. ``local_addr`` is the address this node advertises (``None``: torch's choice, its
+    host name). The user's ``rdzv_conf`` is set over the timeouts that ``rdzv_timeout`` gives;
+    the run id must be the same on every node; ``monitor_interval`` is how often the agent
+    looks at its workers (seconds)."""
     from torch.distributed.elastic.multiprocessing import DefaultLogsSpecs
     from torch.distributed.launcher.api import LaunchConfig
 
-    wait_s = max(1, math.ceil(rdzv_timeout))
+    wait_s = max(1, math.ceil(nodes.rdzv_timeout))
     return LaunchConfig(
-        min_nodes=num_nodes,
-        max_nodes=num_nodes,
+        min_nodes=nodes.num_nodes,
+        max_nodes=nodes.num_nodes,
         nproc_per_node=per_node,
         logs_specs=DefaultLogsSpecs(log_dir=log_dir),
-        run_id=run_id,
-        rdzv_endpoint=endpoint,
-        rdzv_backend=backend,
+        run_id=nodes.rdzv_id,
+        rdzv_endpoint=nodes.rdzv_endpoint or "",
+        rdzv_backend=nodes.rdzv_backend,
         rdzv_configs={
             "join_timeout": wait_s,
             "read_timeout": wait_s,
-            "is_host": node_rank == 0,
-            **(rdzv_conf or {}),
+            "is_host": nodes.node_rank == 0,
+            **nodes.rdzv_conf,
         },
-        max_restarts=max_restarts,
-        monitor_interval=monitor_interval,
+        max_restarts=nodes.max_restarts,
+        monitor_interval=nodes.monitor_interval,
         start_method=start_method,
         local_addr=local_addr,
     )

@@ -48,7 +48,7 @@ from .elastic_agent import launch_config, run_agent
 from .node_addresses import NodeNetwork
 from .node_events import NodeEvents, NodeView
 
-__all__ = ["NodesLauncher", "agent_run", "node_launch_config", "with_env"]
+__all__ = ["NodesLauncher", "agent_run", "with_env"]
 
 _SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
 _ELASTIC_LOGGERS = (
@@ -147,27 +147,6 @@ def _outcome(
     return launch_outcome(events.results, log, ranks, world, plan.timeout_s)
 
 
-def node_launch_config(
-    plan: LaunchPlan, nodes: NodePlan, log_dir: str, network: NodeNetwork
-) -> Any:
-    """This node's ``LaunchConfig``, advertising the address ``network`` chose."""
-    return launch_config(
-        nodes.num_nodes,
-        nodes.node_rank,
-        plan.num_processes,
-        nodes.rdzv_endpoint or "",
-        nodes.rdzv_backend,
-        nodes.max_restarts,
-        nodes.rdzv_timeout,
-        plan.start_method,
-        log_dir,
-        network.address,
-        rdzv_conf=nodes.rdzv_conf,
-        run_id=nodes.rdzv_id,
-        monitor_interval=nodes.monitor_interval,
-    )
-
-
 def agent_run(
     plan: LaunchPlan,
     nodes: NodePlan,
@@ -193,7 +172,7 @@ def agent_run(
         env={**env, SHARE_DIR_ENV: log_dir},
     )
     network = NodeNetwork(nodes.rdzv_endpoint or "", nodes.node_rank, plan.backend)
-    config = node_launch_config(plan, nodes, log_dir, network)
+    config = launch_config(nodes, plan.num_processes, plan.start_method, log_dir, network.address)
     make_args = functools.partial(with_env, args)
     return functools.partial(
         run_agent, config, node_worker_main, make_args, nodes.node_rank == 0, network
