@@ -54,15 +54,13 @@ class SpecShape:
         found = []
         for item in fields(self):
             mine, theirs = getattr(self, item.name), getattr(other, item.name)
-            if mine != theirs:
-                shown = (
-                    "this machine"
-                    if mine is None
-                    else ", ".join(mine)
-                    if isinstance(mine, tuple)
-                    else mine
-                )
-                found.append(f"{item.name.replace('_', ' ')} {shown}")
+            if mine == theirs:
+                continue
+            if isinstance(mine, tuple):
+                mine = ", ".join(mine)
+            found.append(
+                f"{item.name.replace('_', ' ')} {'this machine' if mine is None else mine}"
+            )
         return found
 
 
