@@ -110,9 +110,13 @@ def left_in_cycles() -> Iterator[list[str]]:
         gc.garbage.clear()
 
 
-def _launch(function: Callable[..., object], *args: object, **options: object) -> object:
+def _launch(
+    function: Callable[..., object], *args: object, start_method: str | None = None
+) -> list[object]:
     with contextlib.redirect_stdout(io.StringIO()):  # a stream that is no terminal
-        return notebook_launcher(function, args, num_processes=2, cpu=True, **options)
+        return notebook_launcher(
+            function, args, num_processes=2, cpu=True, start_method=start_method
+        )
 
 
 def succeeds() -> None:
