@@ -4,7 +4,8 @@ The loop blocks on the workers' connections, their exit sentinels and the pipes 
 descriptors 1 and 2 (:mod:`.captured`) at once, so a result, an exception, a death or a line a
 library wrote is seen the moment it happens; a worker's death is judged with the last words it
 wrote there (NCCL's watchdog's, say). Whatever ends the wait (success, failure,
-KeyboardInterrupt), :meth:`WorkerGroup.stop` leaves no process behind.
+KeyboardInterrupt), :meth:`WorkerGroup.stop` leaves no process behind, and closes every pipe,
+connection and process handle the group holds itself: nothing waits for the garbage collector.
 """
 
 from __future__ import annotations
