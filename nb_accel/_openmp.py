@@ -15,11 +15,31 @@ from __future__ import annotations
 
 import ctypes
 import sys
+from collections.abc import Callable
 
 __all__ = ["release_openmp_threads", "loaded_openmp_libraries"]
 
 #: ``omp_pause_hard``: free the threads and everything else OpenMP holds.
 _PAUSE_HARD = 2
+
+#: Each runtime's ``omp_pause_resource_all`` (``None``: it has none), by path: loaded once, as a
+#: ``ctypes.CDLL`` made per launch would be left in a reference cycle (its function pointer
+#: class refers back to it) for the garbage collector.
+_pause_functions: dict[str, Callable[[int], int] | None] = {}
+
+
+def _pause_function(path: str) -> Callable[[int], int] | None:
+    """``omp_pause_resource_all`` of the runtime at ``path`` (``None``: it has none)."""
+    if path not in _pause_functions:
+        try:
+            pause = ctypes.CDLL(path).omp_pause_resource_all
+        except (OSError, AttributeError):
+            _pause_functions[path] = None
+        else:
+            pause.restype = ctypes.c_int
+            pause.argtypes = [ctypes.c_int]
+            _pause_functions[path] = pause
+    return _pause_functions[path]
 
 
 def loaded_openmp_libraries() -> list[str]:
@@ -40,12 +60,7 @@ def release_openmp_threads() -> int:
     region. Harmless where there is nothing to free or no such runtime."""
     released = 0
     for path in loaded_openmp_libraries():
-        try:
-            pause = ctypes.CDLL(path).omp_pause_resource_all
-        except (OSError, AttributeError):
-            continue
-        pause.restype = ctypes.c_int
-        pause.argtypes = [ctypes.c_int]
-        if pause(_PAUSE_HARD) == 0:
+        pause = _pause_function(path)
+        if pause is not None and pause(_PAUSE_HARD) == 0:
             released += 1
     return released

@@ -178,7 +178,10 @@ def notebook_launcher(
         if not meant_for_the_user(error):
             raise  # a defect of ours: its whole traceback
         failure = for_the_user(error)  # raised from here, none of our frames below
-        raise failure from failure.__cause__
+        try:
+            raise failure from failure.__cause__
+        finally:  # the traceback keeps this frame: no name of it may lead back to the error
+            failure = outcome = None  # type: ignore[assignment]
     return outcome
 
 
@@ -198,4 +201,7 @@ def debug_launcher(
         if not meant_for_the_user(error):
             raise
         failure = for_the_user(error)  # raised from here, not from notebook_launcher
-        raise failure from failure.__cause__
+        try:
+            raise failure from failure.__cause__
+        finally:  # the traceback keeps this frame: it must not hold the error
+            del failure

@@ -233,7 +233,10 @@ class WorkerPool(Launcher):
             printer.flush()  # what the command printed, before its outcome is told
         outcome = self._outcome(group, targets, printer.view)
         if isinstance(outcome, BaseException):
-            raise outcome
+            try:
+                raise outcome
+            finally:  # the traceback keeps this frame: it must not hold the error
+                del outcome
         return outcome
 
     def wait(self) -> dict[int, CellDone] | BaseException:
@@ -314,7 +317,10 @@ class WorkerPool(Launcher):
         self.stop(graceful=False)
         if isinstance(error, (WorkerDiedError, LaunchError)) and hasattr(error, "add_note"):
             error.add_note("The pool is stopped: %distributed restart starts it again.")
-        raise error
+        try:
+            raise error
+        finally:  # the traceback keeps this frame: it must not hold the error
+            del error
 
     def _interrupt(self, group: PoolRanks, targets: list[int], view: LaunchView | None) -> None:
         for rank in targets:
@@ -343,7 +349,10 @@ class WorkerPool(Launcher):
             )
             if (note := stacks_note(stacks)) and hasattr(interrupt, "add_note"):
                 interrupt.add_note(note)
-            raise interrupt
+            try:
+                raise interrupt
+            finally:  # the traceback keeps this frame: it must not hold the interrupt
+                del interrupt
 
     def _outcome(
         self, group: PoolRanks, targets: list[int], view: LaunchView | None = None

@@ -44,6 +44,8 @@ class WorkerProcess:
         self.conn = conn
         self.captured = captured
         self._handle = handle
+        self._exitcode: int | None = None  # kept when the handle is closed
+        self._closed = False
         self._pidfd: int | None = None
         if hasattr(os, "pidfd_open"):
             try:
@@ -62,6 +64,8 @@ class WorkerProcess:
 
     def poll(self) -> int | None:
         """The exit code (negative: killed by that signal), or ``None`` while running."""
+        if self._closed:
+            return self._exitcode
         if isinstance(self._handle, subprocess.Popen):
             return self._handle.poll()
         return self._handle.exitcode  # type: ignore[no-any-return]
@@ -81,13 +85,22 @@ class WorkerProcess:
 
     def reap(self) -> None:
         """Wait for the (already signalled or exited) process to be gone."""
+        if self._closed:
+            return
         if isinstance(self._handle, subprocess.Popen):
             self._handle.wait()
         else:
             self._handle.join()
 
     def close(self) -> None:
-        """Release the connection, the sentinel and the output pipes."""
+        """Release the connection, the sentinel and the output pipes, and, once the process
+        has been reaped, its handle (closing again does nothing).
+
+        A ``multiprocessing`` process keeps two pipes of its own (its sentinel and the other
+        end of it) until :meth:`multiprocessing.Process.close`: without it they stay open
+        until the garbage collector happens to free the handle. A process still running (an
+        interrupt came while it was being stopped) keeps its handle, so that it can still be
+        reaped."""
         self.conn.close()
         if self.captured is not None:
             self.captured.close()
@@ -98,6 +111,11 @@ class WorkerProcess:
         if sentinel_fd is not None:
             os.close(sentinel_fd)
             self._handle.sentinel_fd = None
+        if self._closed or (code := self.poll()) is None:
+            return
+        self._exitcode, self._closed = code, True
+        if not isinstance(self._handle, subprocess.Popen):
+            self._handle.close()
 
 
 def resident_mb(pid: int) -> float | None:
@@ -124,10 +142,16 @@ def _start_multiprocessing(method: str, args: WorkerArgs) -> WorkerProcess:
         name=f"nb_accel-rank{args.rank}",
         daemon=False,
     )
-    process.start()
-    child_conn.close()
-    for end in output:
-        end.close()
+    try:
+        process.start()
+    except BaseException:  # no worker: nothing will close these later
+        parent_conn.close()
+        captured.close()
+        raise
+    finally:  # the child has its own copies
+        child_conn.close()
+        for end in output:
+            end.close()
     assert process.pid is not None
     try:
         os.setpgid(process.pid, process.pid)
@@ -149,19 +173,27 @@ def _start_spawned(args: WorkerArgs) -> WorkerProcess:
     env["NB_ACCEL_PARENT_PID"] = str(os.getpid())
     env["PYTHONPATH"] = os.pathsep.join(p for p in sys.path if p)
     captured = CapturedOutput(args.rank)
-    popen = subprocess.Popen(
-        [sys.executable, "-c", _SPAWN_CODE],
-        pass_fds=fds,
-        stdin=subprocess.DEVNULL,
-        stdout=captured.write_fds[0],
-        stderr=captured.write_fds[1],
-        env=env,
-        start_new_session=True,
-    )
-    child_conn.close()
-    captured.close_write_ends()
-    if sentinel_write is not None:
-        os.close(sentinel_write)
+    try:
+        popen = subprocess.Popen(
+            [sys.executable, "-c", _SPAWN_CODE],
+            pass_fds=fds,
+            stdin=subprocess.DEVNULL,
+            stdout=captured.write_fds[0],
+            stderr=captured.write_fds[1],
+            env=env,
+            start_new_session=True,
+        )
+    except BaseException:  # no worker: nothing will close these later
+        parent_conn.close()
+        captured.close()
+        if sentinel_read is not None:
+            os.close(sentinel_read)
+        raise
+    finally:  # the child has its own copies
+        child_conn.close()
+        captured.close_write_ends()
+        if sentinel_write is not None:
+            os.close(sentinel_write)
     popen.sentinel_fd = sentinel_read  # type: ignore[attr-defined]
     return WorkerProcess(args.rank, popen.pid, parent_conn, popen, captured)
 

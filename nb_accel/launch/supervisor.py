@@ -4,7 +4,8 @@ The loop blocks on the workers' connections, their exit sentinels and the pipes 
 descriptors 1 and 2 (:mod:`.captured`) at once, so a result, an exception, a death or a line a
 library wrote is seen the moment it happens; a worker's death is judged with the last words it
 wrote there (NCCL's watchdog's, say). Whatever ends the wait (success, failure,
-KeyboardInterrupt), :meth:`WorkerGroup.stop` leaves no process behind.
+KeyboardInterrupt), :meth:`WorkerGroup.stop` leaves no process behind, and closes every pipe,
+connection and process handle the group holds itself: nothing waits for the garbage collector.
 """
 
 from __future__ import annotations
@@ -216,18 +217,26 @@ class WorkerGroup(DispatchHooks):
         return Location(stack.summary(), stack.text()) if stack is not None else None
 
     def stop(self, graceful: bool = False) -> None:
-        """Stop every worker and reap it: SIGTERM, a short grace, then SIGKILL.
+        """Stop every worker and reap it: SIGTERM, a short grace, then SIGKILL; then close
+        every pipe, connection and process handle of the group, and let go of the dispatcher
+        (which holds this group as its hooks), whatever interrupts the stopping.
 
         With ``graceful=True`` the workers are first given time to exit on their own.
         """
         if self._stopped:
             return
         self._stopped = True
-        stop_processes(self.workers, EXIT_GRACE_S if graceful else 0.0)
-        for worker in self.workers:
-            worker.reap()
-            self._read_run_news(worker)
-            if worker.captured is not None and worker.rank not in self._exited:
-                for event in worker.captured.finish():  # its last words, if it had any
-                    self.events.on_output(event)
-            worker.close()
+        try:
+            stop_processes(self.workers, EXIT_GRACE_S if graceful else 0.0)
+            for worker in self.workers:
+                worker.reap()
+                self._read_run_news(worker)
+                if worker.captured is not None and worker.rank not in self._exited:
+                    for event in worker.captured.finish():  # its last words, if it had any
+                        self.events.on_output(event)
+                worker.close()
+        finally:
+            for worker in self.workers:
+                worker.close()
+            self._pollers.clear()
+            self.events.close()

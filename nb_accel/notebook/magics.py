@@ -124,7 +124,10 @@ def _errors_for_the_user(magic: _Magic) -> _Magic:
             if isinstance(error, UsageError) or not meant_for_the_user(error):
                 raise  # IPython shows a UsageError as its message already
             failure = for_the_user(self._explained(error), kernel_frames=False)
-            raise failure from failure.__cause__
+            try:
+                raise failure from failure.__cause__
+            finally:  # the traceback keeps this frame: it must not hold the error
+                del failure
 
     return shown
 

@@ -46,6 +46,10 @@ NOT_USER_FACING: dict[tuple[str, str], str] = {
     ("_messages.py", "unexpected message on the event channel"): (
         "the kernel decodes events only its own workers send"
     ),
+    ("launch/failures/user_errors.py", "the exception to render is neither"): (
+        "IPython asks an exception for its rendering only once it has put it in sys.last_value "
+        "(and formats it itself should the hook fail)"
+    ),
     ("launch/hosts/launcher.py", "a launch across hosts sends its call pickled"): (
         "the launcher always pickles the call for hosts before it gets here"
     ),

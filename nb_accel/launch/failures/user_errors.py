@@ -10,6 +10,7 @@ of the package's frames, its worker-side traceback still shown as its cause.
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 from ...errors import NbAccelError
@@ -67,7 +68,39 @@ def for_the_user(error: BaseException, kernel_frames: bool = True) -> BaseExcept
     renderer = _renderer
     if renderer is not None:
         try:
-            error._render_traceback_ = lambda: renderer(error, kernel_frames)  # type: ignore[attr-defined]
+            error._render_traceback_ = _Rendering(renderer, id(error), kernel_frames)  # type: ignore[attr-defined]
         except (AttributeError, TypeError):  # an exception type without instance attributes
             pass
     return error
+
+
+class _Rendering:
+    """An exception's ``_render_traceback_`` hook that does not hold the exception.
+
+    A hook holding its exception (a closure, a bound method) would make the two a reference
+    cycle, and keep the exception's traceback, its frames and everything they hold until the
+    garbage collector runs; exceptions cannot be weakly referenced. The hook keeps the
+    exception's ``id`` instead and finds it where IPython keeps the exception it is showing
+    (``sys.last_value``, or the one being handled): a live object with that ``id`` can only be
+    the hook's own exception.
+    """
+
+    def __init__(self, renderer: TracebackRenderer, error_id: int, kernel_frames: bool) -> None:
+        self._renderer = renderer
+        self._error_id = error_id
+        self._kernel_frames = kernel_frames
+
+    def __call__(self) -> list[str]:
+        """The exception's traceback as the registered renderer shows it."""
+        candidates = (
+            getattr(sys, "last_value", None),
+            getattr(sys, "last_exc", None),
+            sys.exc_info()[1],
+        )
+        for error in candidates:
+            if error is not None and id(error) == self._error_id:
+                return self._renderer(error, self._kernel_frames)
+        raise LookupError(
+            "the exception to render is neither the last one shown nor the one being handled; "
+            "format it with the traceback module instead"
+        )

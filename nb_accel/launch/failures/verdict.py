@@ -246,8 +246,13 @@ def _decorate(
         error.__cause__ = RemoteTraceback(header + root[0].traceback.rstrip())
     if hasattr(error, "add_note"):
         error.add_note(note)
+    # The records of ``error`` itself leave it out: an exception holding itself through its
+    # records would wait for the garbage collector, and its traceback's frames with it.
+    records = [
+        f if f.exception is not error else dataclasses.replace(f, exception=None) for f in ordered
+    ]
     try:
-        error.nb_accel_failures = ordered  # type: ignore[attr-defined]
+        error.nb_accel_failures = records  # type: ignore[attr-defined]
     except (AttributeError, TypeError):
         pass
     return error

@@ -120,4 +120,7 @@ class HostsLauncher(LaunchBackend):
     def stop(self, graceful: bool = False) -> None:
         """Tell every host to stop, give them :data:`STOP_GRACE_S` (more after a success),
         then cut their channels."""
-        self._hosts.stop(GRACEFUL_STOP_S if graceful else STOP_GRACE_S)
+        try:
+            self._hosts.stop(GRACEFUL_STOP_S if graceful else STOP_GRACE_S)
+        finally:
+            self._events.events.close()  # its hooks hold it: a cycle otherwise

@@ -219,11 +219,14 @@ class HostRanks(NodeHooks, PoolRanks):
 
     def stop(self, graceful: bool = False) -> None:
         """Give the hosts time to end on their own (with ``graceful``), then stop them."""
-        if graceful:
-            deadline = time.monotonic() + GRACEFUL_STOP_S
-            while any(n.open for n in self._hosts.nodes) and time.monotonic() < deadline:
-                self._pump(min(TICK_S, deadline - time.monotonic()))
-        self._hosts.stop(STOP_GRACE_S)
+        try:
+            if graceful:
+                deadline = time.monotonic() + GRACEFUL_STOP_S
+                while any(n.open for n in self._hosts.nodes) and time.monotonic() < deadline:
+                    self._pump(min(TICK_S, deadline - time.monotonic()))
+            self._hosts.stop(STOP_GRACE_S)
+        finally:
+            self.events.close()  # its hooks are these ranks: a cycle otherwise
 
 
 def start_host_ranks(plan: LaunchPlan, hosts: HostPlan) -> HostRanks:

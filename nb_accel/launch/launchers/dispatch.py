@@ -56,6 +56,10 @@ class DispatchHooks:
         """An event the dispatcher does not know (a pool's ``CellDone``)."""
 
 
+#: The hooks of a dispatcher whose launch is over (or that was given none).
+_NO_HOOKS = DispatchHooks()
+
+
 class EventDispatcher:
     """Acts on the events of one launch's workers.
 
@@ -82,7 +86,7 @@ class EventDispatcher:
         flush_output: Callable[[], float | None] | None = None,
     ) -> None:
         self.on_output = on_output
-        self._hooks = hooks if hooks is not None else DispatchHooks()
+        self._hooks = hooks if hooks is not None else _NO_HOOKS
         self._flush_output = flush_output
         self._next_tick = time.monotonic() + TICK_S
         self.results: dict[int, bytes] = {}
@@ -95,6 +99,14 @@ class EventDispatcher:
         """Show what follows on ``view`` (a pool's next command)."""
         self._given_view = self.failures.view = view
         self.view = view if view is not None else NullView()
+
+    def close(self) -> None:
+        """The launch is over: let go of the launcher's hooks. The launcher holds this
+        dispatcher and the hooks are usually the launcher itself, so keeping them would leave
+        the two, and the pipes and views they hold, for the garbage collector. The results,
+        failures and open runs stay to be read; an event handled from now on goes through no
+        hooks."""
+        self._hooks = _NO_HOOKS
 
     def new_attempt(self) -> None:
         """Forget the results and failures so far: the group was restarted."""

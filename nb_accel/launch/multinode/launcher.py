@@ -280,6 +280,7 @@ class NodesLauncher(LaunchBackend):
         events, self._events = self._events, None
         if events is not None:
             events.close()
+            events.events.close()  # its hooks are the listener: a cycle otherwise
             self._left_open = list(events.events.open_runs.values())
         if self._log_dir is not None:
             shutil.rmtree(self._log_dir, ignore_errors=True)

@@ -175,6 +175,23 @@ class WorkerListener:
         os.close(self._wake_write)
 
 
+class _StderrTails:
+    """Passes each :class:`Output` event on, keeping the end of each rank's stderr (a callable
+    of its own, so that the dispatcher's output callback does not lead back to the hooks)."""
+
+    def __init__(self, on_output: OutputSink) -> None:
+        self._printer = on_output
+        #: The end of what each rank wrote to stderr, by rank.
+        self.tails: dict[int, str] = {}
+
+    def __call__(self, event: Output) -> None:
+        """Keep the end of ``event``'s rank's stderr, and print."""
+        if event.stream == "stderr":
+            tail = self.tails.get(event.rank, "") + event.text
+            self.tails[event.rank] = tail[-TAIL_BYTES:]
+        self._printer(event)
+
+
 class NodeHooks(DispatchHooks):
     """The dispatch of one multi-node launch's events, wherever they are read: events are told
     apart by their sender (a connection), and a sender of an attempt the group was restarted
@@ -187,14 +204,14 @@ class NodeHooks(DispatchHooks):
     """
 
     def __init__(self, on_output: OutputSink, view: LaunchView) -> None:
-        self._printer = on_output
-        self.events = EventDispatcher(self._output, view, self, on_output.flush_due)
+        tails = _StderrTails(on_output)
+        self.events = EventDispatcher(tails, view, self, on_output.flush_due)
         self._attempt_of: dict[Any, int] = {}
         self._rank_of: dict[Any, int] = {}
         self._attempt = 0
         #: The end of what each rank wrote to stderr (its file descriptor 2 included): a rank
         #: that died without reporting is judged by its last words (NCCL's watchdog, say).
-        self.stderr_tail: dict[int, str] = {}
+        self.stderr_tail: dict[int, str] = tails.tails
         #: Whether any worker has started (so the rendezvous was reached).
         self.workers_started = False
 
@@ -213,13 +230,6 @@ class NodeHooks(DispatchHooks):
     def attempt(self) -> int:
         """The newest attempt (restart count) a worker has reported from."""
         return self._attempt
-
-    def _output(self, event: Output) -> None:
-        """Keep the end of each rank's stderr, and print."""
-        if event.stream == "stderr":
-            tail = self.stderr_tail.get(event.rank, "") + event.text
-            self.stderr_tail[event.rank] = tail[-TAIL_BYTES:]
-        self._printer(event)
 
     def started(self, event: Started, sender: Any) -> None:
         """Note the attempt of ``sender``; a newer attempt starts afresh."""

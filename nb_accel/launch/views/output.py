@@ -143,8 +143,16 @@ class OutputPrinter:
         self._open_line: dict[str, int | None] = {}  # stream -> rank whose line is unfinished
         self._pending: list[tuple[str, list[str]]] = []  # (stream, texts), in arrival order
         self._last_write = -float("inf")
-        #: The launch view, told of a rank's change of state only after the output held so far.
-        self.view: LaunchView = _OutputFirst(view if view is not None else NullView(), self)
+        self._view: LaunchView = view if view is not None else NullView()
+
+    @property
+    def view(self) -> LaunchView:
+        """The launch view, told of a rank's change of state only after the output held so far.
+
+        A new wrapper each time, which holds this printer: were the printer to keep it, the
+        two would hold each other, and a finished launch's pipes and views would wait for the
+        garbage collector."""
+        return _OutputFirst(self._view, self)
 
     def __call__(self, event: Output) -> None:
         """Take one :class:`Output` event; write what is held when the interval has passed."""
