@@ -65,7 +65,7 @@ test-xla:
 	test -x .venv-xla/bin/python || $(PYTHON) -m venv .venv-xla
 	.venv-xla/bin/python -m pip install --quiet torch==2.9.0 torch_xla==2.9.0
 	.venv-xla/bin/python -m pip install --quiet torch==2.9.0 cloudpickle ipython ipywidgets \
-		safetensors tqdm pyyaml numpy pytest pytest-timeout psutil mlflow tensorboard
+		safetensors huggingface_hub tqdm pyyaml numpy pytest pytest-timeout psutil mlflow tensorboard
 	.venv-xla/bin/python -m pip install --quiet --no-deps -e . torch==2.9.0
 	PJRT_DEVICE=CPU .venv-xla/bin/python -m pytest tests/xla
 

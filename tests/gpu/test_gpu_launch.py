@@ -92,3 +92,38 @@ def test_spawn_and_forkserver_launches_on_gpus(start_method: str) -> None:
     assert [r[0] for r in results] == ["nccl"] * count
     assert [r[2].item() for r in results] == [count * (count + 1) / 2] * count
     assert not torch.cuda.is_initialized()
+
+
+def what_the_cuda_type_gave() -> tuple[str, str, int, str, bool]:
+    import torch.distributed as dist
+
+    from nb_accel import Accelerator
+
+    accelerator = Accelerator()
+    model = accelerator.prepare(torch.nn.Linear(4, 4))
+    scratch = torch.empty(64 * 2**20, dtype=torch.uint8, device=accelerator.device)
+    del scratch  # 64 MiB the allocator keeps cached
+    cached = torch.cuda.memory_reserved()
+    accelerator.free_memory()
+    return (
+        accelerator.state.device_type.name,
+        str(torch.cuda.current_device()),
+        model.device_ids[0] if hasattr(model, "device_ids") else -1,
+        dist.get_backend(),
+        torch.cuda.memory_reserved() <= cached - 64 * 2**20,
+    )
+
+
+def test_the_cuda_device_type_places_binds_and_empties_each_rank(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The CUDA device type, asked on both sides: the title and the backend in the kernel; the
+    rank's current device, DDP's device ids and the emptied cache in each worker."""
+    count = min(cuda_facts.cuda_device_count(), 2)
+    results = notebook_launcher(what_the_cuda_type_gave, num_processes=count)
+    assert f"Launching {count} process" in capsys.readouterr().out
+    for rank, (kind, current, device_id, backend, emptied) in enumerate(results):
+        assert (kind, current, backend, emptied) == ("cuda", str(rank), "nccl", True)
+        assert device_id in (rank, -1)  # -1: a single process is left unwrapped
+    sharded = notebook_launcher(what_the_cuda_type_gave, num_processes=count, sharding="fsdp2")
+    assert all(backend == "cuda:nccl,cpu:gloo" for _, _, _, backend, _ in sharded)

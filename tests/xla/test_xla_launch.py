@@ -81,7 +81,7 @@ def test_a_launch_after_a_failure_works() -> None:
     ("options", "message"),
     [
         ({"mixed_precision": "fp16"}, "not available on XLA"),
-        ({"start_method": "spawn"}, "forks its workers"),
+        ({"start_method": "spawn"}, "start with 'fork' only"),
         ({"num_processes": 3}, "offers one XLA device"),
     ],
 )
