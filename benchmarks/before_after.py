@@ -10,7 +10,7 @@ the other contender. Both are measured with this tree's ``benchmarks/launch.py``
 pool's workers inherit the path), the same measuring code, each run in a fresh interpreter whose
 ``PYTHONPATH`` puts one version first. The versions alternate (ABBA order) for ``--repeats``
 rounds, so a slow spell of the machine falls on both; the table gives the median of each
-figure over the rounds and after / before.
+figure over the rounds, after / before, and each version's spread (lowest to highest round).
 """
 
 from __future__ import annotations
@@ -117,12 +117,16 @@ def main() -> None:
     )
     labels = [label for figures in FIGURES.values() for label, _ in figures]
     width = max(len(label) for label in labels)
-    print(f"{'figure':<{width}}  {'before':>8}  {'after':>8}  {'after/before':>12}")
+    print(
+        f"{'figure':<{width}}  {'before':>8}  {'after':>8}  {'after/before':>12}  "
+        f"{'before min-max':>15}  {'after min-max':>15}"
+    )
     for label in labels:
-        before = statistics.median(seen[(label, "before")])
-        after = statistics.median(seen[(label, "after")])
+        runs = {version: seen[(label, version)] for version in ("before", "after")}
+        before, after = (statistics.median(runs[v]) for v in ("before", "after"))
         ratio = f"{after / before:11.3f}x" if before > 0 else f"{'-':>12}"
-        print(f"{label:<{width}}  {before:8.3f}  {after:8.3f}  {ratio}")
+        spread = "  ".join(f"{min(runs[v]):7.3f}-{max(runs[v]):<7.3f}" for v in runs)
+        print(f"{label:<{width}}  {before:8.3f}  {after:8.3f}  {ratio}  {spread}")
 
 
 if __name__ == "__main__":
