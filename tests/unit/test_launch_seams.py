@@ -202,3 +202,18 @@ def test_a_registered_strategy_is_chosen_by_name_everywhere(
 def test_a_request_lists_what_was_given() -> None:
     request = LaunchRequest(num_processes=2, prefix_output=False)
     assert request.given() == {"num_processes": 2, "prefix_output": False}
+
+
+def test_xla_is_found_through_the_entry_points_it_declares() -> None:
+    """The registries load XLA's device type and device backend by the names the package
+    metadata declares (``pyproject.toml``), importing nothing of it themselves."""
+    from nb_accel.runtime.device_backends import choice
+    from nb_accel.runtime.device_types import device_type
+    from nb_accel.runtime.plugins import DEVICE_BACKENDS, DEVICE_TYPES, declared
+    from nb_accel.runtime.xla.device_type import XlaDevices
+
+    assert declared(DEVICE_TYPES)["xla"].value == "nb_accel.runtime.xla.device_type:XlaDevices"
+    assert declared(DEVICE_BACKENDS)["xla"].value == "nb_accel.runtime.xla:xla_backend"
+    assert type(device_type("xla")) is XlaDevices
+    registry = Path(choice.__file__).read_text() + Path(inspect.getfile(device_type)).read_text()
+    assert "runtime.xla" not in registry

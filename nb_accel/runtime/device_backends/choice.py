@@ -1,20 +1,20 @@
 """Which device backend a worker uses: chosen once per state, from the environment.
 
 A worker of a launch that runs on other devices than torch.distributed's names their backend
-in ``NB_ACCEL_BACKEND`` (an XLA launch's workers: ``"xla"``), and the package that implements
-it registers it under that name when it is loaded (``nb_accel.runtime.xla`` registers the XLA
-backend; the launch that starts such workers loads it, and so does this module, by name, when
-a worker names the backend before anything loaded its package). Every other worker, and a process
-outside any launch, uses :class:`~.torch_distributed.TorchDistributedBackend`: the variable
-then names the process group's backend (``"gloo"``, ``"nccl"``) or nothing.
+in ``NB_ACCEL_BACKEND`` (an XLA launch's workers: ``"xla"``). The backend is the one registered
+under that name (:func:`register_device_backend`), else the one an installed package declares
+under it in the ``nb_accel.device_backends`` entry points (nb_accel's XLA backend is declared
+there: nothing here imports it by name). Every other worker, and a process outside any launch,
+uses :class:`~.torch_distributed.TorchDistributedBackend`: the variable then names the process
+group's backend (``"gloo"``, ``"nccl"``) or nothing.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Callable
 
+from ..plugins import DEVICE_BACKENDS, load_declared
 from .base import DeviceBackend, Rank
 from .torch_distributed import TorchDistributedBackend
 
@@ -25,10 +25,6 @@ BACKEND_VARIABLE = "NB_ACCEL_BACKEND"
 
 _registered: dict[str, Callable[[Rank], DeviceBackend]] = {}
 
-#: The packages that register a backend when loaded, by the name their workers have in
-#: ``NB_ACCEL_BACKEND``: loaded here when a worker names one and nothing loaded it yet.
-_PACKAGES = {"xla": "nb_accel.runtime.xla"}
-
 
 def register_device_backend(name: str, factory: Callable[[Rank], DeviceBackend]) -> None:
     """Make ``factory`` build the device backend of the workers whose ``NB_ACCEL_BACKEND`` is
@@ -37,11 +33,13 @@ def register_device_backend(name: str, factory: Callable[[Rank], DeviceBackend])
 
 
 def named_device_backend() -> str | None:
-    """The registered device backend this process's environment names, if any (``None``:
-    torch.distributed's)."""
+    """The device backend this process's environment names, if one is registered or declared
+    under that name (``None``: torch.distributed's)."""
     name = os.environ.get(BACKEND_VARIABLE)
-    if name in _PACKAGES and name not in _registered:
-        importlib.import_module(_PACKAGES[name])  # registers it
+    if name and name not in _registered:
+        declared = load_declared(DEVICE_BACKENDS, name)  # a DeviceBackend subclass or factory
+        if callable(declared):
+            _registered[name] = declared
     return name if name in _registered else None
 
 

@@ -6,16 +6,18 @@ environment asks for (a TPU runtime asks for XLA), else the first registered typ
 visible device, else the CPU. A rank takes the type its launch named in
 :data:`DEVICE_TYPE_VARIABLE`; outside nb_accel's launches (under ``torchrun``) the one its
 process group's backend runs on. A new device type is a :class:`~.interface.DeviceType`
-subclass and one :func:`register_device_type` call (or one line in :data:`_BUILT_IN`).
+subclass, declared as an ``nb_accel.device_types`` entry point by the package that holds it
+(as ``pyproject.toml`` declares XLA's), or given to :func:`register_device_type`.
 """
 
 from __future__ import annotations
 
-import importlib
 import os
 from collections.abc import Mapping
 
+from ..plugins import DEVICE_TYPES, declared, load_declared
 from .cpu import CPU_VARIABLE, CpuDevices
+from .cuda import CudaDevices
 from .group_backends import backends_by_device
 from .interface import DeviceType
 
@@ -33,52 +35,53 @@ __all__ = [
 #: The variable a launch sets in its ranks: the name of the device type they run on.
 DEVICE_TYPE_VARIABLE = "NB_ACCEL_DEVICE_TYPE"
 
-#: The device types nb_accel brings, by name, considered in this order: ``"module:Class"``,
-#: loaded when first asked for (the XLA type's module imports ``torch_xla`` only when used).
-_BUILT_IN: dict[str, str] = {
-    "xla": "nb_accel.runtime.xla.device_type:XlaDevices",
-    "cuda": "nb_accel.runtime.device_types.cuda:CudaDevices",
-    "cpu": "nb_accel.runtime.device_types.cpu:CpuDevices",
-}
+#: The device types nb_accel brings in this folder, by name, considered after those registered
+#: and those installed packages declare (the XLA type among them: ``pyproject.toml``).
+_BUILT_IN: dict[str, type[DeviceType]] = {"cuda": CudaDevices, "cpu": CpuDevices}
 
-#: Types registered at run time, considered before the built-in ones (newest first).
+#: Types registered at run time, considered before the others (newest first).
 _registered: dict[str, DeviceType] = {}
-_loaded: dict[str, DeviceType] = {}
+_made: dict[str, DeviceType] = {}
 
 
 def register_device_type(device: DeviceType) -> None:
     """Make ``device`` a device type launches can run on, under ``device.name``; it is
-    considered before the types registered earlier and the built-in ones."""
+    considered before the types registered earlier, the declared and the built-in ones."""
     _registered.pop(device.name, None)
     _registered[device.name] = device
 
 
 def unregister_device_type(name: str) -> None:
-    """Forget the device type registered as ``name`` (a built-in one stays)."""
+    """Forget the device type registered as ``name`` (a declared or built-in one stays)."""
     _registered.pop(name, None)
 
 
-def _built_in(name: str) -> DeviceType:
-    if name not in _loaded:
-        module, _, attribute = _BUILT_IN[name].partition(":")
-        _loaded[name] = getattr(importlib.import_module(module), attribute)()
-    return _loaded[name]
+def _made_once(name: str) -> DeviceType | None:
+    """The declared or built-in type ``name``, made on first use; ``None`` when there is none."""
+    if name not in _made:
+        found = _BUILT_IN.get(name) or load_declared(DEVICE_TYPES, name)
+        if not (isinstance(found, type) and issubclass(found, DeviceType)):
+            return None
+        _made[name] = found()
+    return _made[name]
 
 
 def device_types() -> list[DeviceType]:
-    """Every device type, in the order a launch considers them."""
-    names = [*reversed(_registered), *(n for n in _BUILT_IN if n not in _registered)]
-    return [device_type(name) for name in names]
+    """Every device type, in the order a launch considers them: registered, declared by an
+    installed package (the ``nb_accel.device_types`` entry points), built in."""
+    later = [*declared(DEVICE_TYPES), *_BUILT_IN]
+    names = [*reversed(_registered), *(n for n in later if n not in _registered)]
+    return [device_type(name) for name in dict.fromkeys(names)]
 
 
 def device_type(name: str) -> DeviceType:
-    """The device type registered as ``name``; a ``ValueError`` naming the others if none is."""
-    if name in _registered:
-        return _registered[name]
-    if name in _BUILT_IN:
-        return _built_in(name)
-    known = ", ".join(repr(n) for n in [*_registered, *_BUILT_IN])
-    raise ValueError(f"no device type is named {name!r}; the device types are {known}")
+    """The device type registered, declared or built in as ``name``; a ``ValueError`` naming
+    the others if none is."""
+    found = _registered.get(name) or _made_once(name)
+    if found is None:
+        known = ", ".join(repr(n) for n in [*_registered, *declared(DEVICE_TYPES), *_BUILT_IN])
+        raise ValueError(f"no device type is named {name!r}; the device types are {known}")
+    return found
 
 
 def choose_device_type(
