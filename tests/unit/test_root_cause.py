@@ -140,6 +140,25 @@ def test_a_rank_relaying_another_node_s_failure_is_shown_stopped() -> None:
     assert "Rank 0 was stopped by this failure." in "\n".join(log.exception(4, {}, 60.0).__notes__)
 
 
+def test_a_stopped_rank_s_end_is_never_shown_as_its_failure() -> None:
+    """A rank that relayed rank 2's failure and then exited (code 1, as a failed worker does, or
+    killed by the launch) stays shown stopped by rank 2: its end is not a failure of its own."""
+    shown = Shown()
+    log = FailureLog(shown)
+    log.add(_failure(2, ValueError("rank 2 cannot go on")))
+    log.add_stopped(0)
+    log.add(died_failure(0, 4242, 1, host="h1"))
+    log.add(died_failure(0, 4242, -9, host="h1"))
+    log.settle()
+    assert shown.calls == [
+        ("failed", 2, "ValueError: rank 2 cannot go on"),
+        ("stopped", 0, "rank 2 failed"),
+    ]
+    assert log.ranks == {2}
+    raised = log.exception(4, {}, 60.0)
+    assert isinstance(raised, ValueError) and str(raised) == "rank 2 cannot go on"
+
+
 def test_the_cause_is_known_once_an_error_that_explains_the_others_arrived() -> None:
     log = FailureLog()
     log.add(_failure(0, GLOO_LOST))

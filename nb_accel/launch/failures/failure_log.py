@@ -75,7 +75,11 @@ class FailureLog:
 
     def add(self, record: WorkerFailure) -> None:
         """Record a failure and bring the view up to date (a worker that NCCL's watchdog
-        aborted because a collective timed out counts as a collective timeout)."""
+        aborted because a collective timed out counts as a collective timeout). The end of a
+        rank that was stopped by another's failure (it reported that failure, or the launch
+        stopped it) is how its stop looks, not a failure of its own: it is not recorded."""
+        if record.type_name in ("signal", "exit") and record.rank in self.stopped_ranks:
+            return
         if is_watchdog_timeout(record):
             self.timeout_ranks.add(record.rank)
         self.records.append(record)
