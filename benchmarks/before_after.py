@@ -46,7 +46,7 @@ FIGURES = {
 }
 COMMANDS = {
     "launch": ["benchmarks/launch.py", "--no-accelerate", "--rounds", "10", "--failure-rounds=6"],
-    "step": ["benchmarks/step.py", "--rounds", "20"],
+    "step": ["benchmarks/step.py", "--rounds", "20", "--runs", "1"],
     "magic": ["benchmarks/magic.py", "--rounds", "60", "--warmup", "10", "--no-load"],
 }
 

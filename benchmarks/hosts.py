@@ -14,8 +14,9 @@ Then, from the kernel, the time until an exception raised at once on rank 3 is r
 from an interrupt to the launch's end with nothing left on the hosts.
 
 Last, a ``%%distributed`` pool spread over the two hosts (``WorkerPool(2, hosts=[...])``): how
-long it takes to start, and what an empty cell costs on it against the same cell on a pool of
-four ranks on this machine (the baseline, measured in the same run).
+long it takes to start, against starting a pool of four ranks on this machine, and what an
+empty cell costs on it against the same cell on that pool (each baseline measured in the same
+run, alternating). Every figure is the median over the rounds, with its spread.
 """
 
 from __future__ import annotations
@@ -151,24 +152,38 @@ def _empty_cells(pool: WorkerPool, count: int) -> float:
     return statistics.median(times)
 
 
-def _pools(machines: SshMachines, cells: int) -> tuple[float, float, float]:
-    """The start of a pool across the hosts, and an empty cell's median on it and on a pool
-    of four ranks here."""
+def _started(pool: WorkerPool) -> float:
+    """Seconds to start ``pool`` (until every rank has its process group and namespace)."""
     started = time.perf_counter()
-    spread = WorkerPool(2, cpu=True, hosts=["node0", "node1"], ssh_config=machines.ssh_config)
-    spread.start()
-    start_s = time.perf_counter() - started
-    local = WorkerPool(4, cpu=True, hosts="local")  # whatever hosts are saved
-    local.start()
-    try:
-        here, there = [], []
-        for _ in range(3):  # alternating, so that neither gets the quieter moments
-            here.append(_empty_cells(local, cells))
-            there.append(_empty_cells(spread, cells))
-    finally:
-        spread.stop()
-        local.stop()
-    return start_s, statistics.median(there), statistics.median(here)
+    pool.start()
+    return time.perf_counter() - started
+
+
+def _pools(machines: SshMachines, rounds: int, cells: int) -> dict[str, list[float]]:
+    """Per round, alternating: the start of a pool across the hosts and of a pool of four ranks
+    here, and an empty cell's median on each."""
+    found: dict[str, list[float]] = {"start there": [], "start here": [], "there": [], "here": []}
+    for index in range(rounds):
+        spread = WorkerPool(2, cpu=True, hosts=["node0", "node1"], ssh_config=machines.ssh_config)
+        local = WorkerPool(4, cpu=True, hosts="local")  # whatever hosts are saved
+        pools = [("there", spread), ("here", local)]
+        try:
+            for where, pool in pools if index % 2 == 0 else pools[::-1]:
+                found[f"start {where}"].append(_started(pool))
+            for where, pool in pools if index % 2 == 0 else pools[::-1]:
+                found[where].append(_empty_cells(pool, cells))
+        finally:
+            spread.stop()
+            local.stop()
+    return found
+
+
+def _row(name: str, values: list[float], baseline: list[float] | None, scale: float = 1) -> str:
+    """A table row: the median, the spread over rounds, and the median against ``baseline``'s."""
+    median = statistics.median(values)
+    ratio = f"{median / statistics.median(baseline):.2f}x" if baseline else ""
+    spread = f"{min(values) * scale:.3f}-{max(values) * scale:.3f}"
+    return f"{name:<58}  {median * scale:8.3f}  {spread:>15}  {ratio}"
 
 
 def main() -> None:
@@ -194,30 +209,22 @@ def main() -> None:
                         kernel.append(_from_kernel(machines, summed))
                 failing.append(_from_kernel(machines, fails_at_once))
                 interrupts.append(_interrupt(machines, Path(folder), index))
-            pool_start, cell_there, cell_here = _pools(machines, args.cells)
+            pools = _pools(machines, args.rounds, args.cells)
         finally:
             for cleanup in reversed(cleanups):
                 cleanup()
-    base, ours = statistics.median(hand), statistics.median(kernel)
-    print(f"\nTwo SSH hosts, 2 CPU ranks each; {args.rounds} rounds, medians")
-    print(f"{'what':<58}  {'seconds':>8}  vs baseline")
-    rows = [
-        ("by hand: ssh to each host, multi-node call (baseline)", base, "1.00x"),
-        ("nb_accel: notebook_launcher(hosts=[node0, node1])", ours, f"{ours / base:.2f}x"),
-        ("nb_accel: rank 3 raises at once, until re-raised", statistics.median(failing), ""),
-        (
-            "interrupt to the launch's end, nothing left on the hosts",
-            statistics.median(interrupts),
-            "",
-        ),
-        ("%%distributed pool over both hosts: start", pool_start, f"{pool_start / base:.2f}x"),
-    ]
-    for name, seconds, ratio in rows:
-        print(f"{name:<58}  {seconds:8.3f}  {ratio}")
-    print(f"\nAn empty %%distributed cell, median of {args.cells} x 3, milliseconds")
-    print(f"{'pool of 4 ranks on this machine (baseline)':<58}  {cell_here * 1e3:8.3f}  1.00x")
-    ratio = f"{cell_there / cell_here:.2f}x"
-    print(f"{'pool of 2 + 2 ranks on two SSH hosts':<58}  {cell_there * 1e3:8.3f}  {ratio}")
+    print(f"\nTwo SSH hosts, 2 CPU ranks each; {args.rounds} rounds, medians and spreads")
+    print(f"{'what':<58}  {'seconds':>8}  {'lowest-highest':>15}  vs baseline")
+    print(_row("by hand: ssh to each host, multi-node call (baseline)", hand, hand))
+    print(_row("nb_accel: notebook_launcher(hosts=[node0, node1])", kernel, hand))
+    print(_row("nb_accel: rank 3 raises at once, until re-raised", failing, None))
+    print(_row("interrupt to the launch's end, nothing left on the hosts", interrupts, None))
+    here, there = pools["start here"], pools["start there"]
+    print(_row("%%distributed pool of 4 ranks on this machine: start (baseline)", here, here))
+    print(_row("%%distributed pool of 2 + 2 ranks on both hosts: start", there, here))
+    print(f"\nAn empty %%distributed cell, median of {args.cells} per round, milliseconds")
+    print(_row("pool of 4 ranks on this machine (baseline)", pools["here"], pools["here"], 1e3))
+    print(_row("pool of 2 + 2 ranks on two SSH hosts", pools["there"], pools["here"], 1e3))
 
 
 if __name__ == "__main__":

@@ -3,9 +3,11 @@ by hand with ``DistributedDataParallel`` (and Accelerate's ``Accelerator`` when 
 
 Run from the repository root: ``.venv/bin/python benchmarks/step.py`` (also part of
 ``make bench``). Two worker processes (gloo, CPU); every contender trains its own copy of the
-same MLP on the same data; contenders alternate in blocks of steps within one launch, and the
-table gives the median time per step on rank 0 and the median over rounds of each round's
-ratio to the hand-written loop. Each worker is pinned to one core to cut scheduling noise.
+same MLP on the same data; contenders alternate in blocks of steps within one launch, and each
+launch gives, on rank 0, the median time per step, the median over rounds of each round's ratio
+to the hand-written loop (paired), and the ratio of the two medians. ``--runs`` launches are
+made; the table gives each figure's median over them with its spread (lowest and highest run).
+Each worker is pinned to one core to cut scheduling noise.
 """
 
 from __future__ import annotations
@@ -129,28 +131,60 @@ def measure(rounds: int, block: int) -> dict[str, list[float]]:
     return samples
 
 
+def _ratios(samples: dict[str, list[float]]) -> dict[str, tuple[float, float, float]]:
+    """Each contender's median seconds per step, its paired ratio to the hand-written loop
+    (the median over rounds of each round's block against the hand-written block of the same
+    round) and the ratio of the two medians."""
+    base = samples["hand-written DDP"]
+    found = {}
+    for name, values in samples.items():
+        # Each round's blocks ran back to back: pair them to cancel slow drifts of the machine.
+        paired = statistics.median(v / b for v, b in zip(values, base, strict=True))
+        found[name] = (
+            statistics.median(values),
+            paired,
+            statistics.median(values) / statistics.median(base),
+        )
+    return found
+
+
 def main() -> None:
-    """Launch on 2 processes and print the table from rank 0's timings."""
+    """Launch on 2 processes ``--runs`` times and print the table from rank 0's timings: each
+    figure's median over the runs, with its spread (the lowest and highest run)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--block", type=int, default=20, help="steps per timed block")
+    parser.add_argument("--runs", type=int, default=5, help="launches, each timing every round")
     args = parser.parse_args()
-    results = nb_accel.notebook_launcher(measure, args=(args.rounds, args.block), num_processes=2)
-    samples = results[0]
-    base = samples["hand-written DDP"]
+    runs = []
+    for _ in range(args.runs):
+        results = nb_accel.notebook_launcher(
+            measure, args=(args.rounds, args.block), num_processes=2, show_progress=False
+        )
+        runs.append(_ratios(results[0]))
     print(
-        f"\nTraining step, MLP {FEATURES}-{HIDDEN}-{CLASSES}, "
-        f"batch {BATCH} per rank, 2 processes (gloo); {args.rounds} rounds of {args.block} steps"
+        f"\nTraining step, MLP {FEATURES}-{HIDDEN}-{CLASSES}, batch {BATCH} per rank, "
+        f"2 processes (gloo); {args.runs} runs of {args.rounds} rounds of {args.block} steps; "
+        "medians over the runs, [lowest-highest run]"
     )
-    print(f"{'contender':<34}  {'median ms':>9}  {'vs hand-written':>15}")
-    ratios = {}
-    for name, values in samples.items():
-        # Each round's blocks ran back to back: pair them to cancel slow drifts of the machine.
-        ratios[name] = statistics.median(v / b for v, b in zip(values, base, strict=True))
-        print(f"{name:<34}  {statistics.median(values) * 1e3:9.2f}  {ratios[name]:14.3f}x")
-    ratio = ratios["nb_accel.Accelerator"]
+    print(
+        f"{'contender':<34}  {'median ms':>9}  {'vs hand-written':>15}  {'paired, runs':>15}  "
+        f"{'ratio of medians':>16}"
+    )
+    for name in runs[0]:
+        times, paired, of_medians = ([run[name][i] for run in runs] for i in range(3))
+        print(
+            f"{name:<34}  {statistics.median(times) * 1e3:9.2f}  "
+            f"{statistics.median(paired):14.3f}x  [{min(paired):.3f}-{max(paired):.3f}]  "
+            f"{statistics.median(of_medians):9.3f}x [{min(of_medians):.3f}-{max(of_medians):.3f}]"
+        )
+    paired = [run["nb_accel.Accelerator"][1] for run in runs]
+    ratio = statistics.median(paired)
     verdict = "PASS" if ratio <= TARGET else "FAIL"
-    print(f"target nb_accel <= {TARGET}x hand-written (paired median): {ratio:.3f}x  {verdict}")
+    print(
+        f"target nb_accel <= {TARGET}x hand-written (paired, median of {args.runs} runs): "
+        f"{ratio:.3f}x [{min(paired):.3f}-{max(paired):.3f}]  {verdict}"
+    )
 
 
 if __name__ == "__main__":
