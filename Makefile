@@ -59,29 +59,32 @@ test-accelerate: setup
 	$(BIN)/python -m pip install --quiet $(ACCELERATE_PIN) parameterized $(TORCH_PIN)
 	NB_ACCEL_ACCELERATE_SUITE=1 $(BIN)/python -m pytest -v tests/accelerate_suite
 
-# Opt-in lane: the XLA path on torch_xla's CPU device, in its own venv (a few GB); every pip
-# command pins torch so that pip never swaps it.
-test-xla:
-	test -x .venv-xla/bin/python || $(PYTHON) -m venv .venv-xla
-	.venv-xla/bin/python -m pip install --quiet torch==2.9.0 torch_xla==2.9.0
-	.venv-xla/bin/python -m pip install --quiet torch==2.9.0 cloudpickle ipython ipywidgets \
-		safetensors huggingface_hub tqdm pyyaml numpy pytest pytest-timeout psutil mlflow tensorboard
-	.venv-xla/bin/python -m pip install --quiet --no-deps -e . torch==2.9.0
-	PJRT_DEVICE=CPU .venv-xla/bin/python -m pytest tests/xla
+# What a lane's tests need besides the package and the extras it tests.
+LANE_TEST_DEPS := "pytest>=8" "pytest-timeout>=2.2" "psutil>=5.9"
 
-# Opt-in lane: the six hosted trackers (trackio, Aim, Comet, ClearML, DVCLive, SwanLab) on their
-# real libraries, each offline, in their own venv; every pip command pins torch so that pip never
-# swaps it, and NB_ACCEL_TRACKERS_LANE=1 makes a missing library a failure instead of a skip.
+# The XLA lane: the XLA path on torch_xla's CPU device, in its own venv (a few GB), with the
+# package as a user's `pip install nb-accel[xla]` gets it (its declared dependencies and extras);
+# every pip command pins torch and torch_xla so that pip never swaps them.
+XLA_VENV := .venv-xla
+XLA_PINS := torch==2.9.0 torch_xla==2.9.0
+test-xla:
+	test -x $(XLA_VENV)/bin/python || $(PYTHON) -m venv $(XLA_VENV)
+	$(XLA_VENV)/bin/python -m pip install --quiet $(XLA_PINS)
+	$(XLA_VENV)/bin/python -m pip install --quiet -e ".[xla,mlflow,tensorboard]" \
+		$(LANE_TEST_DEPS) $(XLA_PINS)
+	PJRT_DEVICE=CPU $(XLA_VENV)/bin/python -m pytest tests/xla
+
+# The trackers lane: the six hosted trackers (trackio, Aim, Comet, ClearML, DVCLive, SwanLab) on
+# their real libraries, each offline, in their own venv; every pip command pins torch so that pip
+# never swaps it, and NB_ACCEL_TRACKERS_LANE=1 makes a missing library a failure instead of a skip.
 TRACKERS_VENV := .venv-trackers
 TRACKERS_EXTRAS := trackio,aim,comet_ml,clearml,dvclive,swanlab
-# what tests/multiproc needs of the test extra (the rest of it is other lanes' libraries)
-TRACKERS_TEST_DEPS := "pytest>=8" "pytest-timeout>=2.2" "psutil>=5.9"
 test-trackers:
 	test -x $(TRACKERS_VENV)/bin/python || $(PYTHON) -m venv $(TRACKERS_VENV)
 	$(TRACKERS_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(TRACKERS_VENV)/bin/python -m pip install --quiet $(TORCH_PIN)
 	$(TRACKERS_VENV)/bin/python -m pip install --quiet -e ".[$(TRACKERS_EXTRAS)]" \
-		$(TRACKERS_TEST_DEPS) $(TORCH_PIN)
+		$(LANE_TEST_DEPS) $(TORCH_PIN)
 	NB_ACCEL_TRACKERS_LANE=1 $(TRACKERS_VENV)/bin/python -m pytest -v -rs \
 		tests/multiproc/test_trackers_more.py
 

@@ -159,3 +159,38 @@ def test_the_readme_shows_the_first_step_on_its_first_screen() -> None:
 def _slug(heading: str) -> str:
     """The anchor a repository page gives a README heading."""
     return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def test_the_wheel_declares_the_xla_entry_points_the_registries_load(wheel: Path) -> None:
+    """XLA's device type and device backend are found through the wheel's entry points: an
+    installed package must declare them, or a TPU runtime would launch on the CPU."""
+    import configparser
+    import zipfile
+
+    with zipfile.ZipFile(wheel) as archive:
+        name = next(n for n in archive.namelist() if n.endswith(".dist-info/entry_points.txt"))
+        declared = configparser.ConfigParser()
+        declared.read_string(archive.read(name).decode())
+    assert declared["nb_accel.device_types"]["xla"] == "nb_accel.runtime.xla.device_type:XlaDevices"
+    assert declared["nb_accel.device_backends"]["xla"] == "nb_accel.runtime.xla:xla_backend"
+
+
+def test_the_lanes_ci_runs_install_the_package_as_users_get_it() -> None:
+    """CI runs every lane after ``make test``, and the lanes install the package with the
+    dependencies it declares (a hand-written list drifts from them)."""
+    run = (ROOT / ".ci" / "run").read_text().splitlines()
+    commands = [line.strip() for line in run if line.strip().startswith("make ")]
+    assert commands == [
+        "make test",
+        "make test-xla",
+        "make test-trackers",
+        "make test-browser",
+        "make docs",
+    ]
+    makefile = (ROOT / "Makefile").read_text()
+    lanes = re.findall(r"^(test-xla|test-trackers):\n((?:\t.*\n)+)", makefile, re.MULTILINE)
+    assert [name for name, _ in lanes] == ["test-xla", "test-trackers"]
+    for name, recipe in lanes:
+        installs = [line for line in recipe.splitlines() if "-e " in line]
+        assert installs and all("--no-deps" not in line for line in installs), name
+        assert re.search(r'-e "\.\[', recipe), f"{name} installs the package with its extras"
