@@ -95,14 +95,14 @@ class Stacked:
         if out.device.type == "cpu" and isinstance(column[0], torch.Tensor):
             torch.stack(cast("list[torch.Tensor]", column), 0, out=out)
         else:
-            out.copy_(default_collate(column))
+            out.copy_(default_collate(cast("list[Any]", column)))
 
 
 def _collate_column(column: Sequence[Any]) -> torch.Tensor:
     """One leaf of a collated piece: what ``default_collate`` makes of the column."""
     if isinstance(column[0], torch.Tensor):
         return torch.stack(cast("list[torch.Tensor]", column), 0)
-    return cast(torch.Tensor, default_collate(column))
+    return cast(torch.Tensor, default_collate(cast("list[Any]", column)))
 
 
 class _LastLayout:
