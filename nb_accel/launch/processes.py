@@ -226,8 +226,13 @@ def multiprocessing_helpers(method: str) -> Iterator[None]:
         return
     from multiprocessing import forkserver, resource_tracker
 
-    server = forkserver._forkserver  # type: ignore[attr-defined]
-    tracker = resource_tracker._resource_tracker  # type: ignore[attr-defined]
+    # The module's own server and tracker (private names of multiprocessing: a Python without
+    # them starts its server as it would for any forkserver launch, and keeps it).
+    server: Any = getattr(forkserver, "_forkserver", None)
+    tracker: Any = getattr(resource_tracker, "_resource_tracker", None)
+    if server is None or tracker is None:
+        yield
+        return
     server_was_running = getattr(server, "_forkserver_pid", None) is not None
     tracker_was_running = getattr(tracker, "_pid", None) is not None
     previous_preload = list(getattr(server, "_preload_modules", ["__main__"]))
@@ -237,7 +242,11 @@ def multiprocessing_helpers(method: str) -> Iterator[None]:
         yield
     finally:
         if not server_was_running:
-            server._stop()  # type: ignore[attr-defined]
+            getattr(server, "_stop", _nothing)()
             server.set_forkserver_preload(previous_preload)
         if not tracker_was_running:
-            tracker._stop()  # type: ignore[attr-defined]
+            getattr(tracker, "_stop", _nothing)()
+
+
+def _nothing() -> None:
+    """What stopping a helper process does where multiprocessing cannot stop it."""

@@ -144,7 +144,15 @@ def _meet(
 
 def _agent_class() -> type:
     """torch's ``LocalElasticAgent``, meeting the other nodes after each rendezvous."""
+    import torch
     from torch.distributed.elastic.agent.server.local_elastic_agent import LocalElasticAgent
+
+    if not hasattr(LocalElasticAgent, "_rendezvous"):  # the agent's own step overridden below
+        raise LaunchError(
+            f"torch {torch.__version__} has no SimpleElasticAgent._rendezvous, after which each "
+            "node's elastic agent meets the other nodes: a launch on several nodes needs a "
+            "torch whose elastic agent has it, as torch 2.13 and the releases before it do"
+        )
 
     class NodeAgent(LocalElasticAgent):  # type: ignore[misc]
         """A ``LocalElasticAgent`` that runs :func:`_meet` after each rendezvous."""

@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterator
 from functools import partial
 from typing import Any
 
+import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
 from ..state import GradientState, PartialState
@@ -119,6 +120,13 @@ class DataLoaderDispatcher(StatefulChoice, DataLoaderStateMixin, DataLoader):  #
                 "even_batches=False"
             )
         parts = self.state.num_processes
+        if not self.split_batches and parts > 1 and not hasattr(DataLoader, "_index_sampler"):
+            raise RuntimeError(  # torch's iterator would read whole batches, not joined steps
+                f"torch {torch.__version__} has no DataLoader._index_sampler, through which a "
+                "dispatched loader hands torch's iterator several batches as one step: set "
+                "split_batches=True or dispatch_batches=False in the Accelerator's "
+                "DataLoaderConfiguration"
+            )
         if self.split_batches and size is not None and size > 1 and size % parts:
             raise ValueError(
                 f"split_batches needs a batch size ({size}) that is a round multiple of the number "

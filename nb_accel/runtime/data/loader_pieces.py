@@ -19,9 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, cast
 
 import torch
-from torch.utils.data import DataLoader
-from torch.utils.data._utils.collate import default_collate
-from torch.utils.data.dataloader import _DatasetKind
+from torch.utils.data import DataLoader, IterableDataset, default_collate
 
 from ..tree import flatten_tree, unflatten_tree
 from .wire import Laid, Prepared, Preparer, layout_leaves
@@ -38,8 +36,8 @@ def pieces_supported(loader: DataLoader) -> bool:  # type: ignore[type-arg]
     return (
         loader.num_workers == 0
         and not loader.pin_memory
-        and loader._dataset_kind == _DatasetKind.Map
-        and loader._auto_collation
+        and not isinstance(loader.dataset, IterableDataset)  # a map-style dataset
+        and loader.batch_sampler is not None  # samples collated into batches
         and loader.collate_fn is default_collate
     )
 
@@ -97,14 +95,14 @@ class Stacked:
         if out.device.type == "cpu" and isinstance(column[0], torch.Tensor):
             torch.stack(cast("list[torch.Tensor]", column), 0, out=out)
         else:
-            out.copy_(default_collate(column))
+            out.copy_(default_collate(cast("list[Any]", column)))
 
 
 def _collate_column(column: Sequence[Any]) -> torch.Tensor:
     """One leaf of a collated piece: what ``default_collate`` makes of the column."""
     if isinstance(column[0], torch.Tensor):
         return torch.stack(cast("list[torch.Tensor]", column), 0)
-    return cast(torch.Tensor, default_collate(column))
+    return cast(torch.Tensor, default_collate(cast("list[Any]", column)))
 
 
 class _LastLayout:

@@ -4,6 +4,7 @@ ClearML. Each imports its library only when its run starts."""
 from __future__ import annotations
 
 import os
+import warnings
 from typing import Any
 
 from .base import GeneralTracker, flat_numbers, on_main_process, plain_values
@@ -108,6 +109,16 @@ class ClearMLTracker(GeneralTracker):
         # repository-detection thread starts `git`: a fork at that moment holds the pipe that
         # subprocess waits on, and closing the task then waits forever. A worker reports from
         # its own threads instead.
+        if not hasattr(Task, "_report_subprocess_enabled"):
+            import clearml
+
+            warnings.warn(
+                f"clearml {getattr(clearml, '__version__', '?')} has no "
+                "Task._report_subprocess_enabled, with which a worker's task reports from its "
+                "own threads: closing the task may hang; set "
+                "sdk.development.report_use_subprocess: false in clearml.conf",
+                stacklevel=2,
+            )
         Task._report_subprocess_enabled = False
         self.task = Task.init(**options)
 

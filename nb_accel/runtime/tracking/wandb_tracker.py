@@ -29,7 +29,7 @@ class WandBTracker(InitRunTracker):
         """The run's name, mode and folder."""
         if self.run is None:
             return None
-        mode = "offline" if getattr(self.run.settings, "_offline", False) else "online"
+        mode = "offline" if getattr(self.run, "offline", False) else "online"
         name = self.run.name or self.run.id
         folder = os.path.dirname(os.path.normpath(self.run.dir))
         return f"run {name!r} of project {self.run_name!r} ({mode}) in {folder}"

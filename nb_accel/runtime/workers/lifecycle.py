@@ -142,10 +142,8 @@ def leave_the_kernel_shell() -> None:
     builtins.input = _no_input
     shell_module = sys.modules.get("IPython.core.interactiveshell")
     shell_class = getattr(shell_module, "InteractiveShell", None)
-    if shell_class is not None and shell_class.initialized():
-        for klass in shell_class.__mro__:  # the singleton is kept on every class of the chain
-            if "_instance" in vars(klass):
-                klass._instance = None
+    if shell_class is not None:
+        shell_class.clear_instance()  # on every class of the chain that keeps the singleton
 
 
 def die_with_parent(parent_pid: int | None) -> None:

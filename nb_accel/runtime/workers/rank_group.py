@@ -4,6 +4,8 @@ kernel, and leaving the group at the end."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 
@@ -14,6 +16,7 @@ __all__ = [
     "use_rank_device",
     "forget_inherited_process_group",
     "leave_process_group",
+    "torch_private",
 ]
 
 #: Process-group objects this worker never destroys: those inherited from the kernel by fork
@@ -41,8 +44,15 @@ def forget_inherited_process_group() -> None:
         return
     from torch.distributed import distributed_c10d as c10d
 
+    fresh = torch_private(
+        c10d,
+        "torch.distributed.distributed_c10d._World",
+        "through which a forked worker drops the process group it inherited from the kernel: "
+        "call torch.distributed.destroy_process_group() in the kernel before the launch, or "
+        "launch with start_method='spawn'",
+    )
     _kept_alive.append(c10d._world)
-    c10d._world = c10d._World()
+    c10d._world = fresh()
 
 
 def leave_process_group() -> None:
@@ -51,3 +61,15 @@ def leave_process_group() -> None:
     if dist.is_initialized():
         _kept_alive.append(dist.group.WORLD)
         dist.destroy_process_group()
+
+
+def torch_private(owner: object, path: str, needed_for: str) -> Any:
+    """``owner``'s attribute named by the last part of ``path``: a private name of torch's that
+    nb_accel relies on (``path`` names it in full, such as
+    ``torch.distributed.distributed_c10d._World``). Where this torch lacks it, a
+    ``RuntimeError`` names it, gives this torch's version and says ``needed_for``: what nb_accel
+    does with it, and what to do instead."""
+    found = getattr(owner, path.rpartition(".")[2], None)
+    if found is None:
+        raise RuntimeError(f"torch {torch.__version__} has no {path}, {needed_for}")
+    return found

@@ -27,7 +27,7 @@ from torch.distributed import distributed_c10d as c10d
 
 from ..device_types import rank_device_type
 from ..device_types.group_backends import uses_nccl
-from .rank_group import bound_device
+from .rank_group import bound_device, torch_private
 
 __all__ = [
     "PeerFailed",
@@ -80,10 +80,18 @@ _released: list[_Group] = []
 _aborted_for_peer = threading.Event()
 
 
+#: What a missing private name of torch's stops, and what to do instead.
+_NEEDED_FOR = (
+    "with which a pool's ranks rebuild their process group after a failed cell: "
+    "%distributed restart starts the pool anew"
+)
+
+
 def _current() -> _Group:
-    return _Group(
-        c10d._get_default_store(), dist.get_backend(), dist.get_rank(), dist.get_world_size()
+    store = torch_private(
+        c10d, "torch.distributed.distributed_c10d._get_default_store", _NEEDED_FOR
     )
+    return _Group(store(), dist.get_backend(), dist.get_rank(), dist.get_world_size())
 
 
 def _abort() -> None:
@@ -137,8 +145,12 @@ def take_abort_for_peer(error: BaseException) -> BaseException:
 def _issued_per_rank(group: _Group, prefix: str) -> tuple[int, ...]:
     issued = -1  # released: its group is gone, a new one is needed
     if dist.is_initialized():
-        default = c10d._get_default_group()
-        issued = default._get_sequence_number_for_group()  # type: ignore[attr-defined]
+        default = torch_private(
+            c10d, "torch.distributed.distributed_c10d._get_default_group", _NEEDED_FOR
+        )()
+        issued = torch_private(
+            default, "torch.distributed.ProcessGroup._get_sequence_number_for_group", _NEEDED_FOR
+        )()
     group.store.set(f"{prefix}/{group.rank}", str(issued))
     return tuple(int(group.store.get(f"{prefix}/{rank}")) for rank in range(group.world_size))
 

@@ -27,9 +27,12 @@ Nothing here imports Transformers: without it, a worker only leaves a finder wai
 
 from __future__ import annotations
 
+import functools
 import importlib
+import inspect
 import os
 import sys
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from types import CodeType, ModuleType
 from typing import Any
@@ -153,8 +156,18 @@ def _setstate(self: Any, state: dict[str, Any]) -> None:
 
 
 def _adapt_training_args(module: ModuleType) -> None:
-    """Give ``TrainingArguments`` (and its subclasses) the :func:`_setstate` above."""
+    """Give ``TrainingArguments`` (and its subclasses) the :func:`_setstate` above; warn where
+    their device setup is not the cached ``_setup_devices`` it forgets."""
     arguments = module.TrainingArguments
+    setup = inspect.getattr_static(arguments, "_setup_devices", None)
+    if not isinstance(setup, functools.cached_property):
+        version = getattr(sys.modules.get("transformers"), "__version__", "?")
+        warnings.warn(
+            f"transformers {version}'s TrainingArguments keep no _setup_devices for nb_accel to "
+            "reset: TrainingArguments made in the kernel keep the kernel's device setup in the "
+            "workers; make them inside the launched function",
+            stacklevel=2,
+        )
     if "__setstate__" not in vars(arguments):  # one of its own is left alone
         arguments.__setstate__ = _setstate
 
