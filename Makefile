@@ -72,7 +72,7 @@ test-xla:
 	$(XLA_VENV)/bin/python -m pip install --quiet $(XLA_PINS)
 	$(XLA_VENV)/bin/python -m pip install --quiet -e ".[xla,mlflow,tensorboard]" \
 		$(LANE_TEST_DEPS) $(XLA_PINS)
-	PJRT_DEVICE=CPU $(XLA_VENV)/bin/python -m pytest tests/xla
+	PJRT_DEVICE=CPU $(XLA_VENV)/bin/python -m pytest tests/xla tests/unit/test_private_apis.py
 
 # The trackers lane: the six hosted trackers (trackio, Aim, Comet, ClearML, DVCLive, SwanLab) on
 # their real libraries, each offline, in their own venv; every pip command pins torch so that pip
@@ -86,7 +86,7 @@ test-trackers:
 	$(TRACKERS_VENV)/bin/python -m pip install --quiet -e ".[$(TRACKERS_EXTRAS)]" \
 		$(LANE_TEST_DEPS) $(TORCH_PIN)
 	NB_ACCEL_TRACKERS_LANE=1 $(TRACKERS_VENV)/bin/python -m pytest -v -rs \
-		tests/multiproc/test_trackers_more.py
+		tests/multiproc/test_trackers_more.py tests/unit/test_private_apis.py
 
 # Opt-in: the notebooks run in JupyterLab in headless Chromium (Debian's package: Playwright
 # downloads no browser here); screenshots go to build/browser/.

@@ -29,6 +29,7 @@ import importlib.metadata
 import importlib.util
 import inspect
 import io
+import os
 import platform
 import re
 import sys
@@ -438,7 +439,12 @@ def test_present(use: Use, monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> N
 
         if not torch.backends.cuda.is_built():
             pytest.skip("this torch is built without CUDA")
-    missing = [_missing_message(use, spec) for spec in use.names if not _present(spec)]
+    before = dict(os.environ)
+    try:
+        missing = [_missing_message(use, spec) for spec in use.names if not _present(spec)]
+    finally:  # importing a library can set variables of its own (torch_xla does): not a leak here
+        os.environ.clear()
+        os.environ.update(before)
     assert not missing, "\n".join(missing)
 
 
