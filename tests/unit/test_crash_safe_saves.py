@@ -9,6 +9,7 @@ before the commit) or version 2 everywhere (after it), and the next save must wo
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -177,3 +178,13 @@ def test_every_file_a_save_commits_was_flushed_before(
     save_model(tmp_path / "model", 1)
     written = [tmp_path, *(tmp_path / "checkpoint").rglob("*"), *(tmp_path / "model").rglob("*")]
     assert {p.stat().st_ino for p in written} - synced == set()
+
+
+def test_every_crash_point_of_the_commit_sequences_is_tested() -> None:
+    """A step added to a commit sequence gets its kill in the tests above."""
+    import nb_accel.runtime.checkpoint as package
+
+    source = "".join(p.read_text() for p in Path(package.__file__).parent.glob("*.py"))
+    points = set(re.findall(r'crash_point\("([a-z-]+)"\)', source))
+    tested = set(FILE_STEPS) | set(SWAP_STEPS) | set(ASIDE_STEPS) | set(AUTOMATIC_STEPS)
+    assert points == tested
