@@ -23,6 +23,7 @@ from typing import Any
 
 import ipywidgets
 
+from .._keywords import refuse_unknown
 from ..config import (
     CHOICES,
     Config,
@@ -141,7 +142,15 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
     """
 
     def __init__(self, path: str | os.PathLike[str] | None = None, **kwargs: Any) -> None:
-        """Build the form from the file at ``path`` (``kwargs`` go to ``ipywidgets.VBox``)."""
+        """Build the form from the file at ``path`` (``kwargs`` go to ``ipywidgets.VBox``: its
+        traits, such as ``layout``; any other name raises ``TypeError``)."""
+        traits = [name for name in ipywidgets.VBox.class_trait_names() if not name.startswith("_")]
+        refuse_unknown(
+            "ConfigWidget",
+            kwargs,
+            ["path", *traits],
+            ending="it takes path and the traits of ipywidgets.VBox (see help({title}))",
+        )
         super().__init__(**kwargs)
         self.path: Path = config_path(path)
         self.gpu_count: int = cuda_facts.cuda_device_count()

@@ -7,16 +7,16 @@ collectives in ``ops`` (reached through :class:`ProcessMethods`).
 
 from __future__ import annotations
 
-import difflib
-import inspect
 import os
 from collections.abc import Callable, Iterable
 from typing import Any
 
 import torch
 
+from .._keywords import parameter_names, refuse_unknown
 from .checkpoint.methods import CheckpointMethods
 from .data import loaders
+from .engines import refuse_engines
 from .fsdp.plugin import FullyShardedDataParallelPlugin
 from .options import (
     HANDLER_NAMES,
@@ -45,37 +45,6 @@ from .training.training_methods import TrainingMethods
 __all__ = ["Accelerator"]
 
 _UNSET: Any = object()
-
-
-def _refuse_engines(**engines: Any) -> None:
-    """Accelerate's parameters for engines nb_accel does not run: refused when given."""
-    for name, value in engines.items():
-        if value is not None:
-            raise NotImplementedError(
-                f"{name} is not supported by nb_accel; it runs DistributedDataParallel or "
-                "FSDP2 (remove the argument, or pass fsdp_plugin=FullyShardedDataParallel"
-                "Plugin() to shard the model)"
-            )
-
-
-def _refuse_unknown(owner: Callable[..., Any], unknown: Iterable[str]) -> None:
-    """Raise ``TypeError`` for keyword arguments ``owner`` has no parameter for, as Python
-    does, naming the parameter each was most likely meant to be."""
-    names = sorted(unknown)
-    if not names:
-        return
-    parameters = inspect.signature(owner).parameters
-    known = [n for n, p in parameters.items() if p.kind is p.POSITIONAL_OR_KEYWORD]
-    spelled = []
-    for name in names:
-        close = difflib.get_close_matches(name, known, n=1)
-        spelled.append(f"{name!r} (did you mean {close[0]!r}?)" if close else repr(name))
-    what = "an unexpected keyword argument" if len(names) == 1 else "unexpected keyword arguments"
-    title = owner.__name__
-    raise TypeError(
-        f"{title}() got {what} {', '.join(spelled)}; its parameters are Accelerate's "
-        f"(see help({title}))"
-    )
 
 
 def _handlers_by_name(handlers: Iterable[Any]) -> dict[str, Any]:
@@ -205,8 +174,8 @@ class Accelerator(
         parallelism_config: ParallelismConfig | None = None,
         **unknown: Any,
     ) -> None:
-        _refuse_unknown(Accelerator, unknown)
-        _refuse_engines(
+        refuse_unknown("Accelerator", unknown, parameter_names(Accelerator))
+        refuse_engines(
             deepspeed_plugin=deepspeed_plugin,
             deepspeed_plugins=deepspeed_plugins,
             megatron_lm_plugin=megatron_lm_plugin,

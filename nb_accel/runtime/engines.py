@@ -12,6 +12,7 @@ __all__ = [
     "FP8RecipeKwargs",
     "MegatronLMPlugin",
     "TorchTensorParallelPlugin",
+    "refuse_engines",
 ]
 
 #: What nb_accel trains with, said in every refusal.
@@ -19,6 +20,18 @@ _INSTEAD = (
     "nb_accel trains with DistributedDataParallel, or shards the model with FSDP2: "
     "Accelerator(fsdp_plugin=FullyShardedDataParallelPlugin())"
 )
+
+
+def refuse_engines(**engines: Any) -> None:
+    """Accelerate's parameters for engines nb_accel does not run (``deepspeed_plugin``, ...):
+    ``NotImplementedError`` for the first one given (not None)."""
+    for name, value in engines.items():
+        if value is not None:
+            raise NotImplementedError(
+                f"{name} is not supported by nb_accel; it runs DistributedDataParallel or "
+                "FSDP2 (remove the argument, or pass fsdp_plugin=FullyShardedDataParallel"
+                "Plugin() to shard the model)"
+            )
 
 
 class _Refused:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from datetime import timedelta
+from typing import Any
 
 import torch.distributed as dist
 
@@ -29,12 +30,12 @@ def applied_timeout_s() -> float | None:
     return _applied[-1] if _applied else None
 
 
-def init_process_group_kwargs(handler: InitProcessGroupKwargs | None) -> dict[str, object]:
+def init_process_group_kwargs(handler: InitProcessGroupKwargs | None) -> dict[str, Any]:
     """What ``init_process_group`` receives when the ``Accelerator`` creates the group itself
     (under ``torchrun``): the options the user chose."""
     if handler is None:
         return {}
-    kwargs: dict[str, object] = {}
+    kwargs: dict[str, Any] = {}
     if handler.backend not in (None, _DEFAULT_BACKEND):
         kwargs["backend"] = handler.backend
     if handler.init_method is not None:

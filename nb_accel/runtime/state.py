@@ -14,10 +14,12 @@ from typing import Any, ClassVar, TypeVar
 import torch
 import torch.distributed as dist
 
+from .._keywords import parameter_names, refuse_unknown
 from .device_backends.base import DeviceBackend
 from .device_backends.choice import choose as choose_device_backend
 from .device_backends.shape_checks import debug_mode, set_debug_mode
 from .device_types import DeviceType
+from .engines import refuse_engines
 from .enums import DistributedType
 from .rank_local import RankLocalDict
 from .sharding import ShardingStrategy, choose_strategy, default_strategy
@@ -28,12 +30,39 @@ __all__ = [
     "AcceleratorState",
     "GradientState",
     "MIXED_PRECISION_CHOICES",
+    "process_group_options",
     "reset_all_states",
 ]
 
 MIXED_PRECISION_CHOICES = ("no", "bf16", "fp16")
 
 F = TypeVar("F", bound=Callable[..., Any])
+
+#: The options Accelerate's ``PartialState(**kwargs)`` passes on to ``init_process_group``
+#: (``_use_sagemaker_dp`` it reads itself), as torch names them.
+_GROUP_OPTIONS = (
+    "backend",
+    "init_method",
+    "timeout",
+    "world_size",
+    "rank",
+    "store",
+    "group_name",
+    "pg_options",
+    "device_id",
+    "_use_sagemaker_dp",
+)
+
+
+def process_group_options() -> list[str]:
+    """The keyword names ``PartialState`` (and ``AcceleratorState``) take for the process
+    group, as Accelerate's do: ``init_process_group``'s parameters (those of the installed
+    torch too, as Accelerate passes them on). nb_accel uses ``backend``, ``init_method`` and
+    ``timeout`` when it creates the group; the others are accepted and ignored."""
+    names = list(_GROUP_OPTIONS)
+    if dist.is_available():
+        names += [n for n in parameter_names(dist.init_process_group) if n not in names]
+    return names
 
 
 class _SharedState:
@@ -71,7 +100,8 @@ class PartialState(_SharedState):
     Args:
         cpu: force the CPU even when GPUs are present.
         kwargs: ``backend``, ``init_method`` and ``timeout`` for the process group it creates;
-            others are accepted for compatibility with Accelerate and ignored.
+            the other options of ``torch.distributed.init_process_group``, which Accelerate
+            passes on, are accepted and ignored. Any other name raises ``TypeError``.
     """
 
     backend: str | None
@@ -85,11 +115,17 @@ class PartialState(_SharedState):
     distributed_type: DistributedType
 
     def __init__(self, cpu: bool = False, **kwargs: Any) -> None:
+        refuse_unknown("PartialState", kwargs, ["cpu", *process_group_options()])
+        self._build(cpu, kwargs)
+
+    def _build(self, cpu: bool, options: dict[str, Any]) -> None:
+        """Share the state, building it from ``options`` (the process-group options, and the
+        ``AcceleratorState``'s ``fsdp_plugin``) when it is not built yet."""
         self.__dict__ = self._shared_state
         if self._shared_state.get("initialized"):
             return
         device_backend = choose_device_backend(self)  # once per state: see device_backends
-        self.__dict__.update(device_backend.rank_fields(cpu, kwargs))
+        self.__dict__.update(device_backend.rank_fields(cpu, options))
         self.device_backend: DeviceBackend = device_backend
         self._shared_state["initialized"] = True
 
@@ -257,8 +293,18 @@ class AcceleratorState(_SharedState):
     Args:
         mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``; defaults to the launch's setting.
         cpu: force the CPU.
-        kwargs: ``dynamo_plugin``, ``fsdp_plugin``, and the process-group options of
-            :class:`PartialState`.
+        dynamo_plugin: the ``torch.compile`` options (a ``TorchDynamoPlugin``).
+        deepspeed_plugin: one of Accelerate's other engines; nb_accel does not run it and
+            refuses it with ``NotImplementedError`` (so too ``torch_tp_plugin`` and
+            ``megatron_lm_plugin``).
+        fsdp_plugin: a ``FullyShardedDataParallelPlugin``: models are sharded with FSDP2.
+        torch_tp_plugin: refused when given (tensor parallelism).
+        megatron_lm_plugin: refused when given (Megatron-LM).
+        parallelism_config: the ``ParallelismConfig`` (the ``Accelerator`` sets it too).
+        _from_accelerator: accepted for Accelerate's sake; nb_accel's state may be made
+            before the ``Accelerator``.
+        kwargs: the process-group options of :class:`PartialState`; any other name raises
+            ``TypeError``.
     """
 
     #: The ``Accelerator``'s :class:`~nb_accel.runtime.parallelism.ParallelismConfig` (None:
@@ -266,9 +312,30 @@ class AcceleratorState(_SharedState):
     parallelism_config: Any
 
     def __init__(
-        self, mixed_precision: str | None = None, cpu: bool = False, **kwargs: Any
+        self,
+        mixed_precision: str | None = None,
+        cpu: bool = False,
+        dynamo_plugin: Any = None,
+        deepspeed_plugin: Any = None,
+        fsdp_plugin: Any = None,
+        torch_tp_plugin: Any = None,
+        megatron_lm_plugin: Any = None,
+        parallelism_config: Any = None,
+        _from_accelerator: bool = False,
+        **kwargs: Any,
     ) -> None:
+        refuse_unknown(
+            "AcceleratorState",
+            kwargs,
+            [*parameter_names(AcceleratorState), *process_group_options()],
+        )
+        refuse_engines(
+            deepspeed_plugin=deepspeed_plugin,
+            megatron_lm_plugin=megatron_lm_plugin,
+            torch_tp_plugin=torch_tp_plugin,
+        )
         self.__dict__ = self._shared_state
+        sharding = {"fsdp_plugin": fsdp_plugin}
         if self._shared_state.get("initialized"):
             if mixed_precision is not None and mixed_precision != self.mixed_precision:
                 raise ValueError(
@@ -276,9 +343,11 @@ class AcceleratorState(_SharedState):
                     "create the Accelerator with that value (or none) rather than "
                     f"{mixed_precision!r}"
                 )
-            if kwargs.get("fsdp_plugin") is not None:
-                self._shared_state["fsdp_plugin"] = kwargs["fsdp_plugin"]
-                self._shared_state["_sharding"] = choose_strategy(kwargs)
+            if fsdp_plugin is not None:
+                self._shared_state["fsdp_plugin"] = fsdp_plugin
+                self._shared_state["_sharding"] = choose_strategy(sharding)
+            if parallelism_config is not None:
+                self.parallelism_config = parallelism_config
             return
         chosen = mixed_precision or os.environ.get("NB_ACCEL_MIXED_PRECISION")
         chosen = str(chosen or os.environ.get("ACCELERATE_MIXED_PRECISION", "no")).lower()
@@ -287,11 +356,12 @@ class AcceleratorState(_SharedState):
                 f"mixed_precision={chosen!r} is not supported; use one of "
                 + ", ".join(repr(c) for c in MIXED_PRECISION_CHOICES)
             )
-        PartialState(cpu=cpu, **kwargs)
+        PartialState.__new__(PartialState)._build(cpu, {**kwargs, **sharding})
         self.mixed_precision: str = chosen
-        self.dynamo_plugin: Any = kwargs.get("dynamo_plugin")
-        self.fsdp_plugin: Any = kwargs.get("fsdp_plugin")
-        self._shared_state["_sharding"] = choose_strategy(kwargs)
+        self.dynamo_plugin: Any = dynamo_plugin
+        self.fsdp_plugin: Any = fsdp_plugin
+        self.parallelism_config = parallelism_config
+        self._shared_state["_sharding"] = choose_strategy(sharding)
         self._shared_state["initialized"] = True
 
     @classmethod

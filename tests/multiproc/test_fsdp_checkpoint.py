@@ -1,8 +1,10 @@
 """FSDP checkpoints on real worker groups: sharded and full save_state/load_state round trips,
-an exact resume, whole weights a plain model loads, and a clear error for another world size."""
+an exact resume, whole weights a plain model loads, a clear error for another world size, and
+the previous checkpoint kept when a process dies after writing its shards."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -11,7 +13,12 @@ import torch
 from fsdp_models import Net, loader
 from safetensors.torch import load_file
 
-from nb_accel import Accelerator, FullyShardedDataParallelPlugin, notebook_launcher
+from nb_accel import (
+    Accelerator,
+    FullyShardedDataParallelPlugin,
+    WorkerDiedError,
+    notebook_launcher,
+)
 from nb_accel.utils import merge_fsdp_weights, set_seed
 
 pytestmark = pytest.mark.timeout(240)
@@ -156,3 +163,47 @@ def test_a_checkpoint_from_another_world_size_is_refused(tmp_path: Path) -> None
     notebook_launcher(run, (folder, "first", "SHARDED_STATE_DICT"), 2, show_progress=False)
     with pytest.raises(ValueError, match="saved by 2 processes and this launch has 3"):
         notebook_launcher(load_elsewhere, (folder,), 3, show_progress=False)
+
+
+def _sharded() -> tuple[Accelerator, torch.nn.Module]:
+    plugin = FullyShardedDataParallelPlugin(
+        auto_wrap_policy="transformer_based_wrap",
+        transformer_cls_names_to_wrap=["Block"],
+        state_dict_type="SHARDED_STATE_DICT",
+    )
+    accelerator = Accelerator(fsdp_plugin=plugin)
+    set_seed(3)
+    model = Net()
+    optimizer = torch.optim.AdamW(model.parameters())
+    model, _ = accelerator.prepare(model, optimizer)
+    return accelerator, model
+
+
+def save_twice_one_rank_dies(folder: str) -> None:
+    """Save the initial shards, change them, and save again: process 1 dies once it has
+    written and flushed its shards of the second save, before the checkpoint is committed."""
+    accelerator, model = _sharded()
+    accelerator.save_state(folder)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(1.0)
+    if accelerator.process_index == 1:
+        os.environ["NB_ACCEL_TEST_CRASH_AT"] = "state-written"  # test-only: dies there
+    accelerator.save_state(folder)
+
+
+def load_sharded(folder: str) -> dict[str, bool]:
+    accelerator, model = _sharded()
+    initial = _local(model)
+    accelerator.load_state(folder)
+    return {name: torch.equal(value, initial[name]) for name, value in _local(model).items()}
+
+
+def test_a_rank_killed_after_writing_its_shards_leaves_the_previous_checkpoint(
+    tmp_path: Path,
+) -> None:
+    folder = str(tmp_path / "ckpt")
+    with pytest.raises(WorkerDiedError, match="SIGKILL"):
+        notebook_launcher(save_twice_one_rank_dies, (folder,), 2, show_progress=False)
+    loaded = notebook_launcher(load_sharded, (folder,), 2, show_progress=False)
+    assert all(all(same.values()) for same in loaded)  # every shard of the first save

@@ -1,10 +1,17 @@
-"""Checkpoint folders appear whole or not at all; numbering continues past what is on disk; only
-checkpoints older than the one just written are pruned; leftovers are removed."""
+"""Checkpoint folders appear whole or not at all; every file and folder is flushed to disk and
+the rename after them; numbering continues past what is on disk; only checkpoints older than the
+one just written are pruned; leftovers are removed, and a copy set aside by an interrupted
+replacement is put back."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
+import pytest
+
+from nb_accel.runtime.checkpoint import durable
+from nb_accel.runtime.checkpoint.durable import sync_tree
 from nb_accel.runtime.checkpoint.folders import (
     checkpoint_number,
     commit,
@@ -12,6 +19,7 @@ from nb_accel.runtime.checkpoint.folders import (
     next_checkpoint_number,
     numbered_checkpoints,
     prune,
+    set_aside_copy,
 )
 
 
@@ -83,3 +91,47 @@ def test_pruning_never_removes_the_checkpoint_just_written(tmp_path: Path) -> No
     ]
     assert [p.name for p in numbered_checkpoints(tmp_path)] == ["checkpoint_2", "checkpoint_3"]
     assert prune(tmp_path, keep=3, newest=3) == []  # within the limit
+
+
+def _record_fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The inodes ``fsync`` is called on, in order."""
+    synced: list[int] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.fstat(fd).st_ino)
+        real(fd)
+
+    monkeypatch.setattr(durable.os, "fsync", fsync)
+    return synced
+
+
+def test_every_file_and_folder_of_a_checkpoint_is_flushed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    staging = make_staging(tmp_path / "ckpt")
+    (staging / "pytorch_model_fsdp_0").mkdir()
+    for name in ("model.safetensors", "pytorch_model_fsdp_0/__1_0.distcp"):
+        (staging / name).write_text(name)
+    synced = _record_fsyncs(monkeypatch)
+    sync_tree(staging)
+    inodes = [p.stat().st_ino for p in (staging, *staging.rglob("*"))]
+    assert sorted(synced) == sorted(inodes)
+    assert synced[-1] == staging.stat().st_ino  # folders after what they hold
+    synced.clear()
+    commit(staging, tmp_path / "ckpt")
+    assert synced[-1] == tmp_path.stat().st_ino  # the rename itself is flushed
+
+
+def test_a_copy_set_aside_by_an_interrupted_replacement_is_the_checkpoint(tmp_path: Path) -> None:
+    final = tmp_path / "ckpt"
+    aside = tmp_path / ".ckpt.replaced-0123456789ab"
+    aside.mkdir()
+    _fill(aside, "old")
+    staged = make_staging(tmp_path / "other")  # another checkpoint's staging: kept
+    assert set_aside_copy(final) == aside
+    pruned = tmp_path / ".checkpoint_1.pruned-0123456789ab"
+    pruned.mkdir()
+    fresh = make_staging(final)  # puts the copy back first, removes what was half pruned
+    assert (final / "weights.txt").read_text() == "old" and set_aside_copy(final) is None
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(["ckpt", fresh.name, staged.name])

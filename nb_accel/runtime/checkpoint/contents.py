@@ -9,7 +9,9 @@ One folder per checkpoint, with the file names Accelerate uses:
   checkpointing;
 - ``random_states_<rank>.pkl``, one per process: its random generators, the position of each
   prepared data loader, and the gradient-accumulation step;
-- ``nb_accel_checkpoint.json``: what the folder holds, checked before anything is loaded.
+- ``nb_accel_checkpoint.json``: what the folder holds, checked before anything is loaded;
+  written last, once every process has written its part, so a folder without it is not a
+  complete checkpoint.
 
 Everything but the models is read with ``torch.load(..., weights_only=True)``: tensors and plain
 data, never arbitrary objects, unless the caller passes ``load_kwargs={"weights_only": False}``.
@@ -27,6 +29,7 @@ import torch
 
 from ..data.loader_resume import loader_state, restore_loader_state
 from ..data.rng import capture_rng_states, restore_rng_states
+from .durable import fsync_path
 from .model_io import load_state_dict_file, save_model_files
 
 __all__ = [
@@ -43,6 +46,7 @@ __all__ = [
     "model_file_name",
     "numbered_name",
     "safe_load",
+    "write_description",
     "write_process_file",
     "write_shared_files",
 ]
@@ -113,8 +117,8 @@ def _save(obj: Any, path: Path) -> None:
 def write_shared_files(
     folder: Path, contents: CheckpointContents, num_processes: int, safe_serialization: bool
 ) -> None:
-    """The main process's part: models, optimizers, schedulers, scaler, registered objects and
-    the description file."""
+    """The main process's part: models, optimizers, schedulers, scaler and registered objects
+    (the description file comes last: :func:`write_description`)."""
     for index, model in enumerate([] if contents.sharded else contents.models):
         save_model_files(
             model.state_dict(),
@@ -131,6 +135,14 @@ def write_shared_files(
         _save(contents.scaler.state_dict(), folder / SCALER_NAME)
     for index, obj in enumerate(contents.custom):
         _save(obj.state_dict(), folder / f"custom_checkpoint_{index}.pkl")
+
+
+def write_description(
+    folder: Path, contents: CheckpointContents, num_processes: int, safe_serialization: bool
+) -> None:
+    """The main process's last file, once every process has written its part and flushed it:
+    what the folder holds (:data:`META_NAME`), flushed to disk. A folder without it is not a
+    checkpoint (its save never completed), and a load refuses it."""
     meta = {
         "format": _FORMAT,
         "num_processes": num_processes,
@@ -138,7 +150,9 @@ def write_shared_files(
         "fsdp": contents.sharded,
         **contents.counts(),
     }
-    (folder / META_NAME).write_text(json.dumps(meta, indent=2) + "\n")
+    path = folder / META_NAME
+    path.write_text(json.dumps(meta, indent=2) + "\n")
+    fsync_path(path)
 
 
 def write_process_file(folder: Path, contents: CheckpointContents, process_index: int) -> None:
@@ -188,8 +202,9 @@ def read_meta(folder: Path, contents: CheckpointContents, num_processes: int) ->
     path = folder / META_NAME
     if not path.is_file():
         raise FileNotFoundError(
-            f"{folder} is not a checkpoint saved by save_state: {META_NAME} is missing (a "
-            "save that was interrupted leaves no checkpoint, only a hidden staging folder)"
+            f"{folder} is not a complete checkpoint: {META_NAME}, which save_state writes "
+            "last, is missing, so the save that wrote it never completed (or another tool "
+            "wrote the folder). Load an earlier checkpoint, or save this one again"
         )
     try:
         meta: dict[str, Any] = json.loads(path.read_text())

@@ -22,9 +22,11 @@ from .contents import (
     load_process_file,
     load_shared_files,
     read_meta,
+    write_description,
     write_process_file,
     write_shared_files,
 )
+from .durable import crash_point, sync_tree
 from .folders import (
     CHECKPOINTS,
     checkpoint_number,
@@ -33,6 +35,7 @@ from .folders import (
     next_checkpoint_number,
     numbered_checkpoints,
     prune,
+    set_aside_copy,
 )
 from .model_files import safetensors_contents
 from .model_io import save_model_files
@@ -188,10 +191,12 @@ class CheckpointMethods(StateHookMethods):
         process's random generators and each prepared loader's position; returns the folder.
 
         Call it on every process. The checkpoint appears whole or not at all: it is written
-        into a hidden staging folder and renamed into place once every process has written
-        its part, so a crash in the middle leaves the previous checkpoint as the newest one.
-        Only the main process writes the shared files; each process writes its own
-        ``random_states_<rank>.pkl``; everyone returns once the checkpoint is in place.
+        into a hidden staging folder, every process flushes what it wrote to disk, the main
+        process writes the description file (``nb_accel_checkpoint.json``) last and renames
+        the folder into place in one step, so a crash at any point leaves the previous
+        checkpoint or the new one, never a mix. Only the main process writes the shared
+        files; each process writes its own ``random_states_<rank>.pkl``; everyone returns once
+        the checkpoint is in place.
 
         With ``ProjectConfiguration(automatic_checkpoint_naming=True)`` the folder is
         ``project_dir/checkpoints/checkpoint_<n>`` (``output_dir`` is ignored), ``n`` is one
@@ -199,8 +204,11 @@ class CheckpointMethods(StateHookMethods):
         so a rerun in the same folder continues the numbering and the newest checkpoint is
         always the last one written; beyond ``total_limit`` the oldest checkpoints are removed
         once the new one is in place, never the new one itself. An existing ``output_dir`` is
-        replaced. Hooks registered with :meth:`register_save_state_pre_hook` run first, on
-        every process, and what they write into their folder becomes part of the checkpoint.
+        replaced: swapped with the new folder in one step where the system allows it (Linux's
+        local file systems), else renamed aside first and removed once the new one is in place
+        (a load finds the copy set aside if a crash comes in between). Hooks registered with
+        :meth:`register_save_state_pre_hook` run first, on every process, and what they write
+        into their folder becomes part of the checkpoint.
         """
         if save_model_func_kwargs:
             raise TypeError(f"save_state() got unexpected options {sorted(save_model_func_kwargs)}")
@@ -225,12 +233,16 @@ class CheckpointMethods(StateHookMethods):
                 device_random.write(staging, partial.process_index)
             if partial.is_main_process:
                 write_shared_files(staging, contents, partial.num_processes, safe_serialization)
+            sync_tree(staging)  # every process flushes what it wrote (and what it sees)
+            crash_point("state-written")
         except Exception as problem:  # noqa: BLE001 - reported on every process below
             error = problem
         try:
             _all_succeeded(error, f"writing checkpoint {target}")
             if partial.is_main_process:
                 try:
+                    write_description(staging, contents, partial.num_processes, safe_serialization)
+                    crash_point("state-recorded")
                     commit(staging, target)
                     limit = self.project_configuration.total_limit
                     if automatic and limit and number is not None:
@@ -262,7 +274,7 @@ class CheckpointMethods(StateHookMethods):
         if input_dir is not None:
             folder = Path(input_dir).expanduser()
             if not folder.is_dir():
-                raise FileNotFoundError(f"checkpoint folder {folder} does not exist")
+                return self._set_aside_or_missing(folder)
             written = self.__dict__.get("_checkpoints_written_to", {}).get(str(folder.resolve()))
             if written is not None and not (folder / META_NAME).is_file():
                 return Path(written)
@@ -275,9 +287,33 @@ class CheckpointMethods(StateHookMethods):
             )
         parent = self._checkpoints_folder()
         found = numbered_checkpoints(parent)
-        if not found:
+        complete = [folder for folder in found if (folder / META_NAME).is_file()]
+        if not complete:
             raise FileNotFoundError(f"no checkpoint in {parent} (save_state has not completed one)")
-        return found[-1]
+        newest = complete[-1]
+        skipped = [folder.name for folder in found[found.index(newest) + 1 :]]
+        if skipped:
+            warnings.warn(
+                f"load_state: {', '.join(skipped)} in {parent} is not a complete checkpoint "
+                f"(no {META_NAME}: another tool wrote it, or it was copied in part); loading "
+                f"{newest.name}, the newest complete one",
+                stacklevel=3,
+            )
+        return newest
+
+    def _set_aside_or_missing(self, folder: Path) -> Path:
+        """The checkpoint ``folder`` names while it is missing: the previous copy that an
+        interrupted replacement left aside, with a warning; else ``FileNotFoundError``."""
+        aside = set_aside_copy(folder)
+        if aside is None:
+            raise FileNotFoundError(f"checkpoint folder {folder} does not exist")
+        warnings.warn(
+            f"load_state: {folder} is missing because a save_state replacing it was "
+            f"interrupted; loading the previous checkpoint, which it set aside as {aside.name} "
+            "(the next save_state into this folder puts it back first)",
+            stacklevel=4,
+        )
+        return aside
 
     def load_state(
         self,
@@ -287,8 +323,12 @@ class CheckpointMethods(StateHookMethods):
     ) -> None:
         """Restore what :meth:`save_state` saved into the prepared and registered objects.
 
-        Without ``input_dir`` (and with automatic checkpoint naming) the newest
-        ``checkpoint_<n>`` is loaded and the next save becomes ``checkpoint_<n+1>``. The
+        Without ``input_dir`` (and with automatic checkpoint naming) the newest complete
+        ``checkpoint_<n>`` is loaded (a newer folder that is not a complete checkpoint is
+        passed over with a warning) and the next save becomes ``checkpoint_<n+1>``. A folder
+        named by ``input_dir`` whose save never completed is refused; one that is missing
+        because a save replacing it was interrupted is loaded from the previous copy set
+        aside, with a warning. The
         checkpoint must come from a launch with the same number of processes and the same
         prepared and registered objects. A loader whose epoch was under way resumes it with
         the same shuffling; pass it through ``skip_first_batches`` to skip the batches

@@ -5,9 +5,9 @@ without safetensors), shards ``model-00001-of-00003.safetensors`` and the index
 ``model.safetensors.index.json``; which tensor goes to which shard is huggingface_hub's
 ``split_torch_state_dict_into_shards`` (Accelerate's ``save_model`` uses it too), imported when a
 save asks for it. The writing stays here, because the library's ``save_torch_state_dict`` removes
-the previous save's files first and then writes in place, so a crash would leave neither: every
-file appears atomically (written under a temporary name, then renamed), and files of the same base
-name left by an earlier save are removed afterwards.
+the previous save's files first and then writes in place, so a crash would leave neither: the
+files of one save replace the previous save's as one (:mod:`.file_batch`), and files of the same
+base name left by an earlier save are removed with them.
 :func:`find_checkpoint_file` picks the file to read in a folder; loading lives in
 :mod:`nb_accel.runtime.checkpoint.model_io`.
 """
@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 import torch
 from safetensors.torch import save_file
 
-from .file_batch import FileBatch
+from .file_batch import FileBatch, finish_placement
 
 if TYPE_CHECKING:
     from huggingface_hub import StateDictSplit
@@ -120,7 +120,9 @@ def name_list(names: list[str], shown: int = 10) -> str:
 def find_checkpoint_file(checkpoint: str | os.PathLike[str]) -> Path:
     """The weights file or index json to read for ``checkpoint``, a file or a folder.
 
-    A file is returned as it is. In a folder, the first found of these: an index of the standard
+    A save into the folder that a crash interrupted after its commit is finished first (see
+    :mod:`.file_batch`), so the files read are the new ones. A file is returned as it is. In a
+    folder, the first found of these: an index of the standard
     names (``model.safetensors.index.json``, then ``pytorch_model.bin.index.json``),
     ``model.safetensors``, ``pytorch_model.bin``, then the only ``*.index.json``, the only
     ``*.safetensors`` or the only ``*.bin`` file.
@@ -130,6 +132,7 @@ def find_checkpoint_file(checkpoint: str | os.PathLike[str]) -> Path:
         ValueError: the folder holds several candidates of one kind and none of the standard names.
     """
     path = Path(checkpoint).expanduser()
+    finish_placement(path if path.is_dir() else path.parent)
     if not path.exists():
         raise FileNotFoundError(
             f"checkpoint {path} does not exist: give a weights file, an index json or a folder "
@@ -267,28 +270,26 @@ def safetensors_contents(
 
 
 def _write_shard(
-    batch: FileBatch, path: Path, shard: list[_Entry], safe: bool, aliases: dict[str, str]
+    batch: FileBatch, file: str, shard: list[_Entry], safe: bool, aliases: dict[str, str]
 ) -> None:
     if safe:
         tensors, metadata = _safetensors_file(shard, aliases)
-        batch.write(path, lambda name: save_file(tensors, name, metadata=metadata))
+        batch.write(file, lambda name: save_file(tensors, name, metadata=metadata))
     else:
         # torch.save keeps tied names sharing one storage, so every name is stored.
         tied = {
             name: tensor for entry in shard for tensor in [entry.to_cpu()] for name in entry.names
         }
-        batch.write(path, lambda name: torch.save(tied, name))
+        batch.write(file, lambda name: torch.save(tied, name))
 
 
-def _remove_stale(directory: Path, weights_name: str, sharded: bool, keep: set[str]) -> None:
-    """Remove files of this base name that the save just made did not write."""
+def _stale(directory: Path, weights_name: str, keep: set[str]) -> list[str]:
+    """Files of this base name (the single file, the index, shards) that a save writing
+    ``keep`` leaves behind, the index first so that it never lists shards already gone."""
     pattern = _shard_pattern(weights_name)
-    stale = [weights_name] if sharded else [index_name(weights_name)]  # the index goes first
-    stale += sorted(p.name for p in directory.iterdir() if pattern.fullmatch(p.name))
-    for name in stale:
-        path = directory / name
-        if name not in keep and path.is_file():
-            path.unlink(missing_ok=True)
+    names = [index_name(weights_name), weights_name]
+    names += sorted(p.name for p in directory.iterdir() if pattern.fullmatch(p.name))
+    return [name for name in names if name not in keep and (directory / name).is_file()]
 
 
 def save_model_files(
@@ -317,11 +318,12 @@ def save_model_files(
     ``torch.save`` files keep every name with the memory shared. Different views of one memory
     (overlapping slices) are stored as independent copies.
 
-    Every file is written under a temporary name first; only when all are written are they
-    renamed into place, the index last, so a reader never sees a partial file and a save that
-    fails while writing leaves the previous save's files as they were.
-    Afterwards, files of the same base name left by an earlier save (shards of another count, the
-    single file or the index) are removed; no other file is.
+    The files replace the previous save's as one (see :mod:`.file_batch`): written into a
+    hidden folder beside them and flushed to disk, committed by one rename, then put in place,
+    the index last, and files of the same base name left by an earlier save (shards of another
+    count, the single file or the index) removed; no other file is. A save that fails or
+    crashes before the commit leaves the previous save's files as they were; one that crashes
+    after it is finished by the next reader (:func:`find_checkpoint_file`) or save.
 
     Raises:
         ValueError: ``max_shard_size`` or ``weights_name`` is invalid, or a tensor is on the
@@ -339,16 +341,16 @@ def save_model_files(
     split = _split(entries, base, limit)
     by_name = {entry.names[0]: entry for entry in entries}
     files = split.filename_to_tensors if split.is_sharded else {base: list(by_name)}
-    with FileBatch() as batch:
+    with FileBatch(directory) as batch:
         for name, stored in files.items():
             shard = [by_name[n] for n in stored]
-            _write_shard(batch, directory / name, shard, safe_serialization, aliases)
+            _write_shard(batch, name, shard, safe_serialization, aliases)
         if split.is_sharded:
             text = _index_text(split, aliases, safe_serialization)
             index = index_name(base)
-            batch.write(directory / index, lambda n: Path(n).write_text(text, encoding="utf-8"))
+            batch.write(index, lambda n: Path(n).write_text(text, encoding="utf-8"))
             files = {**files, index: []}
-    _remove_stale(directory, base, sharded=split.is_sharded, keep=set(files))
+        batch.remove(_stale(directory, base, keep=set(files)))
     return [str(directory / name) for name in files]
 
 

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset
 
+from ..._keywords import parameter_names, refuse_unknown
 from ..state import GradientState, PartialState
 from ..tree import (
     find_batch_size,
@@ -43,7 +44,7 @@ from .link_local import LocalReceiver, LocalSender, connect_local, local_link_av
 from .loader_pieces import pieces_supported, prepared_steps
 from .loader_resume import open_iteration
 from .loader_shard import DataLoaderStateMixin, _set_epoch_on
-from .stateful import StatefulChoice
+from .stateful import StatefulChoice, loader_parameters
 from .wire import Prepared, Preparer, layout, layout_leaves
 
 __all__ = ["DataLoaderDispatcher"]
@@ -73,7 +74,12 @@ class DataLoaderDispatcher(StatefulChoice, DataLoaderStateMixin, DataLoader):  #
         use_stateful_dataloader: build the loader on torchdata's ``StatefulDataLoader``, with
             ``state_dict()`` and ``load_state_dict()`` (process 0's state is the one that
             counts: it alone reads the data).
-        kwargs: every other ``DataLoader`` argument.
+        torch_device_mesh: Accelerate's device mesh: one without a ``"tp"`` dimension
+            changes nothing (as in Accelerate); one with tensor parallelism is refused.
+        iteration: the epoch the first iteration is (``set_epoch`` is called with it, and it
+            counts up with every completed iteration), as in Accelerate.
+        kwargs: every other ``DataLoader`` argument (``StatefulDataLoader``'s with
+            ``use_stateful_dataloader``); any other name raises ``TypeError``.
     """
 
     _own_arguments = (
@@ -83,6 +89,7 @@ class DataLoaderDispatcher(StatefulChoice, DataLoaderStateMixin, DataLoader):  #
         "slice_fn",
         "even_batches",
         "use_stateful_dataloader",
+        "torch_device_mesh",
     )
 
     def __init__(
@@ -95,9 +102,23 @@ class DataLoaderDispatcher(StatefulChoice, DataLoaderStateMixin, DataLoader):  #
         slice_fn: Callable[..., Any] | None = None,
         even_batches: bool = True,
         use_stateful_dataloader: bool = False,
+        torch_device_mesh: Any = None,
+        iteration: int = 0,
         **kwargs: Any,
     ) -> None:
+        refuse_unknown(
+            "DataLoaderDispatcher",
+            kwargs,
+            [*parameter_names(DataLoaderDispatcher), *loader_parameters(self)],
+        )
+        if "tp" in (getattr(torch_device_mesh, "mesh_dim_names", None) or ()):
+            raise NotImplementedError(
+                "DataLoaderDispatcher(torch_device_mesh=...) with a 'tp' dimension: tensor "
+                "parallelism is not supported by nb_accel; leave the mesh out (every process "
+                "is a data parallel rank)"
+            )
         super().__init__(dataset, **kwargs)
+        self.torch_device_mesh = torch_device_mesh
         self.split_batches = split_batches
         self.skip_batches = skip_batches
         self._drop_last = _drop_last
@@ -106,7 +127,7 @@ class DataLoaderDispatcher(StatefulChoice, DataLoaderStateMixin, DataLoader):  #
         self.even_batches = even_batches
         self.state = PartialState()
         self.gradient_state = GradientState()
-        self.iteration = 0
+        self.iteration = int(iteration)
         self._joined: JoinedBatchSampler | None = None
         self._link_end: Any = None
         self._check_batch_size()

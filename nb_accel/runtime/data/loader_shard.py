@@ -13,12 +13,13 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import BatchSampler, DataLoader
 
+from ..._keywords import parameter_names, refuse_unknown
 from ..state import GradientState
 from ..tree import send_to_device
 from .loader_resume import Replay, close_iteration, open_iteration
 from .rng import RNGType, synchronize_rng_states
 from .sampling import BatchSamplerShard, IterableDatasetShard, SkipBatchSampler
-from .stateful import StatefulChoice
+from .stateful import StatefulChoice, loader_parameters
 
 __all__ = ["DataLoaderStateMixin", "DataLoaderShard", "SkipDataLoader", "shard_sampler_of"]
 
@@ -193,7 +194,11 @@ class DataLoaderShard(StatefulChoice, DataLoaderStateMixin, DataLoader):  # type
         skip_batches: batches to skip at the start of every iteration.
         use_stateful_dataloader: build the loader on torchdata's ``StatefulDataLoader``, with
             ``state_dict()`` and ``load_state_dict()`` (see :mod:`.stateful`).
-        kwargs: every other ``DataLoader`` argument.
+        torch_device_mesh: accepted and unused, as in Accelerate (whose shards do not read it).
+        iteration: the epoch the first iteration is (``set_epoch`` is called with it, and it
+            counts up with every completed iteration), as in Accelerate.
+        kwargs: every other ``DataLoader`` argument (``StatefulDataLoader``'s with
+            ``use_stateful_dataloader``); any other name raises ``TypeError``.
     """
 
     _own_arguments = (
@@ -214,8 +219,14 @@ class DataLoaderShard(StatefulChoice, DataLoaderStateMixin, DataLoader):  # type
         use_stateful_dataloader: bool = False,
         _drop_last: bool = False,
         _non_blocking: bool = False,
+        torch_device_mesh: Any = None,
+        iteration: int = 0,
         **kwargs: Any,
     ) -> None:
+        refuse_unknown(
+            "DataLoaderShard", kwargs, [*parameter_names(DataLoaderShard), *loader_parameters(self)]
+        )
+        del torch_device_mesh  # Accelerate's shards leave it unused too
         super().__init__(dataset, **kwargs)
         self.device = device
         self.rng_types = [RNGType(kind).value for kind in rng_types] if rng_types else None
@@ -224,7 +235,7 @@ class DataLoaderShard(StatefulChoice, DataLoaderStateMixin, DataLoader):  # type
         self._drop_last = _drop_last
         self._non_blocking = _non_blocking
         self.gradient_state = GradientState()
-        self.iteration = 0
+        self.iteration = int(iteration)
         self.reset()
 
     def _batch_sampler(self) -> Any:
@@ -322,7 +333,7 @@ class SkipDataLoader(StatefulChoice, DataLoader):  # type: ignore[type-arg]
         dataset: the dataset.
         skip_batches: how many batches to skip.
         use_stateful_dataloader: build the loader on torchdata's ``StatefulDataLoader``.
-        kwargs: every other ``DataLoader`` argument.
+        kwargs: every other ``DataLoader`` argument; any other name raises ``TypeError``.
     """
 
     def __init__(
@@ -332,6 +343,9 @@ class SkipDataLoader(StatefulChoice, DataLoader):  # type: ignore[type-arg]
         use_stateful_dataloader: bool = False,
         **kwargs: Any,
     ) -> None:
+        refuse_unknown(
+            "SkipDataLoader", kwargs, [*parameter_names(SkipDataLoader), *loader_parameters(self)]
+        )
         super().__init__(dataset, **kwargs)
         self.skip_batches = skip_batches
 

@@ -22,7 +22,9 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch.utils.data import DataLoader
 
+from ..._keywords import parameter_names
 from ..environment import is_torchdata_stateful_dataloader_available
 from .loader_resume import loader_state, restore_loader_state, samplers_of
 
@@ -30,6 +32,7 @@ __all__ = [
     "EXTRA_KEY",
     "StatefulChoice",
     "StatefulLoaderMixin",
+    "loader_parameters",
     "require_stateful_dataloader",
     "stateful_variant",
 ]
@@ -72,6 +75,15 @@ def stateful_variant(cls: type) -> type:
     variant = type(name, (StatefulLoaderMixin, cls, StatefulDataLoader), namespace)
     _VARIANTS[cls] = variant
     return variant
+
+
+def loader_parameters(loader: Any) -> list[str]:
+    """The keyword names ``loader``'s class hands on to the loader it is built on: those of
+    ``DataLoader``, and of torchdata's ``StatefulDataLoader`` for a stateful variant (which
+    drops what an older torchdata lacks)."""
+    names = parameter_names(DataLoader.__init__)
+    stateful = getattr(loader, "_stateful_parameters", ())
+    return [*names, *(name for name in stateful if name != "self")]
 
 
 class StatefulChoice:

@@ -18,12 +18,16 @@ from typing import Any
 
 from tqdm.std import tqdm as std_tqdm
 
+from ..._keywords import parameter_names, refuse_unknown
 from ..._messages import BarState
 from .reporter import Reporter, current_reporter
 
 __all__ = ["tqdm", "trange", "bar_state", "next_bar_id", "Discard"]
 
 _ids = itertools.count()
+#: The keywords a bar takes: tqdm's, the notebook bar's ``display``, and the ``nested`` that
+#: tqdm itself explains is gone.
+_BAR_OPTIONS = (*parameter_names(std_tqdm.__init__), "display", "nested")
 
 
 def next_bar_id() -> int:
@@ -80,11 +84,13 @@ def bar_state(bar: std_tqdm, bar_id: int, closed: bool) -> BarState:  # type: ig
 class tqdm(std_tqdm):  # type: ignore[type-arg]
     """A tqdm progress bar that, inside a launch, shows up in the kernel's launch view.
 
-    Takes every argument tqdm takes. Outside a launch, constructing one gives a
+    Takes every argument tqdm takes; any other keyword raises ``TypeError`` naming the
+    argument it most likely meant. Outside a launch, constructing one gives a
     ``tqdm.auto.tqdm`` (a notebook widget or a text bar).
     """
 
     def __new__(cls, *args: Any, **kwargs: Any) -> Any:
+        refuse_unknown("tqdm", kwargs, _BAR_OPTIONS, ending="see help(tqdm) for its arguments")
         if cls is tqdm and current_reporter() is None:
             auto = importlib.import_module("tqdm.auto").tqdm
             return auto(*args, **kwargs)
