@@ -1,9 +1,10 @@
 """Machines for tests: network namespaces joined by a bridge (the kernel's address on it is the
-machines' gateway), each one's processes listed and ended at teardown. The SSH hosts
-(:mod:`ssh_hosts`) and the SLURM cluster (:mod:`slurm_cluster`) are made of them.
+machines' gateway), each with its own ``/dev/shm`` and temporary folder (:mod:`own_folders`),
+each one's processes listed and ended at teardown. The SSH hosts (:mod:`ssh_hosts`) and the
+SLURM cluster (:mod:`slurm_cluster`) are made of them.
 
-Needs root and ``ip``; the tests say why they skip where these are missing (in CI, where
-``make test`` installs what they need, they fail instead).
+Needs root, ``ip`` and ``unshare``; the tests say why they skip where these are missing (in CI,
+where ``make test`` installs what they need, they fail instead).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from own_folders import on_machine
 
 #: The machines' networks are ``10.213.N.0/24``, N chosen free per instance (runs side by side
 #: on one machine must not share addresses).
@@ -43,7 +45,7 @@ def run(*command: str) -> subprocess.CompletedProcess[str]:
 def require(tools: list[str], files: list[str]) -> None:
     """Skip, saying why, where ``tools`` (on PATH) or ``files`` are missing or this is not
     root; in CI (``CI`` set) fail instead."""
-    missing = [tool for tool in ["ip", *tools] if shutil.which(tool) is None]
+    missing = [tool for tool in ["ip", "unshare", *tools] if shutil.which(tool) is None]
     missing += [path for path in files if not os.path.exists(path)]
     reason = ""
     if missing:
@@ -103,6 +105,7 @@ class BridgedMachines:
         prefix: str = "node",
     ) -> None:
         tag = secrets.token_hex(3)
+        self._shared = tmp_path  # every machine reaches the test's folder
         self.folder = tmp_path / "machines"
         self.folder.mkdir()
         self._daemons: list[subprocess.Popen[bytes]] = []
@@ -140,6 +143,11 @@ class BridgedMachines:
             if arguments[:2] in (("netns", "add"), ("link", "add")):
                 pytest.skip(f"cannot make the machines: ip {' '.join(arguments)}: {done.stderr}")
             raise RuntimeError(f"ip {' '.join(arguments)}: {done.stderr.strip()}")
+
+    def on(self, host: Host, command: list[str]) -> list[str]:
+        """``command`` run on ``host``: in its network namespace, with its own ``/dev/shm``
+        and temporary folder, the test's folder shared (see :mod:`own_folders`)."""
+        return on_machine(host.namespace, [self._shared], command)
 
     def daemon(
         self, command: list[str], env: dict[str, str] | None = None
