@@ -103,7 +103,8 @@ def test_a_kernel_that_dies_leaves_nothing_on_the_nodes(
             allocation.wait()
     cluster.settle()  # the srun clients died with it; SLURM ends the steps
     assert cluster.processes() == []
-    # the scratch folders of the tasks SLURM killed outright go with each node's own /dev/shm
+    # the steps themselves end before the cluster stops (its teardown fails otherwise); the
+    # scratch folders of the tasks SLURM killed outright go with each node's own /dev/shm
 
 
 #: A kernel for the other cases (``sys.argv[1]``): a rank killed, an interrupt, a pool. The
