@@ -5,7 +5,7 @@ process tree (a SLURM step, an SSH session), and ended at teardown. The SSH host
 (:mod:`ssh_hosts`) and the SLURM cluster (:mod:`slurm_cluster`) are made of them.
 
 Needs root, ``ip`` and ``unshare``; the tests say why they skip where these are missing (in CI,
-where ``make test`` installs what they need, they fail instead).
+where ``make test`` installs what they need, they fail instead: :func:`unavailable`).
 """
 
 from __future__ import annotations
@@ -43,20 +43,34 @@ def run(*command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
 
 
+def unavailable(reason: str) -> None:
+    """Skip the test, saying ``reason``: the machines cannot be made here; in CI (``CI`` set),
+    where they must be, fail instead. Every test that needs machines skips through this."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: the machines must be made)")
+    pytest.skip(reason)
+
+
 def require(tools: list[str], files: list[str]) -> None:
-    """Skip, saying why, where ``tools`` (on PATH) or ``files`` are missing or this is not
-    root; in CI (``CI`` set) fail instead."""
+    """Skip (in CI: fail), saying why, where ``tools`` (on PATH) or ``files`` are missing or
+    this is not root."""
     missing = [tool for tool in ["ip", "unshare", *tools] if shutil.which(tool) is None]
     missing += [path for path in files if not os.path.exists(path)]
-    reason = ""
     if missing:
-        reason = f"needs {', '.join(missing)} (`make test` installs them as root)"
+        unavailable(f"needs {', '.join(missing)} (`make test` installs them as root)")
     elif os.geteuid() != 0:
-        reason = "needs root to create network namespaces (ip netns add)"
-    if reason and os.environ.get("CI"):
-        pytest.fail(reason)
-    if reason:
-        pytest.skip(reason)
+        unavailable("needs root to create network namespaces (ip netns add)")
+
+
+def ip(*arguments: str) -> None:
+    """Run ``ip arguments``; where a namespace or a link cannot be made at all, skip (in CI:
+    fail) saying why; any other failure raises."""
+    done = run("ip", *arguments)
+    if done.returncode != 0:
+        said = f"ip {' '.join(arguments)}: {done.stderr.strip()}"
+        if arguments[:2] in (("netns", "add"), ("link", "add")):
+            unavailable(f"cannot make the machines: {said}")
+        raise RuntimeError(said)
 
 
 #: Where ``ip netns exec`` finds files that it puts in place of ``/etc``'s for a namespace.
@@ -155,36 +169,28 @@ class BridgedMachines:
             Host(f"{prefix}{i}", f"nbm-{tag}-{i}", f"{subnet}.{i + 1}") for i in range(count)
         ]
         bridge = f"nbbr{tag}"
-        self._ip("link", "add", bridge, "type", "bridge")
+        ip("link", "add", bridge, "type", "bridge")
         cleanup(lambda: run("ip", "link", "del", bridge))
-        self._ip("addr", "add", f"{self.kernel_address}/24", "dev", bridge)
-        self._ip("link", "set", bridge, "up")
+        ip("addr", "add", f"{self.kernel_address}/24", "dev", bridge)
+        ip("link", "set", bridge, "up")
         for index, host in enumerate(self.hosts):
-            self._ip("netns", "add", host.namespace)
+            ip("netns", "add", host.namespace)
             cleanup(lambda name=host.namespace: run("ip", "netns", "del", name))
             namespace = _namespace_of(f"/run/netns/{host.namespace}")
             assert namespace is not None, host.namespace
             self._namespaces[namespace] = host
             _resolve_nothing(host.namespace, cleanup)
             outside, inside = f"nbv{tag}{index}", f"nbw{tag}{index}"
-            self._ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+            ip("link", "add", outside, "type", "veth", "peer", "name", inside)
             cleanup(lambda link=outside: run("ip", "link", "del", link))
-            self._ip("link", "set", outside, "master", bridge)
-            self._ip("link", "set", outside, "up")
-            self._ip("link", "set", inside, "netns", host.namespace)
-            self._ip("-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", inside)
-            self._ip("-n", host.namespace, "link", "set", inside, "up")
-            self._ip("-n", host.namespace, "link", "set", "lo", "up")
-            self._ip("-n", host.namespace, "route", "add", "default", "via", self.kernel_address)
+            ip("link", "set", outside, "master", bridge)
+            ip("link", "set", outside, "up")
+            ip("link", "set", inside, "netns", host.namespace)
+            ip("-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", inside)
+            ip("-n", host.namespace, "link", "set", inside, "up")
+            ip("-n", host.namespace, "link", "set", "lo", "up")
+            ip("-n", host.namespace, "route", "add", "default", "via", self.kernel_address)
         cleanup(self._teardown)  # the first to run: the network is still up
-
-    @staticmethod
-    def _ip(*arguments: str) -> None:
-        done = run("ip", *arguments)
-        if done.returncode != 0:
-            if arguments[:2] in (("netns", "add"), ("link", "add")):
-                pytest.skip(f"cannot make the machines: ip {' '.join(arguments)}: {done.stderr}")
-            raise RuntimeError(f"ip {' '.join(arguments)}: {done.stderr.strip()}")
 
     def on(self, host: Host, command: list[str]) -> list[str]:
         """``command`` run on ``host``: in its network namespace, with its own ``/dev/shm``
