@@ -382,10 +382,12 @@ def test_the_several_machines_notebook_runs_on_the_hosts(
 
 
 def _drop_node1() -> None:
-    """Kill the kernel's ``ssh`` to node1: a dropped connection."""
+    """Kill the kernel's ``ssh`` to node1: a dropped connection (the machines' ``sshd`` and
+    their sessions, ending meanwhile, are this process's descendants too)."""
     for child in psutil.Process().children(recursive=True):
-        if "ssh" in child.name() and "node1" in child.cmdline():
-            child.kill()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if child.name() == "ssh" and "node1" in child.cmdline():
+                child.kill()
 
 
 def test_a_dropped_connection_names_its_host_and_stops_the_others(
