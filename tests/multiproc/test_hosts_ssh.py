@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -21,6 +20,7 @@ import psutil
 import pytest
 import torch
 import torch.distributed as dist
+from own_folders import OWN_FOLDERS
 from ssh_hosts import SshMachines, require_ssh_machines
 
 from nb_accel import Config, notebook_launcher, save_config
@@ -61,10 +61,6 @@ def test_two_hosts_train_together_and_return_every_rank_s_result(
     assert f"{title}, 4 ranks" in out
     assert "[node0 rank 1] summing" in out and "[node1 rank 2] summing" in out, out
     assert machines.processes() == []  # the node processes and their workers have ended
-
-
-#: Each machine's own folders: where one machine's big values would wait for another to map them.
-OWN_FOLDERS = ("/dev/shm", tempfile.gettempdir())
 
 
 def scaled_with_the_host_s_folders(big: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
