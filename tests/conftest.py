@@ -70,7 +70,11 @@ def _settle(condition: Callable[[], bool]) -> None:
 
 @pytest.fixture(autouse=True)
 def no_leftovers() -> Iterator[None]:
-    """Fail a test that leaves a child process, a thread or a changed environment behind."""
+    """Fail a test that leaves a child process, a thread or a changed environment behind.
+
+    What a test leaves on the test machines out of its process tree (a SLURM step, an SSH
+    session: re-parented away from it) fails it at the machines' teardown, which finds every
+    process there by its network namespace (``tests/multiproc/machines.py``)."""
     env_before = _env_snapshot()
     children_before = set(_children())
     threads_before = set(threading.enumerate())

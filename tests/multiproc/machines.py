@@ -1,9 +1,11 @@
 """Machines for tests: network namespaces joined by a bridge (the kernel's address on it is the
-machines' gateway), each one's processes listed and ended at teardown. The SSH hosts
+machines' gateway), each with its own ``/dev/shm`` and temporary folder (:mod:`own_folders`);
+every process on them is found by its network namespace, also once it has left the test's
+process tree (a SLURM step, an SSH session), and ended at teardown. The SSH hosts
 (:mod:`ssh_hosts`) and the SLURM cluster (:mod:`slurm_cluster`) are made of them.
 
-Needs root and ``ip``; the tests say why they skip where these are missing (in CI, where
-``make test`` installs what they need, they fail instead).
+Needs root, ``ip`` and ``unshare``; the tests say why they skip where these are missing (in CI,
+where ``make test`` installs what they need, they fail instead: :func:`unavailable`).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from own_folders import on_machine
 
 #: The machines' networks are ``10.213.N.0/24``, N chosen free per instance (runs side by side
 #: on one machine must not share addresses).
@@ -40,20 +43,34 @@ def run(*command: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
 
 
+def unavailable(reason: str) -> None:
+    """Skip the test, saying ``reason``: the machines cannot be made here; in CI (``CI`` set),
+    where they must be, fail instead. Every test that needs machines skips through this."""
+    if os.environ.get("CI"):
+        pytest.fail(f"{reason} (CI is set: the machines must be made)")
+    pytest.skip(reason)
+
+
 def require(tools: list[str], files: list[str]) -> None:
-    """Skip, saying why, where ``tools`` (on PATH) or ``files`` are missing or this is not
-    root; in CI (``CI`` set) fail instead."""
-    missing = [tool for tool in ["ip", *tools] if shutil.which(tool) is None]
+    """Skip (in CI: fail), saying why, where ``tools`` (on PATH) or ``files`` are missing or
+    this is not root."""
+    missing = [tool for tool in ["ip", "unshare", *tools] if shutil.which(tool) is None]
     missing += [path for path in files if not os.path.exists(path)]
-    reason = ""
     if missing:
-        reason = f"needs {', '.join(missing)} (`make test` installs them as root)"
+        unavailable(f"needs {', '.join(missing)} (`make test` installs them as root)")
     elif os.geteuid() != 0:
-        reason = "needs root to create network namespaces (ip netns add)"
-    if reason and os.environ.get("CI"):
-        pytest.fail(reason)
-    if reason:
-        pytest.skip(reason)
+        unavailable("needs root to create network namespaces (ip netns add)")
+
+
+def ip(*arguments: str) -> None:
+    """Run ``ip arguments``; where a namespace or a link cannot be made at all, skip (in CI:
+    fail) saying why; any other failure raises."""
+    done = run("ip", *arguments)
+    if done.returncode != 0:
+        said = f"ip {' '.join(arguments)}: {done.stderr.strip()}"
+        if arguments[:2] in (("netns", "add"), ("link", "add")):
+            unavailable(f"cannot make the machines: {said}")
+        raise RuntimeError(said)
 
 
 #: Where ``ip netns exec`` finds files that it puts in place of ``/etc``'s for a namespace.
@@ -79,6 +96,41 @@ def _resolve_nothing(namespace: str, cleanup: Callable[[Callable[[], None]], Non
     (folder / "resolv.conf").write_text("nameserver 127.0.0.1\noptions timeout:1 attempts:1\n")
 
 
+#: How long the machines get, once a test is over, to finish what ends on its own (a SLURM step
+#: reporting its end, an SSH session closing) before their daemons stop.
+WIND_DOWN_S = 30.0
+#: How long whatever outlived the daemons gets to end before it counts as left behind.
+LEFT_BEHIND_S = 5.0
+
+
+def _namespace_of(path: str) -> tuple[int, int] | None:
+    """The network namespace ``path`` names (a ``/proc/<pid>/ns/net`` or a ``/run/netns``
+    file), as its device and inode; ``None`` for a process gone (or a zombie)."""
+    try:
+        found = os.stat(path)
+    except OSError:
+        return None
+    return found.st_dev, found.st_ino
+
+
+def _command_line(pid: int) -> str | None:
+    try:
+        command = Path(f"/proc/{pid}/cmdline").read_bytes()
+    except OSError:
+        return None
+    return command.replace(b"\0", b" ").decode(errors="replace").strip() or None
+
+
+def _wait_until(done: Callable[[], bool], timeout_s: float) -> bool:
+    """Poll ``done`` until it holds or ``timeout_s`` passed; whether it holds."""
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)  # polling the machines' process lists, not ordering events
+    return True
+
+
 @dataclass
 class Host:
     """One machine: its name, namespace and address."""
@@ -90,7 +142,8 @@ class Host:
 
 class BridgedMachines:
     """``count`` machines named ``{prefix}0``, ``{prefix}1``, ...; everything made for them is
-    removed at teardown (``cleanup`` registers what to run then, last first)."""
+    removed at teardown (``cleanup`` registers what to run then, last first), and a process
+    still running on them once their daemons have stopped fails the test."""
 
     #: Programs of the machinery itself, not of a launch (left out of :meth:`processes`).
     daemons: tuple[str, ...] = ()
@@ -103,10 +156,12 @@ class BridgedMachines:
         prefix: str = "node",
     ) -> None:
         tag = secrets.token_hex(3)
+        self._shared = tmp_path  # every machine reaches the test's folder
         self.folder = tmp_path / "machines"
         self.folder.mkdir()
         self._daemons: list[subprocess.Popen[bytes]] = []
-        cleanup(self._stop_daemons)  # runs last: after the namespaces are gone it has no work
+        #: Each machine by its network namespace (found by it after its name is gone too).
+        self._namespaces: dict[tuple[int, int], Host] = {}
         subnet = _free_subnet()
         #: The kernel's address on the bridge (the machines' gateway).
         self.kernel_address = f"{subnet}.254"
@@ -114,32 +169,33 @@ class BridgedMachines:
             Host(f"{prefix}{i}", f"nbm-{tag}-{i}", f"{subnet}.{i + 1}") for i in range(count)
         ]
         bridge = f"nbbr{tag}"
-        self._ip("link", "add", bridge, "type", "bridge")
+        ip("link", "add", bridge, "type", "bridge")
         cleanup(lambda: run("ip", "link", "del", bridge))
-        self._ip("addr", "add", f"{self.kernel_address}/24", "dev", bridge)
-        self._ip("link", "set", bridge, "up")
+        ip("addr", "add", f"{self.kernel_address}/24", "dev", bridge)
+        ip("link", "set", bridge, "up")
         for index, host in enumerate(self.hosts):
-            self._ip("netns", "add", host.namespace)
+            ip("netns", "add", host.namespace)
             cleanup(lambda name=host.namespace: run("ip", "netns", "del", name))
+            namespace = _namespace_of(f"/run/netns/{host.namespace}")
+            assert namespace is not None, host.namespace
+            self._namespaces[namespace] = host
             _resolve_nothing(host.namespace, cleanup)
             outside, inside = f"nbv{tag}{index}", f"nbw{tag}{index}"
-            self._ip("link", "add", outside, "type", "veth", "peer", "name", inside)
+            ip("link", "add", outside, "type", "veth", "peer", "name", inside)
             cleanup(lambda link=outside: run("ip", "link", "del", link))
-            self._ip("link", "set", outside, "master", bridge)
-            self._ip("link", "set", outside, "up")
-            self._ip("link", "set", inside, "netns", host.namespace)
-            self._ip("-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", inside)
-            self._ip("-n", host.namespace, "link", "set", inside, "up")
-            self._ip("-n", host.namespace, "link", "set", "lo", "up")
-            self._ip("-n", host.namespace, "route", "add", "default", "via", self.kernel_address)
+            ip("link", "set", outside, "master", bridge)
+            ip("link", "set", outside, "up")
+            ip("link", "set", inside, "netns", host.namespace)
+            ip("-n", host.namespace, "addr", "add", f"{host.address}/24", "dev", inside)
+            ip("-n", host.namespace, "link", "set", inside, "up")
+            ip("-n", host.namespace, "link", "set", "lo", "up")
+            ip("-n", host.namespace, "route", "add", "default", "via", self.kernel_address)
+        cleanup(self._teardown)  # the first to run: the network is still up
 
-    @staticmethod
-    def _ip(*arguments: str) -> None:
-        done = run("ip", *arguments)
-        if done.returncode != 0:
-            if arguments[:2] in (("netns", "add"), ("link", "add")):
-                pytest.skip(f"cannot make the machines: ip {' '.join(arguments)}: {done.stderr}")
-            raise RuntimeError(f"ip {' '.join(arguments)}: {done.stderr.strip()}")
+    def on(self, host: Host, command: list[str]) -> list[str]:
+        """``command`` run on ``host``: in its network namespace, with its own ``/dev/shm``
+        and temporary folder, the test's folder shared (see :mod:`own_folders`)."""
+        return on_machine(host.namespace, [self._shared], command)
 
     def daemon(
         self, command: list[str], env: dict[str, str] | None = None
@@ -151,35 +207,60 @@ class BridgedMachines:
         self._daemons.append(process)
         return process
 
-    def _stop_daemons(self) -> None:
-        """End the daemons and whatever still runs on the machines (a test's assertion on
-        what is left behind looks before this)."""
-        for process in reversed(self._daemons):
-            process.kill()
-            process.communicate()
-        for host in self.hosts:
-            for pid in run("ip", "netns", "pids", host.namespace).stdout.split():
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(int(pid), signal.SIGKILL)
+    def _end_work(self) -> None:
+        """Ask the machinery to end whatever work it still has (a subclass's: the SLURM
+        cluster cancels its jobs); the daemons are still up."""
+
+    def _teardown(self) -> None:
+        """End the work on the machines while their daemons and network are up, wait for
+        what ends on its own, stop the daemons, then fail if anything still runs there
+        (ended now: nothing outlives the test)."""
+        daemons = {process.pid for process in self._daemons}
+        try:
+            self._end_work()
+            _wait_until(lambda: set(self._running()) <= daemons, WIND_DOWN_S)
+        finally:
+            for process in reversed(self._daemons):
+                process.kill()
+                process.communicate()
+            _wait_until(lambda: not self._running(), LEFT_BEHIND_S)
+            left = [f"{host.name}: {command}" for host, command in self._running().values()]
+            _wait_until(self._kill_all, LEFT_BEHIND_S)
+        if left:
+            pytest.fail(f"processes still ran on the machines after their daemons stopped: {left}")
+
+    def _kill_all(self) -> bool:
+        """Kill what runs on the machines; whether nothing did."""
+        running = self._running()
+        for pid in running:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        return not running
+
+    def _running(self) -> dict[int, tuple[Host, str]]:
+        """Every process on the machines now (by its network namespace, wherever its parent
+        is): its host and command line."""
+        found = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            namespace = _namespace_of(f"/proc/{entry.name}/ns/net")
+            host = self._namespaces.get(namespace) if namespace else None
+            command = _command_line(int(entry.name)) if host else None
+            if host and command:
+                found[int(entry.name)] = (host, command)
+        return found
 
     def settle(self, timeout_s: float = 30.0) -> None:
         """Wait (up to ``timeout_s``) until nothing of a launch runs on the machines: what ends
         on its own when its channel closes (a kernel killed, a connection dropped)."""
-        deadline = time.monotonic() + timeout_s
-        while self.processes() and time.monotonic() < deadline:
-            time.sleep(0.1)  # polling the machines' process lists
+        _wait_until(lambda: not self.processes(), timeout_s)
 
     def processes(self) -> list[str]:
         """The command lines of the processes running on the machines now, the daemons' left
         out."""
-        found = []
-        for host in self.hosts:
-            for pid in run("ip", "netns", "pids", host.namespace).stdout.split():
-                try:
-                    command = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
-                except OSError:
-                    continue
-                text = command.decode(errors="replace").strip()
-                if not any(daemon in text for daemon in self.daemons):
-                    found.append(f"{host.name}: {text}")
-        return found
+        return [
+            f"{host.name}: {command}"
+            for host, command in self._running().values()
+            if not any(daemon in command for daemon in self.daemons)
+        ]

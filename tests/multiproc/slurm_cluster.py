@@ -1,9 +1,10 @@
 """A real SLURM cluster on one machine, for tests: Debian's ``slurm-wlm`` and ``munge``.
 
 ``munged`` and ``slurmctld`` run in the root namespace (the kernel's side of the bridge), one
-``slurmd -N snK`` in each machine's network namespace with its ``NodeAddr``; every daemon reads
-the same absolute ``SLURM_CONF`` and its files live in the test's folder. Node names are
-``sn0``, ``sn1``, ...; it comes up in about a second.
+``slurmd -N snK`` on each machine (its network namespace, its own ``/dev/shm`` and temporary
+folder) with its ``NodeAddr``; every daemon reads the same absolute ``SLURM_CONF`` and its
+files live in the test's folder. Node names are ``sn0``, ``sn1``, ...; it comes up in about a
+second. At teardown every job is cancelled and every step ends before the daemons stop.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from machines import BridgedMachines, require
 
 def require_slurm_cluster() -> None:
     """Skip (in CI: fail), saying why, where the cluster cannot be made."""
-    require(["munged", "slurmctld", "slurmd", "salloc", "srun", "scontrol", "sinfo"], [])
+    require(["munged", "slurmctld", "slurmd", "salloc", "srun", "scancel", "scontrol", "sinfo"], [])
 
 
 class SlurmCluster(BridgedMachines):
@@ -76,8 +77,20 @@ class SlurmCluster(BridgedMachines):
         self.daemon(["slurmctld", "-D", "-i", "-f", str(self.conf)], env=self.env)
         for host in self.hosts:
             command = ["slurmd", "-D", "-N", host.name, "-f", str(self.conf)]
-            self.daemon(["ip", "netns", "exec", host.namespace, *command], env=self.env)
+            self.daemon(self.on(host, command), env=self.env)
         self._wait_for(self._all_idle, "the nodes did not come up")
+
+    def _end_work(self) -> None:
+        """Cancel every job still running: its steps end, and report their end to
+        ``slurmctld``, while the daemons and the network are up (a step whose controller has
+        gone retries for ever)."""
+        subprocess.run(
+            ["scancel", "--user", "root"],
+            env=self.env,
+            capture_output=True,
+            timeout=30,
+            check=False,
+        )
 
     def _all_idle(self) -> bool:
         shown = subprocess.run(

@@ -66,9 +66,7 @@ class SshMachines(BridgedMachines):
             "StrictModes no\n"
             "UsePAM no\n"
         )
-        server = self.daemon(
-            ["ip", "netns", "exec", host.namespace, SSHD, "-D", "-e", "-f", str(config)]
-        )
+        server = self.daemon(self.on(host, [SSHD, "-D", "-e", "-f", str(config)]))
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             if server.poll() is not None:

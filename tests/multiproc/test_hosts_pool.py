@@ -18,6 +18,7 @@ from ssh_hosts import SshMachines, require_ssh_machines
 
 from nb_accel.errors import WorkerDiedError
 from nb_accel.launch.pool import WorkerPool, load_value
+from nb_accel.runtime.transfer.segments import SHARE_MIN_BYTES
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -63,9 +64,11 @@ def test_a_pool_keeps_its_namespace_on_every_host(
     assert "[node0 rank 1] here" in out and "[node1 rank 3] here" in out, out
     machine = _values(pool.execute("net", want_value=True))  # each host: its own network
     assert machine[0] == machine[1] != machine[2] == machine[3]  # two machines, two ranks each
-    big = torch.arange(1 << 19, dtype=torch.float64)  # 4 MB: travels inside the messages
-    pool.push({"big": big})
+    big = torch.arange(4 * SHARE_MIN_BYTES // 8, dtype=torch.float64)  # aside from the pickle
+    pool.push({"big": big})  # to every host, which shares no memory with the kernel
     assert pool.pull("big", ranks=[3])[0].equal(big)
+    made = _values(pool.execute("big * (rank + 1)", want_value=True))  # made on the hosts
+    assert [value.equal(big * (rank + 1)) for rank, value in enumerate(made)] == [True] * 4
     status = pool.status()
     assert [(s.rank, s.host, s.alive) for s in status] == [
         (0, "node0", True),

@@ -1,8 +1,9 @@
 """Launches across the nodes of a SLURM allocation (``hosts="slurm"``): a real cluster on one
 machine (``slurmctld``, a ``slurmd`` per network namespace, ``munge``); the kernel runs inside
 ``salloc -N 2`` and starts a node process on each node with ``srun``. Results in rank order,
-a failure naming its node, a killed rank, an interrupt, a pool spread over the nodes; nothing
-left on the nodes after any of them, nor after the kernel dies."""
+big values (above the shared-memory threshold) to the nodes and back, a failure naming its
+node, a killed rank, an interrupt, a pool spread over the nodes; nothing left on the nodes
+after any of them, nor after the kernel dies."""
 
 from __future__ import annotations
 
@@ -15,17 +16,17 @@ import psutil
 import pytest
 from slurm_cluster import SlurmCluster, require_slurm_cluster
 
-from nb_accel.launch.scratch import remove_orphaned_scratch_dirs
-
 pytestmark = pytest.mark.timeout(300)
 
 #: The kernel: a launch over the allocation's nodes, its outcome printed as JSON.
 KERNEL = """
 import json, sys
 from pathlib import Path
+import torch
 from nb_accel import notebook_launcher
+from nb_accel.runtime.transfer.segments import SHARE_MIN_BYTES
 
-def summed(folder, failing):
+def summed(folder, failing, big):
     import socket, threading
     import torch, torch.distributed as dist
     value = torch.ones(1) * (dist.get_rank() + 1)
@@ -35,12 +36,14 @@ def summed(folder, failing):
         threading.Event().wait(600)
     if dist.get_rank() == failing:
         raise KeyError(f"only on rank {dist.get_rank()}")
-    return dist.get_rank(), value.item()
+    return dist.get_rank(), value.item(), big * (dist.get_rank() + 1)
 
+big = torch.arange(2 * SHARE_MIN_BYTES // 8, dtype=torch.float64)  # aside from the pickle
 try:
-    arguments = (sys.argv[1], int(sys.argv[2]))
+    arguments = (sys.argv[1], int(sys.argv[2]), big)
     results = notebook_launcher(summed, arguments, num_processes=2, cpu=True, hosts="slurm")
-    print("OUTCOME", json.dumps({"results": results}))
+    back = [[rank, value, scaled.equal(big * (rank + 1))] for rank, value, scaled in results]
+    print("OUTCOME", json.dumps({"results": back}))
 except KeyError as error:
     print("OUTCOME", json.dumps({"error": str(error), "notes": error.__notes__}))
 """
@@ -65,8 +68,10 @@ def _outcome(cluster: SlurmCluster, tmp_path: Path, failing_rank: int) -> dict[s
 
 
 def test_the_allocation_s_nodes_train_together(cluster: SlurmCluster, tmp_path: Path) -> None:
+    """Each rank gets a big tensor (above the shared-memory threshold) and sends one back:
+    the nodes share no ``/dev/shm`` with the kernel."""
     outcome = _outcome(cluster, tmp_path, failing_rank=-1)
-    assert outcome.get("results") == [[rank, 10.0] for rank in range(4)], outcome
+    assert outcome.get("results") == [[rank, 10.0, True] for rank in range(4)], outcome
     assert "on each of 2 hosts over srun (sn0, sn1), 4 ranks" in str(outcome["stdout"])
     assert cluster.processes() == []
 
@@ -98,9 +103,8 @@ def test_a_kernel_that_dies_leaves_nothing_on_the_nodes(
             allocation.wait()
     cluster.settle()  # the srun clients died with it; SLURM ends the steps
     assert cluster.processes() == []
-    # SLURM kills a dead srun's tasks outright: their scratch folders stay until the next
-    # launch on the node, or until removed (the machines share this filesystem)
-    remove_orphaned_scratch_dirs()
+    # the steps themselves end before the cluster stops (its teardown fails otherwise); the
+    # scratch folders of the tasks SLURM killed outright go with each node's own /dev/shm
 
 
 #: A kernel for the other cases (``sys.argv[1]``): a rank killed, an interrupt, a pool. The
@@ -130,12 +134,18 @@ def interrupt_once_every_rank_waits():
     os.kill(os.getpid(), signal.SIGINT)
 
 def pool():
+    import torch
     from nb_accel.launch.pool import WorkerPool, load_value
+    from nb_accel.runtime.transfer.segments import SHARE_MIN_BYTES
     workers = WorkerPool(2, cpu=True, hosts="slurm")
     workers.start()
     try:
         code = "import torch, torch.distributed as dist\\nt = torch.ones(1)\\ndist.all_reduce(t)\\n"
         done = workers.execute(code + "(rank, t.item())", want_value=True)
+        big = torch.arange(2 * SHARE_MIN_BYTES // 8, dtype=torch.float64)  # aside from the pickle
+        workers.push({"big": big})
+        workers.execute("scaled = big * (rank + 1)")
+        pulled = workers.pull("scaled")
         try:
             workers.execute("if rank == 3:\\n    raise KeyError('on rank 3')\\ndist.barrier()")
         except KeyError as error:
@@ -144,6 +154,7 @@ def pool():
             "results": [load_value(reply) for _, reply in sorted(done.items())],
             "hosts": [status.host for status in workers.status()],
             "failure": failure,
+            "big": [value.equal(big * (rank + 1)) for rank, value in enumerate(pulled)],
         }
     finally:
         workers.stop()
@@ -204,5 +215,6 @@ def test_a_pool_spreads_over_the_allocation(cluster: SlurmCluster, tmp_path: Pat
     outcome, left = _case(cluster, tmp_path, "pool")
     assert outcome.get("results") == [[rank, 4.0] for rank in range(4)], outcome
     assert outcome["hosts"] == ["sn0", "sn0", "sn1", "sn1"]
+    assert outcome["big"] == [True] * 4  # pushed to the nodes and pulled back
     assert "Raised on rank 3 of 4 (host sn1)" in "\n".join(outcome["failure"])  # type: ignore[arg-type]
     assert left == []

@@ -20,10 +20,12 @@ import psutil
 import pytest
 import torch
 import torch.distributed as dist
+from own_folders import OWN_FOLDERS
 from ssh_hosts import SshMachines, require_ssh_machines
 
 from nb_accel import Config, notebook_launcher, save_config
 from nb_accel.errors import LaunchError, WorkerDiedError
+from nb_accel.runtime.transfer.segments import SHARE_MIN_BYTES
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -59,6 +61,36 @@ def test_two_hosts_train_together_and_return_every_rank_s_result(
     assert f"{title}, 4 ranks" in out
     assert "[node0 rank 1] summing" in out and "[node1 rank 2] summing" in out, out
     assert machines.processes() == []  # the node processes and their workers have ended
+
+
+def scaled_with_the_host_s_folders(big: torch.Tensor) -> tuple[torch.Tensor, list[int]]:
+    import os
+
+    return big * (dist.get_rank() + 1), [os.stat(folder).st_dev for folder in OWN_FOLDERS]
+
+
+def test_big_values_travel_to_the_hosts_and_back(machines: SshMachines) -> None:
+    """A tensor above the shared-memory threshold goes to every host as an argument and comes
+    back as a result; the hosts share no ``/dev/shm`` or temporary folder with the kernel or
+    each other, as real machines do not."""
+    big = torch.arange(2 * SHARE_MIN_BYTES // 8, dtype=torch.float64)
+    results = notebook_launcher(
+        scaled_with_the_host_s_folders,
+        (big,),
+        num_processes=1,
+        cpu=True,
+        hosts=["node0", "node1"],
+        ssh_config=machines.ssh_config,
+    )
+    assert [value.equal(big * (rank + 1)) for rank, (value, _) in enumerate(results)] == [
+        True,
+        True,
+    ]
+    kernel = [os.stat(folder).st_dev for folder in OWN_FOLDERS]
+    (_, node0), (_, node1) = results
+    for index in range(len(OWN_FOLDERS)):
+        assert len({kernel[index], node0[index], node1[index]}) == 3, (kernel, node0, node1)
+    assert machines.processes() == []
 
 
 def fails_on_rank_three() -> str:
@@ -201,7 +233,7 @@ def test_a_host_with_other_versions_is_refused_before_anything_starts(
 
 
 def waits_for_ever(folder: str) -> None:
-    Path(folder, f"rank{dist.get_rank()}").touch()  # the machines share this filesystem
+    Path(folder, f"rank{dist.get_rank()}").touch()  # every machine reaches the test's folder
     threading.Event().wait(600)
 
 
@@ -346,10 +378,12 @@ def test_the_several_machines_notebook_runs_on_the_hosts(
 
 
 def _drop_node1() -> None:
-    """Kill the kernel's ``ssh`` to node1: a dropped connection."""
+    """Kill the kernel's ``ssh`` to node1: a dropped connection (the machines' ``sshd`` and
+    their sessions, ending meanwhile, are this process's descendants too)."""
     for child in psutil.Process().children(recursive=True):
-        if "ssh" in child.name() and "node1" in child.cmdline():
-            child.kill()
+        with contextlib.suppress(psutil.NoSuchProcess):
+            if child.name() == "ssh" and "node1" in child.cmdline():
+                child.kill()
 
 
 def test_a_dropped_connection_names_its_host_and_stops_the_others(

@@ -7,7 +7,7 @@ cases where a host name resolves to a loopback address (Debian's and Ubuntu's de
 ``127.0.1.1``, cloned machines) are the ones that used to hang.
 
 Creating namespaces needs root and ``ip``/``unshare``/``hostname``; elsewhere these tests are
-skipped, saying why.
+skipped, saying why (in CI they fail instead: :func:`machines.unavailable`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from __future__ import annotations
 import json
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from machines import ip, require, run, unavailable
 
 NODE_SCRIPT = Path(__file__).with_name("multinode_node.py")
 #: Longest a node may take here; a node still waiting then is a hang.
@@ -33,19 +33,6 @@ NODE_TIMEOUT_S = 90
 OPTIONS = ("num_nodes=2", "rdzv_timeout=60", "timeout=600")
 SUBNET = "192.168.213"
 PORT = 29500
-
-
-def _run(*command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(command, capture_output=True, text=True, timeout=30, check=False)
-
-
-def _require_namespaces() -> None:
-    """Skip, saying why, where this process cannot make the namespaces."""
-    missing = [tool for tool in ("ip", "unshare", "hostname") if shutil.which(tool) is None]
-    if missing:
-        pytest.skip(f"needs {', '.join(missing)} to build two machines out of network namespaces")
-    if os.geteuid() != 0:
-        pytest.skip("needs root to create network namespaces (ip netns add)")
 
 
 @dataclass
@@ -71,28 +58,21 @@ class TwoMachines:
         )
         links = (f"nbx{tag}a", f"nbx{tag}b")
         for machine in self.machines:
-            self._ip("netns", "add", machine.namespace)
-            cleanup(lambda name=machine.namespace: _run("ip", "netns", "del", name))
-        self._ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
-        cleanup(lambda: _run("ip", "link", "del", links[0]))  # gone with its namespace too
+            ip("netns", "add", machine.namespace)
+            cleanup(lambda name=machine.namespace: run("ip", "netns", "del", name))
+        ip("link", "add", links[0], "type", "veth", "peer", "name", links[1])
+        cleanup(lambda: run("ip", "link", "del", links[0]))  # gone with its namespace too
         for machine, link in zip(self.machines, links, strict=True):
-            self._ip("link", "set", link, "netns", machine.namespace)
-            self._ip("-n", machine.namespace, "addr", "add", f"{machine.address}/24", "dev", link)
-            self._ip("-n", machine.namespace, "link", "set", link, "up")
-            self._ip("-n", machine.namespace, "link", "set", "lo", "up")
+            ip("link", "set", link, "netns", machine.namespace)
+            ip("-n", machine.namespace, "addr", "add", f"{machine.address}/24", "dev", link)
+            ip("-n", machine.namespace, "link", "set", link, "up")
+            ip("-n", machine.namespace, "link", "set", "lo", "up")
         cleanup(self._stop_nodes)  # the first to run at teardown
         self.hosts("", "")
         probe = self._in(self.machines[0], "true")
-        if _run(*probe).returncode != 0:
-            pytest.skip(f"cannot give a namespace its own host name and hosts file: {probe}")
-
-    @staticmethod
-    def _ip(*arguments: str) -> None:
-        done = _run("ip", *arguments)
+        done = run(*probe)
         if done.returncode != 0:
-            if arguments[:2] == ("netns", "add"):
-                pytest.skip(f"cannot create a network namespace: {done.stderr.strip()}")
-            raise RuntimeError(f"ip {' '.join(arguments)}: {done.stderr.strip()}")
+            unavailable(f"cannot give a namespace its own host name and hosts file: {done.stderr}")
 
     def hosts(self, first: str, second: str) -> None:
         """Write each machine's ``/etc/hosts``: localhost, then the given lines."""
@@ -134,7 +114,7 @@ class TwoMachines:
 @pytest.fixture
 def machines(tmp_path: Path, request: pytest.FixtureRequest) -> TwoMachines:
     """Two machines; everything made for them is removed at teardown, also after a failure."""
-    _require_namespaces()
+    require(["hostname"], [])
     return TwoMachines(tmp_path, request.addfinalizer)
 
 
