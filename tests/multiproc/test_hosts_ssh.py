@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import signal
 import socket
 import subprocess
@@ -100,7 +101,9 @@ def fails_on_rank_three() -> str:
     return socket.gethostname()
 
 
-def test_an_exception_comes_back_with_its_type_rank_and_host(machines: SshMachines) -> None:
+def test_an_exception_comes_back_with_its_type_rank_and_host(
+    machines: SshMachines, capsys: pytest.CaptureFixture[str]
+) -> None:
     with pytest.raises(KeyError, match="only on rank 3") as info:
         notebook_launcher(
             fails_on_rank_three,
@@ -112,6 +115,9 @@ def test_an_exception_comes_back_with_its_type_rank_and_host(machines: SshMachin
         )
     notes = "\n".join(info.value.__notes__)
     assert "Raised on rank 3 of 4 (host node1)" in notes, notes
+    # the text view: the ranks the launch stopped are shown stopped, and never failing after
+    shown = capsys.readouterr().err
+    assert re.findall(r"^rank (\d+) \(node\d\) failed", shown, re.MULTILINE) == ["3"], shown
     assert machines.processes() == []
 
 
