@@ -2,7 +2,9 @@
 
 Usage: ``python multinode_node.py NODE_RANK ENDPOINT SCENARIO OUT_FILE [OPTION=VALUE ...]``
 (each VALUE read as JSON, else as a string). The node launches 2 processes and writes what its
-``notebook_launcher`` call returned or raised to ``OUT_FILE`` as JSON.
+``notebook_launcher`` call returned or raised to ``OUT_FILE`` as JSON. ``SCENARIO`` may name
+several launches, one after the other (``fail,ok``): a node starts the next once every node's
+launch before it has ended, as the markers in :data:`RUNS_FOLDER` say.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,6 +30,28 @@ TRACKERS_FOLDER = "NB_ACCEL_TEST_TRACKERS_FOLDER"
 #: The folder where the ``sleep`` scenario's ranks each write ``rank<N>-asleep`` as they start
 #: sleeping, given by the test.
 ASLEEP_FOLDER = "NB_ACCEL_TEST_ASLEEP_FOLDER"
+#: The folder where each node writes ``<OUT_FILE's name>.run<N>-started`` as it starts its
+#: launch number N and ``<OUT_FILE's name>.run<N>-ended`` once that launch has returned or
+#: raised, given by the test (a scenario of several launches needs it).
+RUNS_FOLDER = "NB_ACCEL_TEST_RUNS_FOLDER"
+#: The longest a node waits for the other nodes' markers (a bound against hanging, below the
+#: test's wait for the node, so that the node says what it waited for).
+MARKER_WAIT_S = 60.0
+
+
+def run_marker(folder: str, out: str, number: int, event: str) -> Path:
+    """The marker a node whose record goes to ``out`` writes when its launch ``number`` has
+    ``event`` (``"started"``, ``"ended"``)."""
+    return Path(folder, f"{Path(out).name}.run{number}-{event}")
+
+
+def _after_every_node_ended(folder: str, number: int, nodes: int) -> None:
+    """Wait until ``nodes`` nodes have written that their launch ``number`` ended."""
+    deadline = time.monotonic() + MARKER_WAIT_S
+    while len(list(Path(folder).glob(f"*.run{number}-ended"))) < nodes:
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not every node's launch {number} ended within {MARKER_WAIT_S} s")
+        time.sleep(0.01)
 
 
 def log_then_fail(folder: str, project: str) -> None:
@@ -139,11 +164,18 @@ def main() -> None:
         options["rdzv_endpoint"] = endpoint
     if node_rank != "-":
         options["node_rank"] = int(node_rank)
+    folder = os.environ.get(RUNS_FOLDER)  # only where a test waits for the markers
     runs = []
     for number, one in enumerate(scenario.split(",")):
-        if number:
-            time.sleep(3)  # as a user reading the error before launching again
+        if number:  # as a user would: once the launch before has ended on every node
+            if folder is None:
+                raise RuntimeError(f"several launches need {RUNS_FOLDER}")
+            _after_every_node_ended(folder, number - 1, int(options.get("num_nodes", 1)))
+        if folder is not None:
+            run_marker(folder, out, number, "started").touch()
         runs.append(_launch(one, options))
+        if folder is not None:
+            run_marker(folder, out, number, "ended").touch()
     record = runs[0] if len(runs) == 1 else {"runs": runs}
     with open(out, "w") as handle:
         json.dump(record, handle)

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from markers import wait_for_files
-from multinode_node import ASLEEP_FOLDER
+from markers import wait_for_files, wait_until
+from multinode_node import ASLEEP_FOLDER, RUNS_FOLDER, run_marker
 
 from nb_accel.launch.multinode.elastic_agent import EXIT_BARRIER_S
 
@@ -43,9 +43,11 @@ def _start(
 ) -> tuple[subprocess.Popen[bytes], Path]:
     out = tmp_path / f"node{node}-{scenario}.json"
     command = [sys.executable, str(NODE_SCRIPT), node, endpoint, scenario, str(out), *options]
+    runs = tmp_path / "runs"
+    runs.mkdir(exist_ok=True)
     process = subprocess.Popen(
         command,
-        env={**os.environ, **(env or {})},
+        env={**os.environ, RUNS_FOLDER: str(runs), **(env or {})},
         stdout=subprocess.PIPE,
         stderr=subprocess.STDOUT,
     )
@@ -66,6 +68,18 @@ def _finish(process: subprocess.Popen[bytes], out: Path) -> dict[str, Any]:
 
 
 Started = tuple[subprocess.Popen[bytes], Path]
+
+
+def _wait_for_its_launch(process: subprocess.Popen[bytes], out: Path) -> None:
+    """Wait until the node whose record goes to ``out`` has started its first launch (or
+    ended)."""
+    started = run_marker(str(out.parent / "runs"), str(out), 0, "started")
+    try:
+        wait_until(lambda: started.exists() or process.poll() is not None, "a node's launch")
+    except AssertionError:
+        process.kill()
+        process.communicate()
+        raise
 
 
 def _both_asleep(tmp_path: Path, scenario: str) -> tuple[Started, Started]:
@@ -97,9 +111,15 @@ def _two_nodes(
 ) -> tuple[dict[str, Any], dict[str, Any]]:
     endpoint = endpoint or f"127.0.0.1:{_free_port()}"
     first = _start(tmp_path, node_ranks[0], endpoint, scenario, *options, env=env)
-    time.sleep(0.3)  # node 0 first, as a user would; the rendezvous does not need it
+    _wait_for_its_launch(*first)  # node 0 first, as a user would (the rendezvous does not need it)
     second = _start(tmp_path, node_ranks[1], endpoint, scenario, *options, env=env)
-    return _finish(*first), _finish(*second)
+    try:
+        return _finish(*first), _finish(*second)
+    finally:  # a node left running when the other failed the test
+        for process, _ in (first, second):
+            if process.poll() is None:
+                process.kill()
+                process.communicate()
 
 
 @pytest.mark.timeout(200)

@@ -1,6 +1,8 @@
 """Where a rank is: a collective timeout names the function the missing rank was in (its
 stack, taken without stopping it) and the collective each rank last entered (torch's flight
-recorder), under fork and spawn; an interrupted launch says where every rank was."""
+recorder), under fork and spawn; an interrupted launch says where every rank was, and stops
+ranks that wait inside a collective at once (their collective timeout is far above the test's
+own: it never ends their wait)."""
 
 from __future__ import annotations
 
@@ -10,14 +12,20 @@ import signal
 import threading
 from pathlib import Path
 
+import psutil
 import pytest
 import torch
 import torch.distributed as dist
+from markers import touch_when_waiting
 
 from nb_accel import notebook_launcher
 from nb_accel.errors import CollectiveTimeoutError
 
-pytestmark = pytest.mark.timeout(120)
+#: The test's own bound (seconds), and a collective timeout far above it.
+TEST_TIMEOUT_S = 120
+COLLECTIVE_TIMEOUT_S = 10 * TEST_TIMEOUT_S
+
+pytestmark = pytest.mark.timeout(TEST_TIMEOUT_S)
 
 
 def stuck_here_forever(release: threading.Event) -> None:
@@ -84,3 +92,38 @@ def test_an_interrupted_launch_says_where_each_rank_was(tmp_path: Path) -> None:
     for rank in (0, 1):
         stacks = notes[notes.index(f"Rank {rank}'s stacks:") :]
         assert ", in waiting_here" in stacks.split("'s stacks:")[1], notes
+
+
+def both_wait_inside_torch(folder: str) -> None:
+    """Rank 0 waits in an all-reduce rank 1 never joins, rank 1 for a tensor rank 0 never
+    sends: both inside torch's C++ code (where no signal handler runs), each marker written once
+    its rank waits there."""
+    rank = dist.get_rank()
+    if rank == 0:
+        work = dist.all_reduce(torch.ones(1), async_op=True)
+    else:
+        work = dist.irecv(torch.zeros(1), src=0)
+    touch_when_waiting(os.path.join(folder, f"rank{rank}"), in_python=False)
+    work.wait()
+
+
+def test_an_interrupt_stops_ranks_waiting_in_a_collective_and_says_where(tmp_path: Path) -> None:
+    done = threading.Event()
+    interrupter = threading.Thread(target=_interrupt_once_both_wait, args=(tmp_path, done))
+    interrupter.start()
+    try:
+        with pytest.raises(KeyboardInterrupt) as info:
+            notebook_launcher(
+                both_wait_inside_torch,
+                args=(str(tmp_path),),
+                num_processes=2,
+                timeout=COLLECTIVE_TIMEOUT_S,
+            )
+    finally:
+        done.set()
+        interrupter.join()
+    assert psutil.Process().children(recursive=True) == []  # stopped, not waited for
+    notes = "\n".join(getattr(info.value, "__notes__", []))
+    for rank in (0, 1):
+        assert f"rank {rank} was at `both_wait_inside_torch` (test_whereabouts.py, line " in notes
+    assert re.search(r"rank 0 was at .*; last collective: all_reduce #\d+", notes), notes

@@ -1,5 +1,5 @@
 """A rank's stacks as faulthandler writes them, read back and said in one line; nb_accel's own
-threads are left out."""
+threads are left out; which ranks wait in a collective, and which must abort their own."""
 
 from __future__ import annotations
 
@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from nb_accel.launch.failures import whereabouts
-from nb_accel.launch.failures.whereabouts import Frame, parse_stacks
+from nb_accel.launch.failures.whereabouts import Frame, in_collectives, parse_stacks
 from nb_accel.runtime.reporting import collective_trail
+from nb_accel.runtime.reporting.collective_trail import LastCollective
 from nb_accel.runtime.reporting.stacks import MAIN_THREAD
 
 pytestmark = pytest.mark.timeout(30)
@@ -131,3 +132,21 @@ def test_a_note_gives_the_stacks_that_say_more_than_the_summary() -> None:
     assert "Rank 0" not in note and "Rank 1's stacks:" in note and "Rank 2's stacks:" in note
     assert "threading.py, line 320, in wait" in note and "thread 0x123:" in note
     assert whereabouts.stacks_note({0: plain}) == ""
+
+
+def test_ranks_in_a_collective_are_told_apart_and_nccl_s_must_abort_their_own() -> None:
+    """A gloo rank waits inside torch's call (its stack says so): the failed rank's release
+    frees it. An NCCL rank waits outside it (in ``.item()``, say) for a collective its flight
+    recorder says has not finished: it must abort its own collectives."""
+    header = f"{MAIN_THREAD}0xabc"
+    torch_file = f"{sysconfig.get_paths()['purelib']}/torch/distributed/distributed_c10d.py"
+    in_torch = f'  File "{torch_file}", line 1 in all_reduce\n'
+    working = parse_stacks(0, header, _dump([USER, WORKER_FRAME]))
+    gloo = parse_stacks(1, header, _dump([in_torch, USER, WORKER_FRAME]))
+    gloo.collective = LastCollective("all_reduce", 3, backend="gloo")
+    waiting, finished = (parse_stacks(r, header, _dump([USER, WORKER_FRAME])) for r in (2, 3))
+    waiting.collective = LastCollective("all_reduce", 3, state="started", backend="nccl")
+    finished.collective = LastCollective("all_reduce", 3, state="completed", backend="nccl")
+    assert in_collectives({0: working, 3: finished}) is None  # nobody to free
+    assert in_collectives({0: working, 1: gloo}) == []  # freed by the failed rank's release
+    assert in_collectives({0: working, 2: waiting, 3: finished}) == [2]  # and rank 2's abort
