@@ -17,6 +17,8 @@ import xml.etree.ElementTree as ElementTree
 from dataclasses import dataclass
 from pathlib import Path
 
+from loopback_torchrun import torchrun_command, torchrun_env
+
 HERE = Path(__file__).resolve().parent
 RUNNER = HERE / "call_runner.py"
 #: Bound on one launch of a script on Accelerate, in seconds.
@@ -61,22 +63,12 @@ def run_on_accelerate(script: Path, chosen: int, folder: Path) -> Baseline:
     """Run call ``chosen`` (-1: none, only list them) of ``script`` on two CPU processes of
     Accelerate, with results written under ``folder``."""
     result = folder / f"calls-{script.stem}-{chosen}"
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        str(RUNNER),
-        str(script),
-        str(chosen),
-        str(result),
-    ]
+    command = torchrun_command([str(RUNNER), str(script), str(chosen), str(result)])
     try:
         done = subprocess.run(
             command,
             cwd=folder,
-            env=_without_nb_accel_settings(),
+            env=torchrun_env(_without_nb_accel_settings()),
             capture_output=True,
             text=True,
             timeout=LAUNCH_TIMEOUT_S,

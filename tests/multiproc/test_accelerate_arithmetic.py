@@ -7,11 +7,11 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from loopback_torchrun import torchrun_command, torchrun_env
 from sync_arithmetic import CANCELLING_SEED, PLAIN_SEED, record
 
 from nb_accel import notebook_launcher
@@ -25,23 +25,18 @@ def on_accelerate(seed: int, folder: Path) -> list[dict[str, Any]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("NB_ACCEL_", "PYTEST_"))}
     env["ACCELERATE_USE_CPU"] = "true"
     result = folder / "record"
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "torch.distributed.run",
-            "--standalone",
-            "--nproc_per_node=2",
-            str(HERE / "sync_arithmetic.py"),
-            "accelerate",
-            str(seed),
-            str(result),
-        ],
+    launch = subprocess.run(
+        torchrun_command([str(HERE / "sync_arithmetic.py"), "accelerate", str(seed), str(result)]),
         cwd=folder,
-        env=env,
+        env=torchrun_env(env),
+        check=False,
         capture_output=True,
-        check=True,
+        text=True,
         timeout=150,
+    )
+    assert launch.returncode == 0, (
+        f"Accelerate's launch exited with {launch.returncode}\n"
+        f"--- its stdout:\n{launch.stdout}\n--- its stderr:\n{launch.stderr}"
     )
     return [json.loads(Path(f"{result}.{rank}").read_text()) for rank in (0, 1)]
 

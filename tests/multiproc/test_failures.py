@@ -6,6 +6,7 @@ import os
 import signal
 import threading
 import time
+from pathlib import Path
 
 import psutil
 import pytest
@@ -139,14 +140,30 @@ def test_rank_that_returned_early_is_named_when_a_collective_breaks() -> None:
     assert "rank 1 had already returned" in "\n".join(info.value.__notes__)
 
 
-def test_keyboard_interrupt_stops_every_worker_and_next_launch_works() -> None:
-    timer = threading.Timer(1.0, os.kill, args=(os.getpid(), signal.SIGINT))
-    timer.start()
+def sleep_once_marked(folder: str) -> None:
+    """Write this rank's marker, then sleep (until the launch is interrupted)."""
+    Path(folder, f"rank{dist.get_rank()}").touch()
+    time.sleep(60)
+
+
+def _interrupt_once_both_sleep(folder: Path, done: threading.Event) -> None:
+    """Interrupt this process (as Kernel → Interrupt does) once both ranks sleep."""
+    while not done.is_set():
+        if all((folder / f"rank{rank}").exists() for rank in (0, 1)):
+            os.kill(os.getpid(), signal.SIGINT)
+            return
+        done.wait(0.02)
+
+
+def test_keyboard_interrupt_stops_every_worker_and_next_launch_works(tmp_path: Path) -> None:
+    done = threading.Event()
+    interrupter = threading.Thread(target=_interrupt_once_both_sleep, args=(tmp_path, done))
+    interrupter.start()
     try:
         with pytest.raises(KeyboardInterrupt):
-            notebook_launcher(time.sleep, args=(60,), num_processes=2)
+            notebook_launcher(sleep_once_marked, args=(str(tmp_path),), num_processes=2)
         assert psutil.Process().children(recursive=True) == []
     finally:
-        timer.cancel()
-        timer.join()
+        done.set()
+        interrupter.join()
     assert notebook_launcher(lambda: "again", num_processes=2) == ["again", "again"]

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from loopback_torchrun import torchrun_command, torchrun_env
 
 SCRIPT = """
 from datetime import timedelta
@@ -28,14 +28,9 @@ dist.destroy_process_group()
 def test_torchrun_creates_the_group_with_the_handlers_options(tmp_path: Path) -> None:
     script = tmp_path / "train.py"
     script.write_text(SCRIPT)
-    command = [
-        sys.executable,
-        "-m",
-        "torch.distributed.run",
-        "--standalone",
-        "--nproc_per_node=2",
-        str(script),
-    ]
-    done = subprocess.run(command, capture_output=True, text=True, timeout=100, check=False)
+    command = torchrun_command([str(script)])
+    done = subprocess.run(
+        command, env=torchrun_env(), capture_output=True, text=True, timeout=100, check=False
+    )
     assert done.returncode == 0, done.stderr
     assert "rank 0: gloo 77" in done.stdout and "rank 1: gloo 77" in done.stdout
