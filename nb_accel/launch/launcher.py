@@ -14,12 +14,15 @@ from typing import Any
 
 from .backends import launch
 from .failures.user_errors import for_the_user, meant_for_the_user
+from .front_door import suggesting_keywords
 from .request import LaunchCall, LaunchRequest
 from .resolve import resolve_spec
+from .state_dict_note import show_wrapped_state_dicts
 
 __all__ = ["notebook_launcher", "debug_launcher"]
 
 
+@suggesting_keywords
 def notebook_launcher(
     function: Callable[..., Any],
     args: Sequence[Any] = (),
@@ -174,6 +177,7 @@ def notebook_launcher(
         outcome = launch(spec, call)
         if isinstance(outcome, BaseException):
             raise outcome
+        show_wrapped_state_dicts(outcome, spec.first_rank)
     except BaseException as error:
         if not meant_for_the_user(error):
             raise  # a defect of ours: its whole traceback
@@ -185,6 +189,7 @@ def notebook_launcher(
     return outcome
 
 
+@suggesting_keywords
 def debug_launcher(
     function: Callable[..., Any],
     args: Sequence[Any] = (),

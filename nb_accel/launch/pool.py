@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
+from .._keywords import unknown_keywords_error
 from .._messages import CellDone, Command, Execute, Interrupt, Pull, Push, Stop
 from ..errors import LaunchError, WorkerDiedError
 from ..runtime.device_types.group_backends import uses_nccl
@@ -32,6 +33,7 @@ from ..runtime.transfer.pickling import loads, pickle_sharing, segment_of
 from ..runtime.transfer.segments import remove_segment
 from ..runtime.workers.regroup import Release, Settle
 from .failures.failure_log import FailureLog
+from .failures.user_errors import for_the_user, meant_for_the_user
 from .failures.whereabouts import RankStack, in_collectives, stacks_note, where_lines
 from .hosts.pool_ranks import start_host_ranks
 from .launchers.interface import Launcher
@@ -41,7 +43,7 @@ from .placement.hosts import HostPlan
 from .plan import LaunchPlan, show_notes
 from .pool_ranks.interface import PoolRanks, RankStatus
 from .pool_ranks.local import start_local_ranks
-from .request import LaunchRequest
+from .request import LaunchRequest, request_fields
 from .resolve import resolve_spec
 from .spec import LaunchSpec
 from .views.output import OutputPrinter
@@ -62,6 +64,25 @@ REBUILT_NOTE = (
 RELEASE_CHECK_S = 0.2
 
 
+def _pool_spec(num_processes: int | None, options: dict[str, Any]) -> LaunchSpec:
+    """The pool's spec from its options; bad ones raised as the user's error."""
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
+    try:
+        refused = unknown_keywords_error(
+            "WorkerPool",
+            options,
+            request_fields(),
+            ending="it takes notebook_launcher's options (see help(notebook_launcher))",
+        )
+        if refused is not None:
+            raise refused
+        return resolve_spec(LaunchRequest(num_processes=num_processes, **options), pool=True)
+    except BaseException as error:
+        if not meant_for_the_user(error):
+            raise
+        raise for_the_user(error) from error.__cause__
+
+
 class WorkerPool(Launcher):
     """Persistent workers for ``%%distributed`` cells: a launcher whose workers run each
     command sent to them (:meth:`run`) until it is stopped.
@@ -80,8 +101,7 @@ class WorkerPool(Launcher):
         self, num_processes: int | None = None, *, spec: LaunchSpec | None = None, **options: Any
     ) -> None:
         if spec is None:
-            request = LaunchRequest(num_processes=num_processes, **options)
-            spec = resolve_spec(request, pool=True)
+            spec = _pool_spec(num_processes, options)
         #: What the workers are: ranks, devices, start method, hosts, as resolved.
         self.spec: LaunchSpec = spec
         self._group: PoolRanks | None = None

@@ -9,11 +9,19 @@ from collections.abc import Callable
 from typing import Any
 
 from IPython.core.error import UsageError
-from IPython.core.magic_arguments import argument
+from IPython.core.magic_arguments import argument, parse_argstring
 
+from .._keywords import closest
 from ..launch.request import request_fields
 
-__all__ = ["flag_text", "hosts_option", "pool_flags", "pool_options", "ranks_option"]
+__all__ = [
+    "flag_text",
+    "hosts_option",
+    "parse_flags",
+    "pool_flags",
+    "pool_options",
+    "ranks_option",
+]
 
 _Magic = Callable[..., Any]
 
@@ -111,3 +119,30 @@ def flag_text(parser: argparse.ArgumentParser, name: str, value: Any) -> str:
         written = ",".join(value) if isinstance(value, list) else value
         return f"{flags[0]} {written}"
     return name
+
+
+#: How argparse starts the message for flags no magic declares.
+_UNRECOGNISED = "unrecognized arguments: "
+
+
+def parse_flags(magic: _Magic, line: str) -> argparse.Namespace:
+    """``line``'s flags as ``magic`` declares them; a flag it does not declare is refused
+    naming the flag it most likely misspells (``--num-proceses``: ``--num-processes``)."""
+    try:
+        return parse_argstring(magic, line)
+    except UsageError as error:
+        message = str(error)
+        if not message.startswith(_UNRECOGNISED):
+            raise
+        parser: argparse.ArgumentParser = magic.parser  # type: ignore[attr-defined]
+        flags = [flag for action in parser._actions for flag in action.option_strings]
+        given = message[len(_UNRECOGNISED) :].split()
+        hints = []
+        for word in given:
+            flag = word.split("=", 1)[0]
+            meant = closest(flag, flags) if flag.startswith("-") else None
+            if meant:
+                hints.append(f"{flag}: did you mean {meant}?")
+        if not hints:
+            raise
+        raise UsageError(f"{message} ({'; '.join(hints)})") from None

@@ -30,7 +30,7 @@ from typing import Any
 import cloudpickle
 from IPython.core.error import UsageError
 from IPython.core.magic import Magics, line_cell_magic, magics_class
-from IPython.core.magic_arguments import argument, magic_arguments, parse_argstring
+from IPython.core.magic_arguments import argument, magic_arguments
 
 from .._messages import CellDone, Report
 from ..launch.failures.user_errors import for_the_user, meant_for_the_user
@@ -38,7 +38,7 @@ from ..launch.pool import WorkerPool, load_value
 from ..launch.resolve import resolve_spec
 from ..launch.views.view import LaunchView
 from .launch_view import notebook_view
-from .magic_flags import flag_text, pool_flags, pool_options, ranks_option
+from .magic_flags import flag_text, parse_flags, pool_flags, pool_options, ranks_option
 from .tracebacks import check_syntax, show_cell_syntax_errors
 
 __all__ = [
@@ -260,7 +260,7 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         """Run the cell on every rank of the persistent pool, or manage the pool (line)."""
         if cell is None:
             return self._line(line)
-        args = parse_argstring(self.distributed, line)
+        args = parse_flags(self.distributed, line)
         source = "\n" + cell  # below the magic's line: line numbers as the notebook shows them
         name = _cell_file(self.shell, source)
         check_syntax(source, name or "<%%distributed cell>")  # before any rank runs it
@@ -310,7 +310,7 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         return error
 
     def _line(self, line: str) -> Any:
-        args = parse_argstring(_line_usage, line)
+        args = parse_flags(_line_usage, line)
         if args.command == "start":
             if self.pool is not None and self.pool.running:
                 raise UsageError("the pool is running: %distributed restart to start afresh")

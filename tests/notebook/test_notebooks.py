@@ -91,10 +91,35 @@ def test_config_widget_notebook_saves_the_defaults_a_launch_uses(
     monkeypatch.setenv("NB_ACCEL_CONFIG_FILE", str(tmp_path / "config.yaml"))
     notebook = _run("config_widget.ipynb")
     text = _text(notebook)
-    assert f"Saved to {tmp_path / 'config.yaml'}" in text
-    assert "Launching 2 processes on CPU (gloo; fork, bf16 mixed precision)" in text
-    last = notebook.cells[-1].outputs[-1]["data"]["text/plain"]
-    assert last == "[(2, 'bf16'), (2, 'bf16')]"
+    assert (
+        "Saved to " in text
+        and "Launching 2 processes on CPU (gloo; fork, bf16 mixed precision)" in text
+    )
+    launched = next(c for c in notebook.cells if "notebook_launcher(settings)" in c.source)
+    assert launched.outputs[-1]["data"]["text/plain"] == "[(2, 'bf16'), (2, 'bf16')]"
+    # the kernel's own setting is back at the end
+    assert f"your defaults: {tmp_path / 'config.yaml'}" in text
+
+
+def test_the_config_widget_tutorial_leaves_the_users_defaults_as_they_were(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Run as a new user would (no NB_ACCEL_CONFIG_FILE): their saved file stays byte for
+    byte, and the tutorial's own file is gone afterwards."""
+    home = tmp_path / "config-home"
+    saved = home / "nb_accel" / "default_config.yaml"
+    saved.parent.mkdir(parents=True)
+    saved.write_text("num_processes: 3\n")
+    monkeypatch.delenv("NB_ACCEL_CONFIG_FILE")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(home))
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    text = _text(_run("config_widget.ipynb"))
+    assert "Saved to " in text and f"your defaults: {saved}" in text
+    assert saved.read_text() == "num_processes: 3\n"
+    assert sorted(p.name for p in home.rglob("*")) == ["default_config.yaml", "nb_accel"]
+    assert not any(scratch.rglob("config.yaml"))
 
 
 def test_checkpoint_resume_notebook_resumes_exactly() -> None:

@@ -4,7 +4,6 @@ was a collective that outlasted the launch's timeout)."""
 
 from __future__ import annotations
 
-import traceback
 from types import TracebackType
 from typing import Any
 
@@ -13,6 +12,7 @@ import torch.distributed as dist
 from ..._messages import Failure, Result
 from ..process_group import applied_timeout_s
 from ..reporting.collective_trail import last_collective
+from .folded_frames import folded_traceback
 from .returns import check_returnable, dumps_result
 
 __all__ = ["Outcome", "failure_event", "result_event", "is_timeout_error"]
@@ -38,11 +38,12 @@ def is_timeout_error(exc: BaseException) -> bool:
 
 
 def _user_traceback(exc: BaseException, own_files: tuple[str, ...]) -> str:
-    """The exception's traceback without the leading frames of ``own_files``."""
+    """The exception's traceback without the leading frames of ``own_files``, nb_accel's
+    frames after them folded (:func:`~.folded_frames.folded_traceback`)."""
     tb: TracebackType | None = exc.__traceback__
     while tb is not None and tb.tb_frame.f_code.co_filename in own_files:
         tb = tb.tb_next
-    return "".join(traceback.format_exception(type(exc), exc, tb))
+    return folded_traceback(exc, tb)
 
 
 def failure_event(rank: int, exc: BaseException, own_files: tuple[str, ...] = ()) -> Failure:
