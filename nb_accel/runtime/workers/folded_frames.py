@@ -72,5 +72,5 @@ def folded_traceback(exc: BaseException, tb: TracebackType | None) -> str:
     """``exc`` formatted from ``tb`` on, with nb_accel's frames folded (see the module)."""
     formatted = traceback.TracebackException(type(exc), exc, tb, compact=True)
     if os.environ.get(FULL_TRACEBACKS_VARIABLE) != "1":
-        pass
+        _fold(formatted, set())
     return "".join(formatted.format())
