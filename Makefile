@@ -7,22 +7,30 @@ TORCH_PIN := torch==2.13.0
 # The Accelerate release the compatibility lane runs the tests of (and the benchmarks compare with).
 ACCELERATE_PIN := accelerate==1.15.0
 
-.PHONY: setup hosts-setup demo lab docs test test-accelerate test-xla test-trackers test-browser \
-	screenshots bench clean
+.PHONY: setup test-setup hosts-setup demo lab docs test test-accelerate test-xla test-trackers \
+	test-browser screenshots bench clean
 
+# What the notebooks need (make demo, make lab): the package and its notebook extra.
 $(BIN)/.nb_accel-installed: pyproject.toml Makefile
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 	$(BIN)/python -m pip install --quiet $(TORCH_PIN)
-	$(BIN)/python -m pip install --quiet -e ".[test,examples]"
+	$(BIN)/python -m pip install --quiet -e ".[examples]" $(TORCH_PIN)
+	touch $@
+
+# What the tests add (Transformers, Accelerate, the trackers, mypy, pandas, ...).
+$(BIN)/.nb_accel-test-installed: $(BIN)/.nb_accel-installed
+	$(BIN)/python -m pip install --quiet -e ".[test,examples]" $(TORCH_PIN)
 	touch $@
 
 setup: $(BIN)/.nb_accel-installed
 
+test-setup: $(BIN)/.nb_accel-test-installed
+
 demo: setup
 	$(BIN)/python tools/run_notebook.py notebooks/quickstart.ipynb
 
-test: setup hosts-setup
+test: test-setup hosts-setup
 	$(BIN)/python -m pytest
 
 # JupyterLab on the notebooks, to see the live view and the config form as widgets.
@@ -55,7 +63,7 @@ hosts-setup:
 
 # Opt-in lane: Accelerate's own tests (its multi-process scripts from the installed package, its
 # unit tests from its source distribution), run on Accelerate and, imports swapped, on nb_accel.
-test-accelerate: setup
+test-accelerate: test-setup
 	$(BIN)/python -m pip install --quiet $(ACCELERATE_PIN) parameterized $(TORCH_PIN)
 	NB_ACCEL_ACCELERATE_SUITE=1 $(BIN)/python -m pytest -v tests/accelerate_suite
 
@@ -93,7 +101,7 @@ test-trackers:
 CHROMIUM := /usr/bin/chromium
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-$(BIN)/.nb_accel-browser-installed: $(BIN)/.nb_accel-installed Makefile
+$(BIN)/.nb_accel-browser-installed: $(BIN)/.nb_accel-test-installed Makefile
 	test -x $(CHROMIUM) || $(SUDO) apt-get install -y chromium \
 		|| ($(SUDO) apt-get update && $(SUDO) apt-get install -y chromium)
 	$(BIN)/python -m pip install --quiet jupyterlab playwright $(TORCH_PIN)
@@ -109,7 +117,7 @@ screenshots: test-browser
 	$(BIN)/python tools/docs_images.py
 
 # Accelerate is only a comparison row; the torch pin keeps pip from replacing the CPU build.
-bench: setup
+bench: test-setup
 	$(BIN)/python -m pip install --quiet $(ACCELERATE_PIN) $(TORCH_PIN)
 	$(BIN)/python benchmarks/launch.py
 	$(BIN)/python benchmarks/data.py

@@ -116,6 +116,12 @@ NOT_USER_FACING: dict[tuple[str, str], str] = {
 #: module (``""``: wherever it is traced to) and their whole text; each with where the text
 #: comes from (quoted on the page where it is made, when it is nb_accel's).
 PASSED_ON: dict[tuple[str, str], str] = {
+    ("notebook/magic_flags.py", "{message} ({'; '.join(hints)})"): (
+        "argparse's unrecognized-arguments message, with the flags meant"
+    ),
+    ("runtime/workers/folded_frames.py", "{type(exc)}"): (
+        "traceback.TracebackException formats a worker's own exception"
+    ),
     ("__main__.py", "error: {error}"): "python -m nb_accel config prints a ConfigError's message",
     ("config.py", "{'; '.join((f'{name}: {text}' for name, text in problems.items()))}"): (
         "Config.problems()'s texts, each quoted, joined"
