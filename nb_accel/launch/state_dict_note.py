@@ -37,10 +37,14 @@ def wrapper_of(value: Any) -> str | None:
     return None
 
 
-def wrapped_state_dict_note(results: Sequence[Any], first_rank: int = 0) -> str | None:
+def wrapped_state_dict_note(
+    results: Sequence[Any] | Mapping[int, Any], first_rank: int = 0
+) -> str | None:
     """One line naming the ranks whose result is a state dict with a wrapper's keys, and how
-    to get plain keys (``None``: no such result); ``results[0]`` is rank ``first_rank``'s."""
-    found = [(rank, wrapper_of(value)) for rank, value in enumerate(results, first_rank)]
+    to get plain keys (``None``: no such result). ``results``: each rank's value by rank, or
+    in rank order from rank ``first_rank``."""
+    ranked = results.items() if isinstance(results, Mapping) else enumerate(results, first_rank)
+    found = [(rank, wrapper_of(value)) for rank, value in ranked]
     wrapped = [(rank, segment) for rank, segment in found if segment]
     if not wrapped:
         return None
@@ -61,7 +65,9 @@ def wrapped_state_dict_note(results: Sequence[Any], first_rank: int = 0) -> str 
     )
 
 
-def show_wrapped_state_dicts(results: Sequence[Any], first_rank: int = 0) -> None:
+def show_wrapped_state_dicts(
+    results: Sequence[Any] | Mapping[int, Any], first_rank: int = 0
+) -> None:
     """Print :func:`wrapped_state_dict_note`'s line (stderr) when there is one."""
     note = wrapped_state_dict_note(results, first_rank)
     if note:

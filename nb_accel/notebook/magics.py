@@ -36,6 +36,7 @@ from .._messages import CellDone, Report
 from ..launch.failures.user_errors import for_the_user, meant_for_the_user
 from ..launch.pool import WorkerPool, load_value
 from ..launch.resolve import resolve_spec
+from ..launch.state_dict_note import show_wrapped_state_dicts
 from ..launch.views.view import LaunchView
 from .launch_view import notebook_view
 from .magic_flags import flag_text, parse_flags, pool_flags, pool_options, ranks_option
@@ -290,6 +291,7 @@ class DistributedMagics(Magics):  # type: ignore[misc]
                 "its repr is shown instead)"
             )
         values = {rank: _load(rank, d) for rank, d in sorted(done.items())}
+        show_wrapped_state_dicts(values)
         if args.output:
             self._namespace()[args.output] = list(values.values())
             return None
@@ -396,7 +398,10 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         if len(args.names) != 1:
             raise UsageError("%distributed pull NAME: one variable, returned as a per-rank list")
         pool = self._existing_pool()
-        return pool.pull(args.names[0], ranks_option(args.ranks))
+        ranks = ranks_option(args.ranks)
+        values = pool.pull(args.names[0], ranks)
+        show_wrapped_state_dicts(dict(zip(sorted(ranks or range(pool.world_size)), values)))
+        return values
 
 
 def load_ipython_extension(ipython: Any) -> None:

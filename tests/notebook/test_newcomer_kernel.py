@@ -111,3 +111,29 @@ def test_a_state_dict_with_ddps_names_is_warned_of_where_it_arrives() -> None:
     ) in wrapped.stderr
     assert "returned state dict" not in plain.stderr + plain.stdout
     assert loaded.status == "ok"
+
+
+CELL_STATE_DICT = """%%distributed -n 2
+import torch
+from nb_accel import Accelerator
+accelerator = Accelerator()
+model = accelerator.prepare(torch.nn.Linear(3, 2))
+wrapped = model.state_dict()
+plain = accelerator.unwrap_model(model).state_dict()
+model.state_dict()
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_distributed_cell_or_pull_with_ddps_names_is_warned_of_too() -> None:
+    with running_kernel() as (_manager, client):
+        run_cell(client, SETUP + "%load_ext nb_accel")
+        cell = run_cell(client, CELL_STATE_DICT)
+        pulled = run_cell(client, "%distributed pull plain")
+        pulled_wrapped = run_cell(client, "%distributed pull wrapped --ranks 1")
+        run_cell(client, "%distributed stop")
+    assert cell.status == "ok", cell
+    assert "module.weight" in str(cell.results)
+    assert 'rank 0 returned a state dict whose keys all carry "module."' in cell.stderr
+    assert pulled.status == "ok" and "returned" not in pulled.stderr
+    assert 'rank 1 returned a state dict whose keys all carry "module."' in (pulled_wrapped.stderr)
