@@ -400,7 +400,8 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         pool = self._existing_pool()
         ranks = ranks_option(args.ranks)
         values = pool.pull(args.names[0], ranks)
-        show_wrapped_state_dicts(dict(zip(sorted(ranks or range(pool.world_size)), values)))
+        pulled_ranks = sorted(ranks or range(pool.world_size))
+        show_wrapped_state_dicts(dict(zip(pulled_ranks, values, strict=True)))
         return values
 
 

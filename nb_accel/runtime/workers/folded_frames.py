@@ -46,7 +46,7 @@ class _FoldedStack(traceback.StackSummary):
             if run:
                 lines.append(_left_out(run))
                 run = 0
-            lines.append(self.format_frame_summary(frame))
+            lines.extend(traceback.StackSummary.from_list([frame]).format())
         if run:
             lines.append(_left_out(run))
         return lines
