@@ -13,16 +13,15 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .backends import launch
-from .failures.user_errors import for_the_user, meant_for_the_user
-from .front_door import suggesting_keywords
+from .front_door import entry_point
 from .request import LaunchCall, LaunchRequest
 from .resolve import resolve_spec
-from .state_dict_note import show_wrapped_state_dicts
+from .views.state_dict_note import show_wrapped_state_dicts
 
 __all__ = ["notebook_launcher", "debug_launcher"]
 
 
-@suggesting_keywords
+@entry_point
 def notebook_launcher(
     function: Callable[..., Any],
     args: Sequence[Any] = (),
@@ -171,25 +170,19 @@ def notebook_launcher(
         KeyboardInterrupt: the kernel was interrupted; every worker is stopped first.
     """
     __tracebackhide__ = True  # IPython and pytest leave this frame out
-    try:
-        call = LaunchCall.checked(function, args, kwargs)
-        spec = resolve_spec(LaunchRequest.of(locals()))
-        outcome = launch(spec, call)
-        if isinstance(outcome, BaseException):
-            raise outcome
-        show_wrapped_state_dicts(outcome, spec.first_rank)
-    except BaseException as error:
-        if not meant_for_the_user(error):
-            raise  # a defect of ours: its whole traceback
-        failure = for_the_user(error)  # raised from here, none of our frames below
+    call = LaunchCall.checked(function, args, kwargs)
+    spec = resolve_spec(LaunchRequest.of(locals()))
+    outcome = launch(spec, call)
+    if isinstance(outcome, BaseException):
         try:
-            raise failure from failure.__cause__
+            raise outcome  # re-raised from the entry point, as the user's (entry_point)
         finally:  # the traceback keeps this frame: no name of it may lead back to the error
-            failure = outcome = None  # type: ignore[assignment]
+            outcome = None  # type: ignore[assignment]
+    show_wrapped_state_dicts(outcome, spec.first_rank)
     return outcome
 
 
-@suggesting_keywords
+@entry_point
 def debug_launcher(
     function: Callable[..., Any],
     args: Sequence[Any] = (),
@@ -200,13 +193,4 @@ def debug_launcher(
     """Run ``function`` on ``num_processes`` CPU processes (gloo): for tests and debugging.
     ``fsdp`` as for :func:`notebook_launcher` (True: shard with FSDP2 across the processes)."""
     __tracebackhide__ = True  # IPython and pytest leave this frame out
-    try:
-        return notebook_launcher(function, args, num_processes, cpu=True, fsdp=fsdp)
-    except BaseException as error:
-        if not meant_for_the_user(error):
-            raise
-        failure = for_the_user(error)  # raised from here, not from notebook_launcher
-        try:
-            raise failure from failure.__cause__
-        finally:  # the traceback keeps this frame: it must not hold the error
-            del failure
+    return notebook_launcher(function, args, num_processes, cpu=True, fsdp=fsdp)

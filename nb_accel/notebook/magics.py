@@ -36,7 +36,7 @@ from .._messages import CellDone, Report
 from ..launch.failures.user_errors import for_the_user, meant_for_the_user
 from ..launch.pool import WorkerPool, load_value
 from ..launch.resolve import resolve_spec
-from ..launch.state_dict_note import show_wrapped_state_dicts
+from ..launch.views.state_dict_note import show_wrapped_state_dicts
 from ..launch.views.view import LaunchView
 from .launch_view import notebook_view
 from .magic_flags import flag_text, parse_flags, pool_flags, pool_options, ranks_option

@@ -263,7 +263,8 @@ USES: tuple[Use, ...] = (
         "Python",
         ("argparse:ArgumentParser()._actions",),
         ("notebook/magic_flags.py",),
-        "writes an option back as its %%distributed flag; argparse lists its actions nowhere "
+        "writes an option back as its %%distributed flag, and names the flag a misspelled one "
+        "meant; argparse lists its actions nowhere "
         "public",
     ),
     Use(
