@@ -194,3 +194,50 @@ def test_the_lanes_ci_runs_install_the_package_as_users_get_it() -> None:
         installs = [line for line in recipe.splitlines() if "-e " in line]
         assert installs and all("--no-deps" not in line for line in installs), name
         assert re.search(r'-e "\.\[', recipe), f"{name} installs the package with its extras"
+
+
+def _notebook_imports() -> set[str]:
+    """The top-level modules the notebooks' code cells import (a ``%%distributed`` cell's
+    body too: its workers import them)."""
+    import nbformat
+    from IPython.core.inputtransformer2 import TransformerManager
+
+    modules: set[str] = set()
+    for path in sorted((ROOT / "notebooks").glob("*.ipynb")):
+        for cell in nbformat.read(path, as_version=4).cells:
+            if cell.cell_type != "code":
+                continue
+            source = cell.source
+            if source.startswith("%%"):  # a cell magic: its body is Python, run elsewhere
+                source = source.split("\n", 1)[1] if "\n" in source else ""
+            code = TransformerManager().transform_cell(source)
+            for node in ast.walk(ast.parse(code)):
+                if isinstance(node, ast.Import):
+                    modules.update(alias.name.split(".")[0] for alias in node.names)
+                elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                    modules.add(node.module.split(".")[0])
+    return {m for m in modules if m not in sys.stdlib_module_names and m != "nb_accel"}
+
+
+def test_the_first_setup_installs_what_the_notebooks_need_and_no_more(wheel: Path) -> None:
+    """``make demo`` and ``make lab`` set up the package with its ``examples`` extra only (the
+    test extra, Transformers, the trackers and the rest, come with ``make test``), and that is
+    enough for every module the notebooks import."""
+    makefile = (ROOT / "Makefile").read_text()
+    recipe = re.search(r"^\$\(BIN\)/\.nb_accel-installed:.*\n((?:\t.*\n)+)", makefile, re.M)
+    assert recipe is not None
+    installs = [line for line in recipe.group(1).splitlines() if "-e " in line]
+    assert len(installs) == 1 and '-e ".[examples]"' in installs[0], installs
+    for target in ("demo", "lab"):
+        found = re.search(rf"^{target}:(.*)$", makefile, re.M)
+        assert found is not None and found.group(1).split() == ["setup"], target
+    requirements = _requirements(wheel)
+    offered = {canonicalize_name(r.name) for r in requirements[""] + requirements["examples"]}
+    by_module = importlib.metadata.packages_distributions()
+    needed = {
+        module: {canonicalize_name(d) for d in by_module.get(module, [module])}
+        for module in _notebook_imports()
+    }
+    assert "sklearn" in needed  # the quick start's digits: the scan sees the notebooks' imports
+    missing = {module: names for module, names in needed.items() if not names & offered}
+    assert missing == {}, f"notebook imports no dependency of the first setup provides: {missing}"
