@@ -21,7 +21,7 @@ from .errors import (
     WorkerError,
     WorkerFailure,
 )
-from .launch import debug_launcher, notebook_launcher
+from .launch import debug_launcher, notebook_launcher, stop_workers
 from .launch.failures.user_errors import register_traceback_renderer
 from .launch.failures.whereabouts import register_place_namer
 from .launch.views.view import register_view_factory
@@ -56,6 +56,7 @@ from .runtime.options import (
 )
 from .runtime.parallelism import ParallelismConfig
 from .runtime.reporting.progress import tqdm, trange
+from .runtime.residents import drop_resident, resident
 from .runtime.state import AcceleratorState, DistributedType, GradientState, PartialState
 from .runtime.tracking.base import GeneralTracker
 from .runtime.training.compile import TorchDynamoPlugin
@@ -134,6 +135,9 @@ __all__ = [
     "WorkerError",
     "WorkerFailure",
     "debug_launcher",
+    "drop_resident",
+    "resident",
+    "stop_workers",
     "load_checkpoint_in_model",
     "load_config",
     "load_ipython_extension",

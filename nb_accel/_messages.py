@@ -201,11 +201,29 @@ class Interrupt:
 
 
 @dataclass(frozen=True)
+class Call:
+    """Kernel to persistent worker: a launch on warm workers. ``data`` is the sealed
+    ``(function, args, kwargs)``; the worker first takes on what a freshly forked worker would
+    inherit from the kernel at launch time: the environment variables the kernel set
+    (``environ_set``) or removed (``environ_unset``) since the workers started, ``sys_path``,
+    the working directory ``cwd`` and, where the workers were forked, the random generators'
+    states (``rng``: pickled, empty otherwise)."""
+
+    cell: int
+    data: bytes
+    environ_set: dict[str, str]
+    environ_unset: tuple[str, ...]
+    sys_path: tuple[str, ...]
+    cwd: str
+    rng: bytes = b""
+
+
+@dataclass(frozen=True)
 class Stop:
     """Kernel to persistent worker: leave the command loop and exit."""
 
 
-Command = Execute | Push | Pull | Interrupt | Stop
+Command = Execute | Push | Pull | Call | Interrupt | Stop
 
 
 def encode(event: Event) -> bytes:

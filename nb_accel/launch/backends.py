@@ -17,6 +17,7 @@ from .multinode.launcher import NodesLauncher
 from .request import LaunchCall
 from .single_node import SingleNodeLauncher
 from .spec import LaunchSpec
+from .warm.backend import WarmLauncher
 from .xla.launcher import XlaLauncher
 
 __all__ = [
@@ -28,9 +29,11 @@ __all__ = [
     "unregister_launch_backend",
 ]
 
-#: The backends nb_accel brings, in the order they are asked: the devices' own (XLA's), hosts
-#: driven from this kernel, nodes of a multi-node launch, this machine's processes.
+#: The backends nb_accel brings, in the order they are asked: the kernel's warm workers, the
+#: devices' own (XLA's), hosts driven from this kernel, nodes of a multi-node launch, this
+#: machine's processes.
 BUILT_IN: tuple[type[LaunchBackend], ...] = (
+    WarmLauncher,
     XlaLauncher,
     HostsLauncher,
     NodesLauncher,

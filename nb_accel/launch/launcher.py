@@ -52,6 +52,7 @@ def notebook_launcher(
     rdzv_id: str | None = None,
     monitor_interval: float | None = None,
     log_line_prefix_template: str | None = None,
+    reuse_workers: bool | None = None,
 ) -> list[Any]:
     """Run ``function(*args, **kwargs)`` on ``num_processes`` worker processes and wait.
 
@@ -154,6 +155,13 @@ def notebook_launcher(
             torch's ``elastic_launch`` role) are filled in, e.g. ``"[${role_name}${rank}]:"``
             gives ``[default_role0]:``. Any launch; used even with one rank. Another
             placeholder is a ValueError; with ``prefix_output=False`` too.
+        reuse_workers: keep the workers for the next launches (default False). The first such
+            launch starts them and leaves them running; a later one of the same shape (ranks,
+            hosts, start method, devices, precision, sharding) runs on them at once, with what
+            they keep (``nb_accel.resident``, imports, the process group); one of another
+            shape replaces them, and a line says so. They are the ``%%distributed`` pool's
+            workers; ``nb_accel.stop_workers()`` or ``%distributed stop`` ends them, and they
+            end with the kernel.
 
     Returns:
         Each rank's return value, in rank order (tensors moved to the CPU); in a multi-node

@@ -19,19 +19,22 @@ next cell's, so the workers then rebuild their process group.
 from __future__ import annotations
 
 import contextlib
+import functools
+import os
 import pickle
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from .._keywords import unknown_keywords_error
-from .._messages import CellDone, Command, Execute, Interrupt, Pull, Push, Stop
+from .._messages import Call, CellDone, Command, Execute, Interrupt, Pull, Push, Stop
 from ..errors import LaunchError, WorkerDiedError
 from ..runtime.device_types.group_backends import uses_nccl
 from ..runtime.transfer.pickling import loads, pickle_sharing, segment_of
 from ..runtime.transfer.segments import remove_segment
 from ..runtime.workers.regroup import Release, Settle
+from ..runtime.workers.warm_call import kernel_rng_state
 from .failures.failure_log import FailureLog
 from .failures.user_errors import for_the_user, meant_for_the_user
 from .failures.whereabouts import RankStack, in_collectives, stacks_note, where_lines
@@ -107,6 +110,7 @@ class WorkerPool(Launcher):
         self._group: PoolRanks | None = None
         self._cell = 0
         self._unsettled = False  # a command failed or was interrupted since the last Settle
+        self._environ_at_start: dict[str, str] = {}
         self._waiting_for: list[int] = []  # the ranks the current command was sent to
         #: The current command's view.
         self.view: LaunchView = NullView()
@@ -146,6 +150,7 @@ class WorkerPool(Launcher):
             raise RuntimeError("the pool is already started; stop or restart it")
         show_notes(self.plan)
         self._unsettled = False
+        self._environ_at_start = dict(os.environ)  # what the workers inherited
         if self.hosts is not None:
             self._group = start_host_ranks(self.plan, self.hosts)
         else:
@@ -420,6 +425,38 @@ class WorkerPool(Launcher):
             segment = segment_of(data)
             if segment is not None:  # every rank has mapped it (or will not)
                 remove_segment(segment)
+
+    def call(
+        self,
+        function: Callable[..., Any],
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        **options: Any,
+    ) -> list[Any]:
+        """Run ``function(*args, **kwargs)`` on every rank as a launch would, and return each
+        rank's value in rank order (see :mod:`~nb_accel.runtime.workers.warm_call` for what
+        each rank takes on from the kernel first); ``options`` as for :meth:`run`. The call
+        travels cloudpickled, big tensors and arrays through shared memory, written once."""
+        group = self._group_or_fail()
+        data = group.seal(pickle_sharing((function, tuple(args), dict(kwargs or {}))))
+        started = self._environ_at_start
+        now = dict(os.environ)
+        command = functools.partial(
+            Call,
+            data=data,
+            environ_set={k: v for k, v in now.items() if started.get(k) != v},
+            environ_unset=tuple(k for k in started if k not in now),
+            sys_path=tuple(sys.path),
+            cwd=os.getcwd(),
+            rng=kernel_rng_state() if self.plan.start_method == "fork" else b"",
+        )
+        try:
+            done = self.run(command, **options)
+        finally:
+            segment = segment_of(data)
+            if segment is not None:  # every rank has mapped it (or will not)
+                remove_segment(segment)
+        return [load_value(d) for _, d in sorted(done.items())]
 
     def pull(self, name: str, ranks: Sequence[int] | None = None) -> list[Any]:
         """The value of variable ``name`` on each of ``ranks``, in rank order."""

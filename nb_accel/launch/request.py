@@ -50,6 +50,7 @@ class LaunchRequest:
     rdzv_id: str | None = None
     monitor_interval: float | None = None
     log_line_prefix_template: str | None = None
+    reuse_workers: bool | None = None
 
     @classmethod
     def of(cls, values: Mapping[str, Any]) -> LaunchRequest:

@@ -45,10 +45,17 @@ def resolve_spec(
     cpu = request.cpu
     if cpu is None:  # NB_ACCEL_USE_CPU=1 stands for cpu=True, else the saved setting
         cpu = os.environ.get(CPU_VARIABLE) == "1" or config.cpu
+    reuse = _reuse_workers(request)
     # persistent workers keep a process group: they run on the devices that have one
-    device = choose_device_type(cpu, own_launchers=not pool)
+    device = choose_device_type(cpu, own_launchers=not (pool or reuse))
     nodes = _nodes(request, config)
     hosts = _hosts(request, config, nodes, device)
+    if reuse and hosts is None and nodes.multi_node:
+        raise ValueError(
+            f"reuse_workers=True keeps workers this kernel drives, but num_nodes={nodes.num_nodes} "
+            "runs a kernel on each node: give hosts=[...] to drive every machine from here, or "
+            "leave reuse_workers out"
+        )
     if pool and hosts is None and nodes.multi_node:
         asked = (
             f"num_nodes={nodes.num_nodes} was given"
@@ -71,7 +78,14 @@ def resolve_spec(
         config.gradient_accumulation_steps,
         sharding,
     )
-    return LaunchSpec(plan, nodes, hosts, output, request)
+    return LaunchSpec(plan, nodes, hosts, output, request, reuse_workers=reuse)
+
+
+def _reuse_workers(request: LaunchRequest) -> bool:
+    value = request.reuse_workers
+    if value is not None and not isinstance(value, bool):
+        raise TypeError(f"reuse_workers must be True or False, got {value!r}")
+    return bool(value)
 
 
 def _output_options(request: LaunchRequest) -> OutputOptions:

@@ -76,6 +76,8 @@ class LaunchSpec:
         hosts: the machines driven from this kernel over SSH or ``srun`` (``None``: none).
         output: how the workers' output and progress are shown.
         request: what was asked for, as given (a launch made again the same way reads it).
+        reuse_workers: run on the kernel's warm workers (started by the first such launch, kept
+            after it, shared with ``%%distributed``).
     """
 
     plan: LaunchPlan
@@ -83,6 +85,7 @@ class LaunchSpec:
     hosts: HostPlan | None = None
     output: OutputOptions = field(default_factory=OutputOptions)
     request: LaunchRequest = field(default_factory=LaunchRequest, compare=False)
+    reuse_workers: bool = False
 
     @property
     def device(self) -> DeviceType:

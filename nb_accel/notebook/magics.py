@@ -19,7 +19,6 @@ variables to every worker), ``pull name`` (a per-rank list).
 from __future__ import annotations
 
 import argparse
-import atexit
 import functools
 import re
 import sys
@@ -38,6 +37,7 @@ from ..launch.pool import WorkerPool, load_value
 from ..launch.resolve import resolve_spec
 from ..launch.views.state_dict_note import show_wrapped_state_dicts
 from ..launch.views.view import LaunchView
+from ..launch.warm.kept import keep_pool, kept_pool, stop_workers
 from .launch_view import notebook_view
 from .magic_flags import flag_text, parse_flags, pool_flags, pool_options, ranks_option
 from .tracebacks import check_syntax, show_cell_syntax_errors
@@ -171,19 +171,10 @@ def _cell_file(shell: Any, cell: str) -> str:
     return str(shell.compile.cache(cell, _running_cell_number(shell)))
 
 
-#: The kernel's pool; module-wide, so reloading the extension keeps (and can stop) it.
-_pool: WorkerPool | None = None
-
-
 def stop_pool() -> None:
-    """Stop the kernel's pool, if any (also at interpreter exit)."""
-    global _pool
-    pool, _pool = _pool, None
-    if pool is not None:
-        pool.stop()
-
-
-atexit.register(stop_pool)
+    """Stop the kernel's pool, if any: the warm workers, shared with
+    ``notebook_launcher(..., reuse_workers=True)`` (see :func:`~nb_accel.stop_workers`)."""
+    stop_workers()
 
 
 def _load(rank: int, done: CellDone) -> Any:
@@ -202,8 +193,8 @@ class DistributedMagics(Magics):  # type: ignore[misc]
 
     @property
     def pool(self) -> WorkerPool | None:
-        """The kernel's pool (``None`` before the first start)."""
-        return _pool
+        """The kernel's pool: its warm workers (``None`` before the first start)."""
+        return kept_pool()
 
     def _namespace(self) -> dict[str, Any]:
         assert self.shell is not None, "the magics run inside an IPython shell"
@@ -214,9 +205,8 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         stop_pool()
 
     def _start(self, pool: WorkerPool) -> WorkerPool:
-        global _pool  # noqa: PLW0603 - one pool per kernel
         pool.start()
-        _pool = pool
+        keep_pool(pool)
         print(f"Started {pool.describe()} for %%distributed")
         return pool
 

@@ -2,7 +2,8 @@
 
 A pool is an ordinary launch whose function is :func:`serve`: it keeps the process group and
 one namespace (preloaded with ``accelerator``, ``rank`` and ``world_size``) and runs the
-kernel's commands — a cell's code, setting variables, reading one — until told to stop.
+kernel's commands — a cell's code, setting variables, reading one, a launch's function on warm
+workers (:mod:`.warm_call`) — until told to stop.
 Each command ends with a :class:`~nb_accel._messages.CellDone` event; an exception in a cell
 is reported in it and the worker carries on. Kernel → Interrupt reaches the worker as SIGINT,
 which raises ``KeyboardInterrupt`` in the running cell. After such a failure or interrupt the
@@ -18,8 +19,9 @@ import signal
 import time
 from typing import Any
 
-from ..._messages import CellDone, Execute, Interrupt, Pull, Push, Stop
+from ..._messages import Call, CellDone, Execute, Interrupt, Pull, Push, Stop
 from ..reporting.channel import EventChannel, current_channel
+from ..residents import bind_namespace
 from ..transfer.pickling import loads
 from .lifecycle import StopRequested, send_flushed
 from .outcomes import failure_event
@@ -32,6 +34,7 @@ from .regroup import (
     take_abort_for_peer,
 )
 from .returns import dumps_result
+from .warm_call import run_call
 
 __all__ = ["run_code", "serve"]
 
@@ -60,9 +63,12 @@ def _reply(channel: EventChannel, cell: int, value: Any, want: bool) -> CellDone
         return CellDone(channel.rank, cell, value_repr=repr(value))
 
 
-def _perform(
-    channel: EventChannel, command: Execute | Push | Pull | Settle, space: dict[str, Any]
-) -> CellDone:
+_Work = Execute | Push | Pull | Call | Settle
+
+
+def _perform(channel: EventChannel, command: _Work, space: dict[str, Any]) -> CellDone:
+    if isinstance(command, Call):  # a launch's value travels as a cold launch's: or it fails
+        return CellDone(channel.rank, command.cell, value=dumps_result(run_call(command)))
     if isinstance(command, Execute):
         value = run_code(command.code, space, command.name or f"<cell {command.cell}>")
         wanted = not command.value_ranks or channel.rank in command.value_ranks
@@ -110,9 +116,7 @@ class _Interrupts:
 _interrupts = _Interrupts()
 
 
-def _outcome(
-    channel: EventChannel, command: Execute | Push | Pull | Settle, space: dict[str, Any]
-) -> tuple[CellDone, bool]:
+def _outcome(channel: EventChannel, command: _Work, space: dict[str, Any]) -> tuple[CellDone, bool]:
     """Perform ``command`` with interrupts let through; the reply says what it returned or
     raised, and whether an interrupt stopped it."""
     forget_abort_for_peer()
@@ -159,6 +163,7 @@ def serve() -> None:
         "rank": accelerator.process_index,
         "world_size": accelerator.num_processes,
     }
+    bind_namespace(space)  # residents are variables of the cells too
     signal.signal(signal.SIGINT, _interrupts.handle)
     interrupted = -1  # the last command an interrupt stopped (its signal is spent)
     while True:

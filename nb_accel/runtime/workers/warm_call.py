@@ -1,0 +1,89 @@
+"""A launch on warm workers, as the worker runs it: it first takes on what a worker forked from
+the kernel at launch time would have inherited (the kernel's environment variables, ``sys.path``,
+working directory and, where the workers were forked, random generators' states), starts from
+fresh ``Accelerator`` states on the process group it already has, runs the function, and
+finishes the trackers it left open, as a cold worker does before it reports."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import random
+import sys
+from typing import Any
+
+import torch
+
+from ..._messages import Call
+from ..state import reset_all_states
+from ..tracking.open_runs import finish_open_trackers
+from ..transfer.pickling import loads
+from .returns import check_returnable
+
+__all__ = ["kernel_rng_state", "run_call"]
+
+
+def kernel_rng_state() -> bytes:
+    """The kernel's random generators' states (Python's, torch's, NumPy's where it is
+    imported), pickled for :class:`~nb_accel._messages.Call`."""
+    numpy = sys.modules.get("numpy")
+    states = (
+        random.getstate(),
+        torch.get_rng_state(),
+        numpy.random.get_state() if numpy is not None else None,
+    )
+    return pickle.dumps(states, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+#: This worker's environment before its first warm launch, and the names a launch set.
+_baseline: dict[str, str] | None = None
+_applied: set[str] = set()
+
+
+def _take_kernels_environ(command: Call) -> None:
+    """The worker's own environment with the kernel's changes since the workers started
+    (those of an earlier launch that the kernel has undone since are undone too)."""
+    global _baseline  # noqa: PLW0603 - one worker, one environment
+    if _baseline is None:
+        _baseline = dict(os.environ)
+    for name in _applied - set(command.environ_set):
+        if name in _baseline:
+            os.environ[name] = _baseline[name]
+        else:
+            os.environ.pop(name, None)
+    for name in command.environ_unset:
+        os.environ.pop(name, None)
+    os.environ.update(command.environ_set)
+    _applied.clear()
+    _applied.update(command.environ_set)
+
+
+def _take_kernels_context(command: Call) -> None:
+    _take_kernels_environ(command)
+    sys.path[:] = list(command.sys_path)
+    if os.getcwd() != command.cwd:
+        os.chdir(command.cwd)
+    if command.rng:
+        python_state, torch_state, numpy_state = pickle.loads(command.rng)
+        random.setstate(python_state)
+        torch.set_rng_state(torch_state)
+        if numpy_state is not None:
+            import numpy
+
+            numpy.random.set_state(numpy_state)
+
+
+def run_call(command: Call) -> Any:
+    """Run the launch's function as this rank and return its value (checked to be one the
+    kernel can use); its trackers are finished either way."""
+    _take_kernels_context(command)
+    reset_all_states()
+    function, args, kwargs = loads(command.data, consume=False)
+    failed = True
+    try:
+        value = function(*args, **kwargs)
+        check_returnable(value)
+        failed = False
+        return value
+    finally:
+        finish_open_trackers(failed=failed)

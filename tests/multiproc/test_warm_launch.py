@@ -1,0 +1,149 @@
+"""``notebook_launcher(..., reuse_workers=True)``: the first launch starts warm workers and
+keeps them; later launches of the same shape run on them (the same processes, what they keep
+still there) and behave as cold launches do: the function's newest version, the kernel's
+environment, working directory and random state at launch time, results and errors as
+usual. Another shape replaces them, with a line; a dead rank means fresh workers next time."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+import torch.distributed as dist
+
+import nb_accel
+from nb_accel import Accelerator, WorkerDiedError, notebook_launcher, resident
+
+
+@pytest.fixture(autouse=True)
+def _no_warm_workers_left() -> Iterator[None]:
+    yield
+    nb_accel.stop_workers()
+
+
+def _warm(function: object, *args: object, num_processes: int = 2) -> list[object]:
+    return notebook_launcher(function, args=args, num_processes=num_processes, reuse_workers=True)
+
+
+def where_and_what(step: int) -> tuple[int, int, int, float]:
+    """This worker's pid, the step, how many launches its resident list has seen, and a sum
+    over the process group."""
+    seen = resident("seen", list)
+    seen.append(step)
+    total = torch.ones(1) * (dist.get_rank() + 1)
+    dist.all_reduce(total)
+    return os.getpid(), step, len(seen), total.item()
+
+
+def test_a_second_launch_runs_on_the_same_workers_with_what_they_keep() -> None:
+    first = _warm(where_and_what, 1)
+    second = _warm(where_and_what, 2)
+    assert [r[0] for r in first] == [r[0] for r in second]  # the same processes
+    assert [r[1:] for r in first] == [(1, 1, 3.0), (1, 1, 3.0)]
+    assert [r[1:] for r in second] == [(2, 2, 3.0), (2, 2, 3.0)]  # the resident kept
+    workers = {child.pid for child in psutil.Process().children(recursive=True)}
+    assert {r[0] for r in first} <= workers
+    nb_accel.stop_workers()
+    assert psutil.Process().children(recursive=True) == []
+
+
+def test_each_launch_sees_the_kernel_as_it_is_at_launch_time(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    _warm(where_and_what, 0)  # the workers start here, before any change below
+
+    def look() -> tuple[str | None, str, bool, float, str]:
+        return (
+            os.environ.get("NB_TEST_WARM"),
+            os.getcwd(),
+            "/nb-test-warm-path" in __import__("sys").path,
+            torch.rand(1).item(),
+            Accelerator().mixed_precision,
+        )
+
+    monkeypatch.setenv("NB_TEST_WARM", "changed in the kernel")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend("/nb-test-warm-path")
+    torch.manual_seed(5)
+    expected = torch.rand(1).item()
+    torch.manual_seed(5)  # a forked worker would start from the kernel's generator
+    seen = _warm(look)
+    assert seen == [("changed in the kernel", str(tmp_path), True, expected, "no")] * 2
+    monkeypatch.delenv("NB_TEST_WARM")
+    torch.manual_seed(5)
+    assert [s[0] for s in _warm(look)] == [None, None]
+
+
+def test_a_function_redefined_after_the_workers_started_runs_in_its_new_version() -> None:
+    def version() -> str:
+        return "first"
+
+    assert _warm(version) == ["first", "first"]
+
+    def version() -> str:  # redefined, as in a notebook
+        return "second"
+
+    assert _warm(version) == ["second", "second"]
+
+
+def fails_on_rank_1() -> int:
+    if dist.get_rank() == 1:
+        raise ValueError("label 7 is out of range")
+    dist.barrier()  # freed by the failed rank's release, not by a timeout
+    return 0
+
+
+def test_a_failing_rank_is_raised_as_usual_and_the_workers_stay_warm() -> None:
+    with pytest.raises(ValueError, match="label 7 is out of range") as cold:
+        notebook_launcher(fails_on_rank_1, num_processes=2, timeout=600)
+    before = [r[0] for r in _warm(where_and_what, 1)]
+    with pytest.raises(ValueError, match="label 7 is out of range") as warm:
+        notebook_launcher(fails_on_rank_1, num_processes=2, reuse_workers=True, timeout=600)
+    assert warm.value.__notes__ == cold.value.__notes__  # said as a cold launch says it
+    assert "Raised on rank 1 of 2" in warm.value.__notes__[0]
+    after = _warm(where_and_what, 2)
+    assert [r[0] for r in after] == before and [r[2] for r in after] == [2, 2]
+
+
+def dies_on_rank_1() -> None:
+    if dist.get_rank() == 1:
+        os._exit(3)
+    dist.barrier()
+
+
+def test_a_dead_rank_means_fresh_workers_at_the_next_launch() -> None:
+    before = {r[0] for r in _warm(where_and_what, 1)}
+    with pytest.raises(WorkerDiedError):
+        notebook_launcher(dies_on_rank_1, num_processes=2, reuse_workers=True, timeout=600)
+    after = _warm(where_and_what, 2)
+    assert not before & {r[0] for r in after} and [r[2] for r in after] == [1, 1]
+
+
+def test_a_launch_of_another_shape_replaces_the_workers_and_says_so(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    two = {r[0] for r in _warm(where_and_what, 1)}
+    three = _warm(where_and_what, 2, num_processes=3)
+    assert not two & {r[0] for r in three} and [r[3] for r in three] == [6.0] * 3
+    said = capfd.readouterr().err
+    assert "The warm workers ran with ranks per node 2: replaced by 3 processes on CPU" in said
+    assert len(psutil.Process().children(recursive=False)) == 3
+
+
+def test_bad_uses_of_reuse_workers_fail_before_anything_starts() -> None:
+    with pytest.raises(TypeError, match="reuse_workers must be True or False, got 'yes'"):
+        notebook_launcher(print, num_processes=2, reuse_workers="yes")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="reuse_workers=True keeps workers this kernel drives"):
+        notebook_launcher(
+            print,
+            num_processes=2,
+            reuse_workers=True,
+            num_nodes=2,
+            node_rank=0,
+            rdzv_endpoint="127.0.0.1:29555",
+        )
+    assert psutil.Process().children(recursive=True) == []
