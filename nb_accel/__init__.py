@@ -56,12 +56,12 @@ from .runtime.options import (
 )
 from .runtime.parallelism import ParallelismConfig
 from .runtime.reporting.progress import tqdm, trange
-from .runtime.residents import drop_resident, resident
 from .runtime.state import AcceleratorState, DistributedType, GradientState, PartialState
 from .runtime.tracking.base import GeneralTracker
 from .runtime.training.compile import TorchDynamoPlugin
 from .runtime.training.optimizer import AcceleratedOptimizer
 from .runtime.training.scheduler import AcceleratedScheduler
+from .runtime.warm.residents import drop_resident, resident
 
 register_view_factory(notebook_view)
 register_traceback_renderer(render_traceback)

@@ -86,6 +86,8 @@ class Config:
         hosts: machines a launch runs on, driven from this kernel: host names as ssh knows
             them, or ``"slurm"`` for the nodes of the current SLURM allocation.
         ssh_config: an OpenSSH client configuration file for ``hosts`` (``None``: yours).
+        reuse_workers: keep launches' workers warm for the next launches (the
+            ``%%distributed`` pool's workers), instead of starting and stopping them each time.
     """
 
     num_processes: int | None = None
@@ -103,6 +105,7 @@ class Config:
     max_restarts: int = 0
     hosts: str | list[str] | None = None
     ssh_config: str | None = None
+    reuse_workers: bool = False
 
     def __post_init__(self) -> None:
         if isinstance(self.sharding, str) and self.sharding in SHARDING_ALIASES:
@@ -139,8 +142,9 @@ class Config:
                 found[name] = (
                     f"must be one of {', '.join(map(repr, allowed))}, got {getattr(self, name)!r}"
                 )
-        if not isinstance(self.cpu, bool):
-            found["cpu"] = f"must be true or false, got {self.cpu!r}"
+        for flag in ("cpu", "reuse_workers"):
+            if not isinstance(getattr(self, flag), bool):
+                found[flag] = f"must be true or false, got {getattr(self, flag)!r}"
         if (
             "node_rank" not in found
             and "num_nodes" not in found

@@ -33,8 +33,8 @@ from ..errors import LaunchError, WorkerDiedError
 from ..runtime.device_types.group_backends import uses_nccl
 from ..runtime.transfer.pickling import loads, pickle_sharing, segment_of
 from ..runtime.transfer.segments import remove_segment
+from ..runtime.warm.call import kernel_rng_state
 from ..runtime.workers.regroup import Release, Settle
-from ..runtime.workers.warm_call import kernel_rng_state
 from .failures.failure_log import FailureLog
 from .failures.user_errors import for_the_user, meant_for_the_user
 from .failures.whereabouts import RankStack, in_collectives, stacks_note, where_lines
@@ -434,7 +434,7 @@ class WorkerPool(Launcher):
         **options: Any,
     ) -> list[Any]:
         """Run ``function(*args, **kwargs)`` on every rank as a launch would, and return each
-        rank's value in rank order (see :mod:`~nb_accel.runtime.workers.warm_call` for what
+        rank's value in rank order (see :mod:`~nb_accel.runtime.warm.call` for what
         each rank takes on from the kernel first); ``options`` as for :meth:`run`. The call
         travels cloudpickled, big tensors and arrays through shared memory, written once."""
         group = self._group_or_fail()

@@ -45,11 +45,18 @@ def resolve_spec(
     cpu = request.cpu
     if cpu is None:  # NB_ACCEL_USE_CPU=1 stands for cpu=True, else the saved setting
         cpu = os.environ.get(CPU_VARIABLE) == "1" or config.cpu
-    reuse = _reuse_workers(request)
+    reuse = _reuse_workers(request, config)
+    reuse_asked = request.reuse_workers is not None  # else the saved setting, where it applies
     # persistent workers keep a process group: they run on the devices that have one
-    device = choose_device_type(cpu, own_launchers=not (pool or reuse))
+    device = choose_device_type(cpu, own_launchers=not (pool or (reuse and reuse_asked)))
     nodes = _nodes(request, config)
     hosts = _hosts(request, config, nodes, device)
+    if (
+        reuse
+        and not reuse_asked
+        and (device.launcher is not None or (hosts is None and nodes.multi_node))
+    ):
+        reuse = False  # saved for this kernel's own workers: a TPU or multi-node launch runs cold
     if reuse and hosts is None and nodes.multi_node:
         raise ValueError(
             f"reuse_workers=True keeps workers this kernel drives, but num_nodes={nodes.num_nodes} "
@@ -81,11 +88,14 @@ def resolve_spec(
     return LaunchSpec(plan, nodes, hosts, output, request, reuse_workers=reuse)
 
 
-def _reuse_workers(request: LaunchRequest) -> bool:
+def _reuse_workers(request: LaunchRequest, config: Config) -> bool:
+    """``reuse_workers`` as given, else as saved."""
     value = request.reuse_workers
-    if value is not None and not isinstance(value, bool):
+    if value is None:
+        return config.reuse_workers
+    if not isinstance(value, bool):
         raise TypeError(f"reuse_workers must be True or False, got {value!r}")
-    return bool(value)
+    return value
 
 
 def _output_options(request: LaunchRequest) -> OutputOptions:

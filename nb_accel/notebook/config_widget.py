@@ -61,6 +61,7 @@ LABELS = {
     "max_restarts": "Restarts at most",
     "hosts": "Hosts",
     "ssh_config": "SSH config file",
+    "reuse_workers": "Keep workers warm",
 }
 DESCRIPTION_WIDTH = "16em"
 ERROR_COLOR = "#d32f2f"
@@ -231,6 +232,7 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
             "max_restarts": whole(min=0, max=MAX_INT),
             "hosts": ipywidgets.Text(placeholder="gpu0, gpu1  (or: slurm)"),
             "ssh_config": ipywidgets.Text(placeholder="~/.ssh/config"),
+            "reuse_workers": ipywidgets.Checkbox(indent=True),
         }
         missing = {f.name for f in fields(Config)} - set(made)
         assert not missing, f"no control for {sorted(missing)}"
@@ -296,6 +298,7 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
             )
             self.controls["ssh_config"].value = config.ssh_config or ""
             self.controls["cpu"].value = True if self.gpu_count == 0 else config.cpu
+            self.controls["reuse_workers"].value = config.reuse_workers
         finally:
             self._filling = False
         self._refresh()

@@ -7,6 +7,9 @@ usual. Another shape replaces them, with a line; a dead rank means fresh workers
 from __future__ import annotations
 
 import os
+import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,6 +20,7 @@ import torch.distributed as dist
 
 import nb_accel
 from nb_accel import Accelerator, WorkerDiedError, notebook_launcher, resident
+from nb_accel.config import ConfigError
 
 
 @pytest.fixture(autouse=True)
@@ -147,3 +151,43 @@ def test_bad_uses_of_reuse_workers_fail_before_anything_starts() -> None:
             rdzv_endpoint="127.0.0.1:29555",
         )
     assert psutil.Process().children(recursive=True) == []
+
+
+def test_the_saved_setting_keeps_workers_warm_unless_a_launch_says_otherwise() -> None:
+    nb_accel.save_config(nb_accel.Config(reuse_workers=True))
+    first = notebook_launcher(where_and_what, args=(1,), num_processes=2)
+    second = notebook_launcher(where_and_what, args=(2,), num_processes=2)
+    assert [r[0] for r in first] == [r[0] for r in second] and second[0][2] == 2
+    cold = notebook_launcher(where_and_what, args=(3,), num_processes=2, reuse_workers=False)
+    assert not {r[0] for r in cold} & {r[0] for r in first} and cold[0][2] == 1
+    with pytest.raises(ConfigError, match="reuse_workers: must be true or false"):
+        nb_accel.Config(reuse_workers="yes")  # type: ignore[arg-type]
+
+
+def sleeps_once_marked(folder: str) -> None:
+    """Write this rank's marker, then sleep until interrupted."""
+    Path(folder, f"rank{dist.get_rank()}").touch()
+    time.sleep(600)
+
+
+def _interrupt_once_both_sleep(folder: Path, done: threading.Event) -> None:
+    while not done.is_set():
+        if all((folder / f"rank{rank}").exists() for rank in (0, 1)):
+            os.kill(os.getpid(), signal.SIGINT)  # as Kernel -> Interrupt does
+            return
+        done.wait(0.02)
+
+
+def test_an_interrupt_stops_the_function_and_keeps_the_workers(tmp_path: Path) -> None:
+    before = [r[0] for r in _warm(where_and_what, 1)]
+    done = threading.Event()
+    interrupter = threading.Thread(target=_interrupt_once_both_sleep, args=(tmp_path, done))
+    interrupter.start()
+    try:
+        with pytest.raises(KeyboardInterrupt):
+            _warm(sleeps_once_marked, str(tmp_path))
+    finally:
+        done.set()
+        interrupter.join()
+    after = _warm(where_and_what, 2)
+    assert [r[0] for r in after] == before and [r[2] for r in after] == [2, 2]

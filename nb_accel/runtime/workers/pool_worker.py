@@ -3,7 +3,7 @@
 A pool is an ordinary launch whose function is :func:`serve`: it keeps the process group and
 one namespace (preloaded with ``accelerator``, ``rank`` and ``world_size``) and runs the
 kernel's commands — a cell's code, setting variables, reading one, a launch's function on warm
-workers (:mod:`.warm_call`) — until told to stop.
+workers (:mod:`~nb_accel.runtime.warm.call`) — until told to stop.
 Each command ends with a :class:`~nb_accel._messages.CellDone` event; an exception in a cell
 is reported in it and the worker carries on. Kernel → Interrupt reaches the worker as SIGINT,
 which raises ``KeyboardInterrupt`` in the running cell. After such a failure or interrupt the
@@ -21,8 +21,9 @@ from typing import Any
 
 from ..._messages import Call, CellDone, Execute, Interrupt, Pull, Push, Stop
 from ..reporting.channel import EventChannel, current_channel
-from ..residents import bind_namespace
 from ..transfer.pickling import loads
+from ..warm.call import run_call
+from ..warm.residents import bind_namespace
 from .lifecycle import StopRequested, send_flushed
 from .outcomes import failure_event
 from .regroup import (
@@ -33,8 +34,7 @@ from .regroup import (
     settle_process_group,
     take_abort_for_peer,
 )
-from .returns import dumps_result
-from .warm_call import run_call
+from .returns import check_returnable, dumps_result
 
 __all__ = ["run_code", "serve"]
 
@@ -68,7 +68,9 @@ _Work = Execute | Push | Pull | Call | Settle
 
 def _perform(channel: EventChannel, command: _Work, space: dict[str, Any]) -> CellDone:
     if isinstance(command, Call):  # a launch's value travels as a cold launch's: or it fails
-        return CellDone(channel.rank, command.cell, value=dumps_result(run_call(command)))
+        return CellDone(
+            channel.rank, command.cell, value=dumps_result(run_call(command, check_returnable))
+        )
     if isinstance(command, Execute):
         value = run_code(command.code, space, command.name or f"<cell {command.cell}>")
         wanted = not command.value_ranks or channel.rank in command.value_ranks

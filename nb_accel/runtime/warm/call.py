@@ -10,6 +10,7 @@ import os
 import pickle
 import random
 import sys
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -18,7 +19,6 @@ from ..._messages import Call
 from ..state import reset_all_states
 from ..tracking.open_runs import finish_open_trackers
 from ..transfer.pickling import loads
-from .returns import check_returnable
 
 __all__ = ["kernel_rng_state", "run_call"]
 
@@ -73,16 +73,16 @@ def _take_kernels_context(command: Call) -> None:
             numpy.random.set_state(numpy_state)
 
 
-def run_call(command: Call) -> Any:
-    """Run the launch's function as this rank and return its value (checked to be one the
-    kernel can use); its trackers are finished either way."""
+def run_call(command: Call, check: Callable[[Any], None]) -> Any:
+    """Run the launch's function as this rank and return its value, checked by ``check``
+    (the worker's test of what the kernel can use); its trackers are finished either way."""
     _take_kernels_context(command)
     reset_all_states()
     function, args, kwargs = loads(command.data, consume=False)
     failed = True
     try:
         value = function(*args, **kwargs)
-        check_returnable(value)
+        check(value)
         failed = False
         return value
     finally:
