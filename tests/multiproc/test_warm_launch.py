@@ -6,8 +6,10 @@ usual. Another shape replaces them, with a line; a dead rank means fresh workers
 
 from __future__ import annotations
 
+import importlib
 import os
 import signal
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -191,3 +193,27 @@ def test_an_interrupt_stops_the_function_and_keeps_the_workers(tmp_path: Path) -
         interrupter.join()
     after = _warm(where_and_what, 2)
     assert [r[0] for r in after] == before and [r[2] for r in after] == [2, 2]
+
+
+def test_a_users_module_changed_on_disk_runs_in_its_new_version(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    module = tmp_path / "nb_test_own_module.py"
+    module.write_text("def version():\n    return 'first'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import nb_test_own_module
+
+    try:
+        assert _warm(nb_test_own_module.version) == ["first", "first"]
+        module.write_text("def version():\n    return 'second'\n")
+        later = module.stat().st_mtime_ns + 1_000_000_000
+        os.utime(module, ns=(later, later))  # a second later, whatever the clock's grain
+        importlib.reload(nb_test_own_module)  # as %autoreload does in the kernel
+        # the function travels by reference to the module: the workers' copy must be new too
+        assert _warm(nb_test_own_module.version) == ["second", "second"]
+        module.write_text("def version(:\n")
+        os.utime(module, ns=(later + 10**9, later + 10**9))
+        with pytest.raises(ImportError, match=r"nb_test_own_module .* changed since this worker"):
+            _warm(nb_test_own_module.version)
+    finally:
+        sys.modules.pop("nb_test_own_module", None)

@@ -1,6 +1,7 @@
 """A launch on warm workers, as the worker runs it: it first takes on what a worker forked from
 the kernel at launch time would have inherited (the kernel's environment variables, ``sys.path``,
-working directory and, where the workers were forked, random generators' states), starts from
+working directory and, where the workers were forked, random generators' states), reloads the
+user's own modules that changed on disk (:mod:`.fresh_modules`), starts from
 fresh ``Accelerator`` states on the process group it already has, runs the function, and
 finishes the trackers it left open, as a cold worker does before it reports."""
 
@@ -19,6 +20,7 @@ from ..._messages import Call
 from ..state import reset_all_states
 from ..tracking.open_runs import finish_open_trackers
 from ..transfer.pickling import loads
+from .fresh_modules import note_new_modules, reload_changed_modules
 
 __all__ = ["kernel_rng_state", "run_call"]
 
@@ -77,6 +79,7 @@ def run_call(command: Call, check: Callable[[Any], None]) -> Any:
     """Run the launch's function as this rank and return its value, checked by ``check``
     (the worker's test of what the kernel can use); its trackers are finished either way."""
     _take_kernels_context(command)
+    reload_changed_modules()  # before the call is unpickled: its references find the new code
     reset_all_states()
     function, args, kwargs = loads(command.data, consume=False)
     failed = True
@@ -86,4 +89,5 @@ def run_call(command: Call, check: Callable[[Any], None]) -> Any:
         failed = False
         return value
     finally:
+        note_new_modules()  # what the function imported, as it was loaded
         finish_open_trackers(failed=failed)

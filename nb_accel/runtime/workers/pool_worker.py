@@ -23,6 +23,7 @@ from ..._messages import Call, CellDone, Execute, Interrupt, Pull, Push, Stop
 from ..reporting.channel import EventChannel, current_channel
 from ..transfer.pickling import loads
 from ..warm.call import run_call
+from ..warm.fresh_modules import note_new_modules
 from ..warm.residents import bind_namespace
 from .lifecycle import StopRequested, send_flushed
 from .outcomes import failure_event
@@ -166,6 +167,7 @@ def serve() -> None:
         "world_size": accelerator.num_processes,
     }
     bind_namespace(space)  # residents are variables of the cells too
+    note_new_modules()  # the user's modules as this worker has them: a change is reloaded
     signal.signal(signal.SIGINT, _interrupts.handle)
     interrupted = -1  # the last command an interrupt stopped (its signal is spent)
     while True:
