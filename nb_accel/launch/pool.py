@@ -65,6 +65,11 @@ REBUILT_NOTE = (
 #: How often, once a rank's command failed, the kernel looks whether the ranks still running
 #: it wait inside torch (a collective with the failed rank, most likely).
 RELEASE_CHECK_S = 0.2
+#: The note on the error of a rank whose death stopped the pool.
+STOPPED_NOTE = (
+    "The pool is stopped: %distributed restart starts it again, and the next launch with "
+    "reuse_workers=True starts fresh workers."
+)
 
 
 def _pool_spec(num_processes: int | None, options: dict[str, Any]) -> LaunchSpec:
@@ -111,6 +116,8 @@ class WorkerPool(Launcher):
         self._cell = 0
         self._unsettled = False  # a command failed or was interrupted since the last Settle
         self._environ_at_start: dict[str, str] = {}
+        #: Why the workers stopped on their own (a rank died, ...); "" while they run.
+        self.stopped_because = ""
         self._waiting_for: list[int] = []  # the ranks the current command was sent to
         #: The current command's view.
         self.view: LaunchView = NullView()
@@ -339,9 +346,10 @@ class WorkerPool(Launcher):
 
     def _died(self, group: PoolRanks) -> None:
         error = group.died(self.world_size, self.plan.timeout_s)
+        self.stopped_because = f"{type(error).__name__}: {str(error).splitlines()[0]}"
         self.stop(graceful=False)
         if isinstance(error, (WorkerDiedError, LaunchError)) and hasattr(error, "add_note"):
-            error.add_note("The pool is stopped: %distributed restart starts it again.")
+            error.add_note(STOPPED_NOTE)
         try:
             raise error
         finally:  # the traceback keeps this frame: it must not hold the error
@@ -366,6 +374,7 @@ class WorkerPool(Launcher):
             stuck = [rank for rank in targets if rank not in group.done]
             stacks = self.where(stuck)
             places = "".join("\n" + line for line in where_lines(stacks, "is"))
+            self.stopped_because = f"rank(s) {stuck} did not stop after an interrupt"
             self.stop(graceful=False)
             interrupt = KeyboardInterrupt(
                 f"rank(s) {stuck} did not stop within {INTERRUPT_GRACE_S:.0f} s of the "

@@ -121,12 +121,22 @@ def dies_on_rank_1() -> None:
     dist.barrier()
 
 
-def test_a_dead_rank_means_fresh_workers_at_the_next_launch() -> None:
+def test_a_dead_rank_means_fresh_workers_at_the_next_launch(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
     before = {r[0] for r in _warm(where_and_what, 1)}
-    with pytest.raises(WorkerDiedError):
+    with pytest.raises(WorkerDiedError) as died:
         notebook_launcher(dies_on_rank_1, num_processes=2, reuse_workers=True, timeout=600)
+    assert (
+        "the next launch with reuse_workers=True starts fresh workers" in died.value.__notes__[-1]
+    )
+    assert psutil.Process().children(recursive=True) == []  # the dead pool's workers are gone
+    capfd.readouterr()
     after = _warm(where_and_what, 2)
     assert not before & {r[0] for r in after} and [r[2] for r in after] == [1, 1]
+    said = capfd.readouterr().err
+    assert "The warm workers had stopped (WorkerDiedError: " in said
+    assert "what they kept (residents, imports, the process group) is gone" in said
 
 
 def test_a_launch_of_another_shape_replaces_the_workers_and_says_so(

@@ -15,10 +15,15 @@ from ..request import LaunchCall
 from ..spec import LaunchSpec
 from .kept import keep_pool, kept_pool, stop_workers
 
-__all__ = ["REPLACED_NOTE", "WarmLauncher"]
+__all__ = ["LOST_NOTE", "REPLACED_NOTE", "WarmLauncher"]
 
 #: The line a launch of another shape prints when it replaces the warm workers.
 REPLACED_NOTE = "The warm workers ran with {differs}: replaced by {workers}"
+#: The line a launch prints when the warm workers it would have used had stopped.
+LOST_NOTE = (
+    "The warm workers had stopped ({why}): starting fresh ones; what they kept (residents, "
+    "imports, the process group) is gone"
+)
 
 
 class WarmLauncher(LaunchBackend):
@@ -56,7 +61,9 @@ class WarmLauncher(LaunchBackend):
                 note = REPLACED_NOTE.format(
                     differs=", ".join(differs), workers=self.spec.describe_pool()
                 )
-                print(note, file=sys.stderr, flush=True)
+            else:
+                note = LOST_NOTE.format(why=pool.stopped_because or "a rank died")
+            print(note, file=sys.stderr, flush=True)
             stop_workers()
             pool = None
         if pool is None:
@@ -84,7 +91,4 @@ class WarmLauncher(LaunchBackend):
 
     def stop(self, graceful: bool = False) -> None:
         """Nothing: the workers stay warm for the next launch (a pool a rank's death stopped
-        is forgotten, and the next warm launch starts fresh workers)."""
-        pool = kept_pool()
-        if pool is not None and not pool.running:
-            stop_workers()
+        stays known until then, so that the next warm launch can say what was lost)."""
