@@ -83,6 +83,8 @@ def test_cell_magic_notebook_keeps_state_across_cells() -> None:
     assert "rank 0 of 2 is ready" in text
     assert "caught: rank 1 found a bad batch | Raised on rank 1 of 2" in text
     assert "[rank 0] weights sum" in text and "[rank 1] weights sum" in text
+    # a launched function on the same warm workers, twice, its resident model kept
+    assert "same workers: True" in text and "the kept model trained on: True" in text
 
 
 def test_config_widget_notebook_saves_the_defaults_a_launch_uses(
