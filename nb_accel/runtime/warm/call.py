@@ -31,7 +31,7 @@ def kernel_rng_state() -> bytes:
     numpy = sys.modules.get("numpy")
     states = (
         random.getstate(),
-        torch.get_rng_state(),
+        torch.get_rng_state().numpy().tobytes(),  # raw bytes: no tensor pickling
         numpy.random.get_state() if numpy is not None else None,
     )
     return pickle.dumps(states, protocol=pickle.HIGHEST_PROTOCOL)
@@ -68,7 +68,7 @@ def _take_kernels_context(command: Call) -> None:
     if command.rng:
         python_state, torch_state, numpy_state = pickle.loads(command.rng)
         random.setstate(python_state)
-        torch.set_rng_state(torch_state)
+        torch.set_rng_state(torch.frombuffer(bytearray(torch_state), dtype=torch.uint8))
         if numpy_state is not None:
             import numpy
 

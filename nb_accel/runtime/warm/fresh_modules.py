@@ -31,12 +31,31 @@ class StaleModuleError(ImportError):
     """A module of the user's own changed on disk and could not be reloaded in a worker."""
 
 
+#: The names of ``sys.modules`` already looked at (only new names are looked at: resolving
+#: every module's path at each launch would cost more than the launch).
+_checked: set[str] = set()
+
+
 def _own_file(module: ModuleType) -> str | None:
     file = getattr(module, "__file__", None)
     if not isinstance(file, str) or not file.endswith(".py"):
         return None
     path = os.path.realpath(file)
     return None if path.startswith(_LIBRARIES) else path
+
+
+def note_new_modules() -> None:
+    """Note the user's modules this worker loaded since the last look, as they are now (after
+    a launch, the modules its function imported; at the start, those inherited)."""
+    for name in sys.modules.keys() - _checked:
+        _checked.add(name)
+        module = sys.modules.get(name)
+        path = _own_file(module) if module is not None else None
+        if path is not None:
+            try:
+                _loaded[name] = (path, os.stat(path).st_mtime_ns)
+            except OSError:
+                continue
 
 
 def reload_changed_modules() -> list[str]:
@@ -47,36 +66,27 @@ def reload_changed_modules() -> list[str]:
         StaleModuleError: a changed module failed to reload (its error is the cause).
     """
     reloaded = []
-    for name, module in list(sys.modules.items()):
-        path = _own_file(module) if module is not None else None
-        if path is None:
+    for name, (path, mtime) in list(_loaded.items()):
+        module = sys.modules.get(name)
+        if module is None:  # forgotten since: imported afresh when asked again
+            del _loaded[name]
+            _checked.discard(name)
             continue
         try:
-            mtime = os.stat(path).st_mtime_ns
+            now = os.stat(path).st_mtime_ns
         except OSError:  # removed since: nothing newer to load
             continue
-        seen = _loaded.get(name)
-        if seen is not None and seen != (path, mtime):
-            try:
-                importlib.reload(module)
-            except Exception as error:
-                raise StaleModuleError(
-                    f"{name} ({path}) changed since this worker imported it, and reloading it "
-                    f"failed: {type(error).__name__}: {error}. Fix the module, or "
-                    "nb_accel.stop_workers() to start fresh workers"
-                ) from error
-            reloaded.append(name)
-        _loaded[name] = (path, mtime)
+        if now == mtime:
+            continue
+        try:
+            importlib.reload(module)
+        except Exception as error:
+            raise StaleModuleError(
+                f"{name} ({path}) changed since this worker imported it, and reloading it "
+                f"failed: {type(error).__name__}: {error}. Fix the module, or "
+                "nb_accel.stop_workers() to start fresh workers"
+            ) from error
+        _loaded[name] = (path, now)
+        reloaded.append(name)
+    note_new_modules()
     return reloaded
-
-
-def note_new_modules() -> None:
-    """Note the user's modules this worker loaded since the last look, as they are now (after
-    a launch, the modules its function imported; at the start, those inherited)."""
-    for name, module in list(sys.modules.items()):
-        path = _own_file(module) if module is not None and name not in _loaded else None
-        if path is not None:
-            try:
-                _loaded[name] = (path, os.stat(path).st_mtime_ns)
-            except OSError:
-                continue
