@@ -8,7 +8,8 @@ Each round times, in alternating order, one ``notebook_launcher`` call of a 2-ra
 that does one ``all_reduce`` and returns its rank: cold (``start_method`` fork, the default:
 workers started and stopped by the call) and warm (``reuse_workers=True`` on workers the first
 warm call started, outside the timing). Then the same with a 400 MB kernel tensor passed as an
-argument (warm only: the second and later calls against the first). Each figure is the median
+argument (warm only: the second and later calls against the first), and warm workers started
+by spawn against a cold spawn launch (a few calls each). Each figure is the median
 over rounds; ``--runs`` repeats the whole and gives each run's median, the table showing the
 median of them with the lowest and highest run.
 """
@@ -62,7 +63,20 @@ def one_run(rounds: int) -> dict[str, float]:
     first_big = _timed(with_big)
     again_big = [_timed(with_big) for _ in range(max(3, rounds // 5))]
     nb_accel.stop_workers()
+    spawned = {"start_method": "spawn", "num_processes": 2, "show_progress": False}
+    cold_spawn = [
+        _timed(lambda: notebook_launcher(reduce_once, **spawned))  # type: ignore[arg-type]
+        for _ in range(2)
+    ]
+    notebook_launcher(reduce_once, reuse_workers=True, **spawned)  # type: ignore[arg-type]
+    warm_spawn = [
+        _timed(lambda: notebook_launcher(reduce_once, reuse_workers=True, **spawned))  # type: ignore[arg-type]
+        for _ in range(max(3, rounds // 3))
+    ]
+    nb_accel.stop_workers()
     return {
+        "cold_spawn": statistics.median(cold_spawn),
+        "warm_spawn": statistics.median(warm_spawn),
         "cold": statistics.median(times["cold"]),
         "warm": statistics.median(times["warm"]),
         "ratio": statistics.median(
@@ -93,6 +107,8 @@ def main() -> None:
     print(f"{'cold launch (fork, the baseline)':52} {cell('cold')}")
     print(f"{'warm launch (reuse_workers=True)':52} {cell('warm')}")
     print(f"{'warm / cold, paired per round':52} {cell('ratio', 1.0)}")
+    print(f"{'cold launch, spawn (the baseline)':52} {cell('cold_spawn')}")
+    print(f"{'warm launch, workers started by spawn':52} {cell('warm_spawn')}")
     print(f"{'warm launch with a 400 MB tensor, first time':52} {cell('big_first')}")
     print(f"{'warm launch with the same 400 MB tensor, again':52} {cell('big_again')}")
     warm_ms = statistics.median(run["warm"] for run in runs) * 1000

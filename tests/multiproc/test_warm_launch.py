@@ -227,3 +227,35 @@ def test_a_users_module_changed_on_disk_runs_in_its_new_version(
             _warm(nb_test_own_module.version)
     finally:
         sys.modules.pop("nb_test_own_module", None)
+
+
+def train_a_little(seed: int) -> list[float]:
+    """A few DDP steps on seeded data: the final weights, rounded."""
+    accelerator = Accelerator()
+    torch.manual_seed(seed)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 1))
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
+    data = torch.utils.data.TensorDataset(torch.randn(64, 16), torch.randn(64, 1))
+    loader = torch.utils.data.DataLoader(data, batch_size=8)
+    model, optimizer, loader = accelerator.prepare(model, optimizer, loader)
+    for x, y in loader:
+        accelerator.backward(torch.nn.functional.mse_loss(model(x), y))
+        optimizer.step()
+        optimizer.zero_grad()
+    weights = accelerator.unwrap_model(model).state_dict()
+    return [round(float(v.sum()), 5) for v in weights.values()]
+
+
+@pytest.mark.timeout(240)
+def test_thirty_warm_launches_match_a_cold_one_and_hold_no_more() -> None:
+    cold = notebook_launcher(train_a_little, args=(3,), num_processes=2)
+    kernel = psutil.Process()
+    first = _warm(train_a_little, 3)
+    workers = kernel.children(recursive=True)
+    fds, rss = kernel.num_fds(), sum(w.memory_info().rss for w in workers)
+    for _ in range(29):
+        assert _warm(train_a_little, 3) == cold
+    assert first == cold
+    assert kernel.num_fds() <= fds + 2
+    grown = sum(w.memory_info().rss for w in workers) - rss
+    assert grown <= 40 * 2**20 * len(workers), f"the workers grew by {grown / 2**20:.1f} MB"
