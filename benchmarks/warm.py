@@ -7,7 +7,9 @@ Run from the repository root::
 Each round times, in alternating order, one ``notebook_launcher`` call of a 2-rank function
 that does one ``all_reduce`` and returns its rank: cold (``start_method`` fork, the default:
 workers started and stopped by the call) and warm (``reuse_workers=True`` on workers the first
-warm call started, outside the timing). Then the same with a 400 MB kernel tensor passed as an
+warm call started, outside the timing); then warm calls back to back, without a cold fork
+between them (a fork leaves the kernel's pages copy-on-write, which slows the kernel for a
+while after it). Then the same with a 400 MB kernel tensor passed as an
 argument (warm only: the second and later calls against the first), and warm workers started
 by spawn against a cold spawn launch (a few calls each). Each figure is the median
 over rounds; ``--runs`` repeats the whole and gives each run's median, the table showing the
@@ -56,6 +58,7 @@ def one_run(rounds: int) -> dict[str, float]:
         order = [("cold", cold), ("warm", warm)]
         for name, call in order if index % 2 == 0 else order[::-1]:
             times[name].append(_timed(call))
+    back_to_back = [_timed(warm) for _ in range(rounds)]  # no cold fork in between
     big = torch.zeros(100_000_000)  # 400 MB
     with_big = lambda: notebook_launcher(  # noqa: E731
         reduce_once, args=(big,), num_processes=2, show_progress=False, reuse_workers=True
@@ -77,6 +80,7 @@ def one_run(rounds: int) -> dict[str, float]:
     return {
         "cold_spawn": statistics.median(cold_spawn),
         "warm_spawn": statistics.median(warm_spawn),
+        "back_to_back": statistics.median(back_to_back),
         "cold": statistics.median(times["cold"]),
         "warm": statistics.median(times["warm"]),
         "ratio": statistics.median(
@@ -107,6 +111,7 @@ def main() -> None:
     print(f"{'cold launch (fork, the baseline)':52} {cell('cold')}")
     print(f"{'warm launch (reuse_workers=True)':52} {cell('warm')}")
     print(f"{'warm / cold, paired per round':52} {cell('ratio', 1.0)}")
+    print(f"{'warm launch, back to back (no fork in between)':52} {cell('back_to_back')}")
     print(f"{'cold launch, spawn (the baseline)':52} {cell('cold_spawn')}")
     print(f"{'warm launch, workers started by spawn':52} {cell('warm_spawn')}")
     print(f"{'warm launch with a 400 MB tensor, first time':52} {cell('big_first')}")
