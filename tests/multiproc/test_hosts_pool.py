@@ -193,3 +193,33 @@ class _Collect:
             self.text += str(content["data"].get("text/plain", ""))  # type: ignore[union-attr]
         elif message["msg_type"] == "error":
             self.text += "\n".join(content["traceback"])  # type: ignore[arg-type]
+
+
+def on_host(step: int) -> tuple[str, int, int, int]:
+    """This rank's machine (its network namespace), pid, the step, and launches seen."""
+    from nb_accel import resident
+
+    seen = resident("seen", list)
+    seen.append(step)
+    return os.readlink("/proc/self/ns/net"), os.getpid(), step, len(seen)
+
+
+def test_warm_launches_over_the_hosts_run_on_the_same_workers(machines: SshMachines) -> None:
+    import nb_accel
+    from nb_accel import notebook_launcher
+
+    options = {
+        "num_processes": 2,
+        "cpu": True,
+        "hosts": ["node0", "node1"],
+        "ssh_config": machines.ssh_config,
+        "reuse_workers": True,
+    }
+    try:
+        first = notebook_launcher(on_host, args=(1,), **options)
+        second = notebook_launcher(on_host, args=(2,), **options)
+    finally:
+        nb_accel.stop_workers()
+    assert [r[:2] for r in first] == [r[:2] for r in second]  # the same processes
+    assert len({r[0] for r in first}) == 2  # two machines, two ranks each
+    assert [r[2:] for r in second] == [(2, 2)] * 4
