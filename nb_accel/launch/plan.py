@@ -25,6 +25,7 @@ from .processes import START_METHODS
 __all__ = [
     "DEFAULT_TIMEOUT_S",
     "FORK_FALLBACK_NOTE",
+    "WARM_FALLBACK_NOTE",
     "LaunchPlan",
     "check_num_processes",
     "first_use_in_words",
@@ -41,6 +42,12 @@ FORK_FALLBACK_NOTE = (
     "{runtime} was initialised in this kernel ({culprit}); starting workers with {method} "
     "instead of fork: about 2 s more per launch (each launch starts a fresh interpreter that "
     "imports torch)"
+)
+#: Said instead of :data:`FORK_FALLBACK_NOTE` where the launch goes to warm workers for it.
+WARM_FALLBACK_NOTE = (
+    "{runtime} was initialised in this kernel ({culprit}); launches run on warm workers, "
+    "started once with {method} instead of fork (nb_accel.stop_workers() ends them; "
+    "reuse_workers=False starts fresh ones at each launch, about 2 s more each)"
 )
 
 
@@ -82,6 +89,9 @@ class LaunchPlan:
     worker_env: tuple[tuple[str, str], ...] = ()
     #: The sharding strategy's registered name (``runtime/sharding/registry.py``).
     sharding: str = DEFAULT
+    #: True when the workers cannot be forked because the kernel initialised the devices
+    #: (:attr:`start_method` is the one used instead).
+    fork_fallback: bool = False
 
     @property
     def device(self) -> DeviceType:
@@ -167,9 +177,11 @@ def make_plan(
     gradient_accumulation_steps: int = 1,
     sharding: str = DEFAULT,
     environ: Mapping[str, str] | None = None,
+    warm_fallback: bool = False,
 ) -> LaunchPlan:
     """Validate the launch options and decide what ``device``'s launch runs: ranks, backend,
-    start method, notes and variables.
+    start method, notes and variables. ``warm_fallback``: where the workers cannot be forked,
+    the launch goes to warm workers (the note says so).
 
     Raises ``TypeError``/``ValueError`` for bad values and :class:`LaunchError` for a kernel
     state that forbids the launch, each saying what to do instead.
@@ -180,7 +192,9 @@ def make_plan(
     method = _check_start_method(start_method, device)
     timeout_s = _check_timeout(timeout)
     count = device.ranks_per_node(requested)
-    method, notes = _start_method(device, method, explicit=start_method is not None)
+    method, notes = _start_method(
+        device, method, explicit=start_method is not None, warm=warm_fallback
+    )
     advice = device.advice(count, precision, environ)
     cpu_collectives = strategy_class(sharding).cpu_collectives
     return LaunchPlan(
@@ -194,10 +208,13 @@ def make_plan(
         notes + advice.notes,
         advice.worker_env,
         sharding,
+        fork_fallback=bool(notes),  # only the fallback gives a start-method note
     )
 
 
-def _start_method(device: DeviceType, method: str, explicit: bool) -> tuple[str, tuple[str, ...]]:
+def _start_method(
+    device: DeviceType, method: str, explicit: bool, warm: bool = False
+) -> tuple[str, tuple[str, ...]]:
     """``method``, or where forked workers could not use ``device`` (the kernel initialised
     it), the method used instead and a note saying so; an explicit ``fork``, or a device that
     forks only, is refused instead, saying how to fix it."""
@@ -222,7 +239,8 @@ def _start_method(device: DeviceType, method: str, explicit: bool) -> tuple[str,
             + instead
             + "."
         )
-    note = FORK_FALLBACK_NOTE.format(runtime=device.runtime, culprit=culprit, method=available[0])
+    template = WARM_FALLBACK_NOTE if warm else FORK_FALLBACK_NOTE
+    note = template.format(runtime=device.runtime, culprit=culprit, method=available[0])
     return available[0], (note,)
 
 

@@ -151,11 +151,13 @@ class WorkerPool(Launcher):
         """True while the workers are up (started, not stopped, none dead)."""
         return self._group is not None and not self._group.dead_ranks()
 
-    def start(self) -> None:
-        """Start the workers and wait until each has its process group and namespace."""
+    def start(self, notes: bool = True) -> None:
+        """Start the workers and wait until each has its process group and namespace; with
+        ``notes``, the plan's notes are printed first (a launch that starts the pool has)."""
         if self._group is not None:
             raise RuntimeError("the pool is already started; stop or restart it")
-        show_notes(self.plan)
+        if notes:
+            show_notes(self.plan)
         self._unsettled = False
         self._environ_at_start = dict(os.environ)  # what the workers inherited
         if self.hosts is not None:

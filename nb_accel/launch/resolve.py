@@ -76,6 +76,14 @@ def resolve_spec(
     if hosts is None and not nodes.multi_node:
         _warn_without_agent(device, request)
     _check_sharding_runs_on(sharding, device, request, config)
+    # workers that cannot be forked start once, warm, unless the launch says reuse_workers=False
+    warm_fallback = (
+        not pool
+        and request.reuse_workers is not False
+        and device.launcher is None
+        and hosts is None
+        and not nodes.multi_node
+    )
     plan = make_plan(
         device,
         config.num_processes if request.num_processes is None else request.num_processes,
@@ -84,7 +92,10 @@ def resolve_spec(
         config.timeout if request.timeout is None else request.timeout,
         config.gradient_accumulation_steps,
         sharding,
+        warm_fallback=warm_fallback,
     )
+    if plan.fork_fallback and warm_fallback:
+        reuse = True  # one fresh interpreter per rank once, not at every launch
     return LaunchSpec(plan, nodes, hosts, output, request, reuse_workers=reuse)
 
 

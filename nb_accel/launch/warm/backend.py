@@ -68,7 +68,7 @@ class WarmLauncher(LaunchBackend):
             pool = None
         if pool is None:
             pool = WorkerPool(spec=self.spec)
-            pool.start()
+            pool.start(notes=False)  # the launch has shown them
             keep_pool(pool)
         self._pool = pool
 
