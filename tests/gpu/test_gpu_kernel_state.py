@@ -69,8 +69,11 @@ if __name__ == "__main__":
     from nb_accel.runtime.device_types import cuda_facts
     print("initialized:", torch.cuda.is_initialized(), flush=True)  # torch cannot tell
     print("works after fork:", cuda_facts.cuda_works_after_fork(), flush=True)
-    launch()                      # falls back to forkserver, saying so
+    launch()                      # falls back to warm workers started by forkserver, saying so
+    launch()                      # on the same warm workers
+    launch(reuse_workers=False)   # a fresh forkserver launch, saying so
     launch(start_method="fork")   # an explicit fork keeps the clear error
+    nb_accel.stop_workers()
 """
 
 
@@ -80,6 +83,7 @@ def test_is_available_before_import_falls_back_to_forkserver(tmp_path: Path) -> 
     assert "initialized: False" in done.stdout
     assert "works after fork: False" in done.stdout
     assert "result: cpu 1.0" in done.stdout
+    assert done.stderr.count("launches run on warm workers, started once with forkserver") == 2
     assert done.stderr.count("starting workers with forkserver instead of fork") == 1
     assert "failed: LaunchError CUDA is already initialised in this kernel" in done.stdout
 
