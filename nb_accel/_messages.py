@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pickle
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
@@ -203,18 +203,19 @@ class Interrupt:
 @dataclass(frozen=True)
 class Call:
     """Kernel to persistent worker: a launch on warm workers. ``data`` is the sealed
-    ``(function, args, kwargs)``; the worker first takes on what a freshly forked worker would
-    inherit from the kernel at launch time: the environment variables the kernel set
-    (``environ_set``) or removed (``environ_unset``) since the workers started, ``sys_path``,
-    the working directory ``cwd`` and, where the workers were forked, the random generators'
-    states (``rng``: pickled, empty otherwise)."""
+    ``(function, args, kwargs)``; the worker first takes on what a freshly started worker of
+    this machine would inherit from the kernel at launch time: the environment variables the
+    kernel set (``environ_set``) or removed (``environ_unset``) since the workers started,
+    ``sys_path``, the working directory ``cwd`` and, where the workers were forked, the random
+    generators' states (``rng``: pickled, empty otherwise). Workers on other machines inherit
+    none of them (``sys_path`` and ``cwd`` ``None``: left as they are)."""
 
     cell: int
     data: bytes
-    environ_set: dict[str, str]
-    environ_unset: tuple[str, ...]
-    sys_path: tuple[str, ...]
-    cwd: str
+    environ_set: dict[str, str] = field(default_factory=dict)
+    environ_unset: tuple[str, ...] = ()
+    sys_path: tuple[str, ...] | None = None
+    cwd: str | None = None
     rng: bytes = b""
 
 

@@ -4,10 +4,11 @@ buffers (tensors, arrays) kept aside to be written once into shared memory."""
 
 from __future__ import annotations
 
+import contextlib
 import inspect
 import sys
 import types
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import cloudpickle
@@ -16,7 +17,14 @@ from ..runtime.transfer.code_files import installed_code
 from ..runtime.transfer.pickling import Pickled, pickle_sharing
 from ..runtime.workers.spec import InheritedCall, Payload
 
-__all__ = ["LaunchPayload", "check_arguments", "launch_payload", "make_payload", "sealed"]
+__all__ = [
+    "LaunchPayload",
+    "check_arguments",
+    "launch_payload",
+    "make_payload",
+    "own_module_by_value",
+    "sealed",
+]
 
 #: A launch's call on its way: inherited by forked workers, or pickled with its big buffers
 #: aside (sealed into bytes once the launch has its folder: :func:`sealed`).
@@ -104,12 +112,21 @@ def launch_payload(
     it is an installed package's."""
     if inherited:
         return InheritedCall(function, tuple(args), dict(kwargs))
+    with own_module_by_value(function, elsewhere):
+        return make_payload(function, args, kwargs)
+
+
+@contextlib.contextmanager
+def own_module_by_value(function: Callable[..., Any], elsewhere: bool = True) -> Iterator[None]:
+    """While it lasts, ``function``'s module is pickled by value where it is the user's own
+    file and the workers are on other machines (``elsewhere``), which may not have it."""
     module = sys.modules.get(getattr(function, "__module__", "") or "")
     if not elsewhere or module is None or not _users_own(module):
-        return make_payload(function, args, kwargs)
+        yield
+        return
     cloudpickle.register_pickle_by_value(module)
     try:
-        return make_payload(function, args, kwargs)
+        yield
     finally:
         cloudpickle.unregister_pickle_by_value(module)
 

@@ -42,6 +42,7 @@ from .hosts.pool_ranks import start_host_ranks
 from .launchers.interface import Launcher
 from .launchers.left_open_runs import end_runs_left_open
 from .launchers.outcome import failure_outcome
+from .payload import own_module_by_value
 from .placement.hosts import HostPlan
 from .plan import LaunchPlan, show_notes
 from .pool_ranks.interface import PoolRanks, RankStatus
@@ -449,18 +450,21 @@ class WorkerPool(Launcher):
         each rank takes on from the kernel first); ``options`` as for :meth:`run`. The call
         travels cloudpickled, big tensors and arrays through shared memory, written once."""
         group = self._group_or_fail()
-        data = group.seal(pickle_sharing((function, tuple(args), dict(kwargs or {}))))
-        started = self._environ_at_start
-        now = dict(os.environ)
-        command = functools.partial(
-            Call,
-            data=data,
-            environ_set={k: v for k, v in now.items() if started.get(k) != v},
-            environ_unset=tuple(k for k in started if k not in now),
-            sys_path=tuple(sys.path),
-            cwd=os.getcwd(),
-            rng=kernel_rng_state() if self.plan.start_method == "fork" else b"",
-        )
+        with own_module_by_value(function, elsewhere=self.hosts is not None):
+            data = group.seal(pickle_sharing((function, tuple(args), dict(kwargs or {}))))
+        if self.hosts is not None:  # other machines inherit nothing of this kernel's
+            command = functools.partial(Call, data=data)
+        else:
+            started, now = self._environ_at_start, dict(os.environ)
+            command = functools.partial(
+                Call,
+                data=data,
+                environ_set={k: v for k, v in now.items() if started.get(k) != v},
+                environ_unset=tuple(k for k in started if k not in now),
+                sys_path=tuple(sys.path),
+                cwd=os.getcwd(),
+                rng=kernel_rng_state() if self.plan.start_method == "fork" else b"",
+            )
         try:
             done = self.run(command, **options)
         finally:

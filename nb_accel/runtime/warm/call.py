@@ -62,8 +62,9 @@ def _take_kernels_environ(command: Call) -> None:
 
 def _take_kernels_context(command: Call) -> None:
     _take_kernels_environ(command)
-    sys.path[:] = list(command.sys_path)
-    if os.getcwd() != command.cwd:
+    if command.sys_path is not None:
+        sys.path[:] = list(command.sys_path)
+    if command.cwd is not None and os.getcwd() != command.cwd:
         os.chdir(command.cwd)
     if command.rng:
         python_state, torch_state, numpy_state = pickle.loads(command.rng)
