@@ -22,6 +22,8 @@ CONFIG_VARIABLE = "NB_ACCEL_CONFIG_FILE"
 #: Outside tests/gpu every launch, kernel and Accelerator runs on the CPU (gloo), also on a
 #: machine with GPUs; tests/gpu/conftest.py lifts this for the GPU tests.
 CPU_VARIABLE = "NB_ACCEL_USE_CPU"
+#: The run's configuration file (it must stay unwritten: every test would launch with it).
+_run_config_file = ""
 #: The run's configuration folder and both variables' values before the run.
 _CONFIG_RUN = pytest.StashKey[tuple[str, dict[str, str | None]]]()
 
@@ -35,6 +37,8 @@ def pytest_configure(config: pytest.Config) -> None:
     )
     os.environ[CONFIG_VARIABLE] = os.path.join(folder, "default_config.yaml")
     os.environ[CPU_VARIABLE] = "1"
+    global _run_config_file  # noqa: PLW0603 - the run's one file, read by no_leftovers
+    _run_config_file = os.environ[CONFIG_VARIABLE]
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -97,6 +101,13 @@ def no_leftovers() -> Iterator[None]:
     _settle(lambda: not new_threads())
     if new_threads():
         problems.append(f"threads left running: {[t.name for t in new_threads()]}")
+    saved = os.environ.get(CONFIG_VARIABLE)
+    if saved and os.path.exists(saved) and saved == _run_config_file:
+        os.remove(saved)  # every later test would launch with it
+        problems.append(
+            "the run's configuration file was written: point NB_ACCEL_CONFIG_FILE at a file in "
+            "tmp_path (monkeypatch.setenv) before saving one"
+        )
     if _env_snapshot() != env_before:
         changed = sorted(set(_env_snapshot().items()) ^ set(env_before.items()))
         for key in set(_env_snapshot()) - set(env_before):

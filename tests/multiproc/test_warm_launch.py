@@ -165,7 +165,10 @@ def test_bad_uses_of_reuse_workers_fail_before_anything_starts() -> None:
     assert psutil.Process().children(recursive=True) == []
 
 
-def test_the_saved_setting_keeps_workers_warm_unless_a_launch_says_otherwise() -> None:
+def test_the_saved_setting_keeps_workers_warm_unless_a_launch_says_otherwise(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("NB_ACCEL_CONFIG_FILE", str(tmp_path / "config.yaml"))
     nb_accel.save_config(nb_accel.Config(reuse_workers=True))
     first = notebook_launcher(where_and_what, args=(1,), num_processes=2)
     second = notebook_launcher(where_and_what, args=(2,), num_processes=2)

@@ -46,9 +46,13 @@ def test_a_default_launch_falls_back_to_forkserver_and_says_so(
     )  # who did it: see test_cuda_origin
     # a launch goes to warm workers, started once (a fresh forkserver per launch costs 2 s)
     assert "launches run on warm workers, started once with forkserver instead of fork" in note
-    assert plan_of(num_processes=2, cpu=False, reuse_workers=False).notes[0].endswith(
-        "forkserver instead of fork: about 2 s more per launch (each launch starts a fresh "
-        "interpreter that imports torch)"
+    assert (
+        plan_of(num_processes=2, cpu=False, reuse_workers=False)
+        .notes[0]
+        .endswith(
+            "forkserver instead of fork: about 2 s more per launch (each launch starts a fresh "
+            "interpreter that imports torch)"
+        )
     )
     assert "\n" not in note
 
