@@ -181,7 +181,7 @@ def test_config_form_renders_and_talks_to_the_kernel(
     config = notebook("config_widget.ipynb")
     run_all_cells(config, "[(2, 'bf16'), (2, 'bf16')]")
 
-    form = widget_output(code_cell(config, "form = ConfigWidget()"))
+    form = widget_output(code_cell(config, "form = ConfigWidget(path=tutorial_config)"))
     expect(form.locator(".widget-dropdown select").first).to_be_visible(timeout=WIDGET_TIMEOUT_MS)
     expect(form).to_contain_text("This machine:")
     for name in ("Save", "Load", "Reset"):
