@@ -4,10 +4,13 @@ timing the test relies on)."""
 
 from __future__ import annotations
 
+import contextlib
+import os
+import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import FrameType
 
@@ -75,3 +78,30 @@ def touch_when_waiting(
             Path(marker).touch()
 
     threading.Thread(target=watch, name="touch_when_waiting", daemon=True).start()
+
+
+@contextlib.contextmanager
+def when_marked(folder: Path, ranks: int, action: Callable[[], None]) -> Iterator[None]:
+    """While the block runs, do ``action`` once each of ranks ``0 .. ranks - 1`` has touched
+    ``folder / f"rank{N}"``; the watching thread is joined on the way out."""
+    done = threading.Event()
+
+    def watch() -> None:
+        while not done.is_set():
+            if all((folder / f"rank{rank}").exists() for rank in range(ranks)):
+                action()
+                return
+            done.wait(0.02)
+
+    watcher = threading.Thread(target=watch, name="when-marked")
+    watcher.start()
+    try:
+        yield
+    finally:
+        done.set()
+        watcher.join()
+
+
+def interrupt_when_marked(folder: Path, ranks: int = 2) -> contextlib.AbstractContextManager[None]:
+    """:func:`when_marked` sending this process SIGINT, as Kernel -> Interrupt does."""
+    return when_marked(folder, ranks, lambda: os.kill(os.getpid(), signal.SIGINT))

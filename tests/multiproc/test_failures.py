@@ -11,6 +11,7 @@ from pathlib import Path
 import psutil
 import pytest
 import torch.distributed as dist
+from markers import interrupt_when_marked
 
 from nb_accel import (
     CollectiveTimeoutError,
@@ -146,24 +147,8 @@ def sleep_once_marked(folder: str) -> None:
     time.sleep(60)
 
 
-def _interrupt_once_both_sleep(folder: Path, done: threading.Event) -> None:
-    """Interrupt this process (as Kernel → Interrupt does) once both ranks sleep."""
-    while not done.is_set():
-        if all((folder / f"rank{rank}").exists() for rank in (0, 1)):
-            os.kill(os.getpid(), signal.SIGINT)
-            return
-        done.wait(0.02)
-
-
 def test_keyboard_interrupt_stops_every_worker_and_next_launch_works(tmp_path: Path) -> None:
-    done = threading.Event()
-    interrupter = threading.Thread(target=_interrupt_once_both_sleep, args=(tmp_path, done))
-    interrupter.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            notebook_launcher(sleep_once_marked, args=(str(tmp_path),), num_processes=2)
-        assert psutil.Process().children(recursive=True) == []
-    finally:
-        done.set()
-        interrupter.join()
+    with interrupt_when_marked(tmp_path), pytest.raises(KeyboardInterrupt):
+        notebook_launcher(sleep_once_marked, args=(str(tmp_path),), num_processes=2)
+    assert psutil.Process().children(recursive=True) == []
     assert notebook_launcher(lambda: "again", num_processes=2) == ["again", "again"]

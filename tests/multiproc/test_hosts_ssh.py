@@ -14,13 +14,13 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psutil
 import pytest
 import torch
 import torch.distributed as dist
+from markers import when_marked
 from own_folders import OWN_FOLDERS
 from ssh_hosts import SshMachines, require_ssh_machines
 
@@ -243,27 +243,6 @@ def waits_for_ever(folder: str) -> None:
     threading.Event().wait(600)
 
 
-@contextlib.contextmanager
-def _once_every_rank_waits(folder: Path, ranks: int, action: Callable[[], None]) -> Iterator[None]:
-    """While the block runs, do ``action`` once each of ``ranks`` has marked ``folder``."""
-    done = threading.Event()
-
-    def watch() -> None:
-        while not done.is_set():
-            if all((folder / f"rank{rank}").exists() for rank in range(ranks)):
-                action()
-                return
-            done.wait(0.05)
-
-    watcher = threading.Thread(target=watch)
-    watcher.start()
-    try:
-        yield
-    finally:
-        done.set()
-        watcher.join()
-
-
 def _launch_waiting(machines: SshMachines, folder: Path) -> None:
     """Two ranks on each host, waiting for ever once they marked ``folder``."""
     notebook_launcher(
@@ -299,7 +278,7 @@ def test_an_interrupt_stops_every_host_s_workers(machines: SshMachines, tmp_path
         os.kill(os.getpid(), signal.SIGINT)
 
     with (
-        _once_every_rank_waits(tmp_path, 4, look_then_interrupt),
+        when_marked(tmp_path, 4, look_then_interrupt),
         pytest.raises(KeyboardInterrupt),
     ):
         _launch_waiting(machines, tmp_path)
@@ -396,7 +375,7 @@ def test_a_dropped_connection_names_its_host_and_stops_the_others(
     machines: SshMachines, tmp_path: Path
 ) -> None:
     with (
-        _once_every_rank_waits(tmp_path, 4, _drop_node1),
+        when_marked(tmp_path, 4, _drop_node1),
         pytest.raises(LaunchError, match="the connection to host node1 ended"),
     ):
         _launch_waiting(machines, tmp_path)

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import importlib
 import os
-import signal
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,6 +17,7 @@ import psutil
 import pytest
 import torch
 import torch.distributed as dist
+from markers import interrupt_when_marked
 
 import nb_accel
 from nb_accel import Accelerator, WorkerDiedError, notebook_launcher, resident
@@ -185,25 +184,10 @@ def sleeps_once_marked(folder: str) -> None:
     time.sleep(600)
 
 
-def _interrupt_once_both_sleep(folder: Path, done: threading.Event) -> None:
-    while not done.is_set():
-        if all((folder / f"rank{rank}").exists() for rank in (0, 1)):
-            os.kill(os.getpid(), signal.SIGINT)  # as Kernel -> Interrupt does
-            return
-        done.wait(0.02)
-
-
 def test_an_interrupt_stops_the_function_and_keeps_the_workers(tmp_path: Path) -> None:
     before = [r[0] for r in _warm(where_and_what, 1)]
-    done = threading.Event()
-    interrupter = threading.Thread(target=_interrupt_once_both_sleep, args=(tmp_path, done))
-    interrupter.start()
-    try:
-        with pytest.raises(KeyboardInterrupt):
-            _warm(sleeps_once_marked, str(tmp_path))
-    finally:
-        done.set()
-        interrupter.join()
+    with interrupt_when_marked(tmp_path), pytest.raises(KeyboardInterrupt):
+        _warm(sleeps_once_marked, str(tmp_path))
     after = _warm(where_and_what, 2)
     assert [r[0] for r in after] == before and [r[2] for r in after] == [2, 2]
 

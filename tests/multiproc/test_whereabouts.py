@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import re
-import signal
 import threading
 from pathlib import Path
 
@@ -16,7 +15,7 @@ import psutil
 import pytest
 import torch
 import torch.distributed as dist
-from markers import touch_when_waiting
+from markers import interrupt_when_marked, touch_when_waiting
 
 from nb_accel import notebook_launcher
 from nb_accel.errors import CollectiveTimeoutError
@@ -67,24 +66,9 @@ def both_wait(folder: str) -> None:
     waiting_here(os.path.join(folder, f"rank{dist.get_rank()}"))
 
 
-def _interrupt_once_both_wait(folder: Path, done: threading.Event) -> None:
-    while not done.is_set():
-        if all((folder / f"rank{rank}").exists() for rank in (0, 1)):
-            os.kill(os.getpid(), signal.SIGINT)
-            return
-        done.wait(0.02)
-
-
 def test_an_interrupted_launch_says_where_each_rank_was(tmp_path: Path) -> None:
-    done = threading.Event()
-    interrupter = threading.Thread(target=_interrupt_once_both_wait, args=(tmp_path, done))
-    interrupter.start()
-    try:
-        with pytest.raises(KeyboardInterrupt) as info:
-            notebook_launcher(both_wait, args=(str(tmp_path),), num_processes=2)
-    finally:
-        done.set()
-        interrupter.join()
+    with interrupt_when_marked(tmp_path), pytest.raises(KeyboardInterrupt) as info:
+        notebook_launcher(both_wait, args=(str(tmp_path),), num_processes=2)
     notes = "\n".join(getattr(info.value, "__notes__", []))
     for rank in (0, 1):
         assert f"rank {rank} was at `waiting_here` (test_whereabouts.py, line " in notes, notes
@@ -108,20 +92,13 @@ def both_wait_inside_torch(folder: str) -> None:
 
 
 def test_an_interrupt_stops_ranks_waiting_in_a_collective_and_says_where(tmp_path: Path) -> None:
-    done = threading.Event()
-    interrupter = threading.Thread(target=_interrupt_once_both_wait, args=(tmp_path, done))
-    interrupter.start()
-    try:
-        with pytest.raises(KeyboardInterrupt) as info:
-            notebook_launcher(
-                both_wait_inside_torch,
-                args=(str(tmp_path),),
-                num_processes=2,
-                timeout=COLLECTIVE_TIMEOUT_S,
-            )
-    finally:
-        done.set()
-        interrupter.join()
+    with interrupt_when_marked(tmp_path), pytest.raises(KeyboardInterrupt) as info:
+        notebook_launcher(
+            both_wait_inside_torch,
+            args=(str(tmp_path),),
+            num_processes=2,
+            timeout=COLLECTIVE_TIMEOUT_S,
+        )
     assert psutil.Process().children(recursive=True) == []  # stopped, not waited for
     notes = "\n".join(getattr(info.value, "__notes__", []))
     for rank in (0, 1):
