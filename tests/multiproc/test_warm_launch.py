@@ -246,3 +246,15 @@ def test_thirty_warm_launches_match_a_cold_one_and_hold_no_more() -> None:
     assert kernel.num_fds() <= fds + 2
     grown = sum(w.memory_info().rss for w in workers) - rss
     assert grown <= 40 * 2**20 * len(workers), f"the workers grew by {grown / 2**20:.1f} MB"
+
+
+def drop_then_look() -> int:
+    """Forget the resident list, then how many launches the one built again has seen."""
+    assert nb_accel.drop_resident("seen") and not nb_accel.drop_resident("seen")
+    return len(resident("seen", list))
+
+
+def test_a_dropped_resident_is_built_again() -> None:
+    _warm(where_and_what, 1)
+    assert _warm(drop_then_look) == [0, 0]
+    assert [r[2] for r in _warm(where_and_what, 2)] == [1, 1]

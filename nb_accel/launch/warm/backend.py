@@ -41,21 +41,24 @@ class WarmLauncher(LaunchBackend):
         self._pool: WorkerPool | None = None
         super().__init__(spec, call)
 
+    def _reusable(self, pool: WorkerPool | None) -> bool:
+        """Whether ``pool`` runs, with this launch's shape."""
+        return pool is not None and pool.running and pool.spec.shape == self.spec.shape
+
     def make_payload(self, call: LaunchCall) -> LaunchPayload:
         """The call itself: :meth:`WorkerPool.call` pickles it when it is sent."""
         return launch_payload(call.function, call.args, call.kwargs, True)
 
     def title(self) -> str:
         """The launch's line, saying whether it starts the warm workers or reuses them."""
-        pool = kept_pool()
-        if pool is not None and pool.running and pool.spec.shape == self.spec.shape:
+        if self._reusable(kept_pool()):
             return "On warm workers: " + self.spec.describe_pool()
         return self.spec.title + ", kept warm"
 
     def start(self) -> None:
         """Have the warm workers ready: the kept ones if they match, else fresh ones."""
         pool = kept_pool()
-        if pool is not None and not (pool.running and pool.spec.shape == self.spec.shape):
+        if pool is not None and not self._reusable(pool):
             if pool.running:
                 differs = pool.spec.shape.differences(self.spec.shape)
                 note = REPLACED_NOTE.format(
