@@ -31,7 +31,7 @@ from .._keywords import unknown_keywords_error
 from .._messages import Call, CellDone, Command, Execute, Interrupt, Pull, Push, Stop
 from ..errors import LaunchError, WorkerDiedError
 from ..runtime.device_types.group_backends import uses_nccl
-from ..runtime.transfer.pickling import loads, pickle_sharing, segment_of
+from ..runtime.transfer.pickling import loads, pickle_sharing, segments_of
 from ..runtime.transfer.segments import remove_segment
 from ..runtime.warm.call import kernel_rng_state
 from ..runtime.workers.regroup import Release, Settle
@@ -433,10 +433,8 @@ class WorkerPool(Launcher):
         data = group.seal(pickle_sharing(values))
         try:
             self.run(lambda cell: Push(cell, data), ranks)
-        finally:
-            segment = segment_of(data)
-            if segment is not None:  # every rank has mapped it (or will not)
-                remove_segment(segment)
+        finally:  # every rank has mapped its segments (or will not)
+            group.settle(data)
 
     def call(
         self,
@@ -467,10 +465,8 @@ class WorkerPool(Launcher):
             )
         try:
             done = self.run(command, **options)
-        finally:
-            segment = segment_of(data)
-            if segment is not None:  # every rank has mapped it (or will not)
-                remove_segment(segment)
+        finally:  # every rank has mapped its segments (or will not)
+            group.settle(data)
         return [load_value(d) for _, d in sorted(done.items())]
 
     def pull(self, name: str, ranks: Sequence[int] | None = None) -> list[Any]:
@@ -482,8 +478,7 @@ class WorkerPool(Launcher):
 def _discard_values(replies: Iterable[CellDone]) -> None:
     """Remove the shared-memory segments of values that will not be loaded."""
     for reply in replies:
-        segment = segment_of(reply.value) if reply.value is not None else None
-        if segment is not None:
+        for segment in segments_of(reply.value) if reply.value is not None else ():
             remove_segment(segment)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 
 from .. import _env
@@ -9,7 +10,7 @@ from .._openmp import release_openmp_threads
 from ..runtime.device_types import DEVICE_TYPE_VARIABLE
 from ..runtime.sharding import strategy_class
 from ..runtime.transfer.segments import SHARE_DIR_ENV
-from ..runtime.workers.spec import WorkerArgs
+from ..runtime.workers.spec import Payload, WorkerArgs
 from .payload import LaunchPayload, sealed
 from .plan import LaunchPlan
 from .processes import WorkerProcess, send_start_data, start_worker
@@ -45,9 +46,8 @@ def worker_env(plan: LaunchPlan, single_node: bool = True) -> dict[str, str]:
     return env
 
 
-def _worker_args(plan: LaunchPlan, store_dir: str, payload: LaunchPayload) -> list[WorkerArgs]:
+def _worker_args(plan: LaunchPlan, store_dir: str, sent: Payload) -> list[WorkerArgs]:
     env = {**worker_env(plan), SHARE_DIR_ENV: store_dir}  # where big results are written
-    sent = sealed(payload, store_dir)  # big buffers written once, there
     store_path = os.path.join(store_dir, "store")
     return [
         WorkerArgs(
@@ -75,11 +75,16 @@ def start_workers(
     """Start one worker per rank running ``payload``, appending each to ``workers`` as it
     starts (so the caller can stop those already started if a later one fails). The launch's
     folder ``store_dir`` holds the rendezvous store and the shared-memory segments of the
-    payload and of the results."""
-    all_args = _worker_args(plan, store_dir, payload)
+    payload and of the results. Spawned workers receive their arguments once started: the
+    payload's big buffers are written into shared memory while they start up."""
+    later = plan.start_method == "spawn"
+    all_args = _worker_args(plan, store_dir, b"" if later else sealed(payload, store_dir))
     if plan.start_method == "fork":
         release_openmp_threads()  # else a worker's first multi-threaded region can hang
     for args in all_args:
         workers.append(start_worker(plan.start_method, args))
+    if later:
+        sent = sealed(payload, store_dir)  # big buffers written once, there
+        all_args = [dataclasses.replace(args, payload=sent) for args in all_args]
     for worker, args in zip(workers, all_args, strict=False):
         send_start_data(worker, plan.start_method, args)

@@ -258,3 +258,34 @@ def test_a_dropped_resident_is_built_again() -> None:
     _warm(where_and_what, 1)
     assert _warm(drop_then_look) == [0, 0]
     assert [r[2] for r in _warm(where_and_what, 2)] == [1, 1]
+
+
+def backing_file_and_sum(tensor: torch.Tensor) -> tuple[str, float]:
+    """The file this worker's copy of ``tensor`` is mapped from, and its sum."""
+    address = tensor.data_ptr()
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            span, *fields = line.split(maxsplit=5)
+            low, high = (int(part, 16) for part in span.split("-"))
+            if low <= address < high:
+                return (fields[4].strip() if len(fields) > 4 else ""), float(tensor.sum())
+    return "", float(tensor.sum())
+
+
+def test_a_kernel_tensor_travels_once_while_unchanged_and_is_never_stale() -> None:
+    weights = torch.arange(1 << 20, dtype=torch.float64)  # 8 MB
+    first = _warm(backing_file_and_sum, weights)
+    again = _warm(backing_file_and_sum, weights)
+    assert "buffers-" in first[0][0] and again == first  # the segment written once
+    seen = {first[0][0]}
+    changes = [
+        lambda: weights.add_(1.0),
+        lambda: weights.numpy().__setitem__(300_000, -1e9),  # a write torch does not count
+        lambda: weights[:1].fill_(4.0),  # a byte on the first page
+    ]
+    for change in changes:
+        change()
+        after = _warm(backing_file_and_sum, weights)
+        assert after[0] == after[1] and after[0][1] == float(weights.sum())  # never stale
+        assert after[0][0] not in seen  # written again
+        seen.add(after[0][0])

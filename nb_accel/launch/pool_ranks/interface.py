@@ -13,7 +13,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from ..._messages import CellDone, Event, Output
-from ...runtime.transfer.pickling import Pickled
+from ...runtime.transfer.pickling import Pickled, segments_of
+from ...runtime.transfer.segments import remove_segment
 from ..failures.whereabouts import RankStack
 from ..launchers.dispatch import EventDispatcher
 from ..views.output import OutputPrinter
@@ -133,6 +134,12 @@ class PoolRanks(ABC):
     def seal(self, pickled: Pickled) -> bytes:
         """The bytes of ``pickled`` that reach every rank (big buffers shared where the ranks
         can map them)."""
+
+    def settle(self, data: bytes) -> None:
+        """After a command that sent ``data`` (what :meth:`seal` made) is over: remove the
+        shared-memory segments it named, which no rank maps any more."""
+        for segment in segments_of(data):
+            remove_segment(segment)
 
     @abstractmethod
     def stop(self, graceful: bool) -> None:

@@ -14,6 +14,7 @@ import signal
 
 from ..._messages import Event
 from ...runtime.transfer.pickling import Pickled
+from ...runtime.transfer.sent_buffers import SentBuffers
 from ...runtime.workers.pool_worker import serve
 from ..failures.whereabouts import RankStack, abort_collectives, take_stacks
 from ..payload import launch_payload
@@ -50,6 +51,7 @@ class LocalRanks(WorkerGroup, PoolRanks):
         self._plan = plan
         self._store = folder
         self._helpers = helpers
+        self._sent = SentBuffers(folder)
         self.done = {}
         self.cell = -1
 
@@ -122,14 +124,20 @@ class LocalRanks(WorkerGroup, PoolRanks):
         return self._failures.exception(world_size, {}, timeout_s)
 
     def seal(self, pickled: Pickled) -> bytes:
-        """Big buffers written once into the pool's folder."""
-        return pickled.seal(self._store)
+        """Big buffers written once into the pool's folder; one the last command sent
+        already, unwritten since, is not written again (:class:`SentBuffers`)."""
+        return self._sent.seal(pickled)
+
+    def settle(self, data: bytes) -> None:
+        """Remove the segments of ``data`` that are not kept for the next command."""
+        self._sent.settle(data)
 
     def stop(self, graceful: bool = False) -> None:
         """Stop and reap every worker, then remove the pool's folder."""
         try:
             super().stop(graceful=graceful)
         finally:
+            self._sent.close()
             shutil.rmtree(self._store, ignore_errors=True)
             self._helpers.close()
 

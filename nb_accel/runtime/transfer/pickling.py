@@ -31,8 +31,10 @@ __all__ = [
     "SharingCloudPickler",
     "SharingPickler",
     "loads",
+    "Place",
     "pickle_sharing",
-    "segment_of",
+    "seal_placed",
+    "segments_of",
     "storage_reduction",
 ]
 
@@ -41,6 +43,10 @@ PROTOCOL = 5
 
 #: How sealed bytes that carry their big buffers aside begin (no pickle begins so).
 _MAGIC = b"\x00nb_accel-buffers\x00"
+
+#: Where one big buffer travels: ``(segment file, offset, length)``, or the buffer itself,
+#: inside the bytes.
+Place = tuple[str, int, int] | pickle.PickleBuffer | bytes | bytearray
 
 
 def _bytes_of(storage: torch.UntypedStorage) -> Any:
@@ -121,10 +127,18 @@ class Pickled:
         if not self.buffers:
             return self.data
         written = write_segment(folder, self.buffers) if folder else None
-        aside: Any = (None, list(self.buffers))
-        if written is not None:
-            aside = written
-        return _MAGIC + pickle.dumps((*aside, self.data), protocol=PROTOCOL)
+        if written is None:
+            return seal_placed(self.data, self.buffers)
+        path, spans = written
+        return seal_placed(self.data, [(path, offset, length) for offset, length in spans])
+
+
+def seal_placed(data: bytes, places: Sequence[Place]) -> bytes:
+    """The bytes that travel for the pickle ``data`` whose big buffers are at ``places`` (one
+    per buffer, in the order the pickle takes them)."""
+    if not places:
+        return data
+    return _MAGIC + pickle.dumps((list(places), data), protocol=PROTOCOL)
 
 
 def pickle_sharing(obj: Any, pickler: type[pickle.Pickler] = SharingCloudPickler) -> Pickled:
@@ -150,33 +164,44 @@ def pickle_sharing(obj: Any, pickler: type[pickle.Pickler] = SharingCloudPickler
     return Pickled(out.getvalue(), tuple(buffers))
 
 
-def _unseal(data: bytes) -> tuple[str | None, Sequence[Any], bytes] | None:
+def _unseal(data: bytes) -> tuple[list[Place], bytes] | None:
     if not data.startswith(_MAGIC):
         return None
-    path, spans_or_buffers, main = pickle.loads(memoryview(data)[len(_MAGIC) :])
-    return path, spans_or_buffers, main
+    places, main = pickle.loads(memoryview(data)[len(_MAGIC) :])
+    return places, main
 
 
-def segment_of(data: bytes) -> str | None:
-    """The segment file that sealed ``data`` names, if any."""
+def segments_of(data: bytes) -> list[str]:
+    """The segment files that sealed ``data`` names, each once."""
     unsealed = _unseal(data)
-    return None if unsealed is None else unsealed[0]
+    if unsealed is None:
+        return []
+    return list(dict.fromkeys(place[0] for place in unsealed[0] if isinstance(place, tuple)))
 
 
 def loads(data: bytes, consume: bool = False) -> Any:
-    """Load what :meth:`Pickled.seal` made (or a plain pickle).
+    """Load what :meth:`Pickled.seal` or :func:`seal_placed` made (or a plain pickle).
 
-    The big buffers are mapped from their segment, copy-on-write; with ``consume`` (this
-    process is the only reader) the segment's file is removed once mapped.
+    The big buffers are mapped from their segments, copy-on-write (each file once); with
+    ``consume`` (this process is the only reader) the segments' files are removed once mapped.
     """
     unsealed = _unseal(data)
     if unsealed is None:
         return pickle.loads(data)
-    path, spans_or_buffers, main = unsealed
-    if path is None:
-        return pickle.loads(main, buffers=spans_or_buffers)
+    places, main = unsealed
+    mapped: dict[str, memoryview] = {}
     try:
-        return pickle.loads(main, buffers=map_segment(path, spans_or_buffers))
+        buffers: list[Any] = []
+        for place in places:
+            if isinstance(place, tuple):
+                path, offset, length = place
+                if path not in mapped:
+                    mapped[path] = map_segment(path)
+                buffers.append(mapped[path][offset : offset + length])
+            else:
+                buffers.append(place)
+        return pickle.loads(main, buffers=buffers)
     finally:
         if consume:
-            remove_segment(path)
+            for path in mapped:
+                remove_segment(path)

@@ -115,8 +115,8 @@ def write_segment(folder: str, buffers: Sequence[PickleBuffer]) -> tuple[str, li
     return path, spans
 
 
-def map_segment(path: str, spans: Sequence[Span]) -> list[memoryview]:
-    """Map the segment at ``path`` copy-on-write and return a writable view of each buffer.
+def map_segment(path: str) -> memoryview:
+    """Map the segment at ``path`` copy-on-write: a writable view of the whole file.
 
     The mapping lives as long as any view of it (or any object built on one) does.
     """
@@ -125,8 +125,7 @@ def map_segment(path: str, spans: Sequence[Span]) -> list[memoryview]:
         mapped = mmap.mmap(fd, 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ | mmap.PROT_WRITE)
     finally:
         os.close(fd)
-    whole = memoryview(mapped)
-    return [whole[offset : offset + length] for offset, length in spans]
+    return memoryview(mapped)
 
 
 def remove_segment(path: str) -> None:
