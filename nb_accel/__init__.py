@@ -25,6 +25,7 @@ from .launch import debug_launcher, notebook_launcher, stop_workers
 from .launch.failures.user_errors import register_traceback_renderer
 from .launch.failures.whereabouts import register_place_namer
 from .launch.views.view import register_view_factory
+from .notebook.debug_magic import current_shell, install_debug_magic
 from .notebook.launch_view import notebook_view
 from .notebook.tracebacks import cell_place
 from .notebook.tracebacks import render as render_traceback
@@ -67,6 +68,7 @@ register_view_factory(notebook_view)
 register_traceback_renderer(render_traceback)
 register_place_namer(cell_place)
 watch_cuda_initialisation()  # a kernel that initialises CUDA is told which line did it
+install_debug_magic(current_shell())  # %debug after a rank's failure: that rank's frames
 
 
 if TYPE_CHECKING:  # for type checkers and the API reference; imported on use below

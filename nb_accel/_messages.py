@@ -7,9 +7,11 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 __all__ = [
+    "Answer",
     "BarState",
     "CellDone",
     "Command",
+    "Debug",
     "Execute",
     "Interrupt",
     "Pull",
@@ -18,6 +20,7 @@ __all__ = [
     "Event",
     "Failure",
     "Output",
+    "Prompt",
     "Report",
     "Result",
     "Started",
@@ -158,7 +161,16 @@ class TrackerRun:
     open: bool = True
 
 
-Event = Started | Output | Result | Failure | Report | CellDone | TrackerRun
+@dataclass(frozen=True)
+class Prompt:
+    """The rank's debugger waits for a line: the kernel asks for it with ``text`` as the prompt
+    (in the notebook's input box) and sends it back as an :class:`Answer`."""
+
+    rank: int
+    text: str
+
+
+Event = Started | Output | Result | Failure | Report | CellDone | TrackerRun | Prompt
 
 
 @dataclass(frozen=True)
@@ -220,11 +232,28 @@ class Call:
 
 
 @dataclass(frozen=True)
+class Debug:
+    """Kernel to persistent worker: open the debugger on the frames where command
+    ``failed_cell`` raised (a post-mortem), its prompts going to the kernel."""
+
+    cell: int
+    failed_cell: int
+
+
+@dataclass(frozen=True)
+class Answer:
+    """Kernel to worker: the line typed at a :class:`Prompt` (``None``: no more input, as at
+    the end of a file)."""
+
+    text: str | None
+
+
+@dataclass(frozen=True)
 class Stop:
     """Kernel to persistent worker: leave the command loop and exit."""
 
 
-Command = Execute | Push | Pull | Call | Interrupt | Stop
+Command = Execute | Push | Pull | Call | Interrupt | Debug | Stop
 
 
 def encode(event: Event) -> bytes:

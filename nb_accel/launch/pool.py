@@ -24,19 +24,20 @@ import os
 import pickle
 import sys
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .._keywords import unknown_keywords_error
-from .._messages import Call, CellDone, Command, Execute, Interrupt, Pull, Push, Stop
+from .._messages import Call, CellDone, Command, Debug, Execute, Interrupt, Pull, Push, Stop
 from ..errors import LaunchError, WorkerDiedError
 from ..runtime.device_types.group_backends import uses_nccl
-from ..runtime.transfer.pickling import loads, pickle_sharing, segments_of
-from ..runtime.transfer.segments import remove_segment
+from ..runtime.transfer.pickling import pickle_sharing
 from ..runtime.warm.call import kernel_rng_state
 from ..runtime.workers.regroup import Release, Settle
+from .debugging.post_mortems import forget_post_mortem, offer_post_mortem
 from .failures.failure_log import FailureLog
 from .failures.user_errors import for_the_user, meant_for_the_user
+from .failures.verdict import judge
 from .failures.whereabouts import RankStack, in_collectives, stacks_note, where_lines
 from .hosts.pool_ranks import start_host_ranks
 from .launchers.interface import Launcher
@@ -47,6 +48,7 @@ from .placement.hosts import HostPlan
 from .plan import LaunchPlan, show_notes
 from .pool_ranks.interface import PoolRanks, RankStatus
 from .pool_ranks.local import start_local_ranks
+from .pool_ranks.values import discard_values, load_value
 from .request import LaunchRequest, request_fields
 from .resolve import resolve_spec
 from .spec import LaunchSpec
@@ -116,6 +118,7 @@ class WorkerPool(Launcher):
         self._group: PoolRanks | None = None
         self._cell = 0
         self._unsettled = False  # a command failed or was interrupted since the last Settle
+        self._debugging = False  # the command running is a post-mortem
         self._environ_at_start: dict[str, str] = {}
         #: Why the workers stopped on their own (a rank died, ...); "" while they run.
         self.stopped_because = ""
@@ -175,6 +178,7 @@ class WorkerPool(Launcher):
         """Stop every worker and forget the pool: asked to leave (given a few seconds with
         ``graceful``), then terminated."""
         group, self._group = self._group, None
+        forget_post_mortem(self)  # the frames go with the workers
         if group is None:
             return
         data = pickle.dumps(Stop())
@@ -401,12 +405,32 @@ class WorkerPool(Launcher):
                 log.add_event(reply.failure)
         if log:
             self._unsettled = True
-            _discard_values(done.values())  # nobody will load them
+            discard_values(done.values())  # nobody will load them
             finished = [r for r, d in done.items() if d.failure is None]
-            return failure_outcome(
+            error = failure_outcome(
                 log, self.world_size, self.plan.timeout_s, finished, finished_as="finished the cell"
             )
+            if not self._debugging:
+                self._offer_post_mortem(error, log, group.cell)
+            return error
         return done
+
+    def _offer_post_mortem(self, error: BaseException, log: FailureLog, cell: int) -> None:
+        """Let ``%debug`` open the debugger where the ranks of command ``cell`` raised (the
+        root cause's rank first)."""
+        raised = [r.rank for r in log.records if not r.signal_name]  # its own exception
+        root = [r for r in judge(log.records, log.timeout_ranks).root_ranks if r in raised]
+        ranks = list(dict.fromkeys([*root, *sorted(raised)]))
+        offer_post_mortem(error, ranks, lambda rank: self.debug(rank, cell), self)
+
+    def debug(self, rank: int, failed_cell: int) -> None:
+        """Open the debugger on rank ``rank``'s frames where command ``failed_cell`` raised,
+        its prompts answered in the notebook; returns when the user quits or continues."""
+        self._debugging = True
+        try:
+            self.run(lambda cell: Debug(cell, failed_cell), [rank], prefix_output=False)
+        finally:
+            self._debugging = False
 
     def execute(
         self,
@@ -473,17 +497,3 @@ class WorkerPool(Launcher):
         """The value of variable ``name`` on each of ``ranks``, in rank order."""
         done = self.run(lambda cell: Pull(cell, name), ranks)
         return [load_value(d) for _, d in sorted(done.items())]
-
-
-def _discard_values(replies: Iterable[CellDone]) -> None:
-    """Remove the shared-memory segments of values that will not be loaded."""
-    for reply in replies:
-        for segment in segments_of(reply.value) if reply.value is not None else ():
-            remove_segment(segment)
-
-
-def load_value(done: CellDone) -> Any:
-    """The value a rank sent back (its ``repr`` when it could not be pickled)."""
-    if done.value is not None:
-        return loads(done.value, consume=True)
-    return done.value_repr

@@ -32,12 +32,15 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from .._messages import CellDone, Report
+from ..launch.debugging.post_mortems import last_post_mortem
 from ..launch.failures.user_errors import for_the_user, meant_for_the_user
-from ..launch.pool import WorkerPool, load_value
+from ..launch.pool import WorkerPool
+from ..launch.pool_ranks.values import load_value
 from ..launch.resolve import resolve_spec
 from ..launch.views.state_dict_note import show_wrapped_state_dicts
 from ..launch.views.view import LaunchView
 from ..launch.warm.kept import keep_pool, kept_pool, stop_workers
+from .debug_magic import install_debug_magic
 from .launch_view import notebook_view
 from .magic_flags import flag_text, parse_flags, pool_flags, pool_options, ranks_option
 from .tracebacks import check_syntax, show_cell_syntax_errors
@@ -141,12 +144,15 @@ def _silenced(cell: str) -> bool:
 
 
 @magic_arguments()
-@argument("command", choices=["start", "stop", "restart", "status", "where", "push", "pull"])
-@argument("names", nargs="*", help="variables to push, or the one to pull")
+@argument(
+    "command", choices=["start", "stop", "restart", "status", "where", "push", "pull", "debug"]
+)
+@argument("names", nargs="*", help="variables to push, the one to pull, or the rank to debug")
 @argument("--ranks", help="ranks to push to or pull from, e.g. 0,1 (default: all)")
 @pool_flags
 def _line_usage(line: str) -> None:
-    """%distributed start|stop|restart|status|where|push NAMES|pull NAME: manage the pool."""
+    """%distributed start|stop|restart|status|where|push NAMES|pull NAME|debug RANK: manage
+    the pool."""
 
 
 def _running_cell_number(shell: Any) -> int:
@@ -325,6 +331,8 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             return self._where(args)
         elif args.command == "push":
             return self._push(args)
+        elif args.command == "debug":
+            self._debug(args)
         else:
             return self._pull(args)
         return None
@@ -366,6 +374,26 @@ class DistributedMagics(Magics):  # type: ignore[misc]
                 + ("\n" + textwrap.indent(threads, "  ") if threads else "")
             )
 
+    def _debug(self, args: Any) -> None:
+        found = last_post_mortem()
+        if found is None:
+            raise UsageError(
+                "no failure to inspect: %distributed debug RANK follows a launch or "
+                "%%distributed cell in which ranks raised"
+            )
+        if len(args.names) > 1 or (args.names and not args.names[0].isdigit()):
+            raise UsageError(
+                f"%distributed debug RANK: one rank number, one of "
+                f"{', '.join(map(str, found.ranks))}"
+            )
+        wanted = int(args.names[0]) if args.names else found.ranks[0]
+        if wanted not in found.ranks:
+            raise UsageError(
+                f"rank {wanted} did not raise in the last failure; ranks "
+                f"{', '.join(map(str, found.ranks))} did: %distributed debug RANK with one of them"
+            )
+        found.inspect_rank(wanted)
+
     def _push(self, args: Any) -> None:
         if not args.names:
             raise UsageError("%distributed push NAME [NAME ...]: which kernel variables?")
@@ -396,8 +424,10 @@ class DistributedMagics(Magics):  # type: ignore[misc]
 
 
 def load_ipython_extension(ipython: Any) -> None:
-    """``%load_ext nb_accel``: register the ``%distributed`` / ``%%distributed`` magics."""
+    """``%load_ext nb_accel``: register the ``%distributed`` / ``%%distributed`` magics (and
+    ``%debug`` for a rank's failure)."""
     ipython.register_magics(DistributedMagics)
+    install_debug_magic(ipython)
     show_cell_syntax_errors(ipython)
 
 

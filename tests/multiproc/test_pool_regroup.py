@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 from markers import touch_when_waiting
 
-from nb_accel.launch.pool import WorkerPool, load_value
+from nb_accel.launch.pool import WorkerPool
+from nb_accel.launch.pool_ranks.values import load_value
 
 #: Rank 0 enters all_reduces that rank 1 never joins; the kernel is interrupted once rank 0
 #: waits inside the second (and rank 1 in its sleep).

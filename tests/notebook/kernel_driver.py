@@ -93,3 +93,38 @@ def collect(client: BlockingKernelClient, msg_id: str, until: tuple[str, ...] = 
 def run_cell(client: BlockingKernelClient, code: str) -> CellRun:
     """Execute ``code`` and wait for it to finish."""
     return collect(client, start_cell(client, code))
+
+
+def run_answering(
+    client: BlockingKernelClient, code: str, answers: list[str]
+) -> tuple[CellRun, list[str]]:
+    """Execute ``code`` with input allowed, answering each prompt with the next of ``answers``
+    (``q`` once they run out, so that a debugger never waits forever); returns what the cell
+    produced and the prompts, in order."""
+    run, prompts, pending = CellRun(), [], list(answers)
+
+    def output(message: dict[str, Any]) -> None:
+        kind, content = message["msg_type"], message["content"]
+        if kind == "stream":
+            setattr(run, content["name"], getattr(run, content["name"]) + content["text"])
+        elif kind == "error":
+            run.ename, run.evalue, run.traceback = (
+                content["ename"],
+                content["evalue"],
+                content["traceback"],
+            )
+
+    def answer(message: dict[str, Any]) -> None:
+        prompts.append(message["content"]["prompt"])
+        client.input(pending.pop(0) if pending else "q")
+
+    reply = client.execute_interactive(  # type: ignore[attr-defined]
+        code,
+        allow_stdin=True,
+        store_history=False,
+        timeout=CELL_TIMEOUT_S,
+        output_hook=output,
+        stdin_hook=answer,
+    )
+    run.status = reply["content"]["status"]
+    return run, prompts

@@ -119,7 +119,7 @@ class SentBuffers:
     def seal(self, pickled: Pickled) -> bytes:
         """The bytes that carry ``pickled`` to the workers: each big buffer in a segment of its
         own, the one kept from an earlier command where its memory is unchanged since."""
-        self._sealing: set[str] = set()
+        self._sealing = set()
         places: list[Place] = [self._place(buffer) for buffer in pickled.buffers]
         return seal_placed(pickled.data, places)
 

@@ -19,7 +19,8 @@ import signal
 import time
 from typing import Any
 
-from ..._messages import Call, CellDone, Execute, Interrupt, Pull, Push, Stop
+from ..._messages import Answer, Call, CellDone, Debug, Execute, Interrupt, Pull, Push, Stop
+from ..debugging.post_mortem import debug_failure, keep_failure
 from ..reporting.channel import EventChannel, current_channel
 from ..transfer.pickling import loads
 from ..warm.call import run_call
@@ -64,7 +65,7 @@ def _reply(channel: EventChannel, cell: int, value: Any, want: bool) -> CellDone
         return CellDone(channel.rank, cell, value_repr=repr(value))
 
 
-_Work = Execute | Push | Pull | Call | Settle
+_Work = Execute | Push | Pull | Call | Debug | Settle
 
 
 def _perform(channel: EventChannel, command: _Work, space: dict[str, Any]) -> CellDone:
@@ -78,6 +79,9 @@ def _perform(channel: EventChannel, command: _Work, space: dict[str, Any]) -> Ce
         return _reply(channel, command.cell, value, command.want_value and wanted)
     if isinstance(command, Push):
         space.update(loads(command.data))
+        return CellDone(channel.rank, command.cell)
+    if isinstance(command, Debug):  # a post-mortem: the prompts go to the kernel
+        debug_failure(channel, command.failed_cell)
         return CellDone(channel.rank, command.cell)
     if isinstance(command, Settle):  # rank 0 tells the kernel what was rebuilt
         issued = settle_process_group(command)
@@ -135,6 +139,8 @@ def _outcome(channel: EventChannel, command: _Work, space: dict[str, Any]) -> tu
         raise
     except BaseException as error:  # noqa: BLE001 - reported; the worker lives on
         error = take_abort_for_peer(error)
+        if not isinstance(command, Debug):  # its frames, for a post-mortem
+            keep_failure(command.cell, error)
         failure = failure_event(channel.rank, error, (__file__,))
         stopped = isinstance(error, KeyboardInterrupt)
         return CellDone(channel.rank, command.cell, failure=failure), stopped
@@ -182,6 +188,8 @@ def serve() -> None:
             continue
         if isinstance(command, Release):  # ranks still wait for this one's failed command
             release_process_group(command)
+            continue
+        if isinstance(command, Answer):  # for a debugger that has ended
             continue
         if _interrupted_before_start(channel, command.cell):
             failure = failure_event(channel.rank, KeyboardInterrupt())

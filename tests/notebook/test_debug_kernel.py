@@ -1,0 +1,79 @@
+"""``%debug`` after a rank raised, in a real kernel whose prompts are answered through Jupyter's
+stdin channel: the debugger opens on that rank's frames (its locals, its source), every pdb
+command answers, ``%distributed debug RANK`` picks another failed rank, and ``%debug`` after an
+ordinary error is still IPython's."""
+
+from __future__ import annotations
+
+import pytest
+from kernel_driver import run_answering, run_cell, running_kernel
+
+pytestmark = pytest.mark.timeout(240)
+
+FAILING_CELL = """%%distributed -n 2
+secret = 1000 + rank
+def inner(value):
+    doubled = value * 2
+    raise ValueError(f"boom on rank {rank}")
+if rank == 1:
+    inner(secret)
+"""
+
+WARM_LAUNCH = """
+import torch.distributed as dist
+from nb_accel import notebook_launcher
+
+def train(step):
+    local_value = step * 10 + dist.get_rank()
+    if dist.get_rank() == 1:
+        raise RuntimeError("diverged")
+    return local_value
+
+notebook_launcher(train, args=(7,), num_processes=2, reuse_workers=True)
+"""
+
+
+def test_debug_after_a_failed_cell_opens_the_raising_ranks_frames() -> None:
+    with running_kernel() as (_, client):
+        assert run_cell(client, "import nb_accel\n%load_ext nb_accel").status == "ok"
+        failed = run_cell(client, FAILING_CELL)
+        assert failed.ename == "ValueError"
+        assert "%debug opens the debugger on rank 1" in "\n".join(failed.traceback)
+        run, prompts = run_answering(
+            client, "%debug", ["p doubled, value", "u", "p secret", "ll", "q"]
+        )
+        assert run.status == "ok", run.stderr
+        assert prompts == ["(Pdb rank 1) "] * 5
+        assert "(2002, 1001)" in run.stdout  # the raising frame's locals
+        assert "1001" in run.stdout.split("(2002, 1001)")[1]  # the cell's variable, one up
+        assert "inner(secret)" in run.stdout  # ll: the cell's own source
+        assert "pool_worker" not in run.stdout  # nb_accel's frames are left out
+        again = run_cell(client, "%%distributed\nprint('still here', rank)")
+        assert "still here 0" in again.stdout  # the pool lives on
+
+
+def test_debug_after_a_failed_warm_launch_and_another_rank() -> None:
+    with running_kernel() as (_, client):
+        failed = run_cell(client, WARM_LAUNCH)
+        assert failed.ename == "RuntimeError"
+        run, prompts = run_answering(client, "%debug", ["p local_value", "c"])
+        assert prompts == ["(Pdb rank 1) "] * 2 and "71" in run.stdout
+        both = run_cell(
+            client,
+            "def both(step):\n    mine = step + dist.get_rank()\n    raise KeyError(mine)\n"
+            "notebook_launcher(both, args=(5,), num_processes=2, reuse_workers=True)",
+        )
+        assert both.ename == "KeyError"
+        run, prompts = run_answering(client, "%load_ext nb_accel\n%distributed debug 0", ["p mine"])
+        assert prompts[0] == "(Pdb rank 0) " and "5" in run.stdout
+        wrong = run_cell(client, "%distributed debug 7")
+        assert "rank 7 did not raise" in wrong.stderr + wrong.evalue
+
+
+def test_debug_after_an_ordinary_error_is_ipythons() -> None:
+    with running_kernel() as (_, client):
+        run_cell(client, "import nb_accel\nlocal = 41")
+        failed = run_cell(client, "def f():\n    here = local + 1\n    1 / 0\nf()")
+        assert failed.ename == "ZeroDivisionError"
+        run, prompts = run_answering(client, "%debug", ["p here", "q"])
+        assert prompts and "rank" not in prompts[0] and "42" in run.stdout
