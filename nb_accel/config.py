@@ -88,6 +88,8 @@ class Config:
         ssh_config: an OpenSSH client configuration file for ``hosts`` (``None``: yours).
         reuse_workers: keep launches' workers warm for the next launches (the
             ``%%distributed`` pool's workers), instead of starting and stopping them each time.
+        post_mortem_wait: seconds the rank that raised in a launch waits, paused, for
+            ``%debug`` to inspect its frames (0: it ends at once, as the others do).
     """
 
     num_processes: int | None = None
@@ -106,6 +108,7 @@ class Config:
     hosts: str | list[str] | None = None
     ssh_config: str | None = None
     reuse_workers: bool = False
+    post_mortem_wait: float = 600.0
 
     def __post_init__(self) -> None:
         if isinstance(self.sharding, str) and self.sharding in SHARDING_ALIASES:
@@ -142,6 +145,16 @@ class Config:
                 found[name] = (
                     f"must be one of {', '.join(map(repr, allowed))}, got {getattr(self, name)!r}"
                 )
+        wait = self.post_mortem_wait
+        if (
+            isinstance(wait, bool)
+            or not isinstance(wait, (int, float))
+            or not 0 <= wait <= MAX_TIMEOUT_S
+        ):
+            found["post_mortem_wait"] = (
+                f"must be a number of seconds from 0 (do not wait) to {MAX_TIMEOUT_S:.0f}, "
+                f"got {wait!r}"
+            )
         for flag in ("cpu", "reuse_workers"):
             if not isinstance(getattr(self, flag), bool):
                 found[flag] = f"must be true or false, got {getattr(self, flag)!r}"

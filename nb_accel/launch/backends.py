@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .debugging.kept_rank import release_kept_rank
 from .hosts.launcher import HostsLauncher
 from .launchers.backend import LaunchBackend
 from .launchers.interface import run_launch
@@ -76,5 +77,7 @@ def backend_for(spec: LaunchSpec) -> type[LaunchBackend]:
 
 def launch(spec: LaunchSpec, call: LaunchCall) -> Any:
     """Run ``call`` as ``spec`` says, on the backend chosen for it; the results in rank order,
-    or the exception to raise. Whatever ends it, nothing it started is left behind."""
+    or the exception to raise. Whatever ends it, nothing it started is left behind (but the
+    rank kept for ``%debug`` when it fails, which the next launch releases)."""
+    release_kept_rank()  # the last failure's rank, kept for %debug
     return run_launch(backend_for(spec)(spec, call))

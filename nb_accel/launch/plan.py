@@ -92,6 +92,8 @@ class LaunchPlan:
     #: True when the workers cannot be forked because the kernel initialised the devices
     #: (:attr:`start_method` is the one used instead).
     fork_fallback: bool = False
+    #: Seconds the rank that raises waits, paused, for ``%debug`` (0: it ends at once).
+    post_mortem_s: float = 0.0
 
     @property
     def device(self) -> DeviceType:

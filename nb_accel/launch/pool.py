@@ -34,10 +34,10 @@ from ..runtime.device_types.group_backends import uses_nccl
 from ..runtime.transfer.pickling import pickle_sharing
 from ..runtime.warm.call import kernel_rng_state
 from ..runtime.workers.regroup import Release, Settle
-from .debugging.post_mortems import forget_post_mortem, offer_post_mortem
+from .debugging.kept_rank import release_kept_rank
+from .debugging.post_mortems import forget_post_mortem, offer_post_mortem, raising_ranks
 from .failures.failure_log import FailureLog
 from .failures.user_errors import for_the_user, meant_for_the_user
-from .failures.verdict import judge
 from .failures.whereabouts import RankStack, in_collectives, stacks_note, where_lines
 from .hosts.pool_ranks import start_host_ranks
 from .launchers.interface import Launcher
@@ -242,6 +242,7 @@ class WorkerPool(Launcher):
         failure on any rank is raised in the kernel as for a launch (original type, ranks
         named, identical failures grouped) and the workers stay up.
         """
+        release_kept_rank()  # a launch's rank kept for %debug: this cell comes after
         if self._unsettled:
             self._settle()
         group = self._group_or_fail()
@@ -410,18 +411,12 @@ class WorkerPool(Launcher):
             error = failure_outcome(
                 log, self.world_size, self.plan.timeout_s, finished, finished_as="finished the cell"
             )
-            if not self._debugging:
-                self._offer_post_mortem(error, log, group.cell)
+            if not self._debugging:  # %debug opens where the ranks raised
+                cell = group.cell
+                opener = functools.partial(self.debug, failed_cell=cell)
+                offer_post_mortem(error, raising_ranks(log), opener, self)
             return error
         return done
-
-    def _offer_post_mortem(self, error: BaseException, log: FailureLog, cell: int) -> None:
-        """Let ``%debug`` open the debugger where the ranks of command ``cell`` raised (the
-        root cause's rank first)."""
-        raised = [r.rank for r in log.records if not r.signal_name]  # its own exception
-        root = [r for r in judge(log.records, log.timeout_ranks).root_ranks if r in raised]
-        ranks = list(dict.fromkeys([*root, *sorted(raised)]))
-        offer_post_mortem(error, ranks, lambda rank: self.debug(rank, cell), self)
 
     def debug(self, rank: int, failed_cell: int) -> None:
         """Open the debugger on rank ``rank``'s frames where command ``failed_cell`` raised,

@@ -8,6 +8,7 @@ function, so an option means the same wherever it is given.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import warnings
 from collections.abc import Mapping
@@ -18,6 +19,7 @@ from ..errors import LaunchError
 from ..runtime.device_types import DeviceType, choose_device_type
 from ..runtime.device_types.cpu import CPU_VARIABLE
 from ..runtime.sharding import sharding_for_fsdp, sharding_name, strategy_class
+from .debugging.post_mortems import in_ipython
 from .placement.hosts import HostPlan, make_host_plan
 from .placement.nodes import NODE_FIELDS, NodePlan, make_node_plan
 from .plan import make_plan
@@ -96,6 +98,8 @@ def resolve_spec(
     )
     if plan.fork_fallback and warm_fallback:
         reuse = True  # one fresh interpreter per rank once, not at every launch
+    if not pool and in_ipython():  # the rank that raises waits for %debug
+        plan = dataclasses.replace(plan, post_mortem_s=float(config.post_mortem_wait))
     return LaunchSpec(plan, nodes, hosts, output, request, reuse_workers=reuse)
 
 

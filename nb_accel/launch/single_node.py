@@ -55,6 +55,7 @@ class SingleNodeLauncher(LaunchBackend):
             self.view,
             flush_output=printer.flush_due,
             folder=self._store_dir,
+            post_mortem_s=self._plan.post_mortem_s,
         )
 
     def wait(self) -> list[Any] | BaseException:

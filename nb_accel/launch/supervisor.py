@@ -17,6 +17,8 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from .._messages import Output, TrackerRun, decode
+from .debugging.kept_rank import KeptRank
+from .debugging.post_mortems import offer_post_mortem, raising_ranks
 from .failures.failure_log import FailureLog
 from .failures.verdict import died_failure
 from .failures.whereabouts import RankStack, stacks_note, take_stacks, where_lines
@@ -52,6 +54,9 @@ class WorkerGroup(DispatchHooks):
         flush_output: called whenever the loop wakes; writes held-back output when due and
             returns the seconds until more is due (``None``: nothing held), which bounds the wait.
         folder: the launch's folder, where the workers write their stacks when asked.
+        post_mortem_s: how long the rank that raised waits for ``%debug`` (0: it is stopped
+            with the others); that rank is then kept past the launch
+            (:class:`~nb_accel.launch.debugging.kept_rank.KeptRank`).
     """
 
     def __init__(
@@ -62,9 +67,12 @@ class WorkerGroup(DispatchHooks):
         view: LaunchView | None = None,
         flush_output: Callable[[], float | None] | None = None,
         folder: str | None = None,
+        post_mortem_s: float = 0.0,
     ) -> None:
         self.workers = workers
         self._folder = folder
+        self._post_mortem_s = post_mortem_s
+        self._kept: WorkerProcess | None = None
         self.events = EventDispatcher(on_output, view, self, flush_output)
         self._timeout_s = timeout_s
         self._exited: set[int] = set()
@@ -201,8 +209,22 @@ class WorkerGroup(DispatchHooks):
             results, self._failures, ranks, self.world_size, self._timeout_s, self.where
         )
         if isinstance(outcome, BaseException):
+            self._keep_for_debugging(outcome)
             self.stop()
         return outcome
+
+    def _keep_for_debugging(self, error: BaseException) -> None:
+        """Keep the root cause's rank, waiting with its frames, for ``%debug`` (where the
+        launch's workers wait for it, and that rank raised an exception of its own)."""
+        if self._post_mortem_s <= 0:
+            return
+        for rank in raising_ranks(self._failures)[:1]:  # the root cause's
+            worker = self.workers[rank]
+            if rank not in self._exited and worker.poll() is None:
+                self._kept = worker
+                kept = KeptRank(worker, self._post_mortem_s)
+                offer_post_mortem(error, [rank], kept.debug, kept)
+                return
 
     def where(self, ranks: list[int]) -> dict[int, RankStack]:
         """Where each of ``ranks`` is: its stacks and its last collective, taken without
@@ -226,9 +248,10 @@ class WorkerGroup(DispatchHooks):
         if self._stopped:
             return
         self._stopped = True
+        stopping = [w for w in self.workers if w is not self._kept]  # the kept one is its own
         try:
-            stop_processes(self.workers, EXIT_GRACE_S if graceful else 0.0)
-            for worker in self.workers:
+            stop_processes(stopping, EXIT_GRACE_S if graceful else 0.0)
+            for worker in stopping:
                 worker.reap()
                 self._read_run_news(worker)
                 if worker.captured is not None and worker.rank not in self._exited:
@@ -236,7 +259,7 @@ class WorkerGroup(DispatchHooks):
                         self.events.on_output(event)
                 worker.close()
         finally:
-            for worker in self.workers:
+            for worker in stopping:
                 worker.close()
             self._pollers.clear()
             self.events.close()

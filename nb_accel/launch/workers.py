@@ -64,6 +64,7 @@ def _worker_args(plan: LaunchPlan, store_dir: str, sent: Payload) -> list[Worker
             payload=sent,
             parent_pid=os.getpid(),
             env=env,
+            post_mortem_s=plan.post_mortem_s,
         )
         for rank in range(plan.num_processes)
     ]

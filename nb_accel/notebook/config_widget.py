@@ -62,6 +62,7 @@ LABELS = {
     "hosts": "Hosts",
     "ssh_config": "SSH config file",
     "reuse_workers": "Keep workers warm",
+    "post_mortem_wait": "Keep a failed rank for %debug (s)",
 }
 DESCRIPTION_WIDTH = "16em"
 ERROR_COLOR = "#d32f2f"
@@ -233,6 +234,7 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
             "hosts": ipywidgets.Text(placeholder="gpu0, gpu1  (or: slurm)"),
             "ssh_config": ipywidgets.Text(placeholder="~/.ssh/config"),
             "reuse_workers": ipywidgets.Checkbox(indent=True),
+            "post_mortem_wait": ipywidgets.FloatText(),
         }
         missing = {f.name for f in fields(Config)} - set(made)
         assert not missing, f"no control for {sorted(missing)}"
@@ -289,6 +291,7 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
                 "node_rank",
                 "rdzv_timeout",
                 "max_restarts",
+                "post_mortem_wait",
             ):
                 self.controls[name].value = getattr(config, name)
             self.controls["rdzv_endpoint"].value = config.rdzv_endpoint or ""

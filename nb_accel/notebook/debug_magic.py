@@ -13,6 +13,7 @@ from __future__ import annotations
 import sys
 from typing import Any
 
+from ..launch.debugging.kept_rank import RankEndedError
 from ..launch.debugging.post_mortems import post_mortem_for
 
 __all__ = ["current_shell", "install_debug_magic"]
@@ -45,7 +46,12 @@ def install_debug_magic(shell: Any) -> None:
         found = post_mortem_for(_last_error()) if not line.strip() else None
         if found is None:
             return original(line)
-        found.inspect_rank()
+        try:
+            found.inspect_rank()
+        except RankEndedError as ended:
+            from IPython.core.error import UsageError  # the shell's own: IPython is loaded
+
+            raise UsageError(str(ended)) from None
         return None
 
     setattr(debug, _MARK, True)

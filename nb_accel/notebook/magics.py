@@ -32,6 +32,7 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from .._messages import CellDone, Report
+from ..launch.debugging.kept_rank import RankEndedError
 from ..launch.debugging.post_mortems import last_post_mortem
 from ..launch.failures.user_errors import for_the_user, meant_for_the_user
 from ..launch.pool import WorkerPool
@@ -392,7 +393,10 @@ class DistributedMagics(Magics):  # type: ignore[misc]
                 f"rank {wanted} did not raise in the last failure; ranks "
                 f"{', '.join(map(str, found.ranks))} did: %distributed debug RANK with one of them"
             )
-        found.inspect_rank(wanted)
+        try:
+            found.inspect_rank(wanted)
+        except RankEndedError as ended:
+            raise UsageError(str(ended)) from None
 
     def _push(self, args: Any) -> None:
         if not args.names:

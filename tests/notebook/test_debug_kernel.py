@@ -1,12 +1,33 @@
 """``%debug`` after a rank raised, in a real kernel whose prompts are answered through Jupyter's
 stdin channel: the debugger opens on that rank's frames (its locals, its source), every pdb
-command answers, ``%distributed debug RANK`` picks another failed rank, and ``%debug`` after an
-ordinary error is still IPython's."""
+command answers, ``%distributed debug RANK`` picks another failed rank, a cold launch keeps the
+raising rank (only it) until the post-mortem ends or the next launch starts, and ``%debug``
+after an ordinary error is still IPython's."""
 
 from __future__ import annotations
 
 import pytest
 from kernel_driver import run_answering, run_cell, running_kernel
+
+COLD_LAUNCH = """
+import os, psutil
+import torch
+import torch.distributed as dist
+from nb_accel import notebook_launcher
+
+def train(scale):
+    weights = torch.arange(4.0) * scale
+    total = torch.ones(1)
+    dist.all_reduce(total)
+    if dist.get_rank() == 1:
+        raise ValueError(f"bad weights {weights.sum().item()}")
+    dist.barrier()  # rank 0 waits here for rank 1, which will never come
+    return os.getpid()
+
+notebook_launcher(train, args=(3,), num_processes=2)
+"""
+
+CHILDREN = "sorted(p.pid for p in psutil.Process().children(recursive=True))"
 
 pytestmark = pytest.mark.timeout(240)
 
@@ -77,3 +98,35 @@ def test_debug_after_an_ordinary_error_is_ipythons() -> None:
         assert failed.ename == "ZeroDivisionError"
         run, prompts = run_answering(client, "%debug", ["p here", "q"])
         assert prompts and "rank" not in prompts[0] and "42" in run.stdout
+
+
+def test_a_cold_launch_keeps_the_raising_rank_for_debug_and_then_nothing() -> None:
+    with running_kernel() as (_, client):
+        failed = run_cell(client, COLD_LAUNCH)
+        assert failed.ename == "ValueError"
+        assert "%debug opens the debugger on rank 1" in "\n".join(failed.traceback)
+        kept = run_cell(client, f"print({CHILDREN})")
+        assert kept.stdout.count(",") == 0 and kept.stdout.strip() != "[]"  # rank 1 only
+        run, prompts = run_answering(client, "%debug", ["p weights", "where", "q"])
+        assert prompts == ["(Pdb rank 1) "] * 3, run.stderr
+        assert "tensor([0., 3., 6., 9.])" in run.stdout
+        assert "pool_worker" not in run.stdout and "entrypoint" not in run.stdout
+        assert run_cell(client, f"print({CHILDREN})").stdout.strip() == "[]"  # ended with it
+        again = run_cell(client, "%debug")  # its frames are gone: said, not IPython's debugger
+        assert "no longer waits for %debug" in again.stderr + again.evalue
+
+        run_cell(client, COLD_LAUNCH)  # kept again, then let go by the next launch
+        ok = run_cell(client, "notebook_launcher(lambda: 1, num_processes=2)")
+        assert ok.status == "ok"
+        assert run_cell(client, f"print({CHILDREN})").stdout.strip() == "[]"
+
+
+def test_a_cold_launch_keeps_nothing_when_told_not_to_wait(tmp_path: object) -> None:
+    with running_kernel() as (_, client):
+        path = str(tmp_path) + "/config.yaml"
+        setup = f"import os\nos.environ['NB_ACCEL_CONFIG_FILE'] = {path!r}\n"
+        setup += "from nb_accel import save_config, Config\nsave_config(Config(post_mortem_wait=0))"
+        assert run_cell(client, setup).status == "ok", "the configuration could not be saved"
+        failed = run_cell(client, COLD_LAUNCH)
+        assert failed.ename == "ValueError" and "%debug opens" not in "\n".join(failed.traceback)
+        assert run_cell(client, f"print({CHILDREN})").stdout.strip() == "[]"

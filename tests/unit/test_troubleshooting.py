@@ -123,6 +123,8 @@ PASSED_ON: dict[tuple[str, str], str] = {
         "traceback.TracebackException formats a worker's own exception"
     ),
     ("__main__.py", "error: {error}"): "python -m nb_accel config prints a ConfigError's message",
+    ("notebook/debug_magic.py", "{str(ended)}"): "a RankEndedError's text, as a UsageError",
+    ("notebook/magics.py", "{str(ended)}"): "a RankEndedError's text, as a UsageError",
     ("config.py", "{'; '.join((f'{name}: {text}' for name, text in problems.items()))}"): (
         "Config.problems()'s texts, each quoted, joined"
     ),

@@ -11,8 +11,12 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..failures.failure_log import FailureLog
+from ..failures.verdict import judge
+
 __all__ = [
     "PostMortem",
+    "raising_ranks",
     "forget_post_mortem",
     "in_ipython",
     "last_post_mortem",
@@ -50,6 +54,13 @@ class PostMortem:
 
 #: The last failure's post-mortem, under ``"last"`` (none: nothing to inspect).
 _offered: dict[str, PostMortem] = {}
+
+
+def raising_ranks(failures: FailureLog) -> list[int]:
+    """The ranks that raised an exception of their own (not died), the root cause's first."""
+    raised = [r.rank for r in failures.records if not r.signal_name and r.type_name != "exit"]
+    root = [r for r in judge(failures.records, failures.timeout_ranks).root_ranks if r in raised]
+    return list(dict.fromkeys([*root, *sorted(raised)]))
 
 
 def in_ipython() -> bool:

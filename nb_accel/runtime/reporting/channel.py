@@ -36,9 +36,10 @@ class EventChannel:
         ``EOFError`` when the kernel has gone away."""
         return self._conn.recv_bytes()
 
-    def poll(self) -> bool:
-        """Whether a message from the kernel is waiting (without blocking)."""
-        return self._conn.poll()
+    def poll(self, timeout: float = 0.0) -> bool:
+        """Whether a message from the kernel is waiting, waiting up to ``timeout`` seconds for
+        one (none: not at all)."""
+        return self._conn.poll(timeout)
 
     def close(self) -> None:
         """Stop sending; later events are dropped."""

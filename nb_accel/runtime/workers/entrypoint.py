@@ -16,12 +16,14 @@ from typing import Any
 import torch.distributed as dist
 
 from ..._messages import Result
+from ..debugging.post_mortem import has_failure, wait_for_post_mortem
 from ..device_types.group_backends import cpu_collectives_only
 from . import rank_group
 from .fd_forwarder import faulthandler_to_stderr
-from .lifecycle import RankStart, live_as_rank
+from .lifecycle import RankStart, StopRequested, live_as_rank
 from .outcomes import failure_event, result_event
 from .rank_group import bound_device, leave_process_group, use_rank_device
+from .regroup import abort_process_group
 from .spec import WorkerArgs, unpack_payload
 from .trainer_support import reached_by, set_up_training_arguments
 
@@ -93,6 +95,12 @@ def run_worker(
         start, lambda: conn, lambda: _run_function(args), own_files=(__file__, rank_group.__file__)
     )
     ok = isinstance(outcome, Result)
+    if not ok and args.post_mortem_s > 0 and has_failure():
+        try:
+            abort_process_group()  # the ranks waiting for this one fail at once
+            wait_for_post_mortem(channel, args.post_mortem_s)
+        except StopRequested:  # the kernel let it go
+            pass
     if ok:
         try:
             leave_process_group()

@@ -34,6 +34,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..._messages import Event, Failure, Started
+from ..debugging.post_mortem import keep_failure
 from ..rank_local import install_stream
 from ..reporting.channel import EventChannel, set_current_channel
 from ..reporting.collective_trail import answer_collective_requests, enable_flight_recorder
@@ -217,6 +218,7 @@ def _outcome(
     except StopRequested:
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the kernel
+        keep_failure(0, exc)  # its frames, for a post-mortem
         files = (__file__, *own_files)
         return explain(exc, files) if explain is not None else failure_event(rank, exc, files)
 

@@ -102,6 +102,13 @@ def _abort() -> None:
         dist.destroy_process_group()
 
 
+def abort_process_group() -> None:
+    """Abort this rank's process group, if it has one: the ranks waiting for it in a
+    collective fail at once, as if it had exited (it stays, paused, for a post-mortem)."""
+    if dist.is_initialized():
+        _abort()
+
+
 def release_process_group(release: Release) -> None:
     """Abort this rank's process group: a collective another rank waits in with this one fails
     at once. The next :func:`settle_process_group` makes a new group."""

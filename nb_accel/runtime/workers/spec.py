@@ -70,6 +70,8 @@ class WorkerArgs:
         payload: the cloudpickled ``(function, args, kwargs)``, or, for a forked worker, the
             call itself (:class:`InheritedCall`).
         parent_pid: the kernel's pid; the worker exits if the kernel goes away.
+        post_mortem_s: if the function raises, how long the worker waits, paused, for the
+            kernel to open the debugger on its frames (0: it exits at once).
     """
 
     rank: int
@@ -85,6 +87,7 @@ class WorkerArgs:
     payload: Payload
     parent_pid: int
     env: dict[str, str] = field(default_factory=dict)
+    post_mortem_s: float = 0.0
 
     def rank_environment(self) -> dict[str, str]:
         """The environment variables torchrun would set for this rank, those that make
