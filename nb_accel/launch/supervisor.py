@@ -16,9 +16,10 @@ from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
 
-from .._messages import Output, TrackerRun, decode
+from .._messages import Output, Prompt, TrackerRun, decode
 from .debugging.kept_rank import KeptRank
 from .debugging.post_mortems import offer_post_mortem, raising_ranks
+from .debugging.prompts import answer_prompt
 from .failures.failure_log import FailureLog
 from .failures.verdict import died_failure
 from .failures.whereabouts import RankStack, stacks_note, take_stacks, where_lines
@@ -97,6 +98,12 @@ class WorkerGroup(DispatchHooks):
     def rank_of(self, sender: Any) -> int | None:
         """The rank of ``sender`` (a worker)."""
         return sender.rank if isinstance(sender, WorkerProcess) else None
+
+    def other(self, event: Any, sender: Any) -> None:
+        """A rank's prompt (``input()``, a breakpoint): asked in the notebook, answered."""
+        if isinstance(event, Prompt) and isinstance(sender, WorkerProcess):
+            flush = getattr(self.events.on_output, "flush", None)
+            answer_prompt(event, flush or (lambda: None), sender.conn.send_bytes)
 
     def _drain(self, worker: WorkerProcess) -> None:
         """Read every event waiting on ``worker``'s connection; close it at end of stream."""

@@ -7,6 +7,7 @@ import os
 
 from .. import _env
 from .._openmp import release_openmp_threads
+from ..runtime.debugging.breakpoints import PROMPTS_VARIABLE
 from ..runtime.device_types import DEVICE_TYPE_VARIABLE
 from ..runtime.sharding import strategy_class
 from ..runtime.transfer.segments import SHARE_DIR_ENV
@@ -47,7 +48,8 @@ def worker_env(plan: LaunchPlan, single_node: bool = True) -> dict[str, str]:
 
 
 def _worker_args(plan: LaunchPlan, store_dir: str, sent: Payload) -> list[WorkerArgs]:
-    env = {**worker_env(plan), SHARE_DIR_ENV: store_dir}  # where big results are written
+    # where big results are written; the kernel answers their prompts (input(), breakpoints)
+    env = {**worker_env(plan), SHARE_DIR_ENV: store_dir, PROMPTS_VARIABLE: "1"}
     store_path = os.path.join(store_dir, "store")
     return [
         WorkerArgs(

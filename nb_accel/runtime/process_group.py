@@ -16,7 +16,12 @@ import torch.distributed as dist
 from .device_types.group_backends import backends_by_device
 from .options import InitProcessGroupKwargs
 
-__all__ = ["apply_process_group_options", "applied_timeout_s", "init_process_group_kwargs"]
+__all__ = [
+    "apply_process_group_options",
+    "applied_timeout_s",
+    "init_process_group_kwargs",
+    "set_group_timeout",
+]
 
 #: Accelerate's default backend, which every launch accepts (it means "the launch's backend").
 _DEFAULT_BACKEND = "nccl"
@@ -65,7 +70,8 @@ def _check_backend(requested: str | None) -> None:
     )
 
 
-def _set_timeout(timeout: timedelta) -> None:
+def set_group_timeout(timeout: timedelta) -> None:
+    """Give the running default process group ``timeout`` for its next collectives."""
     group = dist.group.WORLD
     setter = getattr(group, "set_timeout", None)
     if setter is None:  # torch before ProcessGroup.set_timeout
@@ -88,4 +94,4 @@ def apply_process_group_options(handler: InitProcessGroupKwargs | None) -> None:
         return
     _check_backend(handler.backend)
     if handler.chosen_timeout is not None:
-        _set_timeout(handler.chosen_timeout)
+        set_group_timeout(handler.chosen_timeout)

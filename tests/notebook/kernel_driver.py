@@ -127,4 +127,8 @@ def run_answering(
         stdin_hook=answer,
     )
     run.status = reply["content"]["status"]
+    if run.status == "error" and not run.ename:  # the reply says what the output did not
+        run.ename = reply["content"].get("ename", "")
+        run.evalue = reply["content"].get("evalue", "")
+        run.traceback = reply["content"].get("traceback", [])
     return run, prompts

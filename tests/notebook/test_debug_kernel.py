@@ -7,7 +7,7 @@ after an ordinary error is still IPython's."""
 from __future__ import annotations
 
 import pytest
-from kernel_driver import run_answering, run_cell, running_kernel
+from kernel_driver import collect, run_answering, run_cell, running_kernel
 
 COLD_LAUNCH = """
 import os, psutil
@@ -130,3 +130,73 @@ def test_a_cold_launch_keeps_nothing_when_told_not_to_wait(tmp_path: object) -> 
         failed = run_cell(client, COLD_LAUNCH)
         assert failed.ename == "ValueError" and "%debug opens" not in "\n".join(failed.traceback)
         assert run_cell(client, f"print({CHILDREN})").stdout.strip() == "[]"
+
+
+BREAKPOINTS = """
+import os, psutil
+import torch
+import torch.distributed as dist
+from nb_accel import notebook_launcher
+
+def train(kind):
+    total = torch.ones(1) * (dist.get_rank() + 1)
+    if kind == "breakpoint" and dist.get_rank() == 1:
+        hidden = total.item() * 7
+        breakpoint()
+    if kind == "distributed":
+        seen = total.item() + 100
+        dist.breakpoint(rank=0)
+    dist.all_reduce(total)
+    return total.item()
+"""
+
+
+def test_breakpoints_in_a_launch_stop_that_rank_in_the_notebook() -> None:
+    with running_kernel() as (_, client):
+        assert run_cell(client, BREAKPOINTS).status == "ok"
+        run, prompts = run_answering(
+            client,
+            "print(notebook_launcher(train, args=('breakpoint',), num_processes=2))",
+            ["p hidden", "c"],
+        )
+        assert run.status == "ok", run.stderr + run.evalue
+        assert prompts == ["(Pdb rank 1) "] * 2 and "14.0" in run.stdout
+        assert "[3.0, 3.0]" in run.stdout  # continued to the right result
+
+        run, prompts = run_answering(
+            client,
+            "print(notebook_launcher(train, args=('distributed',), num_processes=2))",
+            ["p seen", "n", "c"],
+        )
+        assert run.status == "ok", run.stderr + run.evalue
+        assert prompts == ["(Pdb rank 0) "] * 3 and "101.0" in run.stdout
+        assert "dist.all_reduce(total)" in run.stdout  # stopped in train, not in nb_accel
+        assert "[3.0, 3.0]" in run.stdout
+
+        run, prompts = run_answering(
+            client, "notebook_launcher(train, args=('breakpoint',), num_processes=2)", ["q"]
+        )
+        assert run.ename == "DebuggerQuit" and "q in the debugger on rank 1" in run.evalue
+        notes = run_cell(client, "import sys\nprint(getattr(sys.last_value, '__notes__', []))")
+        assert "%debug opens" not in notes.stdout  # nothing to inspect after q
+        assert run_cell(client, f"print({CHILDREN})").stdout.strip() == "[]"
+
+
+def test_input_in_a_cell_is_asked_in_the_notebook_rank_by_rank() -> None:
+    with running_kernel() as (_, client):
+        run_cell(client, "%load_ext nb_accel")
+        run, prompts = run_answering(
+            client, "%%distributed -n 2\nname = input('name? ')\nprint(rank, name)", ["ada", "bob"]
+        )
+        assert run.status == "ok", run.stderr + run.evalue
+        assert sorted(prompts) == ["[rank 0] name? ", "[rank 1] name? "]
+        names = run_cell(client, "%%distributed --all-ranks\nprint(name)").stdout
+        assert "ada" in names and "bob" in names
+        # A front end that takes no input: input() fails at once on the rank, the pool lives on
+        request = client.execute(
+            "%%distributed\ninput('x')", store_history=False, allow_stdin=False
+        )
+        refused = collect(client, request)
+        assert refused.ename == "EOFError" and "got no answer" in refused.evalue
+        assert "does not take input" in refused.stderr
+        assert run_cell(client, "%%distributed\nprint('on', rank)").stdout.strip() == "on 0"

@@ -13,7 +13,7 @@ from pathlib import Path
 import psutil
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.manager import KernelManager
-from kernel_driver import CellRun, collect, run_cell, running_kernel, start_cell
+from kernel_driver import CellRun, collect, run_answering, run_cell, running_kernel, start_cell
 from markers import process_ended, wait_until
 
 
@@ -217,8 +217,8 @@ def test_rough_edges_get_clear_answers() -> None:
             client, "%%distributed\nfrom IPython.display import display\ndisplay('shown')"
         )
         assert printed.stdout == "shown\n"  # text, instead of a message the worker cannot send
-        asked = run_cell(client, "%%distributed\ninput('name? ')")
-        assert asked.ename == "RuntimeError" and "input() cannot be answered" in asked.evalue
+        asked, prompts = run_answering(client, "%%distributed\ninput('name? ')", ["a", "b"])
+        assert asked.status == "ok" and sorted(prompts) == ["[rank 0] name? ", "[rank 1] name? "]
         lock = run_cell(
             client, "import threading\nklock = threading.Lock()\n%distributed push klock"
         )

@@ -274,6 +274,20 @@ USES: tuple[Use, ...] = (
         "allowed in torch.load(weights_only=True), which rebuilds NumPy arrays through it",
     ),
     Use(
+        "torch",
+        ("torch.distributed:breakpoint",),
+        ("runtime/debugging/breakpoints.py",),
+        "replaced in a worker whose kernel answers prompts: torch's reads the terminal's stdin, "
+        "which a notebook's worker has not; ours asks in the notebook, same arguments",
+    ),
+    Use(
+        "Python",
+        ("pdb:set_trace",),
+        ("runtime/debugging/breakpoints.py",),
+        "replaced in a worker whose kernel answers prompts: the debugger's prompt is the "
+        "notebook's (sys.breakpointhook covers breakpoint(); pdb.set_trace has no hook)",
+    ),
+    Use(
         "tqdm",
         (
             "tqdm.std:tqdm.__new__",

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ...runtime.debugging.breakpoints import DebuggerQuit
 from ..failures.failure_log import FailureLog
 from ..failures.verdict import judge
 
@@ -56,10 +57,18 @@ class PostMortem:
 _offered: dict[str, PostMortem] = {}
 
 
+#: The type name of ``q`` typed in a rank's debugger: nothing to inspect after it.
+_QUIT = f"{DebuggerQuit.__module__}.{DebuggerQuit.__qualname__}"
+
+
 def raising_ranks(failures: FailureLog) -> list[int]:
-    """The ranks that raised an exception of their own (not died), the root cause's first."""
+    """The ranks that raised an exception of their own (not died), the root cause's first;
+    none when the root cause is ``q`` typed in a rank's debugger (the user ended the run)."""
+    verdict = judge(failures.records, failures.timeout_ranks)
+    if any(record.type_name == _QUIT for record in verdict.root):
+        return []
     raised = [r.rank for r in failures.records if not r.signal_name and r.type_name != "exit"]
-    root = [r for r in judge(failures.records, failures.timeout_ranks).root_ranks if r in raised]
+    root = [rank for rank in verdict.root_ranks if rank in raised]
     return list(dict.fromkeys([*root, *sorted(raised)]))
 
 

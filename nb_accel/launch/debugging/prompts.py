@@ -2,9 +2,14 @@
 
 from __future__ import annotations
 
+import contextlib
+import pickle
 import sys
+from collections.abc import Callable
 
-__all__ = ["ask_line"]
+from ..._messages import Answer, Prompt
+
+__all__ = ["answer_prompt", "ask_line"]
 
 
 def ask_line(prompt: str) -> str | None:
@@ -12,7 +17,7 @@ def ask_line(prompt: str) -> str | None:
     front end that cannot take input: the rank's debugger then ends)."""
     try:
         return input(prompt)
-    except EOFError:
+    except (EOFError, OSError):  # no input (a test's captured stdin, a closed terminal)
         return None
     except Exception as error:  # IPython's StdinNotImplementedError among them
         if type(error).__name__ != "StdinNotImplementedError":
@@ -23,3 +28,12 @@ def ask_line(prompt: str) -> str | None:
             file=sys.stderr,
         )
         return None
+
+
+def answer_prompt(event: Prompt, flush: Callable[[], None], send: Callable[[bytes], None]) -> None:
+    """Ask for the line ``event`` prompts for, once what the ranks wrote before it is shown
+    (``flush``), and send it back to the rank (``send``; a rank gone meanwhile is let be)."""
+    flush()
+    line = ask_line(event.text)
+    with contextlib.suppress(OSError):
+        send(pickle.dumps(Answer(line)))

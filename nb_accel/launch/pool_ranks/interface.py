@@ -8,16 +8,15 @@ this machine, or through each host's node process.
 
 from __future__ import annotations
 
-import contextlib
-import pickle
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 
-from ..._messages import Answer, CellDone, Event, Output, Prompt
+from ..._messages import CellDone, Event, Output, Prompt
 from ...runtime.transfer.pickling import Pickled, segments_of
 from ...runtime.transfer.segments import remove_segment
-from ..debugging.prompts import ask_line
+from ..debugging.prompts import answer_prompt
 from ..failures.whereabouts import RankStack
 from ..launchers.dispatch import EventDispatcher
 from ..views.output import OutputPrinter
@@ -88,10 +87,7 @@ class PoolRanks(ABC):
         """Keep ``event`` if it is a reply to the current command; answer a rank's debugger
         prompt with the line typed in the notebook."""
         if isinstance(event, Prompt):
-            self.output.printer.flush()  # what the debugger wrote, before its prompt
-            line = ask_line(event.text)
-            with contextlib.suppress(OSError):  # the rank died: the command says so
-                self.send(event.rank, pickle.dumps(Answer(line)))
+            answer_prompt(event, self.output.printer.flush, partial(self.send, event.rank))
             return
         if isinstance(event, CellDone) and event.cell == self.cell:
             self.done[event.rank] = event

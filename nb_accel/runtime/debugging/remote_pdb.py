@@ -15,7 +15,18 @@ import pickle
 from ..._messages import Answer, Output, Prompt
 from ..reporting.channel import EventChannel
 
-__all__ = ["ChannelPdb", "PromptStream", "pdb_prompt"]
+__all__ = ["ChannelPdb", "PromptStream", "ask_kernel", "pdb_prompt"]
+
+
+def ask_kernel(channel: EventChannel, prompt: str) -> str | None:
+    """The line typed in the notebook at ``prompt`` (``None``: the kernel has none to give,
+    as at the end of a file)."""
+    channel.send(Prompt(channel.rank, prompt))
+    try:
+        answer = pickle.loads(channel.receive())
+    except EOFError:  # the kernel has gone
+        return None
+    return answer.text if isinstance(answer, Answer) else None
 
 
 def pdb_prompt(rank: int) -> str:
@@ -54,11 +65,8 @@ class PromptStream:
         """The next line the notebook's user types (``""`` when there is none: pdb's end of
         input, which ends the debugger)."""
         prompt, self._pending = self._pending, ""
-        self._channel.send(Prompt(self._channel.rank, prompt))
-        answer = pickle.loads(self._channel.receive())
-        if not isinstance(answer, Answer) or answer.text is None:
-            return ""  # the kernel has no line for it: the end of input
-        return answer.text + "\n"
+        line = ask_kernel(self._channel, prompt)
+        return "" if line is None else line + "\n"  # "": the end of input
 
     def isatty(self) -> bool:
         """Not a terminal."""
@@ -72,8 +80,13 @@ class ChannelPdb(pdb.Pdb):
         channel: the rank's event channel.
     """
 
-    def __init__(self, channel: EventChannel) -> None:
+    def __init__(self, channel: EventChannel, skip: tuple[str, ...] = ()) -> None:
         stream = PromptStream(channel)
-        super().__init__(stdin=stream, stdout=stream, nosigint=True)  # type: ignore[arg-type]
+        super().__init__(
+            stdin=stream,  # type: ignore[arg-type]
+            stdout=stream,  # type: ignore[arg-type]
+            nosigint=True,
+            skip=skip or None,
+        )
         self.use_rawinput = False
         self.prompt = pdb_prompt(channel.rank)

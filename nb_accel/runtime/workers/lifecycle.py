@@ -34,6 +34,7 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 from ..._messages import Event, Failure, Started
+from ..debugging.breakpoints import DebuggerQuit, install_prompts, quit_explained
 from ..debugging.post_mortem import keep_failure
 from ..rank_local import install_stream
 from ..reporting.channel import EventChannel, set_current_channel
@@ -193,6 +194,7 @@ def open_channel(conn: Connection, start: RankStart) -> EventChannel:
     the kernel hears ``Started`` last."""
     channel = EventChannel(conn, start.rank)
     set_current_channel(channel)
+    install_prompts(channel)  # input() and breakpoints ask in the notebook, where it answers
     install_stream("stdout", RelayStream(channel, "stdout", 1))
     install_stream("stderr", RelayStream(channel, "stderr", 2))
     report_plain_bars()  # tqdm bars of every kind: rows of the launch view, not text
@@ -218,7 +220,9 @@ def _outcome(
     except StopRequested:
         raise
     except BaseException as exc:  # noqa: BLE001 - every failure is reported to the kernel
-        keep_failure(0, exc)  # its frames, for a post-mortem
+        exc = quit_explained(exc, rank)  # q typed at a breakpoint
+        if not isinstance(exc, DebuggerQuit):
+            keep_failure(0, exc)  # its frames, for a post-mortem
         files = (__file__, *own_files)
         return explain(exc, files) if explain is not None else failure_event(rank, exc, files)
 

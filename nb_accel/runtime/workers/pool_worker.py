@@ -20,6 +20,7 @@ import time
 from typing import Any
 
 from ..._messages import Answer, Call, CellDone, Debug, Execute, Interrupt, Pull, Push, Stop
+from ..debugging.breakpoints import DebuggerQuit, quit_explained
 from ..debugging.post_mortem import debug_failure, keep_failure
 from ..reporting.channel import EventChannel, current_channel
 from ..transfer.pickling import loads
@@ -138,9 +139,9 @@ def _outcome(channel: EventChannel, command: _Work, space: dict[str, Any]) -> tu
     except StopRequested:  # the pool is stopped: not a cell's failure
         raise
     except BaseException as error:  # noqa: BLE001 - reported; the worker lives on
-        error = take_abort_for_peer(error)
-        if not isinstance(command, Debug):  # its frames, for a post-mortem
-            keep_failure(command.cell, error)
+        error = quit_explained(take_abort_for_peer(error), channel.rank)
+        if not isinstance(command, Debug) and not isinstance(error, DebuggerQuit):
+            keep_failure(command.cell, error)  # its frames, for a post-mortem
         failure = failure_event(channel.rank, error, (__file__,))
         stopped = isinstance(error, KeyboardInterrupt)
         return CellDone(channel.rank, command.cell, failure=failure), stopped
