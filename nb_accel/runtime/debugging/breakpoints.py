@@ -8,7 +8,7 @@ prompt naming the rank; ``input()`` asks with ``[rank N]`` before the prompt. Th
 serves one prompt at a time. Ranks without a debugger go on until they need the one that is
 stopped (a collective), as with pdb anywhere; ``torch.distributed.breakpoint()`` keeps the other
 ranks at its barrier until the stopped rank is resumed by any command (``c``, ``n``, ``s``,
-``r``, ``q``).
+``r``, ``unt``, ``q``).
 """
 
 from __future__ import annotations
