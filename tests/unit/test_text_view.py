@@ -8,7 +8,12 @@ import io
 import pytest
 
 from nb_accel._messages import BarState, Report
-from nb_accel.launch.views.stall import STALL_AFTER_ENV, STALL_AFTER_S, stall_after_s
+from nb_accel.launch.views.stall import (
+    STALL_AFTER_ENV,
+    STALL_AFTER_S,
+    note_prompt_time,
+    stall_after_s,
+)
 from nb_accel.launch.views.text_view import TextView
 
 
@@ -91,6 +96,20 @@ def test_a_rank_that_never_reported_is_stalled_once_another_makes_progress() -> 
     clock.now += 1
     view.tick()
     assert stall_lines(stream) == ["rank 1 has made no progress for 101 s"]
+
+
+def test_time_spent_at_a_ranks_prompt_is_not_a_stall() -> None:
+    view, clock, stream = launch(2)
+    view.report(report(0, bar(1)))
+    view.report(report(1, bar(1)))
+    clock.now += 25  # then a rank's debugger waits 100 s for the user
+    note_prompt_time(100.0)
+    clock.now += 100
+    view.tick()
+    assert stall_lines(stream) == []  # 25 s of its own: not stalled
+    clock.now += 6
+    view.tick()
+    assert stall_lines(stream) == [f"rank {r} has made no progress for 31 s" for r in (0, 1)]
 
 
 def test_stopped_ranks_get_a_line_with_the_reason_and_are_never_stalled() -> None:

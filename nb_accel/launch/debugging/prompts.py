@@ -5,9 +5,11 @@ from __future__ import annotations
 import contextlib
 import pickle
 import sys
+import time
 from collections.abc import Callable
 
 from ..._messages import Answer, Prompt
+from ..views.stall import note_prompt_time
 
 __all__ = ["answer_prompt", "ask_line"]
 
@@ -34,6 +36,8 @@ def answer_prompt(event: Prompt, flush: Callable[[], None], send: Callable[[byte
     """Ask for the line ``event`` prompts for, once what the ranks wrote before it is shown
     (``flush``), and send it back to the rank (``send``; a rank gone meanwhile is let be)."""
     flush()
+    asked = time.monotonic()
     line = ask_line(event.text)
+    note_prompt_time(time.monotonic() - asked)  # the ranks wait for the user: no stall
     with contextlib.suppress(OSError):
         send(pickle.dumps(Answer(line)))

@@ -6,7 +6,8 @@ monitor thread redraws a bar that has not been drawn for ten seconds (its ``maxi
 and a bar redraws on ``refresh()`` or a new postfix, all with the same count, while the rank
 may be stuck. A rank that returned, failed or was stopped is never stalled.
 
-The threshold is :data:`STALL_AFTER_S` seconds, or ``$NB_ACCEL_STALL_AFTER_S``. A view that
+The threshold is :data:`STALL_AFTER_S` seconds, or ``$NB_ACCEL_STALL_AFTER_S``; time the kernel
+spends at a rank's prompt (:func:`note_prompt_time`) does not count. A view that
 marks a rank stalled asks :func:`locate_stalled` where it is: the running launch answers
 (:func:`locating`) with a :class:`Location`, its stack's summary and every thread's frames.
 """
@@ -28,8 +29,18 @@ __all__ = [
     "ProgressClock",
     "locate_stalled",
     "locating",
+    "note_prompt_time",
     "stall_after_s",
 ]
+
+#: Seconds this kernel has spent waiting at ranks' prompts (a debugger's, ``input()``'s): no
+#: rank is expected to make progress then, so they do not count towards a stall.
+_at_prompts = [0.0]
+
+
+def note_prompt_time(seconds: float) -> None:
+    """The kernel waited ``seconds`` at a rank's prompt (the user typing): not a stall."""
+    _at_prompts[0] += max(0.0, seconds)
 
 
 @dataclass(frozen=True)
@@ -89,6 +100,7 @@ class ProgressClock:
 
     def __init__(self, world_size: int, now: float) -> None:
         self._since = [now] * world_size
+        self._prompts_then = [_at_prompts[0]] * world_size  # prompt time when _since was set
         self._counts: list[dict[int, tuple[float, float | None]]] = [{} for _ in range(world_size)]
         self._ended = [False] * world_size
         #: Whether any rank has made progress yet (until then no rank is stalled: a function
@@ -99,6 +111,7 @@ class ProgressClock:
         """``rank``'s worker is up: its clock starts now."""
         if 0 <= rank < len(self._since):
             self._since[rank] = now
+            self._prompts_then[rank] = _at_prompts[0]
 
     def moved(self, event: Report, now: float) -> bool:
         """Take a report; True (and ``event.rank``'s clock restarts) when it shows progress."""
@@ -117,6 +130,7 @@ class ProgressClock:
             counts[bar.bar] = seen
         if moved:
             self._since[rank] = now
+            self._prompts_then[rank] = _at_prompts[0]
             self.any_progress = True
         return moved
 
@@ -135,5 +149,5 @@ class ProgressClock:
         it is stalled (some rank made progress, and it has not ended); else ``None``."""
         if not self.any_progress or self.is_ended(rank) or not 0 <= rank < len(self._since):
             return None
-        silent = now - self._since[rank]
+        silent = now - self._since[rank] - (_at_prompts[0] - self._prompts_then[rank])
         return silent if silent >= after else None
