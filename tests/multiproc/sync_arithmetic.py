@@ -70,3 +70,7 @@ if __name__ == "__main__":
     recorded = record(library, seed)
     with open(f"{result}.{os.environ['RANK']}", "w") as out:
         json.dump(recorded, out)
+    # The group ends here, not in the interpreter's teardown, where torch's threads may still
+    # be joinable ("terminate called without an active exception").
+    if torch.distributed.is_initialized():
+        torch.distributed.destroy_process_group()
