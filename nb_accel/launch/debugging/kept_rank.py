@@ -17,10 +17,10 @@ import pickle
 import sys
 from multiprocessing.connection import wait
 
-from ..._messages import Answer, Debug, Output, Prompt, Stop, decode
+from ..._messages import Debug, Output, Prompt, Stop, decode
 from ..launchers.stopping import EXIT_GRACE_S, stop_processes
 from ..processes import WorkerProcess
-from .prompts import ask_line
+from .prompts import answer_prompt
 
 __all__ = ["KeptRank", "RankEndedError", "release_kept_rank"]
 
@@ -84,11 +84,7 @@ class KeptRank:
                 stream.write(event.text)
                 stream.flush()
             elif isinstance(event, Prompt):
-                line = ask_line(event.text)
-                try:
-                    worker.conn.send_bytes(pickle.dumps(Answer(line)))
-                except OSError:
-                    return
+                answer_prompt(event, sys.stdout.flush, worker.conn.send_bytes)
 
     def release(self) -> None:
         """Stop and reap the kept rank and close what the kernel holds of it; twice is fine."""

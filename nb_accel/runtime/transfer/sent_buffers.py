@@ -16,7 +16,6 @@ from __future__ import annotations
 import dataclasses
 import mmap
 import os
-from collections.abc import Sequence
 from dataclasses import dataclass
 from pickle import PickleBuffer
 
@@ -185,10 +184,6 @@ class SentBuffers:
         kept_paths = {k.path for k in self._kept.values()}
         for path in used - kept_paths:
             remove_segment(path)
-
-    def kept_paths(self) -> Sequence[str]:
-        """The segment files kept for the next command."""
-        return [k.path for k in self._kept.values()]
 
     def close(self) -> None:
         """Remove every kept segment and stop watching; closing twice is fine."""
