@@ -200,3 +200,29 @@ def test_input_in_a_cell_is_asked_in_the_notebook_rank_by_rank() -> None:
         assert refused.ename == "EOFError" and "got no answer" in refused.evalue
         assert "does not take input" in refused.stderr
         assert run_cell(client, "%%distributed\nprint('on', rank)").stdout.strip() == "on 0"
+
+
+STUCK_AFTER_RAISING = """
+import time, psutil
+import nb_accel.launch.debugging.kept_rank as kept_rank
+import nb_accel.runtime.workers.regroup as regroup
+from nb_accel import notebook_launcher
+
+kept_rank.FIRST_WORDS_S = 3.0
+
+def train():
+    regroup._abort = lambda: time.sleep(600)  # this rank hangs on its way to the debugger
+    raise ValueError("stuck")
+
+notebook_launcher(train, num_processes=1)
+"""
+
+
+def test_a_kept_rank_that_never_shows_the_debugger_is_said_and_stopped() -> None:
+    with running_kernel() as (_, client):
+        failed = run_cell(client, STUCK_AFTER_RAISING)
+        assert failed.ename == "ValueError"
+        run, prompts = run_answering(client, "%debug", ["p 1"])
+        assert prompts == []
+        assert "did not open the debugger within 3 s" in run.stderr + run.evalue
+        assert run_cell(client, f"print({CHILDREN})").stdout.strip() == "[]"

@@ -31,6 +31,10 @@ class RankEndedError(RuntimeError):
 
 _held: dict[str, KeptRank] = {}
 
+#: How long the kept rank has to show the debugger once asked (it waits idle for exactly
+#: that: its first words take milliseconds); a rank that says nothing by then is stopped.
+FIRST_WORDS_S = 30.0
+
 
 class KeptRank:
     """A cold launch's rank that raised, waiting for ``%debug`` (see the module).
@@ -71,8 +75,16 @@ class KeptRank:
 
     def _serve(self, worker: WorkerProcess) -> None:
         """Show what the debugger writes and answer its prompts until the worker exits."""
+        first = True
         while True:
-            ready = wait([worker.conn, worker.sentinel])
+            ready = wait([worker.conn, worker.sentinel], FIRST_WORDS_S if first else None)
+            if not ready:
+                raise RankEndedError(
+                    f"rank {self.rank} did not open the debugger within {FIRST_WORDS_S:.0f} s "
+                    "of being asked (it was stuck after it raised); it has been stopped. Run "
+                    "the failing launch again to inspect it anew"
+                )
+            first = False
             if worker.conn not in ready:
                 return  # exited: nothing more can come
             try:

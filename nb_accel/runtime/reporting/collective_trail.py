@@ -115,22 +115,32 @@ def enable_flight_recorder() -> None:
     os.environ.setdefault(FLIGHT_RECORDER_ENV, str(DEFAULT_ENTRIES))
 
 
+def _recorded_entries() -> list[dict[str, Any]]:
+    """Every entry of torch's flight recorders in this process: the recorder of gloo and other
+    backends, and NCCL's own (a separate one in CUDA builds of torch)."""
+    try:
+        from torch._C import _distributed_c10d as c10d  # type: ignore[attr-defined]
+    except ImportError:
+        return []
+    entries: list[dict[str, Any]] = []
+    for dump_name in ("_dump_fr_trace_json", "_dump_nccl_trace_json"):
+        dump = getattr(c10d, dump_name, None)
+        if dump is None:
+            continue
+        try:
+            entries += json.loads(dump(True, False)).get("entries", [])
+        except Exception:  # noqa: BLE001 - the trail is a hint; never fail a report over it
+            continue
+    return entries
+
+
 def last_collective() -> LastCollective | None:
     """The newest collective this process entered, or ``None`` (no process group, the recorder
     off, or a torch without it)."""
-    try:
-        from torch._C._distributed_c10d import (  # type: ignore[attr-defined]
-            _dump_fr_trace_json,
-        )
-
-        entries: list[dict[str, Any]] = json.loads(_dump_fr_trace_json(True, False)).get(
-            "entries", []
-        )
-    except Exception:  # noqa: BLE001 - the trail is a hint; never fail a report over it
-        return None
+    entries = _recorded_entries()
     if not entries:
         return None
-    newest = max(entries, key=lambda e: e.get("record_id", 0))
+    newest = max(entries, key=lambda e: (e.get("time_created_ns", 0), e.get("record_id", 0)))
     point_to_point = bool(newest.get("is_p2p"))
     backend, _, op = str(newest.get("profiling_name", "collective")).rpartition(":")
     group = newest.get("process_group") or ["", ""]

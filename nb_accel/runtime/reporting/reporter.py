@@ -42,26 +42,50 @@ REPORT_INTERVAL_S = 0.125
 class DeferredValue:
     """A logged one-element tensor, copied (without waiting for the GPU) and read later.
 
-    The copy is made on the logging thread's current stream; when that is not the device's
-    default stream, an event recorded after the copy is waited for before reading, so the
-    read (on another thread's stream) sees the copied value.
+    A CUDA tensor is copied into pinned host memory on a stream of the reporter's own, made to
+    wait for the logging thread's current stream and the device's default stream (the tensor
+    may have been computed on either), and the tensor's memory is marked in use by that stream
+    so that freeing it on the training thread cannot hand it to new work before the copy ran.
+    The read waits for an event recorded after the copy and reads host memory: neither the
+    training thread nor the reporter's queues behind the training's GPU work.
     """
 
     __slots__ = ("_ready", "tensor")
 
     def __init__(self, tensor: torch.Tensor) -> None:
-        self.tensor = tensor.detach().clone()
+        source = tensor.detach()
         self._ready: Any = None
-        if self.tensor.is_cuda:
-            stream = torch.cuda.current_stream(self.tensor.device)
-            if stream != torch.cuda.default_stream(self.tensor.device):
-                self._ready = stream.record_event()
+        if not source.is_cuda:
+            self.tensor = source.clone()
+            return
+        copier = _copy_stream(source.device)
+        current = torch.cuda.current_stream(source.device)
+        copier.wait_stream(current)
+        default = torch.cuda.default_stream(source.device)
+        if current != default:
+            copier.wait_stream(default)
+        self.tensor = torch.empty(source.shape, dtype=source.dtype, pin_memory=True)
+        with torch.cuda.stream(copier):
+            self.tensor.copy_(source, non_blocking=True)
+        source.record_stream(copier)
+        self._ready = copier.record_event()
 
     def read(self) -> float:
         """The value (waits for the device to have computed it)."""
         if self._ready is not None:
             self._ready.synchronize()
         return float(self.tensor.item())
+
+
+#: The stream each CUDA device's logged tensors are copied on (made on first use).
+_copy_streams: dict[torch.device, Any] = {}
+
+
+def _copy_stream(device: torch.device) -> Any:
+    stream = _copy_streams.get(device)
+    if stream is None:
+        stream = _copy_streams[device] = torch.cuda.Stream(device)
+    return stream
 
 
 #: A logged value as recorded: a number, or a tensor read when its report is sent.
