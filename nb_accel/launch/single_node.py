@@ -66,13 +66,18 @@ class SingleNodeLauncher(LaunchBackend):
 
     def stop(self, graceful: bool = False) -> None:
         """Stop and reap every worker, show what they wrote on their way out, and remove the
-        launch's scratch folder."""
+        launch's scratch folder (once the rank kept for ``%debug`` is let go, if one is: its
+        process group's store is in it, and torch's file store waits out the launch's timeout
+        on every use once its file is gone)."""
         try:
             group = self._group or WorkerGroup(self._workers, self.printer, self._plan.timeout_s)
             group.stop(graceful=graceful)
             self.printer.flush()  # what the workers wrote to their descriptors on their way out
             if self._store_dir is not None:
-                shutil.rmtree(self._store_dir, ignore_errors=True)
+                if group.kept_rank is not None:  # its process group still uses the store
+                    group.kept_rank.remove_with_it(self._store_dir)
+                else:
+                    shutil.rmtree(self._store_dir, ignore_errors=True)
         finally:
             self._helpers.close()
 

@@ -74,6 +74,8 @@ class WorkerGroup(DispatchHooks):
         self._folder = folder
         self._post_mortem_s = post_mortem_s
         self._kept: WorkerProcess | None = None
+        #: The kernel's hold on the rank kept for ``%debug``, if one is.
+        self.kept_rank: KeptRank | None = None
         self.events = EventDispatcher(on_output, view, self, flush_output)
         self._timeout_s = timeout_s
         self._exited: set[int] = set()
@@ -229,7 +231,7 @@ class WorkerGroup(DispatchHooks):
             worker = self.workers[rank]
             if rank not in self._exited and worker.poll() is None:
                 self._kept = worker
-                kept = KeptRank(worker, self._post_mortem_s)
+                kept = self.kept_rank = KeptRank(worker, self._post_mortem_s)
                 offer_post_mortem(error, [rank], kept.debug, kept)
                 return
 

@@ -17,6 +17,7 @@ from nb_accel import notebook_launcher
 
 def train(scale):
     weights = torch.arange(4.0) * scale
+    store = dist.distributed_c10d._get_default_store()
     total = torch.ones(1)
     dist.all_reduce(total)
     if dist.get_rank() == 1:
@@ -107,9 +108,12 @@ def test_a_cold_launch_keeps_the_raising_rank_for_debug_and_then_nothing() -> No
         assert "%debug opens the debugger on rank 1" in "\n".join(failed.traceback)
         kept = run_cell(client, f"print({CHILDREN})")
         assert kept.stdout.count(",") == 0 and kept.stdout.strip() != "[]"  # rank 1 only
-        run, prompts = run_answering(client, "%debug", ["p weights", "where", "q"])
-        assert prompts == ["(Pdb rank 1) "] * 3, run.stderr
+        run, prompts = run_answering(
+            client, "%debug", ["p weights", "where", "p ('store', store.check(['x']))", "q"]
+        )
+        assert prompts == ["(Pdb rank 1) "] * 4, run.stderr
         assert "tensor([0., 3., 6., 9.])" in run.stdout
+        assert "('store', False)" in run.stdout  # its group's store is still there
         assert "pool_worker" not in run.stdout and "entrypoint" not in run.stdout
         assert run_cell(client, f"print({CHILDREN})").stdout.strip() == "[]"  # ended with it
         again = run_cell(client, "%debug")  # its frames are gone: said, not IPython's debugger

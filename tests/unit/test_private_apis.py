@@ -123,10 +123,14 @@ USES: tuple[Use, ...] = (
     ),
     Use(
         "torch",
-        ("torch._C._distributed_c10d:_dump_fr_trace_json",),
+        (
+            "torch._C._distributed_c10d:_dump_fr_trace_json",
+            "torch._C._distributed_c10d:_dump_nccl_trace_json"
+            " | torch._C._distributed_c10d:_dump_fr_trace_json",
+        ),
         ("runtime/reporting/collective_trail.py",),
-        "reads the flight recorder: the last collective a stalled or timed-out rank entered; "
-        "torch has no public reader",
+        "reads the flight recorders (NCCL's is its own in CUDA builds): the last collective a "
+        "stalled or timed-out rank entered; torch has no public reader",
     ),
     Use(
         "torch",

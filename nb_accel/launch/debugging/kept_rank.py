@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import atexit
 import pickle
+import shutil
 import sys
 from multiprocessing.connection import wait
 
@@ -49,6 +50,7 @@ class KeptRank:
         self.rank = worker.rank
         self._wait_s = wait_s
         self._released = False
+        self._folders: list[str] = []
         release_kept_rank()  # one at a time: the previous failure's goes
         _held["rank"] = self
         atexit.register(self.release)
@@ -98,6 +100,14 @@ class KeptRank:
             elif isinstance(event, Prompt):
                 answer_prompt(event, sys.stdout.flush, worker.conn.send_bytes)
 
+    def remove_with_it(self, folder: str) -> None:
+        """Remove ``folder`` when the rank is released, not before (the launch's folder: the
+        rank's process group keeps using the store in it)."""
+        if self._released:
+            shutil.rmtree(folder, ignore_errors=True)
+        else:
+            self._folders.append(folder)
+
     def release(self) -> None:
         """Stop and reap the kept rank and close what the kernel holds of it; twice is fine."""
         atexit.unregister(self.release)
@@ -117,6 +127,9 @@ class KeptRank:
             worker.reap()
         finally:
             worker.close()
+            for folder in self._folders:
+                shutil.rmtree(folder, ignore_errors=True)
+            self._folders.clear()
 
 
 def release_kept_rank() -> None:
