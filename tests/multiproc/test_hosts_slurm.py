@@ -133,6 +133,10 @@ def interrupt_once_every_rank_waits():
         time.sleep(0.05)  # polling for the ranks' marks
     os.kill(os.getpid(), signal.SIGINT)
 
+def asks():
+    import torch.distributed as dist
+    return input("name? ") if dist.get_rank() == 3 else ""
+
 def pool():
     import torch
     from nb_accel.launch.pool import WorkerPool, load_value
@@ -165,6 +169,12 @@ try:
     elif case == "interrupt":
         threading.Thread(target=interrupt_once_every_rank_waits, daemon=True).start()
         notebook_launcher(waits, (str(folder),), num_processes=2, cpu=True, hosts="slurm")
+    elif case == "prompt":
+        import builtins
+        asked = []
+        builtins.input = lambda prompt="": asked.append(prompt) or "ada"  # what the user types
+        answers = notebook_launcher(asks, num_processes=2, cpu=True, hosts="slurm")
+        print("OUTCOME", json.dumps({"results": answers, "asked": asked}), flush=True)
     else:
         print("OUTCOME", json.dumps(pool()), flush=True)
 except BaseException as error:
@@ -217,4 +227,11 @@ def test_a_pool_spreads_over_the_allocation(cluster: SlurmCluster, tmp_path: Pat
     assert outcome["hosts"] == ["sn0", "sn0", "sn1", "sn1"]
     assert outcome["big"] == [True] * 4  # pushed to the nodes and pulled back
     assert "Raised on rank 3 of 4 (host sn1)" in "\n".join(outcome["failure"])  # type: ignore[arg-type]
+    assert left == []
+
+
+def test_input_on_a_node_is_asked_in_the_kernel(cluster: SlurmCluster, tmp_path: Path) -> None:
+    outcome, left = _case(cluster, tmp_path, "prompt")
+    assert outcome.get("results") == ["", "", "", "ada"], outcome
+    assert outcome["asked"] == ["[rank 3] name? "]
     assert left == []

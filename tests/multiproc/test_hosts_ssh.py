@@ -381,3 +381,40 @@ def test_a_dropped_connection_names_its_host_and_stops_the_others(
         _launch_waiting(machines, tmp_path)
     machines.settle()  # node1's node process sees its channel end
     assert machines.processes() == []
+
+
+def stops_at_a_breakpoint() -> float:
+    total = torch.ones(1) * (dist.get_rank() + 1)
+    if dist.get_rank() == 2:
+        hidden = total.item() * 7  # noqa: F841 - read in the debugger
+        breakpoint()  # noqa: T100 - the feature under test
+    dist.all_reduce(total)
+    return total.item()
+
+
+def test_a_breakpoint_on_a_host_asks_in_the_kernel(
+    machines: SshMachines, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """A rank on another machine stops at ``breakpoint()``; its prompt is asked where the
+    kernel asks (here the terminal's ``input``), the answers travel back through its host's
+    node, and the launch goes on to the right result."""
+    asked: list[str] = []
+    answers = ["p hidden", "c"]
+
+    def typed(prompt: str = "") -> str:
+        asked.append(prompt)
+        return answers.pop(0) if answers else "c"
+
+    monkeypatch.setattr("builtins.input", typed)
+    results = notebook_launcher(
+        stops_at_a_breakpoint,
+        num_processes=2,
+        cpu=True,
+        hosts=["node0", "node1"],
+        ssh_config=machines.ssh_config,
+    )
+    assert results == [10.0] * 4
+    assert asked == ["(Pdb rank 2) "] * 2
+    out = capfd.readouterr().out
+    assert "[node1 rank 2] 21.0" in out, out
+    assert machines.processes() == []

@@ -22,6 +22,7 @@ from typing import Any
 
 from ..._messages import CellDone, Event, Failure, decode
 from ...errors import LaunchError, WorkerFailure
+from ...runtime.debugging.breakpoints import PROMPTS_VARIABLE
 from ...runtime.transfer.segments import INLINE_ENV
 from ...runtime.workers.node_worker import global_rank
 from ..failures.verdict import died_failure
@@ -181,7 +182,8 @@ class HostNodes:
         assert first.hello is not None
         endpoint = f"{transport.address(first.host)}:{first.hello.free_port}"
         # Big buffers travel inside the workers' messages: the kernel cannot map the hosts' files.
-        env = {**worker_env(self.plan, single_node=False), INLINE_ENV: "1"}
+        # Breakpoints and input() ask in the kernel, through the node (ToWorker answers).
+        env = {**worker_env(self.plan, single_node=False), INLINE_ENV: "1", PROMPTS_VARIABLE: "1"}
         for node in self.nodes:
             nodes = self.hosts.node_plan(node.index, endpoint, max_restarts)
             node.tell(NodeJob(self.plan, nodes, payload, env))

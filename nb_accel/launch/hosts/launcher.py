@@ -14,10 +14,13 @@ launch fails or is interrupted, or the kernel goes away, every host stops its wo
 from __future__ import annotations
 
 import time
+from functools import partial
 from typing import Any, ClassVar
 
+from ..._messages import Prompt
 from ...errors import LaunchError
 from ...runtime.transfer.pickling import Pickled
+from ..debugging.prompts import answer_prompt
 from ..launchers.backend import LaunchBackend
 from ..launchers.dispatch import TICK_S
 from ..launchers.outcome import launch_outcome
@@ -26,7 +29,7 @@ from ..payload import LaunchPayload, launch_payload
 from ..request import LaunchCall
 from ..spec import LaunchSpec
 from .connections import STOP_GRACE_S, HostNodes, NodeChannel
-from .protocol import AgentEnded, Forwarded, StopNode
+from .protocol import AgentEnded, Forwarded, StopNode, ToWorker
 
 __all__ = ["HostsLauncher"]
 
@@ -37,6 +40,11 @@ COLLECT_WINDOW_S = 0.5
 EXPLAIN_WINDOW_S = 5.0
 #: How long the hosts of a launch that succeeded are given to end on their own.
 GRACEFUL_STOP_S = 10.0
+
+
+def _to_worker(node: NodeChannel, forwarded: Forwarded, data: bytes) -> None:
+    """Write ``data`` to the worker that sent ``forwarded``, through its host's node."""
+    node.tell(ToWorker(forwarded.sender, data))
 
 
 class HostsLauncher(LaunchBackend):
@@ -97,7 +105,11 @@ class HostsLauncher(LaunchBackend):
         """Handle the messages waiting from ``node``."""
         for message in node.messages():
             if isinstance(message, Forwarded):
-                self._events.events.handle(node.event(message), (node.index, message.sender))
+                event = node.event(message)
+                if isinstance(event, Prompt):  # a rank's debugger or input(): asked here
+                    answer_prompt(event, self.printer.flush, partial(_to_worker, node, message))
+                    continue
+                self._events.events.handle(event, (node.index, message.sender))
             elif isinstance(message, AgentEnded):
                 log = self._events.failures
                 reported = log.ranks | set(self._events.results)
