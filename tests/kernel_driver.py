@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import queue
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -96,11 +97,12 @@ def run_cell(client: BlockingKernelClient, code: str) -> CellRun:
 
 
 def run_answering(
-    client: BlockingKernelClient, code: str, answers: list[str]
+    client: BlockingKernelClient, code: str, answers: list[str], hold_s: float = 0.0
 ) -> tuple[CellRun, list[str]]:
     """Execute ``code`` with input allowed, answering each prompt with the next of ``answers``
     (``q`` once they run out, so that a debugger never waits forever); returns what the cell
-    produced and the prompts, in order."""
+    produced and the prompts, in order. ``hold_s``: how long the first prompt stays open
+    before it is answered (a user taking their time: the duration is what is tested)."""
     run, prompts, pending = CellRun(), [], list(answers)
 
     def output(message: dict[str, Any]) -> None:
@@ -115,6 +117,8 @@ def run_answering(
             )
 
     def answer(message: dict[str, Any]) -> None:
+        if hold_s and not prompts:
+            threading.Event().wait(hold_s)
         prompts.append(message["content"]["prompt"])
         client.input(pending.pop(0) if pending else "q")
 

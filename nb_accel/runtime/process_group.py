@@ -8,6 +8,7 @@ collectives issued from then on) and the backend is checked against the one in u
 from __future__ import annotations
 
 import warnings
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
@@ -20,6 +21,7 @@ __all__ = [
     "apply_process_group_options",
     "applied_timeout_s",
     "init_process_group_kwargs",
+    "keep_own_deadline",
     "set_group_timeout",
 ]
 
@@ -27,6 +29,15 @@ __all__ = [
 _DEFAULT_BACKEND = "nccl"
 #: The timeout this process gave its default group, in seconds (None: the launch's).
 _applied: list[float] = []
+#: What takes a new timeout where the rank keeps the launch's itself
+#: (:mod:`~nb_accel.runtime.debugging.deadline`), instead of the group.
+_own_deadline: list[Callable[[float], None]] = []
+
+
+def keep_own_deadline(take_timeout: Callable[[float], None] | None) -> None:
+    """From now on give new timeouts to ``take_timeout`` (the rank keeps its collective
+    deadline itself); ``None``: to the process group again."""
+    _own_deadline[:] = [] if take_timeout is None else [take_timeout]
 
 
 def applied_timeout_s() -> float | None:
@@ -71,7 +82,12 @@ def _check_backend(requested: str | None) -> None:
 
 
 def set_group_timeout(timeout: timedelta) -> None:
-    """Give the running default process group ``timeout`` for its next collectives."""
+    """Give the running default process group ``timeout`` for its next collectives (the rank's
+    own deadline takes it where the rank keeps the launch's timeout itself)."""
+    if _own_deadline:
+        _own_deadline[-1](timeout.total_seconds())
+        _applied[:] = [timeout.total_seconds()]
+        return
     group = dist.group.WORLD
     setter = getattr(group, "set_timeout", None)
     if setter is None:  # torch before ProcessGroup.set_timeout

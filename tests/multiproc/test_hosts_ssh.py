@@ -387,7 +387,7 @@ def stops_at_a_breakpoint() -> float:
     total = torch.ones(1) * (dist.get_rank() + 1)
     if dist.get_rank() == 2:
         hidden = total.item() * 7  # noqa: F841 - read in the debugger
-        breakpoint()  # noqa: T100 - the feature under test
+        breakpoint()
     dist.all_reduce(total)
     return total.item()
 

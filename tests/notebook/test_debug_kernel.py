@@ -186,6 +186,30 @@ def test_breakpoints_in_a_launch_stop_that_rank_in_the_notebook() -> None:
         assert run_cell(client, f"print({CHILDREN})").stdout.strip() == "[]"
 
 
+def test_a_breakpoint_held_past_the_launch_timeout_continues_to_the_result() -> None:
+    """Rank 0 waits in its all_reduce while rank 1 sits at its prompt for three times the
+    launch's collective timeout: time at the prompt does not count, the launch goes on."""
+    with running_kernel() as (_, client):
+        assert run_cell(client, BREAKPOINTS).status == "ok"
+        run, prompts = run_answering(
+            client,
+            "print(notebook_launcher(train, args=('breakpoint',), num_processes=2, timeout=2))",
+            ["p hidden", "c"],
+            hold_s=6.0,
+        )
+        assert run.status == "ok", run.stderr + run.evalue
+        assert prompts == ["(Pdb rank 1) "] * 2 and "14.0" in run.stdout
+        assert "[3.0, 3.0]" in run.stdout
+        # and the timeout still holds where nobody is at a prompt
+        late = run_cell(
+            client,
+            "import time\ndef late():\n    if dist.get_rank() == 1:\n        time.sleep(30)\n"
+            "    dist.barrier()\nnotebook_launcher(late, num_processes=2, timeout=2)",
+        )
+        assert late.ename == "CollectiveTimeoutError", late.evalue
+        assert "timed out after 2 s on rank 0 of 2" in late.evalue
+
+
 def test_input_in_a_cell_is_asked_in_the_notebook_rank_by_rank() -> None:
     with running_kernel() as (_, client):
         run_cell(client, "%load_ext nb_accel")

@@ -292,6 +292,13 @@ USES: tuple[Use, ...] = (
         "notebook's (sys.breakpointhook covers breakpoint(); pdb.set_trace has no hook)",
     ),
     Use(
+        "Python",
+        ("sys:_current_frames",),
+        ("runtime/debugging/deadline.py",),
+        "the stack of the rank's thread that waits in a collective past the launch's timeout, "
+        "for its error (the deadline is kept on another thread); Python has no public reader",
+    ),
+    Use(
         "tqdm",
         (
             "tqdm.std:tqdm.__new__",

@@ -124,6 +124,9 @@ PASSED_ON: dict[tuple[str, str], str] = {
     ),
     ("__main__.py", "error: {error}"): "python -m nb_accel config prints a ConfigError's message",
     ("notebook/debug_magic.py", "{str(ended)}"): "a RankEndedError's text, as a UsageError",
+    ("runtime/workers/outcomes.py", "{message}"): (
+        "CollectiveDeadline's text (runtime/debugging/deadline.py), as the rank's TimeoutError"
+    ),
     ("notebook/magics.py", "{str(ended)}"): "a RankEndedError's text, as a UsageError",
     ("config.py", "{'; '.join((f'{name}: {text}' for name, text in problems.items()))}"): (
         "Config.problems()'s texts, each quoted, joined"

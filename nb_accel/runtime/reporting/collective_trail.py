@@ -26,6 +26,8 @@ from typing import Any
 from ..device_types.group_backends import uses_nccl
 
 __all__ = [
+    "collective_in_flight",
+    "recorder_available",
     "ABORT",
     "ASK",
     "Abort",
@@ -134,25 +136,55 @@ def _recorded_entries() -> list[dict[str, Any]]:
     return entries
 
 
+def _described(entry: dict[str, Any]) -> LastCollective:
+    point_to_point = bool(entry.get("is_p2p"))
+    backend, _, op = str(entry.get("profiling_name", "collective")).rpartition(":")
+    group = entry.get("process_group") or ["", ""]
+    group_name = str(group[1]) if len(group) > 1 else ""
+    return LastCollective(
+        op=op,
+        sequence=int(entry.get("p2p_seq_id" if point_to_point else "collective_seq_id", 0)),
+        group="" if group_name in _DEFAULT_GROUPS else group_name,
+        state=str(entry.get("state", "scheduled")),
+        point_to_point=point_to_point,
+        backend=backend,
+    )
+
+
+def _newest(entries: list[dict[str, Any]]) -> dict[str, Any]:
+    return max(entries, key=lambda e: (e.get("time_created_ns", 0), e.get("record_id", 0)))
+
+
 def last_collective() -> LastCollective | None:
     """The newest collective this process entered, or ``None`` (no process group, the recorder
     off, or a torch without it)."""
     entries = _recorded_entries()
-    if not entries:
+    return _described(_newest(entries)) if entries else None
+
+
+def recorder_available() -> bool:
+    """Whether this torch has a flight recorder nb_accel can read."""
+    try:
+        from torch._C import _distributed_c10d as c10d  # type: ignore[attr-defined]
+    except ImportError:
+        return False
+    return hasattr(c10d, "_dump_fr_trace_json")
+
+
+def collective_in_flight() -> tuple[int, LastCollective] | None:
+    """The newest collective of the default process group that has not finished (torch
+    retires an entry once its work is done), with its record number; ``None`` when there is
+    none."""
+    pending = [
+        e
+        for e in _recorded_entries()
+        if not e.get("retired", True)
+        and str((e.get("process_group") or ["", ""])[-1]) in _DEFAULT_GROUPS
+    ]
+    if not pending:
         return None
-    newest = max(entries, key=lambda e: (e.get("time_created_ns", 0), e.get("record_id", 0)))
-    point_to_point = bool(newest.get("is_p2p"))
-    backend, _, op = str(newest.get("profiling_name", "collective")).rpartition(":")
-    group = newest.get("process_group") or ["", ""]
-    group_name = str(group[1]) if len(group) > 1 else ""
-    return LastCollective(
-        op=op,
-        sequence=int(newest.get("p2p_seq_id" if point_to_point else "collective_seq_id", 0)),
-        group="" if group_name in _DEFAULT_GROUPS else group_name,
-        state=str(newest.get("state", "scheduled")),
-        point_to_point=point_to_point,
-        backend=backend,
-    )
+    newest = _newest(pending)
+    return int(newest.get("record_id", 0)), _described(newest)
 
 
 def request_file(folder: str, rank: int) -> str:

@@ -10,24 +10,44 @@ from __future__ import annotations
 import os
 import pickle
 from datetime import timedelta
+from functools import partial
 from multiprocessing.connection import Connection
 from typing import Any
 
 import torch.distributed as dist
 
 from ..._messages import Result
+from ..debugging.deadline import FAR_TIMEOUT, stop_watching, watch_collectives
 from ..debugging.post_mortem import has_failure, wait_for_post_mortem
+from ..debugging.prompt_clock import CLOCK_FILE
 from ..device_types.group_backends import cpu_collectives_only
+from ..reporting.channel import EventChannel, current_channel
+from ..reporting.collective_trail import recorder_available
+from ..transfer.segments import SHARE_DIR_ENV
 from . import rank_group
 from .fd_forwarder import faulthandler_to_stderr
-from .lifecycle import RankStart, StopRequested, live_as_rank
-from .outcomes import failure_event, result_event
+from .lifecycle import RankStart, StopRequested, live_as_rank, send_flushed
+from .outcomes import deadline_failure, failure_event, result_event
 from .rank_group import bound_device, leave_process_group, use_rank_device
 from .regroup import abort_process_group
 from .spec import WorkerArgs, unpack_payload
 from .trainer_support import reached_by, set_up_training_arguments
 
 __all__ = ["run_worker", "spawn_main", "failure_event", "result_event"]
+
+
+def _prompt_clock() -> str | None:
+    """The kernel's prompt clock for this launch, when the rank can keep the launch's
+    collective timeout itself (torch has a flight recorder, the launch has a folder)."""
+    folder = os.environ.get(SHARE_DIR_ENV)
+    channel = current_channel()
+    if not folder or channel is None or not recorder_available():
+        return None
+    return os.path.join(folder, CLOCK_FILE)
+
+
+def _report_timeout(channel: EventChannel, rank: int, message: str, where: str, stack: str) -> None:
+    send_flushed(channel, deadline_failure(rank, message, where, stack))
 
 
 def _init_process_group(args: WorkerArgs) -> None:
@@ -37,14 +57,19 @@ def _init_process_group(args: WorkerArgs) -> None:
     # The store keeps torch's own default (300 s) unless told: every wait on it (NCCL's
     # exchange of its communicator's id, the barrier below) must allow the launch's timeout.
     store.set_timeout(timeout)
+    clock = _prompt_clock()
     dist.init_process_group(
         args.backend,
         store=store,
         rank=args.rank,
         world_size=args.world_size,
-        timeout=timeout,
+        # the rank keeps the launch's timeout itself, time at the kernel's prompts left out
+        timeout=timeout if clock is None else FAR_TIMEOUT,
         device_id=bound_device(args.device_type, args.local_rank),
     )
+    channel = current_channel()
+    if clock is not None and channel is not None:
+        watch_collectives(args.timeout_s, clock, partial(_report_timeout, channel, args.rank))
     # A rank may leave init before its peers finished connecting to it; without this barrier
     # a rank that returns at once could close its sockets under a peer still connecting.
     if cpu_collectives_only(args.backend):
@@ -94,6 +119,7 @@ def run_worker(
     channel, outcome = live_as_rank(
         start, lambda: conn, lambda: _run_function(args), own_files=(__file__, rank_group.__file__)
     )
+    stop_watching()
     ok = isinstance(outcome, Result)
     if not ok and args.post_mortem_s > 0 and has_failure():
         try:

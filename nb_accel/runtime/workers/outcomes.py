@@ -15,7 +15,7 @@ from ..reporting.collective_trail import last_collective
 from .folded_frames import folded_traceback
 from .returns import check_returnable, dumps_result
 
-__all__ = ["Outcome", "failure_event", "result_event", "is_timeout_error"]
+__all__ = ["Outcome", "deadline_failure", "failure_event", "result_event", "is_timeout_error"]
 
 #: What a rank's function came to: its return value, ready to travel, or its failure.
 Outcome = Result | Failure
@@ -68,6 +68,27 @@ def failure_event(rank: int, exc: BaseException, own_files: tuple[str, ...] = ()
         is_timeout=timed_out,
         timeout_s=applied_timeout_s() if timed_out else None,
         collective=found.describe() if found else "",
+    )
+
+
+def deadline_failure(rank: int, message: str, collective: str, stack: str) -> Failure:
+    """The :class:`Failure` of rank ``rank`` waiting in ``collective`` past the launch's
+    timeout, as :class:`~nb_accel.runtime.debugging.deadline.CollectiveDeadline` finds it
+    (``stack``: where the rank waits)."""
+    error = TimeoutError(message)
+    try:
+        data: bytes | None = dumps_result(error, shared=False)
+    except Exception:  # noqa: BLE001 - any failure here is reported, never raised
+        data = None
+    return Failure(
+        rank=rank,
+        type_name="builtins.TimeoutError",
+        message=message,
+        traceback=f"{stack}TimeoutError: {message}\n",
+        data=data,
+        is_timeout=True,
+        timeout_s=applied_timeout_s(),
+        collective=collective,
     )
 
 

@@ -1,0 +1,163 @@
+"""The launch's collective timeout, kept by the rank itself so that time at a prompt is not
+counted.
+
+torch fixes a collective's deadline when the collective starts: a rank waiting in an
+``all_reduce`` for a peer that sits at a debugger prompt would time out however long the user
+needs. So a launch's worker gives its process group a deadline far away
+(:data:`FAR_TIMEOUT`) and keeps the launch's own with :class:`CollectiveDeadline`: a thread
+that looks at torch's flight recorder every so often (a twentieth of the timeout, between 50 ms
+and 5 s) for a collective of the default group that has not finished, and times how long the
+rank has waited in it, less the time the kernel spent at prompts meanwhile
+(:mod:`~nb_accel.runtime.debugging.prompt_clock`). Past the timeout it reports the rank's
+timeout to the kernel, which ends the launch as it ends one torch timed out. Where torch has
+no flight recorder the process group keeps the launch's timeout, as before.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+import time
+import traceback
+from collections.abc import Callable
+from datetime import timedelta
+
+from ..process_group import keep_own_deadline
+from ..reporting.collective_trail import LastCollective, collective_in_flight
+from .prompt_clock import prompt_seconds
+
+__all__ = [
+    "FAR_TIMEOUT",
+    "CollectiveDeadline",
+    "Expired",
+    "stop_watching",
+    "watch_collectives",
+    "watching",
+]
+
+#: The deadline torch is given while :class:`CollectiveDeadline` keeps the launch's.
+FAR_TIMEOUT = timedelta(days=7)
+
+#: Called once when a collective outlasts the timeout: the message, the collective (``all_reduce
+#: #3``) and the waiting thread's stack (the user's frames).
+Expired = Callable[[str, str, str], None]
+
+#: Pending collectives as the flight recorder has them (replaced in tests).
+Pending = Callable[[], "tuple[int, LastCollective] | None"]
+
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+_active: list[CollectiveDeadline] = []
+
+
+class CollectiveDeadline:
+    """Times the collective the rank waits in against ``timeout_s``, prompts left out (see the
+    module).
+
+    Args:
+        timeout_s: the launch's collective timeout.
+        clock_path: the kernel's prompt clock file.
+        expired: what to do once a collective outlasts it.
+        pending: the collective the rank waits in, if any (torch's flight recorder).
+    """
+
+    def __init__(
+        self,
+        timeout_s: float,
+        clock_path: str,
+        expired: Expired,
+        pending: Pending = collective_in_flight,
+    ) -> None:
+        self.timeout_s = timeout_s
+        self._clock = clock_path
+        self._expired = expired
+        self._pending = pending
+        self._waiting_thread = threading.get_ident()
+        self._watched: tuple[int, float, float] | None = None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        """Start watching, on a thread of its own."""
+        self._thread = threading.Thread(
+            target=self._run, name="nb_accel-collective-deadline", daemon=True
+        )
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop watching and wait for the thread to end."""
+        self._stop.set()
+        thread = self._thread
+        if thread is not None and thread is not threading.current_thread():
+            thread.join()
+
+    def set_timeout(self, seconds: float) -> None:
+        """Bound the collectives by ``seconds`` from now on (``InitProcessGroupKwargs``)."""
+        self.timeout_s = seconds
+
+    def interval_s(self) -> float:
+        """How often the flight recorder is read."""
+        return min(5.0, max(0.05, self.timeout_s / 20))
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval_s()):
+            found = self.overdue(time.monotonic())
+            if found is not None:
+                seconds = f"{self.timeout_s:g}"
+                message = (
+                    f"Timed out after {seconds} s waiting in {found.describe()} (the launch's "
+                    "collective timeout)"
+                )
+                self._expired(message, found.describe(), self._waiting_stack())
+                return
+
+    def overdue(self, now: float) -> LastCollective | None:
+        """The collective the rank has waited in for longer than the timeout at ``now`` (time
+        at prompts left out), else ``None``."""
+        pending = self._pending()
+        if pending is None:
+            self._watched = None
+            return None
+        record, collective = pending
+        prompts = prompt_seconds(self._clock, now)
+        if self._watched is None or self._watched[0] != record:
+            self._watched = (record, now, prompts)
+            return None
+        _, since, prompts_then = self._watched
+        waited = (now - since) - (prompts - prompts_then)
+        return collective if waited >= self.timeout_s else None
+
+    def _waiting_stack(self) -> str:
+        """The stack of the thread that waits, nb_accel's frames left out."""
+        frame = sys._current_frames().get(self._waiting_thread)
+        if frame is None:
+            return ""
+        frames = [
+            f
+            for f in traceback.extract_stack(frame)
+            if not os.path.abspath(f.filename).startswith(_PACKAGE)
+        ]
+        return "Traceback (most recent call last):\n" + "".join(traceback.format_list(frames))
+
+
+def watch_collectives(timeout_s: float, clock_path: str, expired: Expired) -> CollectiveDeadline:
+    """Start keeping the launch's collective timeout for the calling thread (see the module)."""
+    stop_watching()
+    deadline = CollectiveDeadline(timeout_s, clock_path, expired)
+    deadline.start()
+    _active.append(deadline)
+    keep_own_deadline(deadline.set_timeout)
+    return deadline
+
+
+def watching() -> CollectiveDeadline | None:
+    """The deadline this process keeps, if it keeps one."""
+    return _active[-1] if _active else None
+
+
+def stop_watching() -> None:
+    """Stop keeping the deadline (the function has returned)."""
+    keep_own_deadline(None)
+    while _active:
+        _active.pop().stop()
