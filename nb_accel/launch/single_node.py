@@ -49,7 +49,7 @@ class SingleNodeLauncher(LaunchBackend):
         self._store_dir = make_scratch_dir("launch")
         clock = keep_prompt_clock(self._store_dir)  # time at prompts leaves the ranks' timeout
         self._helpers.callback(drop_prompt_clock, clock)
-        start_workers(self._plan, self._store_dir, self.payload, self._workers)
+        start_workers(self._plan, self._store_dir, self.payload, self._workers, clock)
         printer = self.printer
         self._group = WorkerGroup(
             self._workers,

@@ -47,7 +47,9 @@ def worker_env(plan: LaunchPlan, single_node: bool = True) -> dict[str, str]:
     return env
 
 
-def _worker_args(plan: LaunchPlan, store_dir: str, sent: Payload) -> list[WorkerArgs]:
+def _worker_args(
+    plan: LaunchPlan, store_dir: str, sent: Payload, prompt_clock: str
+) -> list[WorkerArgs]:
     # where big results are written; the kernel answers their prompts (input(), breakpoints)
     env = {**worker_env(plan), SHARE_DIR_ENV: store_dir, PROMPTS_VARIABLE: "1"}
     store_path = os.path.join(store_dir, "store")
@@ -67,21 +69,29 @@ def _worker_args(plan: LaunchPlan, store_dir: str, sent: Payload) -> list[Worker
             parent_pid=os.getpid(),
             env=env,
             post_mortem_s=plan.post_mortem_s,
+            prompt_clock=prompt_clock,
         )
         for rank in range(plan.num_processes)
     ]
 
 
 def start_workers(
-    plan: LaunchPlan, store_dir: str, payload: LaunchPayload, workers: list[WorkerProcess]
+    plan: LaunchPlan,
+    store_dir: str,
+    payload: LaunchPayload,
+    workers: list[WorkerProcess],
+    prompt_clock: str = "",
 ) -> None:
     """Start one worker per rank running ``payload``, appending each to ``workers`` as it
     starts (so the caller can stop those already started if a later one fails). The launch's
     folder ``store_dir`` holds the rendezvous store and the shared-memory segments of the
     payload and of the results. Spawned workers receive their arguments once started: the
-    payload's big buffers are written into shared memory while they start up."""
+    payload's big buffers are written into shared memory while they start up. With a
+    ``prompt_clock`` (a cold launch's) the ranks keep the launch's collective timeout
+    themselves, the time at the kernel's prompts left out."""
     later = plan.start_method == "spawn"
-    all_args = _worker_args(plan, store_dir, b"" if later else sealed(payload, store_dir))
+    first = b"" if later else sealed(payload, store_dir)
+    all_args = _worker_args(plan, store_dir, first, prompt_clock)
     if plan.start_method == "fork":
         release_openmp_threads()  # else a worker's first multi-threaded region can hang
     for args in all_args:

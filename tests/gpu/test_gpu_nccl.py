@@ -68,22 +68,20 @@ def rank_one_never_arrives() -> float:
     value = torch.ones(1, device=accelerator.device)
     dist.all_reduce(value)
     if accelerator.process_index == 1:
-        time.sleep(600)  # stopped long before: rank 0's watchdog gives up after the timeout
+        time.sleep(600)  # stopped long before: rank 0 gives up after the timeout
     dist.all_reduce(value)
     return value.item()  # waits for the all-reduce that never completes
 
 
 @two_gpus
 @pytest.mark.timeout(300)
-def test_a_collective_the_watchdog_times_out_is_a_collective_timeout_error(
-    capsys: pytest.CaptureFixture[str],
-) -> None:
+def test_a_collective_past_the_timeout_is_a_collective_timeout_error() -> None:
+    """The rank keeps the launch's timeout itself (torch's deadline, NCCL's watchdog's, is far
+    away): rank 0, waiting in an NCCL all-reduce, times out after the launch's 10 s."""
     with pytest.raises(
         CollectiveTimeoutError, match=r"timed out after 10 s on rank 0 of 2"
     ) as info:
         notebook_launcher(rank_one_never_arrives, num_processes=2, timeout=10)
-    err = capsys.readouterr().err
-    assert "[rank 0] " in err and "Watchdog caught collective operation timeout" in err
     message = str(info.value)  # rank 1 sleeps after the first all-reduce: its last collective
     assert "Rank 1 did not arrive (was still running, at `rank_one_never_arrives`" in message
     assert re.search(r"; last collective: all_reduce #\d+", message), message

@@ -19,11 +19,9 @@ import torch.distributed as dist
 from ..._messages import Result
 from ..debugging.deadline import FAR_TIMEOUT, stop_watching, watch_collectives
 from ..debugging.post_mortem import has_failure, wait_for_post_mortem
-from ..debugging.prompt_clock import CLOCK_FILE
 from ..device_types.group_backends import cpu_collectives_only
 from ..reporting.channel import EventChannel, current_channel
 from ..reporting.collective_trail import recorder_available
-from ..transfer.segments import SHARE_DIR_ENV
 from . import rank_group
 from .fd_forwarder import faulthandler_to_stderr
 from .lifecycle import RankStart, StopRequested, live_as_rank, send_flushed
@@ -36,14 +34,12 @@ from .trainer_support import reached_by, set_up_training_arguments
 __all__ = ["run_worker", "spawn_main", "failure_event", "result_event"]
 
 
-def _prompt_clock() -> str | None:
-    """The kernel's prompt clock for this launch, when the rank can keep the launch's
-    collective timeout itself (torch has a flight recorder, the launch has a folder)."""
-    folder = os.environ.get(SHARE_DIR_ENV)
-    channel = current_channel()
-    if not folder or channel is None or not recorder_available():
+def _prompt_clock(args: WorkerArgs) -> str | None:
+    """The kernel's prompt clock for this launch, when the rank keeps the launch's collective
+    timeout itself (a cold launch's rank, with torch's flight recorder to read)."""
+    if not args.prompt_clock or current_channel() is None or not recorder_available():
         return None
-    return os.path.join(folder, CLOCK_FILE)
+    return args.prompt_clock
 
 
 def _report_timeout(channel: EventChannel, rank: int, message: str, where: str, stack: str) -> None:
@@ -57,7 +53,7 @@ def _init_process_group(args: WorkerArgs) -> None:
     # The store keeps torch's own default (300 s) unless told: every wait on it (NCCL's
     # exchange of its communicator's id, the barrier below) must allow the launch's timeout.
     store.set_timeout(timeout)
-    clock = _prompt_clock()
+    clock = _prompt_clock(args)
     dist.init_process_group(
         args.backend,
         store=store,

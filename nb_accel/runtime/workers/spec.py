@@ -72,6 +72,8 @@ class WorkerArgs:
         parent_pid: the kernel's pid; the worker exits if the kernel goes away.
         post_mortem_s: if the function raises, how long the worker waits, paused, for the
             kernel to open the debugger on its frames (0: it exits at once).
+        prompt_clock: the kernel's prompt clock file: the rank keeps the launch's collective
+            timeout itself, time at prompts left out (empty: torch keeps it).
     """
 
     rank: int
@@ -88,6 +90,7 @@ class WorkerArgs:
     parent_pid: int
     env: dict[str, str] = field(default_factory=dict)
     post_mortem_s: float = 0.0
+    prompt_clock: str = ""
 
     def rank_environment(self) -> dict[str, str]:
         """The environment variables torchrun would set for this rank, those that make
