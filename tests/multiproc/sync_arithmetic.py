@@ -70,7 +70,10 @@ if __name__ == "__main__":
     recorded = record(library, seed)
     with open(f"{result}.{os.environ['RANK']}", "w") as out:
         json.dump(recorded, out)
-    # The group ends here, not in the interpreter's teardown, where torch's threads may still
-    # be joinable ("terminate called without an active exception").
+    # The group ends here, and the process without the interpreter's teardown: there torch's
+    # threads may still be joinable and abort it ("terminate called without an active
+    # exception") after its records are written.
     if torch.distributed.is_initialized():
         torch.distributed.destroy_process_group()
+    sys.stdout.flush()
+    os._exit(0)

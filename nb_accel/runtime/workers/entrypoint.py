@@ -64,7 +64,7 @@ def _init_process_group(args: WorkerArgs) -> None:
         device_id=bound_device(args.device_type, args.local_rank),
     )
     channel = current_channel()
-    if clock is not None and channel is not None:
+    if clock is not None and channel is not None:  # channel: always, where clock is
         watch_collectives(args.timeout_s, clock, partial(_report_timeout, channel, args.rank))
     # A rank may leave init before its peers finished connecting to it; without this barrier
     # a rank that returns at once could close its sockets under a peer still connecting.
