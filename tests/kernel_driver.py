@@ -50,10 +50,9 @@ def start_cell(client: BlockingKernelClient, code: str) -> str:
     return client.execute(code, store_history=False)
 
 
-def collect(client: BlockingKernelClient, msg_id: str, until: tuple[str, ...] = ()) -> CellRun:
-    """Gather iopub output of ``msg_id`` until the kernel is idle, or until every text in
-    ``until`` has appeared in the cell's output."""
-    run = CellRun()
+def cell_messages(client: BlockingKernelClient, msg_id: str) -> Iterator[dict[str, Any]]:
+    """The iopub messages of cell ``msg_id`` as they come, its final ``idle`` status last; a
+    ``TimeoutError`` when the cell does not finish within :data:`CELL_TIMEOUT_S`."""
     deadline = time.monotonic() + CELL_TIMEOUT_S
     while time.monotonic() < deadline:
         try:
@@ -62,6 +61,17 @@ def collect(client: BlockingKernelClient, msg_id: str, until: tuple[str, ...] = 
             continue
         if message["parent_header"].get("msg_id") != msg_id:
             continue
+        yield message
+        if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
+            return
+    raise TimeoutError(f"cell did not finish within {CELL_TIMEOUT_S} s")
+
+
+def collect(client: BlockingKernelClient, msg_id: str, until: tuple[str, ...] = ()) -> CellRun:
+    """Gather iopub output of ``msg_id`` until the kernel is idle, or until every text in
+    ``until`` has appeared in the cell's output."""
+    run = CellRun()
+    for message in cell_messages(client, msg_id):
         kind, content = message["msg_type"], message["content"]
         if kind == "stream":
             setattr(run, content["name"], getattr(run, content["name"]) + content["text"])
@@ -75,10 +85,6 @@ def collect(client: BlockingKernelClient, msg_id: str, until: tuple[str, ...] = 
                 content["evalue"],
                 content["traceback"],
             )
-        elif kind == "status" and content["execution_state"] == "idle":
-            break
-    else:
-        raise TimeoutError(f"cell did not finish within {CELL_TIMEOUT_S} s")
     while True:  # the reply to this cell (a reply to an earlier cell may still be queued)
         reply = client.get_shell_msg(timeout=CELL_TIMEOUT_S)
         if reply["parent_header"].get("msg_id") == msg_id:

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import queue
-import time
 from typing import Any
 
 import pytest
 from jupyter_client.blocking import BlockingKernelClient
-from kernel_driver import CELL_TIMEOUT_S, running_kernel, start_cell
+from kernel_driver import cell_messages, running_kernel, start_cell
 
 LINES = 3000
 
@@ -37,19 +35,7 @@ notebook_launcher(last_words, num_processes=2)
 
 def iopub_messages(client: BlockingKernelClient, msg_id: str) -> list[dict[str, Any]]:
     """Every iopub message of the cell ``msg_id``, until the kernel is idle again."""
-    messages = []
-    deadline = time.monotonic() + CELL_TIMEOUT_S
-    while time.monotonic() < deadline:
-        try:
-            message = client.get_iopub_msg(timeout=1)
-        except queue.Empty:
-            continue
-        if message["parent_header"].get("msg_id") != msg_id:
-            continue
-        messages.append(message)
-        if message["msg_type"] == "status" and message["content"]["execution_state"] == "idle":
-            return messages
-    raise TimeoutError(f"cell did not finish within {CELL_TIMEOUT_S} s")
+    return list(cell_messages(client, msg_id))
 
 
 def stream_text(messages: list[dict[str, Any]], name: str) -> str:

@@ -33,7 +33,6 @@ __all__ = [
     "Expired",
     "stop_watching",
     "watch_collectives",
-    "watching",
 ]
 
 #: The deadline torch is given while :class:`CollectiveDeadline` keeps the launch's.
@@ -149,11 +148,6 @@ def watch_collectives(timeout_s: float, clock_path: str, expired: Expired) -> Co
     _active.append(deadline)
     keep_own_deadline(deadline.set_timeout)
     return deadline
-
-
-def watching() -> CollectiveDeadline | None:
-    """The deadline this process keeps, if it keeps one."""
-    return _active[-1] if _active else None
 
 
 def stop_watching() -> None:

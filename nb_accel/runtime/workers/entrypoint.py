@@ -34,14 +34,6 @@ from .trainer_support import reached_by, set_up_training_arguments
 __all__ = ["run_worker", "spawn_main", "failure_event", "result_event"]
 
 
-def _prompt_clock(args: WorkerArgs) -> str | None:
-    """The kernel's prompt clock for this launch, when the rank keeps the launch's collective
-    timeout itself (a cold launch's rank, with torch's flight recorder to read)."""
-    if not args.prompt_clock or current_channel() is None or not recorder_available():
-        return None
-    return args.prompt_clock
-
-
 def _report_timeout(channel: EventChannel, rank: int, message: str, where: str, stack: str) -> None:
     send_flushed(channel, deadline_failure(rank, message, where, stack))
 
@@ -53,19 +45,21 @@ def _init_process_group(args: WorkerArgs) -> None:
     # The store keeps torch's own default (300 s) unless told: every wait on it (NCCL's
     # exchange of its communicator's id, the barrier below) must allow the launch's timeout.
     store.set_timeout(timeout)
-    clock = _prompt_clock(args)
+    # A cold launch's rank keeps the launch's collective timeout itself, time at the kernel's
+    # prompts left out, where torch has a flight recorder to read.
+    channel = current_channel()
+    keeps_deadline = bool(args.prompt_clock) and channel is not None and recorder_available()
     dist.init_process_group(
         args.backend,
         store=store,
         rank=args.rank,
         world_size=args.world_size,
-        # the rank keeps the launch's timeout itself, time at the kernel's prompts left out
-        timeout=timeout if clock is None else FAR_TIMEOUT,
+        timeout=FAR_TIMEOUT if keeps_deadline else timeout,
         device_id=bound_device(args.device_type, args.local_rank),
     )
-    channel = current_channel()
-    if clock is not None and channel is not None:  # channel: always, where clock is
-        watch_collectives(args.timeout_s, clock, partial(_report_timeout, channel, args.rank))
+    if keeps_deadline and channel is not None:
+        report = partial(_report_timeout, channel, args.rank)
+        watch_collectives(args.timeout_s, args.prompt_clock, report)
     # A rank may leave init before its peers finished connecting to it; without this barrier
     # a rank that returns at once could close its sockets under a peer still connecting.
     if cpu_collectives_only(args.backend):
