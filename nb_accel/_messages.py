@@ -42,11 +42,13 @@ class Started:
 
 @dataclass(frozen=True)
 class Output:
-    """Text the worker wrote to ``sys.stdout`` or ``sys.stderr``."""
+    """Text the worker wrote to ``sys.stdout`` or ``sys.stderr``; ``debugger``: written by the
+    rank's debugger (shown whichever ranks' output a cell shows)."""
 
     rank: int
     stream: Literal["stdout", "stderr"]
     text: str
+    debugger: bool = False
 
 
 @dataclass(frozen=True)

@@ -87,8 +87,8 @@ def start_workers(
     folder ``store_dir`` holds the rendezvous store and the shared-memory segments of the
     payload and of the results. Spawned workers receive their arguments once started: the
     payload's big buffers are written into shared memory while they start up. With a
-    ``prompt_clock`` (a cold launch's) the ranks keep the launch's collective timeout
-    themselves, the time at the kernel's prompts left out."""
+    ``prompt_clock`` (the kernel keeps one for each launch and pool on this machine) the ranks
+    keep the collective timeout themselves, the time at the kernel's prompts left out."""
     later = plan.start_method == "spawn"
     first = b"" if later else sealed(payload, store_dir)
     all_args = _worker_args(plan, store_dir, first, prompt_clock)

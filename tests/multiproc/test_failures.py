@@ -10,6 +10,7 @@ from pathlib import Path
 
 import psutil
 import pytest
+import torch
 import torch.distributed as dist
 from markers import interrupt_when_marked
 
@@ -129,6 +130,20 @@ def test_collective_timeout_names_the_missing_rank() -> None:
     message = str(info.value)
     assert "timed out after 2 s on rank 0 of 2" in message
     assert "Rank 1 did not arrive (was still running, at `skips_the_barrier` (" in message
+
+
+def waits_for_each_other() -> None:
+    peer = 1 - dist.get_rank()
+    dist.recv(torch.ones(1), src=peer)  # each waits for the other: neither ever sends
+
+
+@pytest.mark.timeout(60)
+def test_a_receive_nobody_answers_times_out_too() -> None:
+    """A point-to-point receive (which gloo keeps out of torch's flight recorder) is held to
+    the launch's timeout as a collective is."""
+    with pytest.raises(CollectiveTimeoutError) as info:
+        notebook_launcher(waits_for_each_other, num_processes=2, timeout=2)
+    assert "timed out after 2 s on ranks 0, 1 of 2 (in recv (point-to-point))" in str(info.value)
 
 
 def test_rank_that_returned_early_is_named_when_a_collective_breaks() -> None:

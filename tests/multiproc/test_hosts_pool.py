@@ -16,7 +16,7 @@ import pytest
 import torch
 from ssh_hosts import SshMachines, require_ssh_machines
 
-from nb_accel.errors import WorkerDiedError
+from nb_accel.errors import CollectiveTimeoutError, WorkerDiedError
 from nb_accel.launch.pool import WorkerPool, load_value
 from nb_accel.runtime.transfer.segments import SHARE_MIN_BYTES
 
@@ -101,6 +101,31 @@ def test_a_failure_names_its_host_and_the_pool_lives_on(
         )
     )
     assert sums == [4.0] * 4  # the process group was rebuilt across the hosts
+
+
+def test_ranks_past_the_timeout_on_the_hosts_free_themselves_and_the_pool_lives_on(
+    machines: SshMachines,
+) -> None:
+    """The hosts' ranks keep the pool's collective timeout themselves: collectives that can
+    never match (three all_reduce, one recv) end at the timeout, and the pool goes on."""
+    hosts = {"hosts": ["node0", "node1"], "ssh_config": machines.ssh_config}
+    pool = WorkerPool(2, cpu=True, timeout=2, **hosts)
+    pool.start()
+    try:
+        with pytest.raises(CollectiveTimeoutError, match="timed out after 2 s on rank"):
+            pool.execute(
+                "import torch, torch.distributed as dist\n"
+                "if rank == 3:\n    dist.recv(torch.ones(1), src=0)\n"
+                "else:\n    dist.all_reduce(torch.ones(1))"
+            )
+        sums = _values(
+            pool.execute("t = torch.ones(1)\ndist.all_reduce(t)\nt.item()", want_value=True)
+        )
+        assert sums == [4.0] * 4
+    finally:
+        pool.stop()
+    machines.settle()
+    assert machines.processes() == []
 
 
 def _interrupt_when(marker: Path, ready: threading.Event) -> None:

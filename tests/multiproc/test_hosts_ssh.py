@@ -25,10 +25,13 @@ from own_folders import OWN_FOLDERS
 from ssh_hosts import SshMachines, require_ssh_machines
 
 from nb_accel import Config, notebook_launcher, save_config
-from nb_accel.errors import LaunchError, WorkerDiedError
+from nb_accel.errors import CollectiveTimeoutError, LaunchError, WorkerDiedError
 from nb_accel.runtime.transfer.segments import SHARE_MIN_BYTES
 
 pytestmark = pytest.mark.timeout(240)
+
+#: A collective timeout short enough to be held past at a prompt.
+TIMEOUT_S = 2
 
 
 @pytest.fixture
@@ -392,29 +395,40 @@ def stops_at_a_breakpoint() -> float:
     return total.item()
 
 
+def late_on_node1() -> None:
+    if dist.get_rank() == 3:
+        time.sleep(30)
+    dist.barrier()
+
+
 def test_a_breakpoint_on_a_host_asks_in_the_kernel(
     machines: SshMachines, monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """A rank on another machine stops at ``breakpoint()``; its prompt is asked where the
     kernel asks (here the terminal's ``input``), the answers travel back through its host's
-    node, and the launch goes on to the right result."""
+    node, and the launch goes on to the right result. The first prompt is held for twice the
+    launch's collective timeout: the hosts' ranks leave time at the kernel's prompts out of it,
+    and still time out where nobody is at a prompt."""
     asked: list[str] = []
     answers = ["p hidden", "c"]
 
     def typed(prompt: str = "") -> str:
         asked.append(prompt)
+        if len(asked) == 1:
+            time.sleep(2 * TIMEOUT_S)  # the user reads the code: the other ranks wait
         return answers.pop(0) if answers else "c"
 
     monkeypatch.setattr("builtins.input", typed)
+    hosts = {"hosts": ["node0", "node1"], "ssh_config": machines.ssh_config}
     results = notebook_launcher(
-        stops_at_a_breakpoint,
-        num_processes=2,
-        cpu=True,
-        hosts=["node0", "node1"],
-        ssh_config=machines.ssh_config,
+        stops_at_a_breakpoint, num_processes=2, cpu=True, timeout=TIMEOUT_S, **hosts
     )
     assert results == [10.0] * 4
     assert asked == ["(Pdb rank 2) "] * 2
     out = capfd.readouterr().out
     assert "[node1 rank 2] 21.0" in out, out
+    assert machines.processes() == []
+    with pytest.raises(CollectiveTimeoutError, match="timed out after 2 s on ranks 0, 1, 2 "):
+        notebook_launcher(late_on_node1, num_processes=2, cpu=True, timeout=TIMEOUT_S, **hosts)
+    machines.settle()
     assert machines.processes() == []

@@ -6,6 +6,8 @@ after an ordinary error is still IPython's."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 from kernel_driver import collect, run_answering, run_cell, running_kernel
 
@@ -208,6 +210,52 @@ def test_a_breakpoint_held_past_the_launch_timeout_continues_to_the_result() -> 
         )
         assert late.ename == "CollectiveTimeoutError", late.evalue
         assert "timed out after 2 s on rank 0 of 2" in late.evalue
+
+
+#: A pool whose collective timeout is 2 s (the saved configuration's), and a cell whose rank 1
+#: stops at a breakpoint while rank 0 waits for it in an all_reduce.
+SHORT_TIMEOUT_POOL = """
+import os
+from nb_accel.config import Config, save_config
+os.environ["NB_ACCEL_CONFIG_FILE"] = {path!r}
+save_config(Config(timeout=2.0, cpu=True), {path!r})
+%load_ext nb_accel
+"""
+BREAKPOINT_CELL = """%%distributed -n 2
+import time
+import torch, torch.distributed as dist
+total = torch.ones(1) * (rank + 1)
+if rank == 1:
+    hidden = total.item() * 7
+    breakpoint()
+dist.all_reduce(total)
+print('sum', total.item())
+"""
+
+
+def test_a_breakpoint_held_past_the_pools_timeout_continues_and_the_timeout_holds(
+    tmp_path: Path,
+) -> None:
+    """The same in a %%distributed cell: the pool's ranks keep its timeout themselves; past it
+    without a prompt, the cell fails with the timeout and the pool goes on."""
+    with running_kernel() as (_, client):
+        setup = run_cell(client, SHORT_TIMEOUT_POOL.format(path=str(tmp_path / "config.yaml")))
+        assert setup.status == "ok", setup.evalue
+        run, prompts = run_answering(client, BREAKPOINT_CELL, ["p hidden", "c"], hold_s=6.0)
+        assert run.status == "ok", run.stderr + run.evalue
+        assert prompts == ["(Pdb rank 1) "] * 2 and "14.0" in run.stdout
+        assert "sum 3.0" in run.stdout
+        late = run_cell(
+            client, "%%distributed\nif rank == 1:\n    time.sleep(4)\ndist.all_reduce(total)"
+        )
+        assert late.ename == "CollectiveTimeoutError", late.evalue
+        assert "timed out after 2 s on rank 0 of 2" in late.evalue
+        again = run_cell(
+            client,
+            "%%distributed\ntotal = torch.ones(1)\ndist.all_reduce(total)\n"
+            "print('again', total.item())",
+        )
+        assert "again 2.0" in again.stdout, again.stderr + again.evalue
 
 
 def test_input_in_a_cell_is_asked_in_the_notebook_rank_by_rank() -> None:

@@ -170,9 +170,8 @@ def test_ranks_that_no_interrupt_reaches_are_named_and_the_pool_stopped() -> Non
         interrupted = _interrupted(manager, client, BOTH_IN_A_COLLECTIVE)
         assert "rank(s) [0, 1] did not stop" in interrupted.evalue
         for rank in (0, 1):  # where each one was
-            assert f"rank {rank} is at `receive_from` (Cell In[1], line 9) ← `<module>` (" in (
-                interrupted.evalue
-            )
+            where = f"rank {rank} is at `receive_from` (Cell In[1], line 9) ← `<module>` ("
+            assert where in interrupted.evalue, interrupted.evalue
         assert "restart" in interrupted.evalue
         _ok(client, "%distributed restart")
         assert _plain(_ok(client, "%%distributed\nworld_size")) == "2"

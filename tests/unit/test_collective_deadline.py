@@ -4,6 +4,8 @@ file as the kernel writes it and the ranks read it."""
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from pathlib import Path
 
 from nb_accel.runtime.debugging.deadline import CollectiveDeadline
@@ -40,6 +42,35 @@ def test_a_collective_is_overdue_once_it_waited_the_timeout(tmp_path: Path) -> N
     assert deadline.overdue(13.0) is None
     pending.now = None
     assert deadline.overdue(20.0) is None
+
+
+def test_a_collective_is_found_overdue_once(tmp_path: Path) -> None:
+    """A pool's rank acts once on a collective past its deadline (its entry may stay in the
+    recorder after the group was aborted)."""
+    deadline, pending, _ = _deadline(tmp_path, 1.0)
+    pending.now = (3, ALL_REDUCE)
+    assert deadline.overdue(0.0) is None
+    assert deadline.overdue(1.0) == ALL_REDUCE
+    assert deadline.overdue(5.0) is None
+    pending.now = (4, ALL_REDUCE)
+    assert deadline.overdue(6.0) is None
+    assert deadline.overdue(7.0) == ALL_REDUCE
+
+
+def test_collectives_entered_before_a_command_ended_are_forgotten(tmp_path: Path) -> None:
+    """A pool's command ended (freed by a peer's error): what it entered is never acted on,
+    even while its entry has not retired yet; what comes later is timed as usual."""
+    deadline, pending, _ = _deadline(tmp_path, 1.0)
+    entered = dataclasses.replace(ALL_REDUCE, created_ns=time.time_ns())
+    pending.now = (5, entered)
+    assert deadline.overdue(0.0) is None
+    deadline.forget_in_flight()
+    assert deadline.overdue(0.5) is None
+    assert deadline.overdue(9.0) is None
+    later = dataclasses.replace(ALL_REDUCE, created_ns=time.time_ns() + 1)
+    pending.now = (6, later)
+    assert deadline.overdue(10.0) is None
+    assert deadline.overdue(11.0) == later
 
 
 def test_time_at_the_kernels_prompts_is_left_out(tmp_path: Path) -> None:

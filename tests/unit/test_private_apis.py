@@ -296,7 +296,9 @@ USES: tuple[Use, ...] = (
         ("sys:_current_frames",),
         ("runtime/debugging/deadline.py",),
         "the stack of the rank's thread that waits in a collective past the launch's timeout, "
-        "for its error (the deadline is kept on another thread); Python has no public reader",
+        "for its error, and whether that thread waits inside torch.distributed's send or recv "
+        "(gloo's flight recorder leaves them out); the deadline is kept on another thread; "
+        "Python has no public reader",
     ),
     Use(
         "tqdm",

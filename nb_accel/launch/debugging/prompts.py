@@ -1,8 +1,10 @@
 """A line for a rank's debugger, asked in the notebook (its input box) or on the terminal.
 
 While a prompt is open the kernel's prompt clock says so in the folder of each launch that
-keeps one (:func:`keep_prompt_clock`): the ranks of that launch leave the time out of their
-collective timeout (:mod:`~nb_accel.runtime.debugging.prompt_clock`)."""
+keeps one (:func:`keep_prompt_clock`), and each follower of the prompts hears when one opens
+and closes (:func:`follow_prompts`: a launch across hosts tells its node processes): the ranks
+leave the time out of their collective timeout
+(:mod:`~nb_accel.runtime.debugging.prompt_clock`)."""
 
 from __future__ import annotations
 
@@ -14,33 +16,56 @@ import time
 from collections.abc import Callable
 
 from ..._messages import Answer, Prompt
-from ...runtime.debugging.prompt_clock import CLOCK_FILE, write_prompt_clock
+from ...runtime.debugging.prompt_clock import CLOCK_FILE, PromptClock
 from ..views.stall import note_prompt_time
 
-__all__ = ["answer_prompt", "ask_line", "drop_prompt_clock", "keep_prompt_clock"]
+__all__ = [
+    "PromptFollower",
+    "answer_prompt",
+    "ask_line",
+    "drop_prompt_clock",
+    "follow_prompts",
+    "keep_prompt_clock",
+    "unfollow_prompts",
+]
 
-#: The prompt clocks kept (their files), and the seconds the kernel's prompts were open in all.
-_clocks: list[str] = []
-_closed_s: list[float] = [0.0]
+#: Told ``True`` when a prompt of the kernel opens, ``False`` when it closes.
+PromptFollower = Callable[[bool], None]
+
+_followers: list[PromptFollower] = []
+#: The clocks kept in launches' folders, by file.
+_clocks: dict[str, PromptClock] = {}
+
+
+def follow_prompts(follower: PromptFollower) -> None:
+    """Tell ``follower`` of every prompt that opens and closes, from now on."""
+    _followers.append(follower)
+
+
+def unfollow_prompts(follower: PromptFollower) -> None:
+    """Stop telling ``follower``."""
+    with contextlib.suppress(ValueError):
+        _followers.remove(follower)
 
 
 def keep_prompt_clock(folder: str) -> str:
     """Keep the prompt clock in a launch's ``folder`` from now on; its file."""
-    path = os.path.join(folder, CLOCK_FILE)
-    write_prompt_clock(path, _closed_s[0], None)
-    _clocks.append(path)
-    return path
+    clock = PromptClock(os.path.join(folder, CLOCK_FILE))
+    _clocks[clock.path] = clock
+    follow_prompts(clock.set_open)
+    return clock.path
 
 
 def drop_prompt_clock(path: str) -> None:
     """Stop keeping the clock in ``path`` (its launch has ended)."""
-    with contextlib.suppress(ValueError):
-        _clocks.remove(path)
+    clock = _clocks.pop(path, None)
+    if clock is not None:
+        unfollow_prompts(clock.set_open)
 
 
-def _publish(open_since: float | None) -> None:
-    for path in _clocks:
-        write_prompt_clock(path, _closed_s[0], open_since)
+def _publish(is_open: bool) -> None:
+    for follower in list(_followers):
+        follower(is_open)
 
 
 def ask_line(prompt: str) -> str | None:
@@ -66,13 +91,12 @@ def answer_prompt(event: Prompt, flush: Callable[[], None], send: Callable[[byte
     (``flush``), and send it back to the rank (``send``; a rank gone meanwhile is let be)."""
     flush()
     asked = time.monotonic()
-    _publish(asked)
+    _publish(True)
     try:
         line = ask_line(event.text)
     finally:
         took = time.monotonic() - asked
-        _closed_s[0] += took
-        _publish(None)
+        _publish(False)
     note_prompt_time(took)  # the ranks wait for the user: no stall
     with contextlib.suppress(OSError):
         send(pickle.dumps(Answer(line)))

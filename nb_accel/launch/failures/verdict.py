@@ -162,13 +162,19 @@ def judge(ordered: Sequence[WorkerFailure], timeout_ranks: set[int]) -> Verdict:
     A worker killed by a signal comes first (every other error can follow from it; an abort by
     NCCL's watchdog is judged by the watchdog's words instead, like an exception); then the
     first error that does not look like a consequence; when every error looks like one, the
-    first to arrive is the root cause (a true collective timeout, a real network problem).
+    first collective timeout (a lost connection follows from a rank that gave up waiting, not
+    the other way round), else the first to arrive (a real network problem).
     """
     deaths = [f for f in ordered if f.type_name == "signal"]
     causes = [f for f in ordered if not looks_like_consequence(f, f.rank in timeout_ranks)]
-    first = (deaths or causes or list(ordered))[0]
+    timeouts = [f for f in ordered if f.rank in timeout_ranks]
+    first = (deaths or causes or timeouts or list(ordered))[0]
     groups = _group(list(ordered))
-    root = next(g for g in groups if first in g)
+    if first in timeouts:  # one event, whichever collective each rank waited in
+        root = timeouts
+        groups = [rest for g in groups if (rest := [f for f in g if f not in root])]
+    else:
+        root = next(g for g in groups if first in g)
     if not deaths and not causes:  # every error looks like a consequence of another
         timed_out = first.rank in timeout_ranks
         return Verdict(root, [], [g for g in groups if g is not root], timed_out)

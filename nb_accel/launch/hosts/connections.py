@@ -25,6 +25,7 @@ from ...errors import LaunchError, WorkerFailure
 from ...runtime.debugging.breakpoints import PROMPTS_VARIABLE
 from ...runtime.transfer.segments import INLINE_ENV
 from ...runtime.workers.node_worker import global_rank
+from ..debugging.prompts import follow_prompts, unfollow_prompts
 from ..failures.verdict import died_failure
 from ..launchers.dispatch import TICK_S
 from ..placement.hosts import HostPlan
@@ -35,6 +36,7 @@ from .protocol import (
     Forwarded,
     Hello,
     NodeJob,
+    PromptState,
     StopNode,
     Versions,
     local_versions,
@@ -164,6 +166,7 @@ class HostNodes:
         self.plan = plan
         self.hosts = hosts
         self.nodes: list[NodeChannel] = []
+        self._following = False
 
     def start(self, payload: bytes, max_restarts: int | None = None) -> None:
         """Start every host's node process, check their versions, and send each its job with
@@ -187,6 +190,14 @@ class HostNodes:
         for node in self.nodes:
             nodes = self.hosts.node_plan(node.index, endpoint, max_restarts)
             node.tell(NodeJob(self.plan, nodes, payload, env))
+        follow_prompts(self.tell_prompt)  # the hosts' ranks leave time at prompts out
+        self._following = True
+
+    def tell_prompt(self, is_open: bool) -> None:
+        """Tell every host that a prompt of the kernel opened or closed (their prompt clocks)."""
+        for node in self.nodes:
+            if node.open:
+                node.tell(PromptState(is_open))
 
     def _greet(self, node: NodeChannel) -> None:
         """Read ``node``'s hello; a :class:`LaunchError` naming the host when none comes."""
@@ -291,6 +302,9 @@ class HostNodes:
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """Tell every host to stop, give them ``grace_s``, then cut their channels."""
+        if self._following:
+            unfollow_prompts(self.tell_prompt)
+            self._following = False
         for node in self.nodes:
             if node.open:
                 node.tell(StopNode())

@@ -10,6 +10,10 @@ A pool spread over hosts also talks to its workers through the node: commands go
 (:class:`ToWorker`), the kernel's interrupt becomes a signal there (:class:`SignalWorker`), and
 questions only the host can answer (where a rank is, its memory) come back as an
 :class:`Answer` to an :class:`AskWorkers`.
+
+The kernel also says when one of its prompts (a rank's debugger, ``input()``) opens and closes
+(:class:`PromptState`): the node keeps the time in its prompt clock, which its ranks leave out
+of their collective timeout.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ __all__ = [
     "Forwarded",
     "Hello",
     "NodeJob",
+    "PromptState",
     "SignalWorker",
     "StopNode",
     "ToWorker",
@@ -167,6 +172,13 @@ class SignalWorker:
 
     sender: int
     signum: int
+
+
+@dataclass(frozen=True)
+class PromptState:
+    """Kernel to node: a prompt of the kernel opened (``is_open``) or closed, now."""
+
+    is_open: bool
 
 
 @dataclass(frozen=True)

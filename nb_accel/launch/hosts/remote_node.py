@@ -8,6 +8,10 @@ worker sends is forwarded to the kernel unread, so the kernel judges the launch 
 :class:`~.protocol.StopNode`, or the end of the channel (the kernel stopped, died, or the
 connection dropped), stops the agent, which stops the workers.
 
+While its workers run it keeps the prompt clock they read (the kernel says when its prompts
+open and close, :class:`~.protocol.PromptState`), so that time at a prompt leaves their
+collective timeout.
+
 For a pool spread over hosts the kernel also writes to its workers through this process
 (:class:`~.protocol.ToWorker`), has it signal them (:class:`~.protocol.SignalWorker`: the
 kernel's interrupt) and asks it what only this host can see (:class:`~.protocol.AskWorkers`:
@@ -31,6 +35,7 @@ from typing import Any
 
 from ..._messages import TrackerRun, decode
 from ...errors import LaunchError
+from ...runtime.debugging.prompt_clock import CLOCK_FILE, CLOCK_VARIABLE, PromptClock
 from ..failures.whereabouts import abort_collectives, take_stacks
 from ..launchers.left_open_runs import OpenRuns, end_runs_left_open
 from ..multinode.launcher import agent_run
@@ -43,6 +48,7 @@ from .protocol import (
     AskWorkers,
     Forwarded,
     NodeJob,
+    PromptState,
     SignalWorker,
     StopNode,
     ToWorker,
@@ -125,8 +131,8 @@ _RUN_FRAME_MAX = 4096
 
 
 class _Host:
-    """What this node process holds while its workers run: their listener, its folder, and
-    the channel to the kernel (written under ``lock``)."""
+    """What this node process holds while its workers run: their listener, its folder, the
+    prompt clock in it, and the channel to the kernel (written under ``lock``)."""
 
     def __init__(self, writer: Connection, lock: threading.Lock) -> None:
         self.writer = writer
@@ -134,6 +140,7 @@ class _Host:
         self.authkey = secrets.token_bytes(32)
         self.forwarder = _Forwarder(writer, lock, self.authkey)
         self.folder = make_scratch_dir("nodes")
+        self.clock = PromptClock(os.path.join(self.folder, CLOCK_FILE))
 
     def answer(self, question: AskWorkers) -> None:
         """Answer ``question`` about this host's workers (see :class:`AskWorkers`)."""
@@ -172,6 +179,8 @@ def _watch_kernel(reader: Connection, host: _Host) -> None:
             break
         if isinstance(message, ToWorker):
             host.forwarder.write(message.sender, message.data)
+        elif isinstance(message, PromptState):
+            host.clock.set_open(message.is_open)
         elif isinstance(message, SignalWorker):
             pid = host.forwarder.pid_of(message.sender)
             if pid is not None:
@@ -191,8 +200,9 @@ def _run(job: NodeJob, host: _Host) -> AgentEnded:
 
     plan, nodes = job.plan, job.nodes
     forwarder, log_dir = host.forwarder, host.folder
+    env = {**job.env, CLOCK_VARIABLE: host.clock.path}  # the workers keep their own deadline
     try:
-        run = agent_run(plan, nodes, forwarder.address, host.authkey, job.payload, job.env, log_dir)
+        run = agent_run(plan, nodes, forwarder.address, host.authkey, job.payload, env, log_dir)
         _agent_running.set()
         if _stopping.is_set():  # told to stop before the agent began (see _watch_kernel)
             return AgentEnded(stopped=True)

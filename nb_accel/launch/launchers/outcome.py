@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
-from ...errors import LaunchError
+from ...errors import LaunchError, is_peer_loss
 from ...runtime.transfer.pickling import loads
 from ..failures.failure_log import FailureLog
 from ..failures.whereabouts import RankStack, stacks_note
@@ -19,6 +19,8 @@ __all__ = ["RETURNED", "failure_outcome", "launch_outcome", "load_result"]
 
 #: What a rank that returned before the failure is said to have done.
 RETURNED = "had already returned"
+#: What a rank whose connections were lost after the others timed out is said to have done.
+CAME_LATE = "its collective failed when the waiting ranks gave up"
 
 
 def load_result(rank: int, data: bytes) -> Any:
@@ -61,8 +63,9 @@ def failure_outcome(
     status = dict.fromkeys(finished, finished_as)
     for rank, stack in (where or {}).items():
         status[rank] = f"was still running, {stack.summary()}"
-    for record in failures.records:
-        status.setdefault(record.rank, f"failed with {record.first_line}")
+    for record in failures.records:  # a lost peer after a timeout: the timed-out rank let go
+        late = is_peer_loss(record.message)
+        status.setdefault(record.rank, CAME_LATE if late else f"failed with {record.first_line}")
     error = failures.exception(world_size, status, timeout_s)
     if (note := stacks_note(where or {})) and hasattr(error, "add_note"):
         error.add_note(note)

@@ -48,7 +48,8 @@ class RankStatus:
 
 class CellOutput:
     """Where the workers' output goes: the current command's printer, for the one rank shown
-    (every rank's when :attr:`shown` is ``None``)."""
+    (every rank's when :attr:`shown` is ``None``; a rank's debugger is always shown: its user
+    is at its prompt)."""
 
     def __init__(self) -> None:
         #: Writes the output of the current command.
@@ -57,8 +58,8 @@ class CellOutput:
         self.shown: int | None = None
 
     def __call__(self, event: Output) -> None:
-        """Write ``event`` if its rank is shown."""
-        if self.shown is None or event.rank == self.shown:
+        """Write ``event`` if its rank is shown, or its debugger wrote it."""
+        if self.shown is None or event.rank == self.shown or event.debugger:
             self.printer(event)
 
     def flush_due(self) -> float | None:

@@ -8,9 +8,12 @@ needs. So a launch's worker gives its process group a deadline far away
 that looks at torch's flight recorder every so often (a twentieth of the timeout, between 50 ms
 and 5 s) for a collective of the default group that has not finished, and times how long the
 rank has waited in it, less the time the kernel spent at prompts meanwhile
-(:mod:`~nb_accel.runtime.debugging.prompt_clock`). Past the timeout it reports the rank's
-timeout to the kernel, which ends the launch as it ends one torch timed out. Where torch has
-no flight recorder the process group keeps the launch's timeout, as before.
+(:mod:`~nb_accel.runtime.debugging.prompt_clock`). Past the timeout it acts once for that
+collective: a cold launch's rank reports its timeout to the kernel, which ends the launch as it
+ends one torch timed out; a persistent pool's rank frees its own wait
+(:mod:`~nb_accel.runtime.debugging.group_sockets`) so that the cell fails with the timeout and
+the pool lives on (:func:`set_expiry`). Where torch has no flight recorder the process group
+keeps the launch's timeout, as before.
 """
 
 from __future__ import annotations
@@ -31,8 +34,11 @@ __all__ = [
     "FAR_TIMEOUT",
     "CollectiveDeadline",
     "Expired",
+    "forget_in_flight",
+    "set_expiry",
     "stop_watching",
     "watch_collectives",
+    "watching",
 ]
 
 #: The deadline torch is given while :class:`CollectiveDeadline` keeps the launch's.
@@ -46,6 +52,10 @@ Expired = Callable[[str, str, str], None]
 Pending = Callable[[], "tuple[int, LastCollective] | None"]
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+#: torch's module of collectives, whose functions a waiting thread is inside.
+_C10D_FILE = os.path.join("torch", "distributed", "distributed_c10d.py")
+#: Its point-to-point functions (gloo does not record them in the flight recorder).
+_P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv"})
 
 _active: list[CollectiveDeadline] = []
 
@@ -57,7 +67,8 @@ class CollectiveDeadline:
     Args:
         timeout_s: the launch's collective timeout.
         clock_path: the kernel's prompt clock file.
-        expired: what to do once a collective outlasts it.
+        expired: what to do once a collective outlasts it (once per collective; replaceable,
+            as :attr:`expired`).
         pending: the collective the rank waits in, if any (torch's flight recorder).
     """
 
@@ -70,10 +81,13 @@ class CollectiveDeadline:
     ) -> None:
         self.timeout_s = timeout_s
         self._clock = clock_path
-        self._expired = expired
+        self.expired = expired
         self._pending = pending
         self._waiting_thread = threading.get_ident()
         self._watched: tuple[int, float, float] | None = None
+        self._fired: set[int] = set()
+        self._forgotten_ns = 0
+        self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
@@ -101,31 +115,59 @@ class CollectiveDeadline:
 
     def _run(self) -> None:
         while not self._stop.wait(self.interval_s()):
-            found = self.overdue(time.monotonic())
-            if found is not None:
-                seconds = f"{self.timeout_s:g}"
-                message = (
-                    f"Timed out after {seconds} s waiting in {found.describe()} (the launch's "
-                    "collective timeout)"
-                )
-                self._expired(message, found.describe(), self._waiting_stack())
-                return
+            with self._lock:  # see forget_in_flight
+                found = self.overdue(time.monotonic())
+                if found is not None:
+                    seconds = f"{self.timeout_s:g}"
+                    message = (
+                        f"Timed out after {seconds} s waiting in {found.describe()} (the "
+                        "launch's collective timeout)"
+                    )
+                    self.expired(message, found.describe(), self._waiting_stack())
+
+    def forget_in_flight(self) -> None:
+        """The waiting thread has moved on (its command ended): the collectives it entered
+        until now are never acted on (an entry retires a moment after its error). Atomic with
+        the deadline's action: that comes before this, or not at all."""
+        with self._lock:
+            self._forgotten_ns = time.time_ns()
+            self._watched = None
+
+    def _waiting_in(self) -> tuple[int, LastCollective] | None:
+        """The collective in flight (the flight recorder's), else a call the waiting thread
+        makes into torch.distributed that the recorder does not show (gloo's send and recv)."""
+        return self._pending() or self._blocking_call()
+
+    def _blocking_call(self) -> tuple[int, LastCollective] | None:
+        frame = sys._current_frames().get(self._waiting_thread)
+        if frame is None or not frame.f_code.co_filename.endswith(_C10D_FILE):
+            return None
+        name = frame.f_code.co_name
+        return -1 - id(frame), LastCollective(op=name, sequence=0, point_to_point=name in _P2P)
 
     def overdue(self, now: float) -> LastCollective | None:
         """The collective the rank has waited in for longer than the timeout at ``now`` (time
-        at prompts left out), else ``None``."""
-        pending = self._pending()
+        at prompts left out), else ``None``; a collective is found overdue once."""
+        pending = self._waiting_in()
         if pending is None:
             self._watched = None
+            self._fired = {r for r in self._fired if r >= 0}  # a call's frame may be reused
             return None
         record, collective = pending
+        if record in self._fired:  # acted on already (its entry may stay after an abort)
+            return None
+        if 0 < collective.created_ns <= self._forgotten_ns:  # entered by an ended command
+            return None
         prompts = prompt_seconds(self._clock, now)
         if self._watched is None or self._watched[0] != record:
             self._watched = (record, now, prompts)
             return None
         _, since, prompts_then = self._watched
         waited = (now - since) - (prompts - prompts_then)
-        return collective if waited >= self.timeout_s else None
+        if waited < self.timeout_s:
+            return None
+        self._fired.add(record)
+        return collective
 
     def _waiting_stack(self) -> str:
         """The stack of the thread that waits, nb_accel's frames left out."""
@@ -148,6 +190,24 @@ def watch_collectives(timeout_s: float, clock_path: str, expired: Expired) -> Co
     _active.append(deadline)
     keep_own_deadline(deadline.set_timeout)
     return deadline
+
+
+def watching() -> bool:
+    """Whether this rank keeps its collective deadline itself (its process groups are then
+    made with :data:`FAR_TIMEOUT`)."""
+    return bool(_active)
+
+
+def set_expiry(expired: Expired) -> None:
+    """What the deadline kept now does once a collective outlasts it, from now on."""
+    for deadline in _active:
+        deadline.expired = expired
+
+
+def forget_in_flight() -> None:
+    """See :meth:`CollectiveDeadline.forget_in_flight`."""
+    for deadline in _active:
+        deadline.forget_in_flight()
 
 
 def stop_watching() -> None:

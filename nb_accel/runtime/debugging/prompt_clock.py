@@ -6,6 +6,10 @@ the launch's folder saying how many seconds its prompts have been open in all, a
 the current one is open (``CLOCK_MONOTONIC``, the same clock in every process of a machine);
 :class:`~nb_accel.runtime.debugging.deadline.CollectiveDeadline` reads it in each worker. The
 file is replaced whole on each change, so a reader never sees half of one.
+
+A host's ranks cannot read the kernel's files: the kernel tells each host's node process when
+a prompt opens and closes, and the node keeps a clock of its own (:class:`PromptClock`, by this
+host's monotonic clock) in its folder, named to its workers by :data:`CLOCK_VARIABLE`.
 """
 
 from __future__ import annotations
@@ -14,10 +18,36 @@ import contextlib
 import os
 import time
 
-__all__ = ["CLOCK_FILE", "prompt_seconds", "write_prompt_clock"]
+__all__ = ["CLOCK_FILE", "CLOCK_VARIABLE", "PromptClock", "prompt_seconds", "write_prompt_clock"]
 
 #: The clock's file name in a launch's folder.
 CLOCK_FILE = "prompt-clock"
+#: The environment variable naming the clock file to a worker its node process started.
+CLOCK_VARIABLE = "NB_ACCEL_PROMPT_CLOCK"
+
+
+class PromptClock:
+    """A prompt clock's file, kept as prompts open and close (see the module).
+
+    Args:
+        path: the file.
+    """
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self._closed_s = 0.0
+        self._open_since: float | None = None
+        write_prompt_clock(path, 0.0, None)
+
+    def set_open(self, is_open: bool) -> None:
+        """A prompt opened (``True``) or closed (``False``) now."""
+        now = time.monotonic()
+        if is_open and self._open_since is None:
+            self._open_since = now
+        elif not is_open and self._open_since is not None:
+            self._closed_s += now - self._open_since
+            self._open_since = None
+        write_prompt_clock(self.path, self._closed_s, self._open_since)
 
 
 def write_prompt_clock(path: str, closed_s: float, open_since: float | None) -> None:

@@ -56,7 +56,7 @@ class PromptStream:
 
     def _send(self, text: str) -> None:
         if text:
-            self._channel.send(Output(self._channel.rank, "stdout", text))
+            self._channel.send(Output(self._channel.rank, "stdout", text, debugger=True))
 
     def flush(self) -> None:
         """Nothing to do: lines go out as they end, the prompt with the next read."""

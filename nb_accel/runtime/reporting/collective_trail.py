@@ -72,6 +72,7 @@ class LastCollective:
             ``"scheduled"`` (entered; gloo does not say more).
         point_to_point: whether it was a send or a receive (``sequence`` counts those).
         backend: the backend that ran it (``"gloo"``, ``"nccl"``).
+        created_ns: when it was entered (``time.time_ns()``; 0: not known).
     """
 
     op: str
@@ -80,6 +81,7 @@ class LastCollective:
     state: str = "scheduled"
     point_to_point: bool = False
     backend: str = ""
+    created_ns: int = 0
 
     @property
     def waiting(self) -> bool:
@@ -89,8 +91,9 @@ class LastCollective:
         return uses_nccl(self.backend) and self.state != "completed"
 
     def describe(self) -> str:
-        """``all_reduce #3``, with its group and whether it finished where that is known."""
-        text = f"{self.op} #{self.sequence}"
+        """``all_reduce #3``, with its group and whether it finished where that is known (a
+        ``sequence`` of 0: its number is not known)."""
+        text = f"{self.op} #{self.sequence}" if self.sequence > 0 else self.op
         if self.point_to_point:
             text += " (point-to-point)"
         if self.group:
@@ -148,6 +151,7 @@ def _described(entry: dict[str, Any]) -> LastCollective:
         state=str(entry.get("state", "scheduled")),
         point_to_point=point_to_point,
         backend=backend,
+        created_ns=int(entry.get("time_created_ns", 0)),
     )
 
 

@@ -17,16 +17,15 @@ from typing import Any
 import torch.distributed as dist
 
 from ..._messages import Result
-from ..debugging.deadline import FAR_TIMEOUT, stop_watching, watch_collectives
+from ..debugging.deadline import stop_watching
 from ..debugging.post_mortem import has_failure, wait_for_post_mortem
 from ..device_types.group_backends import cpu_collectives_only
 from ..reporting.channel import EventChannel, current_channel
-from ..reporting.collective_trail import recorder_available
 from . import rank_group
 from .fd_forwarder import faulthandler_to_stderr
 from .lifecycle import RankStart, StopRequested, live_as_rank, send_flushed
 from .outcomes import deadline_failure, failure_event, result_event
-from .rank_group import bound_device, leave_process_group, use_rank_device
+from .rank_group import OwnDeadline, bound_device, leave_process_group, use_rank_device
 from .regroup import abort_process_group
 from .spec import WorkerArgs, unpack_payload
 from .trainer_support import reached_by, set_up_training_arguments
@@ -45,25 +44,25 @@ def _init_process_group(args: WorkerArgs) -> None:
     # The store keeps torch's own default (300 s) unless told: every wait on it (NCCL's
     # exchange of its communicator's id, the barrier below) must allow the launch's timeout.
     store.set_timeout(timeout)
-    # A cold launch's rank keeps the launch's collective timeout itself, time at the kernel's
-    # prompts left out, where torch has a flight recorder to read.
+    # The rank keeps the launch's collective timeout itself, time at the kernel's prompts
+    # left out, where torch has a flight recorder to read.
     channel = current_channel()
-    keeps_deadline = bool(args.prompt_clock) and channel is not None and recorder_available()
+    report = None if channel is None else partial(_report_timeout, channel, args.rank)
+    deadline = OwnDeadline(args.timeout_s, args.prompt_clock, report)
     dist.init_process_group(
         args.backend,
         store=store,
         rank=args.rank,
         world_size=args.world_size,
-        timeout=FAR_TIMEOUT if keeps_deadline else timeout,
+        timeout=deadline.group_timeout(),
         device_id=bound_device(args.device_type, args.local_rank),
     )
-    if keeps_deadline and channel is not None:
-        report = partial(_report_timeout, channel, args.rank)
-        watch_collectives(args.timeout_s, args.prompt_clock, report)
+    deadline.start()
     # A rank may leave init before its peers finished connecting to it; without this barrier
     # a rank that returns at once could close its sockets under a peer still connecting.
     if cpu_collectives_only(args.backend):
         dist.barrier()
+        deadline.connected()
     else:
         if store.add("nb_accel/joined", 1) == args.world_size:
             store.set("nb_accel/ready", "1")

@@ -24,6 +24,7 @@ import socket
 import time
 from dataclasses import dataclass, field
 from datetime import timedelta
+from functools import partial
 from multiprocessing.connection import Client, Connection
 from typing import Any
 
@@ -31,14 +32,17 @@ import torch.distributed as dist
 
 from ..._messages import Failure
 from ...errors import LaunchError, is_peer_loss
+from ..debugging.deadline import stop_watching
+from ..debugging.prompt_clock import CLOCK_VARIABLE
 from ..device_types import device_type
 from ..device_types.group_backends import cpu_collectives_only
+from ..reporting.channel import EventChannel, current_channel
 from . import rank_group
 from .accelerate_env import accelerate_environment
 from .fd_forwarder import forward_file_descriptors
-from .lifecycle import RankStart, live_as_rank
-from .outcomes import Outcome, failure_event
-from .rank_group import bound_device, leave_process_group, use_rank_device
+from .lifecycle import RankStart, live_as_rank, send_flushed
+from .outcomes import Outcome, deadline_failure, failure_event
+from .rank_group import OwnDeadline, bound_device, leave_process_group, use_rank_device
 from .spec import Payload, unpack_payload
 from .trainer_support import set_up_training_arguments
 
@@ -165,18 +169,25 @@ class _Node:
             claimed = self.store.add("claimed", 0)
 
     def join_group(self) -> None:
-        """Join the process group with this node's global rank."""
+        """Join the process group with this node's global rank. A worker whose node keeps a
+        prompt clock (a launch across hosts) keeps its collective timeout itself, the time at
+        the kernel's prompts left out."""
         use_rank_device(self.args.device_type, self.local_rank, self.per_node)
+        channel = current_channel()
+        report = None if channel is None else partial(_report_timeout, self, channel)
+        deadline = OwnDeadline(self.args.timeout_s, os.environ.get(CLOCK_VARIABLE, ""), report)
         dist.init_process_group(
             self.args.backend,
             store=dist.PrefixStore("group", self.store),
             rank=self.rank,
             world_size=self.world_size,
-            timeout=timedelta(seconds=self.args.timeout_s),
+            timeout=deadline.group_timeout(),
             device_id=bound_device(self.args.device_type, self.local_rank),
         )
+        deadline.start()
         if cpu_collectives_only(self.args.backend):
             dist.barrier()
+            deadline.connected()
 
     def publish_failure(self, failure: Failure) -> None:
         """Record ``failure`` as the launch's first unless another rank's came first."""
@@ -202,6 +213,14 @@ class _Node:
                 time.sleep(0.02)
         except Exception:  # noqa: BLE001 - the store may be gone with its node
             return None
+
+
+def _report_timeout(
+    node: _Node, channel: EventChannel, message: str, where: str, stack: str
+) -> None:
+    """Past the rank's own deadline: report the timeout, marked with the host."""
+    failure = deadline_failure(node.rank, message, where, stack)
+    send_flushed(channel, _with_host(failure, node.host))
 
 
 def _is_knock_on(failure: Failure) -> bool:
@@ -276,6 +295,7 @@ def node_worker_main(args: NodeWorkerArgs) -> None:
         explain=lambda exc, files: _failure(node, exc, files),
         settle=lambda outcome: _settle(node, outcome),
     )
+    stop_watching()
     channel.close()
     if isinstance(outcome, Failure):
         os._exit(1)

@@ -21,6 +21,7 @@ from typing import Any
 
 from ..._messages import Answer, Call, CellDone, Debug, Execute, Interrupt, Pull, Push, Stop
 from ..debugging.breakpoints import DebuggerQuit, quit_explained
+from ..debugging.deadline import forget_in_flight, set_expiry
 from ..debugging.post_mortem import debug_failure, keep_failure
 from ..reporting.channel import EventChannel, current_channel
 from ..transfer.pickling import loads
@@ -28,14 +29,17 @@ from ..warm.call import run_call
 from ..warm.fresh_modules import note_new_modules
 from ..warm.residents import bind_namespace
 from .lifecycle import StopRequested, send_flushed
-from .outcomes import failure_event
+from .outcomes import deadline_failure, failure_event
 from .regroup import (
     Release,
     Settle,
     forget_abort_for_peer,
+    free_for_deadline,
+    release_broken_group,
     release_process_group,
     settle_process_group,
     take_abort_for_peer,
+    take_deadline,
 )
 from .returns import check_returnable, dumps_result
 
@@ -126,25 +130,37 @@ _interrupts = _Interrupts()
 
 def _outcome(channel: EventChannel, command: _Work, space: dict[str, Any]) -> tuple[CellDone, bool]:
     """Perform ``command`` with interrupts let through; the reply says what it returned or
-    raised, and whether an interrupt stopped it."""
+    raised, and whether an interrupt stopped it. A collective that outlasted the rank's own
+    deadline meanwhile fails the command with that timeout (unless the user interrupted it)."""
     forget_abort_for_peer()
+    error: BaseException | None = None
     try:
         _interrupts.running = True
         try:
             if _interrupts.take(0):  # it came between the check and now
                 raise KeyboardInterrupt
-            return _perform(channel, command, space), False
+            done = _perform(channel, command, space)
         finally:
             _interrupts.running = False
     except StopRequested:  # the pool is stopped: not a cell's failure
         raise
-    except BaseException as error:  # noqa: BLE001 - reported; the worker lives on
-        error = quit_explained(take_abort_for_peer(error), channel.rank)
+    except BaseException as raised:  # noqa: BLE001 - reported; the worker lives on
+        error = quit_explained(take_abort_for_peer(raised), channel.rank)
         if not isinstance(command, Debug) and not isinstance(error, DebuggerQuit):
             keep_failure(command.cell, error)  # its frames, for a post-mortem
+    forget_in_flight()  # what is still in flight was this command's: never acted on now
+    expired = take_deadline()
+    if expired is None and error is not None:
+        release_broken_group(error)
+    stopped = isinstance(error, KeyboardInterrupt)
+    if expired is not None and not stopped:  # our abort's words are a consequence
+        message, collective, stack = expired
+        failure = deadline_failure(channel.rank, message, collective, stack)
+    elif error is not None:
         failure = failure_event(channel.rank, error, (__file__,))
-        stopped = isinstance(error, KeyboardInterrupt)
-        return CellDone(channel.rank, command.cell, failure=failure), stopped
+    else:
+        return done, False
+    return CellDone(channel.rank, command.cell, failure=failure), stopped
 
 
 def _interrupted_before_start(channel: EventChannel, cell: int) -> bool:
@@ -176,6 +192,7 @@ def serve() -> None:
     bind_namespace(space)  # residents are variables of the cells too
     note_new_modules()  # the user's modules as this worker has them: a change is reloaded
     signal.signal(signal.SIGINT, _interrupts.handle)
+    set_expiry(free_for_deadline)  # a cell past the timeout fails; the pool lives on
     interrupted = -1  # the last command an interrupt stopped (its signal is spent)
     while True:
         try:

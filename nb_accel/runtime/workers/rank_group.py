@@ -1,17 +1,22 @@
 """A worker's process group, apart from how it finds its peers: the device it is bound to and
-the rank's device (as the device type says), the group a forked worker inherited from the
-kernel, and leaving the group at the end."""
+the rank's device (as the device type says), who keeps its collective deadline, the group a
+forked worker inherited from the kernel, and leaving the group at the end."""
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from ..debugging.deadline import FAR_TIMEOUT, Expired, watch_collectives
+from ..debugging.group_sockets import connected_tcp_sockets, note_group_sockets
 from ..device_types import device_type as named_device_type
+from ..reporting.collective_trail import recorder_available
 
 __all__ = [
+    "OwnDeadline",
     "bound_device",
     "use_rank_device",
     "forget_inherited_process_group",
@@ -36,6 +41,42 @@ def use_rank_device(device_type: str, local_rank: int, local_world_size: int) ->
     """Make the rank's device the current one, as its device type says (on the CPU: share the
     cores among the machine's ranks)."""
     named_device_type(device_type).use_rank_device(local_rank, local_world_size)
+
+
+class OwnDeadline:
+    """Whether a rank keeps its collective timeout itself (:mod:`~nb_accel.runtime.debugging.
+    deadline`), and the steps around making its process group that this takes. Create it just
+    before the group is made.
+
+    Args:
+        timeout_s: the launch's collective timeout.
+        clock_path: the kernel's prompt clock file ("": torch keeps the deadline).
+        report: what the rank does past its deadline (``None``: no way to say it, torch keeps
+            the deadline).
+    """
+
+    def __init__(self, timeout_s: float, clock_path: str, report: Expired | None) -> None:
+        self.timeout_s = timeout_s
+        self.clock_path = clock_path
+        self.report = report
+        #: Whether the rank keeps it (where torch has a flight recorder to read).
+        self.kept = bool(clock_path) and report is not None and recorder_available()
+        self._before = connected_tcp_sockets() if self.kept else frozenset()
+
+    def group_timeout(self) -> timedelta:
+        """The timeout torch's process group is made with."""
+        return FAR_TIMEOUT if self.kept else timedelta(seconds=self.timeout_s)
+
+    def start(self) -> None:
+        """The group is made: start keeping the deadline."""
+        if self.kept and self.report is not None:
+            watch_collectives(self.timeout_s, self.clock_path, self.report)
+
+    def connected(self) -> None:
+        """Every connection of a gloo group is made (after its first barrier): note them, to
+        free a wait past the deadline."""
+        if self.kept:
+            note_group_sockets(self._before)
 
 
 def forget_inherited_process_group() -> None:

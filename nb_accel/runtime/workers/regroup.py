@@ -13,6 +13,12 @@ close) instead of at the timeout. The next :class:`Settle` then makes a new grou
 An NCCL rank's collective runs apart from its connections to the failed rank: the kernel has
 the waiting rank abort its own communicator too (:func:`abort_for_failed_peer`, run by another
 thread, since the main thread is the one waiting).
+
+A rank that keeps its collective deadline itself
+(:mod:`~nb_accel.runtime.debugging.deadline`) frees its own wait past it
+(:func:`free_for_deadline`: NCCL's communicator aborted, gloo's connections shut down); the
+command then fails with the timeout (:func:`take_deadline`) and the group is made anew at the
+next :class:`Settle`.
 """
 
 from __future__ import annotations
@@ -25,8 +31,16 @@ from datetime import timedelta
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
+from ...errors import is_peer_loss
+from ..debugging.deadline import FAR_TIMEOUT, watching
+from ..debugging.group_sockets import (
+    connected_tcp_sockets,
+    forget_group_sockets,
+    note_group_sockets,
+    shut_down_group_sockets,
+)
 from ..device_types import rank_device_type
-from ..device_types.group_backends import uses_nccl
+from ..device_types.group_backends import cpu_collectives_only, uses_nccl
 from .rank_group import bound_device, torch_private
 
 __all__ = [
@@ -35,9 +49,12 @@ __all__ = [
     "Settle",
     "abort_for_failed_peer",
     "forget_abort_for_peer",
+    "free_for_deadline",
+    "release_broken_group",
     "release_process_group",
     "settle_process_group",
     "take_abort_for_peer",
+    "take_deadline",
 ]
 
 
@@ -79,6 +96,10 @@ _released: list[_Group] = []
 #: Set when the kernel aborted this rank's collectives because a peer failed.
 _aborted_for_peer = threading.Event()
 
+#: The rank's own deadline passed in a collective: its message, the collective, and the stack
+#: of the thread that waited (set by the deadline's thread, taken by the main thread).
+_expired: list[tuple[str, str, str]] = []
+
 
 #: What a missing private name of torch's stops, and what to do instead.
 _NEEDED_FOR = (
@@ -95,6 +116,7 @@ def _current() -> _Group:
 
 
 def _abort() -> None:
+    forget_group_sockets()
     abort = getattr(c10d, "_abort_process_group", None)
     if abort is not None:
         abort()  # drops the queued collectives at once, closes the connections
@@ -149,6 +171,44 @@ def take_abort_for_peer(error: BaseException) -> BaseException:
     return aborted
 
 
+def free_for_deadline(message: str, collective: str, stack: str) -> None:
+    """Past the rank's own collective deadline (called on the deadline's thread): note the
+    timeout for :func:`take_deadline` and free the main thread's wait (NCCL: abort the
+    communicator; gloo: shut the group's connections down, see
+    :mod:`~nb_accel.runtime.debugging.group_sockets`)."""
+    _expired[:] = [(message, collective, stack)]
+    if not dist.is_initialized():
+        return
+    if uses_nccl(dist.get_backend()):
+        _released[:] = [_current()]
+        _abort()
+    else:
+        shut_down_group_sockets()
+
+
+def release_broken_group(error: BaseException) -> None:
+    """After a command failed with ``error``: when it says a peer's connection closed, this
+    rank's group is broken; abort it now (the ranks still waiting for this one in it are freed
+    too: a rank that gave up at its deadline closed its connections, the others follow). The
+    next :class:`Settle` makes a new one."""
+    if dist.is_initialized() and is_peer_loss(str(error)):
+        _released[:] = [_current()]
+        _abort()
+
+
+def take_deadline() -> tuple[str, str, str] | None:
+    """After a command: the timeout the rank's own deadline found meanwhile (its message, the
+    collective and where the rank waited), or ``None``. A group whose wait was freed is
+    released; the next :class:`Settle` makes a new one."""
+    if not _expired:
+        return None
+    found = _expired.pop()
+    if dist.is_initialized():
+        _released[:] = [_current()]
+        _abort()
+    return found
+
+
 def _issued_per_rank(group: _Group, prefix: str) -> tuple[int, ...]:
     issued = -1  # released: its group is gone, a new one is needed
     if dist.is_initialized():
@@ -180,15 +240,20 @@ def settle_process_group(settle: Settle) -> tuple[int, ...] | None:
         _abort()
     _released.clear()
     store, backend, rank, world_size = group.store, group.backend, group.rank, group.world_size
+    own_deadline = watching()  # the rank keeps the timeout itself: torch's is far away
+    before = connected_tcp_sockets() if own_deadline else frozenset()
     dist.init_process_group(
         backend,
         store=dist.PrefixStore(f"{prefix}/group", store),
         rank=rank,
         world_size=world_size,
-        timeout=timedelta(seconds=settle.timeout_s),
+        timeout=FAR_TIMEOUT if own_deadline else timedelta(seconds=settle.timeout_s),
         device_id=bound_device(
             rank_device_type(backend, world_size, cpu=False).name,
             int(os.environ.get("LOCAL_RANK", "0")),
         ),
     )
+    if own_deadline and cpu_collectives_only(backend):
+        dist.barrier()  # every connection made, to note them
+        note_group_sockets(before)
     return issued
