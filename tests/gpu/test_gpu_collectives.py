@@ -102,3 +102,30 @@ def test_gather_adds_the_shape_check_only_in_debug_mode() -> None:
     for out in notebook_launcher(gather_collectives, args=("1",), num_processes=2):
         assert out["calls"] == {"all_gather_into_tensor": 1, "all_gather": 1}
         assert "first dimensions differ (process: size) {0: 1, 1: 2}" in out["error"]
+
+
+def agreed_batch_size() -> int:
+    """Rank 1 runs out of memory above 32 while rank 0 waits for it in an NCCL all_reduce."""
+    import torch.distributed as dist
+
+    from nb_accel import PartialState, find_executable_batch_size
+
+    device = PartialState().device
+
+    @find_executable_batch_size(starting_batch_size=64)
+    def attempt(batch_size: int) -> int:
+        if dist.get_rank() == 1 and batch_size > 32:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        total = torch.ones(batch_size, device=device)
+        dist.all_reduce(total)
+        torch.cuda.synchronize()
+        return batch_size
+
+    return attempt()
+
+
+@pytest.mark.timeout(300)
+def test_find_executable_batch_size_agrees_across_nccl_ranks() -> None:
+    """The rank left waiting in an NCCL collective aborts its own communicator when the other
+    says it ran out of memory; both retry and end at the same size."""
+    assert notebook_launcher(agreed_batch_size, num_processes=2) == [32, 32]

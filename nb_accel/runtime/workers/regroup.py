@@ -44,14 +44,18 @@ from ..device_types.group_backends import cpu_collectives_only, uses_nccl
 from .rank_group import bound_device, torch_private
 
 __all__ = [
+    "GroupOrigin",
     "PeerFailed",
     "Release",
     "Settle",
     "abort_for_failed_peer",
+    "current_group",
+    "drop_process_group",
     "forget_abort_for_peer",
     "free_for_deadline",
     "release_broken_group",
     "release_process_group",
+    "remake_process_group",
     "settle_process_group",
     "take_abort_for_peer",
     "take_deadline",
@@ -81,7 +85,7 @@ class Release:
 
 
 @dataclass(frozen=True)
-class _Group:
+class GroupOrigin:
     """What a new process group is made from: the old one's store, backend, rank and size."""
 
     store: dist.Store
@@ -91,7 +95,7 @@ class _Group:
 
 
 #: The group this rank released, until the next :class:`Settle` replaces it.
-_released: list[_Group] = []
+_released: list[GroupOrigin] = []
 
 #: Set when the kernel aborted this rank's collectives because a peer failed.
 _aborted_for_peer = threading.Event()
@@ -108,11 +112,19 @@ _NEEDED_FOR = (
 )
 
 
-def _current() -> _Group:
-    store = torch_private(
-        c10d, "torch.distributed.distributed_c10d._get_default_store", _NEEDED_FOR
-    )
-    return _Group(store(), dist.get_backend(), dist.get_rank(), dist.get_world_size())
+#: The store the groups this process made anew hang from (each under a prefix of its own), so
+#: that a group made from a remade group does not nest prefixes ever deeper.
+_root: list[dist.Store] = []
+
+
+def _current() -> GroupOrigin:
+    if _root:
+        store = _root[0]
+    else:
+        store = torch_private(
+            c10d, "torch.distributed.distributed_c10d._get_default_store", _NEEDED_FOR
+        )()
+    return GroupOrigin(store, dist.get_backend(), dist.get_rank(), dist.get_world_size())
 
 
 def _abort() -> None:
@@ -209,7 +221,7 @@ def take_deadline() -> tuple[str, str, str] | None:
     return found
 
 
-def _issued_per_rank(group: _Group, prefix: str) -> tuple[int, ...]:
+def _issued_per_rank(group: GroupOrigin, prefix: str) -> tuple[int, ...]:
     issued = -1  # released: its group is gone, a new one is needed
     if dist.is_initialized():
         default = torch_private(
@@ -220,6 +232,42 @@ def _issued_per_rank(group: _Group, prefix: str) -> tuple[int, ...]:
         )()
     group.store.set(f"{prefix}/{group.rank}", str(issued))
     return tuple(int(group.store.get(f"{prefix}/{rank}")) for rank in range(group.world_size))
+
+
+def current_group() -> GroupOrigin:
+    """What this rank's default process group was made from (to make it anew later)."""
+    return _current()
+
+
+def drop_process_group() -> None:
+    """Abort this rank's default process group, if it has one (a collective other ranks wait
+    in with it fails at once)."""
+    if dist.is_initialized():
+        _abort()
+
+
+def remake_process_group(group: GroupOrigin, prefix: str, timeout_s: float) -> None:
+    """Make the default process group anew from ``group``'s store (under ``prefix``, the same
+    on every rank; the old group dropped first), with collectives bound by ``timeout_s`` (or by
+    the rank's own deadline, where it keeps one)."""
+    drop_process_group()
+    _root[:] = [group.store]
+    own_deadline = watching()  # the rank keeps the timeout itself: torch's is far away
+    before = connected_tcp_sockets() if own_deadline else frozenset()
+    dist.init_process_group(
+        group.backend,
+        store=dist.PrefixStore(prefix, group.store),
+        rank=group.rank,
+        world_size=group.world_size,
+        timeout=FAR_TIMEOUT if own_deadline else timedelta(seconds=timeout_s),
+        device_id=bound_device(
+            rank_device_type(group.backend, group.world_size, cpu=False).name,
+            int(os.environ.get("LOCAL_RANK", "0")),
+        ),
+    )
+    if own_deadline and cpu_collectives_only(group.backend):
+        dist.barrier()  # every connection made, to note them
+        note_group_sockets(before)
 
 
 def settle_process_group(settle: Settle) -> tuple[int, ...] | None:
@@ -239,21 +287,5 @@ def settle_process_group(settle: Settle) -> tuple[int, ...] | None:
     if dist.is_initialized():
         _abort()
     _released.clear()
-    store, backend, rank, world_size = group.store, group.backend, group.rank, group.world_size
-    own_deadline = watching()  # the rank keeps the timeout itself: torch's is far away
-    before = connected_tcp_sockets() if own_deadline else frozenset()
-    dist.init_process_group(
-        backend,
-        store=dist.PrefixStore(f"{prefix}/group", store),
-        rank=rank,
-        world_size=world_size,
-        timeout=FAR_TIMEOUT if own_deadline else timedelta(seconds=settle.timeout_s),
-        device_id=bound_device(
-            rank_device_type(backend, world_size, cpu=False).name,
-            int(os.environ.get("LOCAL_RANK", "0")),
-        ),
-    )
-    if own_deadline and cpu_collectives_only(backend):
-        dist.barrier()  # every connection made, to note them
-        note_group_sockets(before)
+    remake_process_group(group, f"{prefix}/group", settle.timeout_s)
     return issued
