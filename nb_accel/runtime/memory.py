@@ -34,10 +34,16 @@ from .debugging.group_sockets import shut_down_group_sockets
 from .device_types import device_types
 from .device_types.group_backends import uses_nccl
 from .process_group import applied_timeout_s
-from .workers.regroup import current_group, drop_process_group, remake_process_group
+from .workers.regroup import (
+    command_scope,
+    current_group,
+    drop_process_group,
+    remake_process_group,
+)
 
 __all__ = [
     "BatchAgreement",
+    "Vote",
     "find_executable_batch_size",
     "release_memory",
     "should_reduce_batch_size",
@@ -85,20 +91,35 @@ Vote = Literal["ok", "oom", "lost", "failed"]
 WATCH_INTERVAL_S = 0.05
 
 #: Numbers of the decorated calls of this process (the same sequence on every rank).
-_calls = itertools.count()
+_calls: list[itertools.count[int]] = [itertools.count()]
+#: What the numbers count within (a pool's command: its ranks may have called a different
+#: number of decorated functions in an earlier command that failed).
+_scope: list[str] = [""]
 
 
-def agreement_needed() -> bool:
+def _next_call() -> str:
+    scope = command_scope()
+    if scope != _scope[0]:
+        _scope[0], _calls[0] = scope, itertools.count()
+    return f"{scope}/{next(_calls[0])}"
+
+
+def _agreement_needed() -> bool:
     """Whether the ranks must agree (a process group of more than one rank)."""
     return dist.is_available() and dist.is_initialized() and dist.get_world_size() > 1
 
 
 class BatchAgreement:
     """One decorated call's attempts, agreed across the ranks (see the module). Create it on
-    every rank at the start of the call."""
+    every rank at the start of the call.
 
-    def __init__(self) -> None:
-        self._call = next(_calls)
+    Args:
+        name: the decorated function's name, for messages.
+    """
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._call = _next_call()
         self._origin = current_group()
         self._store = self._origin.store
         #: Whether this rank aborted its collectives because another ran out of memory.
@@ -158,7 +179,7 @@ class BatchAgreement:
         if not wait:
             return [vote]
         keys = [self._key(attempt, f"vote/{r}") for r in range(size)]
-        self._store.wait(keys)
+        self._wait(keys, attempt)
         return [self._store.get(key).decode() for key in keys]  # type: ignore[misc]
 
     def agree(self, attempt: int, proposal: int) -> int:
@@ -166,8 +187,18 @@ class BatchAgreement:
         rank, size = self._origin.rank, self._origin.world_size
         self._store.set(self._key(attempt, f"size/{rank}"), str(proposal))
         keys = [self._key(attempt, f"size/{r}") for r in range(size)]
-        self._store.wait(keys)
+        self._wait(keys, attempt)
         return min(int(self._store.get(key)) for key in keys)
+
+    def _wait(self, keys: list[str], attempt: int) -> None:
+        try:
+            self._store.wait(keys)
+        except RuntimeError as error:  # torch's DistStoreError among them
+            raise RuntimeError(
+                f"find_executable_batch_size gave up waiting for the other ranks' outcome of "
+                f"attempt {attempt + 1} of {self._name} ({error}): every rank must call it, "
+                "the same number of times"
+            ) from None
 
     def regroup(self, attempt: int) -> None:
         """Make the process group anew on every rank, for the next attempt."""
@@ -226,7 +257,7 @@ def find_executable_batch_size(
 
     def together(*args: Any, **kwargs: Any) -> Any:
         nonlocal batch_size
-        agreement = BatchAgreement()
+        agreement = BatchAgreement(function.__name__)
         attempt = -1
         while True:
             attempt += 1
@@ -263,7 +294,7 @@ def find_executable_batch_size(
                 "find_executable_batch_size passes it: leave it out of the call"
             )
         _free_cached_memory()
-        return together(*args, **kwargs) if agreement_needed() else alone(*args, **kwargs)
+        return together(*args, **kwargs) if _agreement_needed() else alone(*args, **kwargs)
 
     return decorated
 

@@ -170,7 +170,7 @@ def judge(ordered: Sequence[WorkerFailure], timeout_ranks: set[int]) -> Verdict:
     timeouts = [f for f in ordered if f.rank in timeout_ranks]
     first = (deaths or causes or timeouts or list(ordered))[0]
     groups = _group(list(ordered))
-    if first in timeouts:  # one event, whichever collective each rank waited in
+    if not deaths and not causes and first in timeouts:  # one event, wherever each waited
         root = timeouts
         groups = [rest for g in groups if (rest := [f for f in g if f not in root])]
     else:

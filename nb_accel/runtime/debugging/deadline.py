@@ -25,6 +25,7 @@ import time
 import traceback
 from collections.abc import Callable
 from datetime import timedelta
+from types import FrameType
 
 from ..process_group import keep_own_deadline
 from ..reporting.collective_trail import LastCollective, collective_in_flight
@@ -54,8 +55,8 @@ Pending = Callable[[], "tuple[int, LastCollective] | None"]
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 #: torch's module of collectives, whose functions a waiting thread is inside.
 _C10D_FILE = os.path.join("torch", "distributed", "distributed_c10d.py")
-#: Its point-to-point functions (gloo does not record them in the flight recorder).
-_P2P = frozenset({"send", "recv", "isend", "irecv", "batch_isend_irecv"})
+#: Its blocking point-to-point functions (gloo does not record them in the flight recorder).
+_P2P = frozenset({"send", "recv"})
 
 _active: list[CollectiveDeadline] = []
 
@@ -87,6 +88,8 @@ class CollectiveDeadline:
         self._watched: tuple[int, float, float] | None = None
         self._fired: set[int] = set()
         self._forgotten_ns = 0
+        self._frame: FrameType | None = None
+        self._frame_key = 0
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -117,13 +120,17 @@ class CollectiveDeadline:
         while not self._stop.wait(self.interval_s()):
             with self._lock:  # see forget_in_flight
                 found = self.overdue(time.monotonic())
-                if found is not None:
-                    seconds = f"{self.timeout_s:g}"
-                    message = (
-                        f"Timed out after {seconds} s waiting in {found.describe()} (the "
-                        "launch's collective timeout)"
-                    )
+                if found is None:
+                    continue
+                seconds = f"{self.timeout_s:g}"
+                message = (
+                    f"Timed out after {seconds} s waiting in {found.describe()} (the "
+                    "launch's collective timeout)"
+                )
+                try:
                     self.expired(message, found.describe(), self._waiting_stack())
+                except Exception:  # noqa: BLE001 - the group went meanwhile: keep watching
+                    continue
 
     def forget_in_flight(self) -> None:
         """The waiting thread has moved on (its command ended): the collectives it entered
@@ -132,6 +139,8 @@ class CollectiveDeadline:
         with self._lock:
             self._forgotten_ns = time.time_ns()
             self._watched = None
+            self._frame = None
+            self._fired = {r for r in self._fired if r >= 0}
 
     def _waiting_in(self) -> tuple[int, LastCollective] | None:
         """The collective in flight (the flight recorder's), else a call the waiting thread
@@ -139,11 +148,22 @@ class CollectiveDeadline:
         return self._pending() or self._blocking_call()
 
     def _blocking_call(self) -> tuple[int, LastCollective] | None:
+        """A blocking ``send`` or ``recv`` the waiting thread is inside, numbered below 0: one
+        number per call (the call's frame is held while it is watched, so that the next
+        call's frame cannot take its place unseen)."""
         frame = sys._current_frames().get(self._waiting_thread)
-        if frame is None or not frame.f_code.co_filename.endswith(_C10D_FILE):
+        if (
+            frame is None
+            or frame.f_code.co_name not in _P2P
+            or not frame.f_code.co_filename.endswith(_C10D_FILE)
+        ):
+            self._frame = None
             return None
-        name = frame.f_code.co_name
-        return -1 - id(frame), LastCollective(op=name, sequence=0, point_to_point=name in _P2P)
+        if frame is not self._frame:
+            self._frame, self._frame_key = frame, self._frame_key - 1
+        return self._frame_key, LastCollective(
+            op=frame.f_code.co_name, sequence=0, point_to_point=True
+        )
 
     def overdue(self, now: float) -> LastCollective | None:
         """The collective the rank has waited in for longer than the timeout at ``now`` (time
@@ -151,7 +171,6 @@ class CollectiveDeadline:
         pending = self._waiting_in()
         if pending is None:
             self._watched = None
-            self._fired = {r for r in self._fired if r >= 0}  # a call's frame may be reused
             return None
         record, collective = pending
         if record in self._fired:  # acted on already (its entry may stay after an abort)

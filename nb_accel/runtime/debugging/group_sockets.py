@@ -28,44 +28,68 @@ __all__ = [
 
 _FD_FOLDER = "/proc/self/fd"
 
-#: The file descriptors of the current process group's connections (none noted: empty).
-_noted: list[frozenset[int]] = []
+#: A socket as noted: its descriptor, and the (device, inode) that tell it from a later socket
+#: given the same descriptor number.
+_Noted = tuple[int, tuple[int, int]]
+
+#: The current process group's connections (none noted: empty).
+_noted: list[frozenset[_Noted]] = []
 
 
-def _connected_tcp(fd: int) -> bool:
-    """Whether ``fd`` is a TCP socket connected to a peer (a listening socket is not)."""
+def _open_tcp(fd: int) -> socket.socket | None:
+    """A duplicate of ``fd`` when it is a TCP socket connected to a peer (a listening socket
+    is not), else ``None``; the caller closes it."""
     try:
         if not stat.S_ISSOCK(os.fstat(fd).st_mode):
-            return False
-        probe = socket.socket(fileno=os.dup(fd))
+            return None
+        duplicate = os.dup(fd)
     except OSError:
-        return False
+        return None
     try:
-        if probe.family not in (socket.AF_INET, socket.AF_INET6):
-            return False
-        probe.getpeername()
-        return True
+        probe = socket.socket(fileno=duplicate)
     except OSError:
-        return False
-    finally:
-        probe.close()
+        os.close(duplicate)
+        return None
+    try:
+        if probe.family in (socket.AF_INET, socket.AF_INET6):
+            probe.getpeername()
+            return probe
+    except OSError:
+        pass
+    probe.close()
+    return None
+
+
+def _identity(connection: socket.socket) -> tuple[int, int]:
+    found = os.fstat(connection.fileno())
+    return found.st_dev, found.st_ino
+
+
+def _connected() -> frozenset[_Noted]:
+    try:
+        names = os.listdir(_FD_FOLDER)
+    except OSError:
+        return frozenset()
+    found = set()
+    for name in names:
+        if not name.isdigit() or (connection := _open_tcp(int(name))) is None:
+            continue
+        with connection:
+            found.add((int(name), _identity(connection)))
+    return frozenset(found)
 
 
 def connected_tcp_sockets() -> frozenset[int]:
     """The file descriptors of this process's connected TCP sockets (none where the system
     does not list a process's descriptors)."""
-    try:
-        names = os.listdir(_FD_FOLDER)
-    except OSError:
-        return frozenset()
-    return frozenset(int(name) for name in names if name.isdigit() and _connected_tcp(int(name)))
+    return frozenset(fd for fd, _ in _connected())
 
 
 def note_group_sockets(before: frozenset[int]) -> None:
     """Note the process group just made: its connections are the connected TCP sockets that
     are new since ``before`` (what :func:`connected_tcp_sockets` said just before it was
     made)."""
-    _noted[:] = [connected_tcp_sockets() - before]
+    _noted[:] = [frozenset(found for found in _connected() if found[0] not in before)]
 
 
 def forget_group_sockets() -> None:
@@ -75,16 +99,17 @@ def forget_group_sockets() -> None:
 
 def shut_down_group_sockets() -> int:
     """Shut down the noted process group's connections (see the module); how many were. Only
-    descriptors that are still connected TCP sockets are touched."""
+    a descriptor that is still the same connected TCP socket is touched (a descriptor number
+    reused by another socket is not)."""
     count = 0
-    for fd in sorted(_noted[0]) if _noted else ():
-        if not _connected_tcp(fd):
+    for fd, identity in sorted(_noted[0]) if _noted else ():
+        connection = _open_tcp(fd)
+        if connection is None:
             continue
-        with contextlib.suppress(OSError):
-            connection = socket.socket(fileno=os.dup(fd))
-            try:
+        with connection:
+            if _identity(connection) != identity:
+                continue
+            with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
                 count += 1
-            finally:
-                connection.close()
     return count

@@ -33,6 +33,7 @@ from .outcomes import deadline_failure, failure_event
 from .regroup import (
     Release,
     Settle,
+    begin_command,
     forget_abort_for_peer,
     free_for_deadline,
     release_broken_group,
@@ -74,6 +75,7 @@ _Work = Execute | Push | Pull | Call | Debug | Settle
 
 
 def _perform(channel: EventChannel, command: _Work, space: dict[str, Any]) -> CellDone:
+    begin_command(command.cell)  # find_executable_batch_size's agreements are numbered anew
     if isinstance(command, Call):  # a launch's value travels as a cold launch's: or it fails
         return CellDone(
             channel.rank, command.cell, value=dumps_result(run_call(command, check_returnable))

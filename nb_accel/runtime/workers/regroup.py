@@ -32,7 +32,7 @@ import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
 from ...errors import is_peer_loss
-from ..debugging.deadline import FAR_TIMEOUT, watching
+from ..debugging.deadline import FAR_TIMEOUT, forget_in_flight, watching
 from ..debugging.group_sockets import (
     connected_tcp_sockets,
     forget_group_sockets,
@@ -49,6 +49,8 @@ __all__ = [
     "Release",
     "Settle",
     "abort_for_failed_peer",
+    "begin_command",
+    "command_scope",
     "current_group",
     "drop_process_group",
     "forget_abort_for_peer",
@@ -234,6 +236,21 @@ def _issued_per_rank(group: GroupOrigin, prefix: str) -> tuple[int, ...]:
     return tuple(int(group.store.get(f"{prefix}/{rank}")) for rank in range(group.world_size))
 
 
+#: The command a pool's rank runs (its number), or ``launch``: what the store keys of the
+#: agreements made in it hang from (:func:`~nb_accel.runtime.memory.find_executable_batch_size`).
+_command: list[str] = ["launch"]
+
+
+def begin_command(cell: int) -> None:
+    """A pool's rank starts command ``cell`` (the same number on every rank)."""
+    _command[0] = f"command/{cell}"
+
+
+def command_scope() -> str:
+    """What the ranks' agreements in the current command are numbered within."""
+    return _command[0]
+
+
 def current_group() -> GroupOrigin:
     """What this rank's default process group was made from (to make it anew later)."""
     return _current()
@@ -268,6 +285,7 @@ def remake_process_group(group: GroupOrigin, prefix: str, timeout_s: float) -> N
     if own_deadline and cpu_collectives_only(group.backend):
         dist.barrier()  # every connection made, to note them
         note_group_sockets(before)
+    forget_in_flight()  # the dropped group's collectives (an aborted one may never retire)
 
 
 def settle_process_group(settle: Settle) -> tuple[int, ...] | None:
