@@ -12,7 +12,7 @@ import shutil
 from typing import Any, ClassVar
 
 from .._messages import TrackerRun
-from .debugging.prompts import drop_prompt_clock, keep_prompt_clock
+from .debugging.prompts import prompt_clock
 from .launchers.backend import LaunchBackend
 from .processes import WorkerProcess, multiprocessing_helpers
 from .request import LaunchCall
@@ -47,8 +47,8 @@ class SingleNodeLauncher(LaunchBackend):
         """Start one worker per rank (those started are stopped if a later one fails)."""
         self._helpers.enter_context(multiprocessing_helpers(self._plan.start_method))
         self._store_dir = make_scratch_dir("launch")
-        clock = keep_prompt_clock(self._store_dir)  # time at prompts leaves the ranks' timeout
-        self._helpers.callback(drop_prompt_clock, clock)
+        # time at prompts leaves the ranks' timeout
+        clock = self._helpers.enter_context(prompt_clock(self._store_dir))
         start_workers(self._plan, self._store_dir, self.payload, self._workers, clock)
         printer = self.printer
         self._group = WorkerGroup(

@@ -30,14 +30,14 @@ import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
 from ..errors import is_peer_loss
-from .debugging.group_sockets import shut_down_group_sockets
 from .device_types import device_types
 from .device_types.group_backends import uses_nccl
 from .process_group import applied_timeout_s
 from .workers.regroup import (
+    abort_process_group,
     command_scope,
     current_group,
-    drop_process_group,
+    let_go_of_process_group,
     remake_process_group,
 )
 
@@ -148,7 +148,7 @@ class BatchAgreement:
         while not self._stop.wait(WATCH_INTERVAL_S):
             if self._store.check([key]):
                 self.aborted = True
-                drop_process_group()
+                abort_process_group()
                 return
 
     def stop_watching(self) -> None:
@@ -168,27 +168,26 @@ class BatchAgreement:
         """Drop this rank's process group, its connections shut down first (whatever still
         holds the group): the ranks waiting for this one are freed, and in turn let go of
         theirs (a rank may wait for a peer that waits for the one that left)."""
-        shut_down_group_sockets()
-        drop_process_group()
+        let_go_of_process_group()
 
     def vote(self, attempt: int, vote: Vote, wait: bool = True) -> list[Vote]:
         """Cast this rank's ``vote`` on ``attempt``; every rank's, in rank order, once all are
         in (``wait``; else only this rank's)."""
-        rank, size = self._origin.rank, self._origin.world_size
-        self._store.set(self._key(attempt, f"vote/{rank}"), vote)
         if not wait:
+            self._store.set(self._key(attempt, f"vote/{self._origin.rank}"), vote)
             return [vote]
-        keys = [self._key(attempt, f"vote/{r}") for r in range(size)]
-        self._wait(keys, attempt)
-        return [self._store.get(key).decode() for key in keys]  # type: ignore[misc]
+        return self._exchange(attempt, "vote", vote)  # type: ignore[return-value]
 
     def agree(self, attempt: int, proposal: int) -> int:
         """The next batch size: the smallest every rank proposes."""
-        rank, size = self._origin.rank, self._origin.world_size
-        self._store.set(self._key(attempt, f"size/{rank}"), str(proposal))
-        keys = [self._key(attempt, f"size/{r}") for r in range(size)]
+        return min(int(size) for size in self._exchange(attempt, "size", str(proposal)))
+
+    def _exchange(self, attempt: int, what: str, value: str) -> list[str]:
+        """Give this rank's ``value`` of ``what``; every rank's, in rank order."""
+        self._store.set(self._key(attempt, f"{what}/{self._origin.rank}"), value)
+        keys = [self._key(attempt, f"{what}/{r}") for r in range(self._origin.world_size)]
         self._wait(keys, attempt)
-        return min(int(self._store.get(key)) for key in keys)
+        return [self._store.get(key).decode() for key in keys]
 
     def _wait(self, keys: list[str], attempt: int) -> None:
         try:

@@ -1,7 +1,7 @@
 """A line for a rank's debugger, asked in the notebook (its input box) or on the terminal.
 
 While a prompt is open the kernel's prompt clock says so in the folder of each launch that
-keeps one (:func:`keep_prompt_clock`), and each follower of the prompts hears when one opens
+keeps one (:func:`prompt_clock`), and each follower of the prompts hears when one opens
 and closes (:func:`follow_prompts`: a launch across hosts tells its node processes): the ranks
 leave the time out of their collective timeout
 (:mod:`~nb_accel.runtime.debugging.prompt_clock`)."""
@@ -13,7 +13,7 @@ import os
 import pickle
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from ..._messages import Answer, Prompt
 from ...runtime.debugging.prompt_clock import CLOCK_FILE, PromptClock
@@ -23,9 +23,8 @@ __all__ = [
     "PromptFollower",
     "answer_prompt",
     "ask_line",
-    "drop_prompt_clock",
     "follow_prompts",
-    "keep_prompt_clock",
+    "prompt_clock",
     "unfollow_prompts",
 ]
 
@@ -33,8 +32,6 @@ __all__ = [
 PromptFollower = Callable[[bool], None]
 
 _followers: list[PromptFollower] = []
-#: The clocks kept in launches' folders, by file.
-_clocks: dict[str, PromptClock] = {}
 
 
 def follow_prompts(follower: PromptFollower) -> None:
@@ -48,18 +45,14 @@ def unfollow_prompts(follower: PromptFollower) -> None:
         _followers.remove(follower)
 
 
-def keep_prompt_clock(folder: str) -> str:
-    """Keep the prompt clock in a launch's ``folder`` from now on; its file."""
+@contextlib.contextmanager
+def prompt_clock(folder: str) -> Iterator[str]:
+    """Keep the prompt clock in a launch's ``folder`` while in the block; its file."""
     clock = PromptClock(os.path.join(folder, CLOCK_FILE))
-    _clocks[clock.path] = clock
     follow_prompts(clock.set_open)
-    return clock.path
-
-
-def drop_prompt_clock(path: str) -> None:
-    """Stop keeping the clock in ``path`` (its launch has ended)."""
-    clock = _clocks.pop(path, None)
-    if clock is not None:
+    try:
+        yield clock.path
+    finally:
         unfollow_prompts(clock.set_open)
 
 

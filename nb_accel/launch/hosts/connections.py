@@ -166,7 +166,6 @@ class HostNodes:
         self.plan = plan
         self.hosts = hosts
         self.nodes: list[NodeChannel] = []
-        self._following = False
 
     def start(self, payload: bytes, max_restarts: int | None = None) -> None:
         """Start every host's node process, check their versions, and send each its job with
@@ -191,7 +190,6 @@ class HostNodes:
             nodes = self.hosts.node_plan(node.index, endpoint, max_restarts)
             node.tell(NodeJob(self.plan, nodes, payload, env))
         follow_prompts(self.tell_prompt)  # the hosts' ranks leave time at prompts out
-        self._following = True
 
     def tell_prompt(self, is_open: bool) -> None:
         """Tell every host that a prompt of the kernel opened or closed (their prompt clocks)."""
@@ -302,9 +300,7 @@ class HostNodes:
 
     def stop(self, grace_s: float = STOP_GRACE_S) -> None:
         """Tell every host to stop, give them ``grace_s``, then cut their channels."""
-        if self._following:
-            unfollow_prompts(self.tell_prompt)
-            self._following = False
+        unfollow_prompts(self.tell_prompt)
         for node in self.nodes:
             if node.open:
                 node.tell(StopNode())

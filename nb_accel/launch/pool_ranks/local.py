@@ -16,7 +16,7 @@ from ..._messages import Event
 from ...runtime.transfer.pickling import Pickled
 from ...runtime.transfer.sent_buffers import SentBuffers
 from ...runtime.workers.pool_worker import serve
-from ..debugging.prompts import drop_prompt_clock, keep_prompt_clock
+from ..debugging.prompts import prompt_clock
 from ..failures.whereabouts import RankStack, abort_collectives, take_stacks
 from ..payload import launch_payload
 from ..plan import LaunchPlan
@@ -148,8 +148,7 @@ def start_local_ranks(plan: LaunchPlan) -> LocalRanks:
     helpers = contextlib.ExitStack()
     helpers.enter_context(multiprocessing_helpers(plan.start_method))
     folder = make_scratch_dir("pool")
-    clock = keep_prompt_clock(folder)  # time at prompts leaves the ranks' collective timeout
-    helpers.callback(drop_prompt_clock, clock)
+    clock = helpers.enter_context(prompt_clock(folder))  # prompts leave the ranks' timeout
     workers: list[WorkerProcess] = []
     try:
         payload = launch_payload(serve, (), {}, plan.start_method == "fork")

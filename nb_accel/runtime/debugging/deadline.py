@@ -140,7 +140,6 @@ class CollectiveDeadline:
             self._forgotten_ns = time.time_ns()
             self._watched = None
             self._frame = None
-            self._fired = {r for r in self._fired if r >= 0}
 
     def _waiting_in(self) -> tuple[int, LastCollective] | None:
         """The collective in flight (the flight recorder's), else a call the waiting thread

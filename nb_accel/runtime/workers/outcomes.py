@@ -46,6 +46,14 @@ def _user_traceback(exc: BaseException, own_files: tuple[str, ...]) -> str:
     return folded_traceback(exc, tb)
 
 
+def _pickled(exc: BaseException) -> bytes | None:
+    """``exc`` pickled to travel, or ``None`` when it cannot be."""
+    try:
+        return dumps_result(exc, shared=False)
+    except Exception:  # noqa: BLE001 - any failure here is reported, never raised
+        return None
+
+
 def failure_event(rank: int, exc: BaseException, own_files: tuple[str, ...] = ()) -> Failure:
     """The :class:`Failure` event for ``exc`` on ``rank``; the traceback leaves out the
     leading frames of ``own_files`` (the worker's machinery)."""
@@ -53,10 +61,7 @@ def failure_event(rank: int, exc: BaseException, own_files: tuple[str, ...] = ()
         message = str(exc)
     except Exception:  # noqa: BLE001 - any failure here is reported, never raised
         message = f"<str() of {type(exc).__name__} failed>"
-    try:
-        data: bytes | None = dumps_result(exc, shared=False)
-    except Exception:  # noqa: BLE001 - any failure here is reported, never raised
-        data = None
+    data = _pickled(exc)
     timed_out = is_timeout_error(exc)
     found = last_collective() if timed_out else None
     return Failure(
@@ -75,11 +80,7 @@ def deadline_failure(rank: int, message: str, collective: str, stack: str) -> Fa
     """The :class:`Failure` of rank ``rank`` waiting in ``collective`` past the launch's
     timeout, as :class:`~nb_accel.runtime.debugging.deadline.CollectiveDeadline` finds it
     (``stack``: where the rank waits)."""
-    error = TimeoutError(message)
-    try:
-        data: bytes | None = dumps_result(error, shared=False)
-    except Exception:  # noqa: BLE001 - any failure here is reported, never raised
-        data = None
+    data = _pickled(TimeoutError(message))
     return Failure(
         rank=rank,
         type_name="builtins.TimeoutError",

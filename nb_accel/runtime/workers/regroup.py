@@ -52,9 +52,9 @@ __all__ = [
     "begin_command",
     "command_scope",
     "current_group",
-    "drop_process_group",
     "forget_abort_for_peer",
     "free_for_deadline",
+    "let_go_of_process_group",
     "release_broken_group",
     "release_process_group",
     "remake_process_group",
@@ -119,7 +119,8 @@ _NEEDED_FOR = (
 _root: list[dist.Store] = []
 
 
-def _current() -> GroupOrigin:
+def current_group() -> GroupOrigin:
+    """What this rank's default process group was made from (to make it anew later)."""
     if _root:
         store = _root[0]
     else:
@@ -138,9 +139,16 @@ def _abort() -> None:
         dist.destroy_process_group()
 
 
+def _release() -> None:
+    """Abort this rank's process group, keeping what the next :class:`Settle` makes it anew
+    from."""
+    _released[:] = [current_group()]
+    _abort()
+
+
 def abort_process_group() -> None:
     """Abort this rank's process group, if it has one: the ranks waiting for it in a
-    collective fail at once, as if it had exited (it stays, paused, for a post-mortem)."""
+    collective fail at once, as if it had exited."""
     if dist.is_initialized():
         _abort()
 
@@ -148,10 +156,8 @@ def abort_process_group() -> None:
 def release_process_group(release: Release) -> None:
     """Abort this rank's process group: a collective another rank waits in with this one fails
     at once. The next :func:`settle_process_group` makes a new group."""
-    if not dist.is_initialized():
-        return
-    _released[:] = [_current()]
-    _abort()
+    if dist.is_initialized():
+        _release()
 
 
 def abort_for_failed_peer() -> None:
@@ -160,9 +166,8 @@ def abort_for_failed_peer() -> None:
     A gloo rank is freed by the failed rank's own abort, so nothing is done there."""
     if not dist.is_initialized() or not uses_nccl(dist.get_backend()):
         return
-    _released[:] = [_current()]
     _aborted_for_peer.set()
-    _abort()
+    _release()
 
 
 def forget_abort_for_peer() -> None:
@@ -194,8 +199,7 @@ def free_for_deadline(message: str, collective: str, stack: str) -> None:
     if not dist.is_initialized():
         return
     if uses_nccl(dist.get_backend()):
-        _released[:] = [_current()]
-        _abort()
+        _release()
     else:
         shut_down_group_sockets()
 
@@ -206,8 +210,7 @@ def release_broken_group(error: BaseException) -> None:
     too: a rank that gave up at its deadline closed its connections, the others follow). The
     next :class:`Settle` makes a new one."""
     if dist.is_initialized() and is_peer_loss(str(error)):
-        _released[:] = [_current()]
-        _abort()
+        _release()
 
 
 def take_deadline() -> tuple[str, str, str] | None:
@@ -218,8 +221,7 @@ def take_deadline() -> tuple[str, str, str] | None:
         return None
     found = _expired.pop()
     if dist.is_initialized():
-        _released[:] = [_current()]
-        _abort()
+        _release()
     return found
 
 
@@ -251,23 +253,18 @@ def command_scope() -> str:
     return _command[0]
 
 
-def current_group() -> GroupOrigin:
-    """What this rank's default process group was made from (to make it anew later)."""
-    return _current()
-
-
-def drop_process_group() -> None:
-    """Abort this rank's default process group, if it has one (a collective other ranks wait
-    in with it fails at once)."""
-    if dist.is_initialized():
-        _abort()
+def let_go_of_process_group() -> None:
+    """Abort this rank's process group, its gloo connections shut down first (whatever still
+    holds the group): the ranks waiting for this one in a collective are freed."""
+    shut_down_group_sockets()
+    abort_process_group()
 
 
 def remake_process_group(group: GroupOrigin, prefix: str, timeout_s: float) -> None:
     """Make the default process group anew from ``group``'s store (under ``prefix``, the same
     on every rank; the old group dropped first), with collectives bound by ``timeout_s`` (or by
     the rank's own deadline, where it keeps one)."""
-    drop_process_group()
+    abort_process_group()
     _root[:] = [group.store]
     own_deadline = watching()  # the rank keeps the timeout itself: torch's is far away
     before = connected_tcp_sockets() if own_deadline else frozenset()
@@ -293,7 +290,7 @@ def settle_process_group(settle: Settle) -> tuple[int, ...] | None:
     group), abort the process group and make a new one, and return the counts (rank by rank;
     -1 for a released group). ``None``: nothing to do."""
     if dist.is_initialized():
-        group = _current()
+        group = current_group()
     elif _released:
         group = _released[0]
     else:
