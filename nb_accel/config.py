@@ -82,7 +82,8 @@ class Config:
         rdzv_endpoint: ``host:port`` of the rendezvous (multi-node).
         rdzv_backend: the rendezvous backend (``"c10d"``).
         rdzv_timeout: seconds to wait for every node to join.
-        max_restarts: times the worker group is restarted after a failure (multi-node).
+        max_restarts: times the worker group is restarted after a failure, on one machine or
+            several (torch's elastic agent restarts every rank; 0: never).
         hosts: machines a launch runs on, driven from this kernel: host names as ssh knows
             them, or ``"slurm"`` for the nodes of the current SLURM allocation.
         ssh_config: an OpenSSH client configuration file for ``hosts`` (``None``: yours).

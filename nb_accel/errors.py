@@ -81,8 +81,11 @@ class WorkerFailure:
 
     @property
     def first_line(self) -> str:
-        """``Type: message`` on one line, for summaries."""
+        """``Type: message`` on one line, for summaries (a worker that died without
+        reporting: the message alone, which says how it died)."""
         text = self.message.strip().splitlines()[0] if self.message.strip() else ""
+        if self.type_name in ("signal", "exit") and text:
+            return text
         return f"{self.short_type}: {text}" if text else self.short_type
 
     def same_error_as(self, other: WorkerFailure) -> bool:

@@ -101,8 +101,11 @@ def notebook_launcher(
         rdzv_backend: the rendezvous backend; ``"c10d"`` (built-in default). Accelerate's
             ``"static"`` is taken too and means the same here: the nodes are fixed, and each
             node's ranks follow from its ``node_rank``.
-        max_restarts: how many times the worker group is restarted on every node after a
-            failure before the launch fails (built-in default 0).
+        max_restarts: how many times every rank is restarted after a failure before the
+            launch fails (built-in default 0), on one machine as on several: torch's elastic
+            agent runs the launch and restarts the whole group, each worker reads its attempt
+            from ``TORCHELASTIC_RESTART_COUNT``, and the view shows each restart and its
+            cause. Not with ``reuse_workers=True`` (ValueError) nor on TPUs (no effect).
         rdzv_timeout: seconds to wait for the rendezvous: reaching node 0, and every node
             joining (built-in default 900); torch's ``read_timeout`` and ``join_timeout``
             (see ``rdzv_conf``).

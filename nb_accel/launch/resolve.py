@@ -56,9 +56,15 @@ def resolve_spec(
     if (
         reuse
         and not reuse_asked
-        and (device.launcher is not None or (hosts is None and nodes.multi_node))
+        and (
+            device.launcher is not None
+            or (hosts is None and nodes.multi_node)
+            or request.max_restarts
+        )
     ):
-        reuse = False  # saved for this kernel's own workers: a TPU or multi-node launch runs cold
+        # saved for this kernel's own workers: a TPU or multi-node launch runs cold, and so
+        # does one whose workers are restarted after a failure
+        reuse = False
     if reuse and hosts is None and nodes.multi_node:
         raise ValueError(
             f"reuse_workers=True keeps workers this kernel drives, but num_nodes={nodes.num_nodes} "
@@ -75,7 +81,13 @@ def resolve_spec(
             f"{asked}, but persistent %%distributed workers run on this machine only (or on "
             "hosts): set num_nodes to 1 for them (notebook_launcher runs on several nodes)"
         )
-    if hosts is None and not nodes.multi_node:
+    if reuse and reuse_asked and request.max_restarts:
+        raise ValueError(
+            f"max_restarts={nodes.max_restarts} restarts a launch's workers after a failure, but "
+            "reuse_workers=True keeps the same workers from launch to launch (a dead one is "
+            "replaced before the next launch): give one of the two"
+        )
+    if hosts is None and not nodes.multi_node and (nodes.max_restarts == 0 or device.launcher):
         _warn_without_agent(device, request)
     _check_sharding_runs_on(sharding, device, request, config)
     # workers that cannot be forked start once, warm, unless the launch says reuse_workers=False
@@ -85,6 +97,7 @@ def resolve_spec(
         and device.launcher is None
         and hosts is None
         and not nodes.multi_node
+        and nodes.max_restarts == 0  # restarted workers are torch's elastic agent's
     )
     plan = make_plan(
         device,
@@ -223,6 +236,7 @@ def _warn_without_agent(device: DeviceType, request: LaunchRequest) -> None:
             ("rdzv_conf", bool(request.rdzv_conf)),
             ("rdzv_id", request.rdzv_id not in (None, "none")),
             ("monitor_interval", request.monitor_interval is not None),
+            ("max_restarts", bool(request.max_restarts)),
         )
         if used
     ]
@@ -232,8 +246,9 @@ def _warn_without_agent(device: DeviceType, request: LaunchRequest) -> None:
     names, one = ", ".join(given), len(given) == 1
     warnings.warn(
         f"{names} {'has' if one else 'have'} no effect on {launch}: its workers are started and "
-        "watched directly, with no rendezvous and no elastic agent (they apply with "
-        f"num_nodes > 1 or hosts); leave {'it' if one else 'them'} out to silence this warning",
+        "watched directly, with no rendezvous and no elastic agent (they apply where torch's "
+        "elastic agent runs: num_nodes > 1, hosts, or max_restarts on CPUs and GPUs); leave "
+        f"{'it' if one else 'them'} out to silence this warning",
         UserWarning,
         stacklevel=4,
     )

@@ -32,8 +32,15 @@ class SingleNodeLauncher(LaunchBackend):
 
     @classmethod
     def runs(cls, spec: LaunchSpec) -> bool:
-        """Every launch on this machine alone."""
-        return spec.device.launcher is None and spec.hosts is None and not spec.nodes.multi_node
+        """Every launch on this machine alone whose workers are not restarted after a failure
+        (with ``max_restarts``, torch's elastic agent runs them: see ``NodesLauncher``)."""
+        nodes = spec.nodes
+        return (
+            spec.device.launcher is None
+            and spec.hosts is None
+            and not nodes.multi_node
+            and nodes.max_restarts == 0
+        )
 
     def __init__(self, spec: LaunchSpec, call: LaunchCall) -> None:
         super().__init__(spec, call)

@@ -129,12 +129,15 @@ class LaunchSpec:
     @property
     def title(self) -> str:
         """The launch's line: ``"Launching 2 processes on CPU (gloo; fork)"``, with the nodes
-        or hosts it spans."""
+        or hosts it spans and the restarts it may make."""
         title = self.plan.describe(world_size=self.world_size)
         if self.hosts is not None:
-            return title + " " + self.hosts.describe(self.plan.num_processes)
-        if self.nodes.multi_node:
-            return title + "; " + self.nodes.describe(self.plan.num_processes)
+            title += " " + self.hosts.describe(self.plan.num_processes)
+        elif self.nodes.multi_node:
+            title += "; " + self.nodes.describe(self.plan.num_processes)
+        restarts = (self.hosts.agent if self.hosts is not None else self.nodes).max_restarts
+        if restarts and self.device.launcher is None:
+            title += f"; up to {restarts} restart{'s' if restarts > 1 else ''} after a failure"
         return title
 
     @property

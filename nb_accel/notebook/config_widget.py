@@ -38,8 +38,9 @@ from ..runtime.device_types.gpu_advice import bf16_note
 
 __all__ = ["ConfigWidget", "LABELS", "MULTI_NODE_FIELDS", "field_help", "hosts_from_text"]
 
-#: Fields that matter only when ``num_nodes > 1``; their rows are hidden otherwise.
-MULTI_NODE_FIELDS = ("node_rank", "rdzv_endpoint", "rdzv_backend", "rdzv_timeout", "max_restarts")
+#: Fields that matter only when ``num_nodes > 1``; their rows are hidden otherwise
+#: (``max_restarts`` is shown always: one machine's workers are restarted too).
+MULTI_NODE_FIELDS = ("node_rank", "rdzv_endpoint", "rdzv_backend", "rdzv_timeout")
 #: What dropdowns show, and hold as their value, for a field's ``None`` ("decide at launch").
 AUTO = "auto"
 #: Upper bound of the whole-number fields (the browser's integer inputs need one).

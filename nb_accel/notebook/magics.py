@@ -108,6 +108,11 @@ class _CellView:
         if self._view is not None:
             self._view.finished(ok)
 
+    def restarted(self, summary: str) -> None:
+        """Passed on when a view is shown."""
+        if self._view is not None:
+            self._view.restarted(summary)
+
 
 #: The message of a NameError for an undefined name.
 _UNDEFINED = re.compile(r"name '(\w+)' is not defined")

@@ -250,6 +250,19 @@ class ProgressWidget:
         replaces a failure shown for it before."""
         self._end_rank(rank, STOPPED, reason)
 
+    def restarted(self, summary: str) -> None:
+        """The group was restarted: a line below the rows says why, and every rank starts
+        again (its bars cleared)."""
+        self._add_notes((summary,))
+        for index, state in enumerate(self.ranks):
+            self._progress.ended(index)
+            state.status, state.summary, state.stalled_for, state.place = STARTING, "", None, None
+            state.bars.clear()
+        self._arrange()
+        for row in self.rows:
+            row.render()
+        self._render_header()
+
     def _refresh(self, rank: int, changed: bool) -> None:
         """Redraw what shows ``rank``: its row, else (not more often than due) the summary
         line; when its state ``changed``, the choice of rows and the header too."""

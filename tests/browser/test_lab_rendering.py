@@ -216,7 +216,7 @@ def test_config_form_renders_and_talks_to_the_kernel(
     num_nodes = _control(form, "num_nodes").locator("input")
     num_nodes.fill("2")
     num_nodes.press("Enter")
-    for name in ("node_rank", "rdzv_endpoint", "rdzv_backend", "rdzv_timeout", "max_restarts"):
+    for name in ("node_rank", "rdzv_endpoint", "rdzv_backend", "rdzv_timeout"):
         expect(_control(form, name)).to_be_visible(timeout=WIDGET_TIMEOUT_MS)
     save = form.locator("button.jupyter-button", has_text="Save")
     expect(form).to_contain_text("must be 'host:port' when num_nodes > 1")  # next to its field

@@ -123,6 +123,13 @@ def killed_on_rank_two():
         os.kill(os.getpid(), signal.SIGKILL)
     dist.barrier()
 
+def killed_on_rank_two_at_first():
+    import torch.distributed as dist
+    if dist.get_rank() == 2 and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+    return os.environ["TORCHELASTIC_RESTART_COUNT"]
+
 def waits(folder):
     import torch.distributed as dist
     Path(folder, f"rank{dist.get_rank()}").touch()
@@ -166,6 +173,18 @@ def pool():
 try:
     if case == "kill":
         notebook_launcher(killed_on_rank_two, num_processes=2, cpu=True, hosts="slurm")
+    elif case == "restart":
+        import contextlib, io
+        shown = io.StringIO()
+        with contextlib.redirect_stderr(shown):
+            attempts = notebook_launcher(
+                killed_on_rank_two_at_first,
+                num_processes=2,
+                cpu=True,
+                hosts="slurm",
+                max_restarts=1,
+            )
+        print("OUTCOME", json.dumps({"results": attempts, "shown": shown.getvalue()}), flush=True)
     elif case == "interrupt":
         threading.Thread(target=interrupt_once_every_rank_waits, daemon=True).start()
         notebook_launcher(waits, (str(folder),), num_processes=2, cpu=True, hosts="slurm")
@@ -212,6 +231,15 @@ def test_a_killed_rank_is_named_with_its_node(cluster: SlurmCluster, tmp_path: P
     outcome, left = _case(cluster, tmp_path, "kill")
     assert outcome["type"] == "WorkerDiedError", outcome
     assert re.search(r"rank 2 \(pid \d+ on sn1\) was killed by SIGKILL", str(outcome["error"]))
+    assert left == []
+
+
+def test_a_killed_rank_restarts_the_allocation_s_workers(
+    cluster: SlurmCluster, tmp_path: Path
+) -> None:
+    outcome, left = _case(cluster, tmp_path, "restart")
+    assert outcome.get("results") == ["1"] * 4, outcome  # every rank of the second attempt
+    assert "restart 1 of 1 after rank 2 was killed by SIGKILL" in str(outcome["shown"])
     assert left == []
 
 

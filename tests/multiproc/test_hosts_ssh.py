@@ -145,6 +145,30 @@ def test_a_killed_remote_worker_names_its_rank_and_host(machines: SshMachines) -
     assert machines.processes() == []
 
 
+def killed_on_rank_two_at_first() -> tuple[int, str]:
+    if dist.get_rank() == 2 and os.environ["TORCHELASTIC_RESTART_COUNT"] == "0":
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+    return dist.get_rank(), os.environ["TORCHELASTIC_RESTART_COUNT"]
+
+
+def test_a_killed_remote_worker_restarts_every_host_s_workers(
+    machines: SshMachines, capfd: pytest.CaptureFixture[str]
+) -> None:
+    results = notebook_launcher(
+        killed_on_rank_two_at_first,
+        num_processes=2,
+        cpu=True,
+        hosts=["node0", "node1"],
+        ssh_config=machines.ssh_config,
+        max_restarts=1,
+    )
+    assert results == [(rank, "1") for rank in range(4)]  # every rank of the second attempt
+    err = capfd.readouterr().err
+    assert re.search(r"restart 1 of 1 after rank 2 was killed by SIGKILL", err), err
+    assert machines.processes() == []
+
+
 def open_a_run_each_then_die_on_rank_2(uri: str) -> None:
     """Every rank opens an MLflow run of its own (in the store at ``uri``); once all are open,
     rank 2 (on node1) dies at once (SIGKILL: its run stays open)."""

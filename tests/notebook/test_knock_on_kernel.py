@@ -1,4 +1,5 @@
-"""A rank brought down by another's failure, as the notebook's saved widget shows it."""
+"""A rank brought down by another's failure, and a restart after one, as the notebook's saved
+widget shows them."""
 
 from __future__ import annotations
 
@@ -66,3 +67,35 @@ def test_the_widget_shows_the_cause_failed_and_the_others_stopped_by_it(tmp_path
     shown = "\n".join(error.traceback)
     assert "Ranks 0, 2 were stopped by this failure." in shown
     assert "Connection" not in shown and "GLHF" not in shown
+
+
+KILLED_THEN_RESTARTED = """
+import os, signal
+import torch.distributed as dist
+from nb_accel import notebook_launcher
+
+def train():
+    attempt = os.environ["TORCHELASTIC_RESTART_COUNT"]
+    dist.barrier()
+    if dist.get_rank() == 1 and attempt == "0":
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+    return attempt
+
+notebook_launcher(train, num_processes=2, cpu=True, max_restarts=2)
+"""
+
+
+def test_the_widget_shows_a_restart_and_its_cause() -> None:
+    notebook = new_notebook(cells=[new_code_cell(KILLED_THEN_RESTARTED)])
+    NotebookClient(
+        notebook, timeout=120, kernel_name="python3", allow_errors=True, store_widget_state=True
+    ).execute()
+    cell = notebook.cells[0]
+    assert not [output for output in cell.outputs if output.output_type == "error"]
+    result = next(output for output in cell.outputs if output.output_type == "execute_result")
+    assert result.data["text/plain"] == "['1', '1']"
+    texts = _widget_texts(notebook, cell)
+    assert "up to 2 restarts after a failure" in texts
+    assert "restart 1 of 2 after rank 1 was killed by SIGKILL" in texts
+    assert "done in" in texts and "failed" not in texts.replace("after a failure", "")

@@ -252,6 +252,15 @@ def test_multi_node_fields_appear_only_with_several_nodes(tmp_path: Path, four_g
         assert _hidden(form, name), name
 
 
+def test_restarts_are_a_field_for_one_machine_too(tmp_path: Path, four_gpus: None) -> None:
+    form = ConfigWidget(tmp_path / "c.yaml")
+    assert form.controls["num_nodes"].value == 1
+    assert not _hidden(form, "max_restarts")
+    form.controls["max_restarts"].value = 2
+    form.save_button.click()
+    assert load_config(tmp_path / "c.yaml").max_restarts == 2
+
+
 def test_a_hidden_field_with_a_problem_is_shown(tmp_path: Path, four_gpus: None) -> None:
     form = ConfigWidget(tmp_path / "c.yaml")
     form.controls["num_nodes"].value = 3

@@ -151,6 +151,17 @@ USES: tuple[Use, ...] = (
     Use(
         "torch",
         (
+            "torch.distributed.elastic.agent.server.api:SimpleElasticAgent._restart_workers",
+            "torch.distributed.elastic.agent.server.api:SimpleElasticAgent._monitor_workers",
+            "torch.distributed.elastic.agent.server.api:SimpleElasticAgent()._remaining_restarts",
+        ),
+        ("launch/multinode/elastic_agent.py",),
+        "overridden: the kernel hears of each restart of the workers (max_restarts), which "
+        "restart it is and which workers' deaths caused it; the agent has no public hook there",
+    ),
+    Use(
+        "torch",
+        (
             f"{_WRAPPERS}:checkpoint_wrapper",
             f"{_WRAPPERS}:offload_wrapper",
             f"{_WRAPPERS}:CheckpointWrapper",

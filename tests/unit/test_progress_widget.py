@@ -617,3 +617,19 @@ def test_rows_of_one_machine_have_no_host_lines() -> None:
     for hosts in (None, ["node0", "node0"]):
         view = ProgressWidget("t", 2, hosts=hosts)
         assert list(view._rows_box.children) == [row.box for row in view.rows]
+
+
+def test_a_restart_says_why_and_every_rank_starts_again() -> None:
+    view, _ = make()
+    view.report(report(0, bar(n=37, total=100)))
+    view.failed(1, "worker for rank 1 (pid 101) was killed by SIGKILL")
+    view.stopped(0, "rank 1 failed")
+    view.restarted("restart 1 of 2 after rank 1 was killed by SIGKILL")
+    assert "restart 1 of 2 after rank 1 was killed by SIGKILL" in view.notes.value
+    assert view.notes in view.widget.children
+    assert all(row.note.value == "starting…" and row.bar.value == 0 for row in view.rows)
+    assert "failed" not in view.header.value and "running" in view.header.value
+    view.started(1, 202)
+    assert view.rows[1].note.value == "running (pid 202)"
+    view.finished(True)
+    assert view.status == "done"

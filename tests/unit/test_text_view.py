@@ -150,3 +150,15 @@ def test_lines_name_the_host_of_a_rank_in_a_launch_across_hosts() -> None:
     view.stopped(1, "rank 3 failed")
     assert "rank 3 (node1) failed: KeyError: 'x'" in stream.getvalue()
     assert "rank 1 (node0) stopped (rank 3 failed)" in stream.getvalue()
+
+
+def test_a_restart_is_a_line_of_its_own() -> None:
+    stream = io.StringIO()
+    view = TextView(2, stream=stream)
+    view.failed(1, "worker for rank 1 (pid 101) was killed by SIGKILL")
+    view.restarted("restart 1 of 2 after rank 1 was killed by SIGKILL")
+    lines = stream.getvalue().splitlines()
+    assert lines[-2:] == [
+        "rank 1 failed: worker for rank 1 (pid 101) was killed by SIGKILL",
+        "restart 1 of 2 after rank 1 was killed by SIGKILL",
+    ]

@@ -24,10 +24,9 @@ from ..._messages import CellDone, Event, Failure, decode
 from ...errors import LaunchError, WorkerFailure
 from ...runtime.debugging.breakpoints import PROMPTS_VARIABLE
 from ...runtime.transfer.segments import INLINE_ENV
-from ...runtime.workers.node_worker import global_rank
 from ..debugging.prompts import follow_prompts, unfollow_prompts
-from ..failures.verdict import died_failure
 from ..launchers.dispatch import TICK_S
+from ..multinode.restarts import worker_deaths
 from ..placement.hosts import HostPlan
 from ..plan import LaunchPlan
 from ..workers import worker_env
@@ -50,8 +49,6 @@ __all__ = ["HELLO_WAIT_S", "STOP_GRACE_S", "HostNodes", "NodeChannel"]
 HELLO_WAIT_S = 120.0
 #: How long stopped hosts are given to end their workers before their channels are cut.
 STOP_GRACE_S = 2.0
-#: Exit codes of workers their agent stopped (SIGTERM) after another failure: not causes.
-_STOPPED_CODES = (-signal.SIGTERM, 128 + signal.SIGTERM)
 
 
 def _dying_with_the_kernel(command: list[str]) -> list[str]:
@@ -279,14 +276,9 @@ class HostNodes:
         ``reported``, nor those their agent stopped after another failure)."""
         if node.ended is None:
             return []
-        found = []
-        for local_rank, pid, exitcode in node.ended.died:
-            rank = global_rank(node.index, local_rank, self.plan.num_processes)
-            if rank in reported or exitcode in _STOPPED_CODES:
-                continue
-            last_words = stderr_tail.get(rank, "")
-            found.append(died_failure(rank, pid, exitcode, last_words, host=node.host))
-        return found
+        per_node = self.plan.num_processes
+        died = node.ended.died
+        return worker_deaths(node.index, died, per_node, reported, stderr_tail, host=node.host)
 
     def problem(self, node: NodeChannel) -> str:
         """What stopped ``node`` without a failure of its workers, in words."""

@@ -25,11 +25,12 @@ from ..launchers.backend import LaunchBackend
 from ..launchers.dispatch import TICK_S
 from ..launchers.outcome import launch_outcome
 from ..multinode.node_events import NodeHooks
+from ..multinode.restarts import with_restarts
 from ..payload import LaunchPayload, launch_payload
 from ..request import LaunchCall
 from ..spec import LaunchSpec
 from .connections import STOP_GRACE_S, HostNodes, NodeChannel
-from .protocol import AgentEnded, Forwarded, StopNode, ToWorker
+from .protocol import AgentEnded, AgentRestarting, Forwarded, StopNode, ToWorker
 
 __all__ = ["HostsLauncher"]
 
@@ -62,7 +63,8 @@ class HostsLauncher(LaunchBackend):
         assert spec.hosts is not None, "a launch across hosts has hosts"
         self._plan = spec.plan
         self._hosts = HostNodes(spec.plan, spec.hosts)
-        self._events = NodeHooks(self.printer, self.view)
+        self._max_restarts = spec.hosts.agent.max_restarts
+        self._events = NodeHooks(self.printer, self.view, self._max_restarts)
 
     def make_payload(self, call: LaunchCall) -> LaunchPayload:
         """The call pickled, with the function's own module by value unless installed: the
@@ -84,11 +86,14 @@ class HostsLauncher(LaunchBackend):
         """Pass the workers' events on until every host has ended; the results in rank order,
         or the exception to raise."""
         failed_at: float | None = None
-        log = self._events.failures
         nodes = self._hosts.nodes
         while any(node.open for node in nodes):
+            log = self._events.failures  # this attempt's (the agents may restart the group)
             broken = bool(self._hosts.broken())
-            if (log or broken) and failed_at is None:
+            restarting = self._events.attempt < self._max_restarts and not broken
+            if restarting:
+                failed_at = None  # the agents restart the workers after a failure
+            elif (log or broken) and failed_at is None:
                 failed_at = time.monotonic()
             window = COLLECT_WINDOW_S if log.has_cause or broken else EXPLAIN_WINDOW_S
             if failed_at is not None and time.monotonic() - failed_at > window:
@@ -110,6 +115,14 @@ class HostsLauncher(LaunchBackend):
                     answer_prompt(event, self.printer.flush, partial(_to_worker, node, message))
                     continue
                 self._events.events.handle(event, (node.index, message.sender))
+            elif isinstance(message, AgentRestarting):
+                self._events.agent_restarting(
+                    node.index,
+                    message.attempt,
+                    message.died,
+                    self._plan.num_processes,
+                    host=node.host,
+                )
             elif isinstance(message, AgentEnded):
                 log = self._events.failures
                 reported = log.ranks | set(self._events.results)
@@ -125,9 +138,11 @@ class HostsLauncher(LaunchBackend):
         ranks = list(range(self.world_size))
         if not log and not all(rank in self._events.results for rank in ranks):
             return LaunchError("the workers ended without reporting a result")
-        return launch_outcome(
+        outcome = launch_outcome(
             self._events.results, log, ranks, self.world_size, self._plan.timeout_s
         )
+        with_restarts(outcome, self._events.restarts, log)
+        return outcome
 
     def stop(self, graceful: bool = False) -> None:
         """Tell every host to stop, give them :data:`STOP_GRACE_S` (more after a success),

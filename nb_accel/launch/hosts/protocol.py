@@ -3,8 +3,9 @@ standard input and output of ``ssh`` or ``srun``): length-prefixed pickled messa
 
 The node speaks first (:class:`Hello`: its versions, and a free port for the rendezvous should
 it be node 0); the kernel answers with the :class:`NodeJob` or :class:`StopNode`. While the
-workers run, the node forwards every frame a worker sends (:class:`Forwarded`), unread, and
-ends with :class:`AgentEnded`. The end of the channel stops the node and its workers.
+workers run, the node forwards every frame a worker sends (:class:`Forwarded`), unread, says
+when its agent restarts them (:class:`AgentRestarting`), and ends with :class:`AgentEnded`.
+The end of the channel stops the node and its workers.
 
 A pool spread over hosts also talks to its workers through the node: commands go down
 (:class:`ToWorker`), the kernel's interrupt becomes a signal there (:class:`SignalWorker`), and
@@ -32,6 +33,7 @@ from ..plan import LaunchPlan
 
 __all__ = [
     "AgentEnded",
+    "AgentRestarting",
     "Answer",
     "AskWorkers",
     "Forwarded",
@@ -135,6 +137,16 @@ class Forwarded:
 
     sender: int
     data: bytes
+
+
+@dataclass(frozen=True)
+class AgentRestarting:
+    """Node to kernel: its agent restarts the workers for ``attempt`` (their
+    ``TORCHELASTIC_RESTART_COUNT``); ``died``: the workers of the attempt before that ended,
+    as ``(local rank, pid, exit code)``."""
+
+    attempt: int
+    died: list[tuple[int, int, int]]
 
 
 @dataclass(frozen=True)

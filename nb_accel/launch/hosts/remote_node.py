@@ -44,6 +44,7 @@ from ..processes import resident_mb
 from ..scratch import make_scratch_dir
 from .protocol import (
     AgentEnded,
+    AgentRestarting,
     Answer,
     AskWorkers,
     Forwarded,
@@ -161,6 +162,11 @@ class _Host:
         with self.lock, contextlib.suppress(OSError):
             send(self.writer, Answer(question.request, value))
 
+    def restarting(self, attempt: int, died: list[tuple[int, int, int]]) -> None:
+        """Tell the kernel that the agent restarts the workers (see :class:`AgentRestarting`)."""
+        with self.lock, contextlib.suppress(OSError):
+            send(self.writer, AgentRestarting(attempt, died))
+
     def close(self) -> None:
         """Stop listening and remove the folder."""
         self.forwarder.close()
@@ -202,7 +208,9 @@ def _run(job: NodeJob, host: _Host) -> AgentEnded:
     forwarder, log_dir = host.forwarder, host.folder
     env = {**job.env, CLOCK_VARIABLE: host.clock.path}  # the workers keep their own deadline
     try:
-        run = agent_run(plan, nodes, forwarder.address, host.authkey, job.payload, env, log_dir)
+        run = agent_run(
+            plan, nodes, forwarder.address, host.authkey, job.payload, env, log_dir, host.restarting
+        )
         _agent_running.set()
         if _stopping.is_set():  # told to stop before the agent began (see _watch_kernel)
             return AgentEnded(stopped=True)

@@ -32,7 +32,11 @@ from ..placement.nodes import NodePlan
 from .network import rendezvous_listener, split_endpoint
 from .node_addresses import NodeCard, NodeNetwork
 
-__all__ = ["EXIT_BARRIER_S", "launch_config", "run_agent"]
+__all__ = ["EXIT_BARRIER_S", "OnRestart", "launch_config", "run_agent"]
+
+#: Told, as the agent restarts its workers, the attempt they start (``TORCHELASTIC_RESTART_COUNT``)
+#: and the workers of the attempt before that ended, as ``(local rank, pid, exit code)``.
+OnRestart = Callable[[int, list[tuple[int, int, int]]], None]
 
 #: How long a node whose workers have finished waits for the other nodes (seconds).
 EXIT_BARRIER_S = 30.0
@@ -76,6 +80,9 @@ def launch_config(
 _CARD_KEY = "nb_accel/node_card/{}"
 _VERDICT_KEY = "nb_accel/node_verdict/{}"
 _READ_KEY = "nb_accel/node_read/{}"
+_ROUND_KEY = "nb_accel/node_round/{}"
+#: The variable that numbers the attempts (torch sets it per node: see :func:`_meet`).
+RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
 #: How long a node that found a problem waits for the others to have read it.
 _READ_WAIT_S = 10.0
 
@@ -115,10 +122,18 @@ def _meet(
     network: NodeNetwork,
     make_args: Callable[[dict[str, str]], tuple[Any, ...]],
     wait_s: float,
+    rounds: int,
 ) -> None:
-    """After a rendezvous: check with the other nodes that everyone can meet, then give this
-    node's workers the interface for their sockets. Raises :class:`LaunchError` on every node
-    when one of them found a problem."""
+    """After a rendezvous (this node's ``rounds``-th): check with the other nodes that
+    everyone can meet, then give this node's workers the interface for their sockets and the
+    attempt's number. Raises :class:`LaunchError` on every node when one of them found a
+    problem.
+
+    The number is the same on every node: torch counts only the restarts after a failure of
+    the node's own workers, so a node restarted because another node's workers failed keeps
+    its count, and two nodes would tell the same attempt by different numbers. Every node
+    takes part in every rendezvous (their number is fixed), so the rendezvous each node has
+    seen number the attempts alike; the workers' ``TORCHELASTIC_RESTART_COUNT`` is that."""
     store, me = worker_group.store, worker_group.group_rank
     count = worker_group.group_world_size
     found = _exchange(store, _CARD_KEY, me, count, network.card.encode(), wait_s)
@@ -138,8 +153,10 @@ def _meet(
         with contextlib.suppress(Exception):
             _exchange(store, _READ_KEY, me, count, "read", _READ_WAIT_S)
         raise LaunchError(problems[0])
+    seen = _exchange(store, _ROUND_KEY, me, count, str(rounds), wait_s)
+    attempt = max(int(text) for text in seen) - 1
     peers = [card for rank, card in enumerate(cards) if rank != me]
-    worker_group.spec.args = make_args(network.worker_env(peers))
+    worker_group.spec.args = make_args({**network.worker_env(peers), RESTART_COUNT: str(attempt)})
 
 
 def _agent_class() -> type:
@@ -155,23 +172,43 @@ def _agent_class() -> type:
         )
 
     class NodeAgent(LocalElasticAgent):  # type: ignore[misc]
-        """A ``LocalElasticAgent`` that runs :func:`_meet` after each rendezvous."""
+        """A ``LocalElasticAgent`` that runs :func:`_meet` after each rendezvous and says
+        when it restarts its workers, and why (``on_restart``)."""
 
         def __init__(
             self,
             network: NodeNetwork,
             make_args: Callable[[dict[str, str]], tuple[Any, ...]],
             wait_s: float,
+            on_restart: OnRestart | None,
             **options: Any,
         ) -> None:
             super().__init__(**options)
             self._network = network
             self._make_args = make_args
             self._wait_s = wait_s
+            self._on_restart = on_restart
+            self._ended: list[tuple[int, int, int]] = []
+            self._rounds = 0
 
         def _rendezvous(self, worker_group: Any) -> None:
             super()._rendezvous(worker_group)
-            _meet(worker_group, self._network, self._make_args, self._wait_s)
+            self._rounds += 1
+            _meet(worker_group, self._network, self._make_args, self._wait_s, self._rounds)
+
+        def _monitor_workers(self, worker_group: Any) -> Any:
+            result = super()._monitor_workers(worker_group)
+            self._ended = [
+                (failure.local_rank, failure.pid, failure.exitcode)
+                for failure in result.failures.values()
+            ]
+            return result
+
+        def _restart_workers(self, worker_group: Any) -> None:
+            if self._on_restart is not None:
+                spec = worker_group.spec
+                self._on_restart(spec.max_restarts - self._remaining_restarts, self._ended)
+            super()._restart_workers(worker_group)
 
     return NodeAgent
 
@@ -241,11 +278,13 @@ def run_agent(
     make_args: Callable[[dict[str, str]], tuple[Any, ...]],
     hosts_store: bool,
     network: NodeNetwork,
+    on_restart: OnRestart | None = None,
 ) -> Any:
     """Run this node's agent until its workers are done; the agent's ``RunResult``.
 
     ``make_args(env)`` gives the entrypoint's arguments with ``env`` (variables for the
-    workers, chosen after the rendezvous) added to them.
+    workers, chosen after the rendezvous) added to them; ``on_restart`` is told of each
+    restart of the workers (see :data:`OnRestart`).
 
     After a failure the rendezvous is closed, so the other nodes' agents stop waiting for a
     restart; after a success only the node that hosts the store closes it (the others would
@@ -283,6 +322,7 @@ def run_agent(
         network,
         make_args,
         float(config.rdzv_configs["read_timeout"]),
+        on_restart,
         spec=spec,
         logs_specs=config.logs_specs,
         start_method=config.start_method,

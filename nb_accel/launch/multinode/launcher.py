@@ -1,4 +1,5 @@
-"""A launch over several machines: torch's elastic agent and its c10d rendezvous.
+"""A launch through torch's elastic agent and its c10d rendezvous: over several machines, or
+on this one when the workers are to be restarted after a failure (``max_restarts``).
 
 Each node's kernel runs a :class:`NodesLauncher` (``notebook_launcher`` with ``num_nodes``
 above 1) with the same ``num_nodes`` and ``rdzv_endpoint`` and its own ``node_rank``. The
@@ -11,7 +12,11 @@ interface its workers' sockets use, is decided by
 before any worker starts, all with the same message.
 
 The workers talk back to their own kernel as on one machine (output, progress, the result or
-the original exception), through :class:`~nb_accel.launch.multinode.node_events.NodeEvents`.
+the original exception), through :class:`~nb_accel.launch.multinode.node_events.NodeEvents`,
+which the agent also tells of each restart and of the workers that died before it.
+
+On one machine with ``max_restarts`` the launch is what ``torchrun --standalone`` runs: one
+node, its rendezvous on a free port of the loopback interface.
 """
 
 from __future__ import annotations
@@ -24,16 +29,16 @@ import os
 import secrets
 import shutil
 import signal
+import socket
 from collections.abc import Callable, Iterator
 from typing import Any, ClassVar
 
 from ..._messages import TrackerRun
 from ..._openmp import release_openmp_threads
-from ...errors import LaunchError, WorkerFailure
+from ...errors import LaunchError
 from ...runtime.transfer.segments import SHARE_DIR_ENV
 from ...runtime.workers.node_worker import NodeWorkerArgs, global_rank, node_worker_main
 from ...runtime.workers.spec import Payload
-from ..failures.verdict import died_failure
 from ..launchers.backend import LaunchBackend
 from ..launchers.outcome import launch_outcome
 from ..payload import sealed
@@ -44,9 +49,10 @@ from ..request import LaunchCall
 from ..scratch import make_scratch_dir
 from ..spec import LaunchSpec
 from ..workers import worker_env
-from .elastic_agent import launch_config, run_agent
+from .elastic_agent import OnRestart, launch_config, run_agent
 from .node_addresses import NodeNetwork
 from .node_events import NodeEvents, NodeView
+from .restarts import with_restarts, worker_deaths
 
 __all__ = ["NodesLauncher", "agent_run", "with_env"]
 
@@ -120,31 +126,35 @@ def _rendezvous_error(error: Exception, nodes: NodePlan, started: bool) -> Launc
     return LaunchError(text)
 
 
-def _failed_workers(
-    failures: dict[int, Any], plan: LaunchPlan, nodes: NodePlan, last_words: dict[int, str]
-) -> list[WorkerFailure]:
-    """Records for workers that died without reporting (the agent's process failures),
-    judged with the end of what each wrote to stderr."""
-    records = []
-    for failure in failures.values():
-        rank = global_rank(nodes.node_rank, failure.local_rank, plan.num_processes)
-        records.append(died_failure(rank, failure.pid, failure.exitcode, last_words.get(rank, "")))
-    return records
-
-
 def _outcome(
     events: NodeEvents, failures: dict[int, Any] | None, plan: LaunchPlan, nodes: NodePlan
 ) -> list[Any] | BaseException:
-    """This node's ranks' results, or the exception to raise."""
+    """This node's ranks' results, or the exception to raise (with what ended the attempts
+    before, when the group was restarted)."""
     world = plan.num_processes * nodes.num_nodes
     ranks = [global_rank(nodes.node_rank, i, plan.num_processes) for i in range(plan.num_processes)]
     log = events.failures
-    if failures and not log:
-        for record in _failed_workers(failures, plan, nodes, events.stderr_tail):
+    if failures:  # workers that died without reporting (the agent's process failures)
+        died = [(f.local_rank, f.pid, f.exitcode) for f in failures.values()]
+        reported = log.ranks | set(events.results) | log.stopped_ranks
+        tails = events.stderr_tail
+        for record in worker_deaths(nodes.node_rank, died, plan.num_processes, reported, tails):
             log.add(record)
     if not log and not all(rank in events.results for rank in ranks):
         return LaunchError("the workers ended without reporting a result")
-    return launch_outcome(events.results, log, ranks, world, plan.timeout_s)
+    outcome = launch_outcome(events.results, log, ranks, world, plan.timeout_s)
+    with_restarts(outcome, events.restarts, log)
+    return outcome
+
+
+def _on_this_machine(nodes: NodePlan) -> NodePlan:
+    """``nodes`` of a launch on this machine alone: its rendezvous on a free port of the
+    loopback interface, under a run id of its own (as ``torchrun --standalone``)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    run_id = f"{nodes.rdzv_id}-{secrets.token_hex(4)}"
+    return dataclasses.replace(nodes, rdzv_endpoint=f"127.0.0.1:{port}", rdzv_id=run_id)
 
 
 def agent_run(
@@ -155,10 +165,12 @@ def agent_run(
     payload: Payload,
     env: dict[str, str],
     log_dir: str,
+    on_restart: OnRestart | None = None,
 ) -> Callable[[], Any]:
     """This node's agent run, ready to start: it meets the other nodes, then runs this node's
     workers, which report to ``address`` (authenticated with ``authkey``) and write their
-    big results in ``log_dir``; the call returns the agent's ``RunResult``."""
+    big results in ``log_dir``; ``on_restart`` is told of each restart of the workers; the
+    call returns the agent's ``RunResult``."""
     args = NodeWorkerArgs(
         address=address,
         authkey=authkey,
@@ -175,7 +187,7 @@ def agent_run(
     config = launch_config(nodes, plan.num_processes, plan.start_method, log_dir, network.address)
     make_args = functools.partial(with_env, args)
     return functools.partial(
-        run_agent, config, node_worker_main, make_args, nodes.node_rank == 0, network
+        run_agent, config, node_worker_main, make_args, nodes.node_rank == 0, network, on_restart
     )
 
 
@@ -184,16 +196,31 @@ def with_env(args: NodeWorkerArgs, extra: dict[str, str]) -> tuple[NodeWorkerArg
     return (dataclasses.replace(args, env={**args.env, **extra}),)
 
 
+def _tell_restart(
+    events: NodeEvents, node_rank: int, per_node: int, attempt: int, died: list[Any]
+) -> None:
+    """The agent restarts the workers (on the thread that runs it): ``events`` hear of it on
+    their own thread, before the new workers' first words."""
+    events.post(functools.partial(events.agent_restarting, node_rank, attempt, died, per_node))
+
+
 class NodesLauncher(LaunchBackend):
     """This node's share of a multi-node launch, through torch's elastic agent: the same call
-    runs on every node's kernel, each with its own ``node_rank``."""
+    runs on every node's kernel, each with its own ``node_rank``. A launch on this machine
+    alone whose workers are restarted after a failure runs here too, as one node."""
 
     name: ClassVar[str] = "nodes"
 
     @classmethod
     def runs(cls, spec: LaunchSpec) -> bool:
-        """A launch of ``num_nodes`` above 1, not driven over hosts."""
-        return spec.device.launcher is None and spec.hosts is None and spec.nodes.multi_node
+        """A launch of ``num_nodes`` above 1, or with ``max_restarts``, not driven over
+        hosts."""
+        nodes = spec.nodes
+        return (
+            spec.device.launcher is None
+            and spec.hosts is None
+            and (nodes.multi_node or nodes.max_restarts > 0)
+        )
 
     def __init__(self, spec: LaunchSpec, call: LaunchCall) -> None:
         super().__init__(spec, call)
@@ -209,15 +236,21 @@ class NodesLauncher(LaunchBackend):
         """Listen for this node's workers and make the agent's configuration; the workers
         start once the nodes meet (in :meth:`wait`)."""
         plan, nodes = self._plan, self._nodes
+        if not nodes.multi_node:
+            self._nodes = nodes = _on_this_machine(nodes)
         self._helpers.enter_context(multiprocessing_helpers(plan.start_method))
         authkey = secrets.token_bytes(32)
         first = global_rank(nodes.node_rank, 0, plan.num_processes)
         node_view = NodeView(self.view, first, plan.num_processes)
-        self._events = events = NodeEvents(self.printer, node_view, authkey)
+        events = NodeEvents(self.printer, node_view, authkey, nodes.max_restarts)
+        self._events = events
         self._log_dir = make_scratch_dir("nodes")
         payload = sealed(self.payload, self._log_dir)  # big buffers in this node's folder
-        env = worker_env(plan, single_node=False)
-        self._run = agent_run(plan, nodes, events.address, authkey, payload, env, self._log_dir)
+        env = worker_env(plan, single_node=not nodes.multi_node)
+        on_restart = functools.partial(_tell_restart, events, nodes.node_rank, plan.num_processes)
+        self._run = agent_run(
+            plan, nodes, events.address, authkey, payload, env, self._log_dir, on_restart
+        )
 
     def wait(self) -> list[Any] | BaseException:
         """Meet the other nodes, run this node's workers (restarting the group while
@@ -278,6 +311,7 @@ class NodesLauncher(LaunchBackend):
         """Stop listening for the workers (the elastic agent has stopped them) and remove
         the agent's scratch folder."""
         events, self._events = self._events, None
+        self._run = None  # the agent's run holds the events (it tells them of restarts)
         if events is not None:
             events.close()
             events.events.close()  # its hooks are the listener: a cycle otherwise

@@ -15,6 +15,7 @@ import dataclasses
 import os
 import secrets
 import threading
+from collections.abc import Callable
 from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener, wait
 from typing import Any
@@ -25,6 +26,7 @@ from ..failures.failure_log import FailureLog
 from ..launchers.dispatch import TICK_S, DispatchHooks, EventDispatcher
 from ..views.output import OutputSink
 from ..views.view import LaunchView
+from .restarts import Restarts, worker_deaths
 
 __all__ = ["NodeEvents", "NodeHooks", "NodeView", "WorkerListener"]
 
@@ -75,6 +77,10 @@ class NodeView:
         """Pass on."""
         self._view.finished(ok)
 
+    def restarted(self, summary: str) -> None:
+        """Pass on."""
+        self._view.restarted(summary)
+
 
 class WorkerListener:
     """Accepts one node's workers' connections (a Unix socket in the abstract namespace, with
@@ -94,6 +100,7 @@ class WorkerListener:
         self._listener = Listener(self.address, family="AF_UNIX", authkey=authkey)
         self._lock = threading.Lock()
         self._new: list[Connection] = []
+        self._posted: list[Callable[[], None]] = []
         self._closing = threading.Event()
         self._wake_read, self._wake_write = os.pipe()
         self._acceptor = threading.Thread(target=self._accept, name="nb_accel-accept", daemon=True)
@@ -111,6 +118,19 @@ class WorkerListener:
         """Called whenever the reading loop wakes: seconds until it must wake again (``None``:
         at the next tick)."""
         return None
+
+    def post(self, call: Callable[[], None]) -> None:
+        """Have the reading thread run ``call`` before it reads the next frames (from any
+        thread: what the frames change is then changed on one thread only, in order)."""
+        with self._lock:
+            self._posted.append(call)
+        os.write(self._wake_write, b"\0")
+
+    def _run_posted(self) -> None:
+        with self._lock:
+            calls, self._posted = self._posted, []
+        for call in calls:
+            call()
 
     def _accept(self) -> None:
         while not self._closing.is_set():
@@ -133,11 +153,13 @@ class WorkerListener:
             with self._lock:
                 open_conns.extend(self._new)
                 self._new.clear()
+            self._run_posted()
             if self._closing.is_set() and not open_conns:
                 return
             due = self.on_wake()
             timeout = 0.0 if self._closing.is_set() else max(0.0, TICK_S if due is None else due)
             ready = wait([*open_conns, self._wake_read], timeout)
+            self._run_posted()  # posted before the frames that woke this loop were sent
             for item in ready:
                 if item == self._wake_read:
                     os.read(self._wake_read, 4096)
@@ -197,14 +219,22 @@ class NodeHooks(DispatchHooks):
     apart by their sender (a connection), and a sender of an attempt the group was restarted
     after counts no more; the end of each rank's stderr is kept.
 
+    A restart of the group (``max_restarts``) is shown once the first worker of the new attempt
+    starts, as a line naming the failure that ended the attempt before
+    (:class:`~nb_accel.launch.multinode.restarts.Restarts`); the workers an agent saw die
+    without reporting (:meth:`agent_restarting`) count among that attempt's failures.
+
     Args:
         on_output: given each :class:`Output` event (and asked to write held-back output
             whenever the loop wakes).
-        view: told of starts, progress reports and failures.
+        view: told of starts, progress reports, failures and restarts.
+        max_restarts: how many times the agents may restart the group.
     """
 
-    def __init__(self, on_output: OutputSink, view: LaunchView) -> None:
+    def __init__(self, on_output: OutputSink, view: LaunchView, max_restarts: int = 0) -> None:
         tails = _StderrTails(on_output)
+        #: The restarts so far, and what caused them.
+        self.restarts = Restarts(max_restarts)
         self.events = EventDispatcher(tails, view, self, on_output.flush_due)
         self._attempt_of: dict[Any, int] = {}
         self._rank_of: dict[Any, int] = {}
@@ -237,8 +267,32 @@ class NodeHooks(DispatchHooks):
         self._attempt_of[sender] = event.attempt
         self._rank_of[sender] = event.rank
         if event.attempt > self._attempt:
+            ended = self.events.failures
+            ended.settle()
+            self.events.view.restarted(self.restarts.line(event.attempt, ended))
             self._attempt = event.attempt
             self.events.new_attempt()
+
+    def agent_restarting(
+        self,
+        node_rank: int,
+        attempt: int,
+        died: list[tuple[int, int, int]],
+        per_node: int,
+        host: str | None = None,
+    ) -> None:
+        """Node ``node_rank``'s agent restarts its workers for ``attempt``; ``died``: its
+        workers that ended, as ``(local rank, pid, exit code)``. Those that died without
+        reporting count among the ending attempt's failures (when no worker of ``attempt``
+        has been heard from yet: else the restart has been shown already)."""
+        if attempt <= self._attempt:
+            return
+        log = self.events.failures
+        reported = log.ranks | set(self.events.results) | log.stopped_ranks
+        for record in worker_deaths(
+            node_rank, died, per_node, reported, self.stderr_tail, host=host
+        ):
+            log.add(record)
 
     def current(self, sender: Any) -> bool:
         """Whether ``sender`` belongs to the newest attempt."""
@@ -254,13 +308,16 @@ class NodeEvents(WorkerListener, NodeHooks):
 
     Args:
         on_output: given each :class:`Output` event.
-        view: told of starts, progress reports and failures.
+        view: told of starts, progress reports, failures and restarts.
         authkey: the secret the workers authenticate with.
+        max_restarts: how many times the agent may restart the group.
     """
 
-    def __init__(self, on_output: OutputSink, view: LaunchView, authkey: bytes) -> None:
+    def __init__(
+        self, on_output: OutputSink, view: LaunchView, authkey: bytes, max_restarts: int = 0
+    ) -> None:
         WorkerListener.__init__(self, authkey)
-        NodeHooks.__init__(self, on_output, view)
+        NodeHooks.__init__(self, on_output, view, max_restarts)
         self.listen()
 
     def on_frame(self, data: bytes, conn: Connection) -> None:

@@ -284,3 +284,11 @@ class _OutputFirst:
         """Output first, then passed on."""
         self._printer.flush()
         self._view.finished(ok)
+
+    def restarted(self, summary: str) -> None:
+        """Output first, then passed on (a registered view without the method shows no
+        restarts)."""
+        self._printer.flush()
+        restarted = getattr(self._view, "restarted", None)
+        if restarted is not None:
+            restarted(summary)

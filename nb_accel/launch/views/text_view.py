@@ -181,6 +181,15 @@ class TextView:
         self._end_line()
         self._write(f"{self._name(rank)} stopped ({reason})\n")
 
+    def restarted(self, summary: str) -> None:
+        """A line for the restart, at once; every rank's bars start again."""
+        for rank in range(self.world_size):
+            self._progress.ended(rank)
+        self._stall_noted.clear()
+        self._bars.clear()
+        self._end_line()
+        self._write(f"{summary}\n")
+
     def tick(self) -> None:
         """Note, once, a rank whose bars have not moved for too long (until they move again)."""
         now = self._clock()

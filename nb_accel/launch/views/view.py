@@ -41,6 +41,11 @@ class LaunchView(Protocol):
     def finished(self, ok: bool) -> None:
         """The launch ended: every rank returned (``ok``) or it failed or was interrupted."""
 
+    def restarted(self, summary: str) -> None:
+        """The worker group was restarted after a failure (``max_restarts``): every rank
+        starts again (``started`` follows). ``summary`` says which restart and why
+        (``"restart 1 of 2 after rank 1 was killed by SIGKILL"``)."""
+
 
 class NullView:
     """A view that shows nothing; subclass it to act on some of the calls only."""
@@ -64,6 +69,9 @@ class NullView:
         """Nothing shown."""
 
     def finished(self, ok: bool) -> None:
+        """Nothing shown."""
+
+    def restarted(self, summary: str) -> None:
         """Nothing shown."""
 
 

@@ -104,7 +104,9 @@ class _Node:
         self.local_rank = _env_int("LOCAL_RANK")
         self.per_node = _env_int("LOCAL_WORLD_SIZE")
         self.world_size = _env_int("WORLD_SIZE")
-        self.attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        # the attempt's number, the same on every node (the agent gives it: torch's differs)
+        restarts = args.env.get("TORCHELASTIC_RESTART_COUNT")
+        self.attempt = int(restarts or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
         self.rank = global_rank(args.node_rank, self.local_rank, self.per_node)
         self.host = socket.gethostname()
         self.store: Any = None

@@ -1,0 +1,112 @@
+"""``max_restarts`` on one machine: torch's elastic agent restarts the whole group after a
+failure, the workers see ``TORCHELASTIC_RESTART_COUNT``, each restart is shown with its cause,
+a failure that repeats on every attempt is reported once, and a run written as Accelerate
+documents resuming ends exactly where an uninterrupted run ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+import torch.distributed as dist
+from resumable_training import train
+
+from nb_accel import notebook_launcher
+
+
+def _attempt() -> int:
+    return int(os.environ["TORCHELASTIC_RESTART_COUNT"])
+
+
+def killed_on_the_first_attempt() -> tuple[int, int]:
+    """Rank 1 is killed (SIGKILL) in the first attempt, after a collective; the next attempt
+    runs through."""
+    dist.barrier()
+    if dist.get_rank() == 1 and _attempt() == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+    return dist.get_rank(), _attempt()
+
+
+@pytest.mark.timeout(120)
+def test_a_killed_rank_restarts_the_whole_group(capfd: pytest.CaptureFixture[str]) -> None:
+    results = notebook_launcher(killed_on_the_first_attempt, num_processes=2, max_restarts=2)
+    assert results == [(0, 1), (1, 1)]  # both ranks of the second attempt
+    out, err = capfd.readouterr()
+    assert "up to 2 restarts after a failure" in out
+    assert "rank 1 failed: worker for rank 1" in err
+    assert "restart 1 of 2 after rank 1 was killed by SIGKILL" in err
+    assert "restart 2" not in err
+    assert psutil.Process().children(recursive=True) == []
+
+
+def rank_zero_always_fails() -> None:
+    if dist.get_rank() == 0:
+        raise ValueError(f"bad config (attempt {_attempt() - _attempt()})")  # the same text
+    dist.barrier()
+
+
+@pytest.mark.timeout(120)
+def test_an_error_on_every_attempt_is_reported_once(capfd: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(ValueError, match=r"bad config \(attempt 0\)") as info:
+        notebook_launcher(rank_zero_always_fails, num_processes=2, max_restarts=2)
+    notes = "\n".join(info.value.__notes__)
+    assert "This error ended every one of the 3 attempts (the first run and 2 restarts" in notes
+    assert notes.count("bad config") == 0  # the error itself is the exception, once
+    err = capfd.readouterr().err
+    assert "restart 1 of 2 after rank 0 raised ValueError: bad config (attempt 0)" in err
+    assert "restart 2 of 2 after the same failure again (rank 0, ValueError)" in err
+    assert psutil.Process().children(recursive=True) == []
+
+
+def killed_then_failing() -> None:
+    dist.barrier()
+    if dist.get_rank() == 1 and _attempt() == 0:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if dist.get_rank() == 0 and _attempt() == 1:
+        raise KeyError("label")
+    dist.barrier()
+
+
+@pytest.mark.timeout(120)
+def test_the_error_says_what_ended_the_attempts_before_it() -> None:
+    with pytest.raises(KeyError) as info:
+        notebook_launcher(killed_then_failing, num_processes=2, max_restarts=1)
+    notes = "\n".join(info.value.__notes__)
+    assert (
+        "The worker group was restarted 1 time (max_restarts=1) before this failure: attempt 1 "
+        "ended when rank 1 was killed by SIGKILL." in notes
+    )
+
+
+def test_warm_workers_and_restarts_are_refused_together() -> None:
+    with pytest.raises(ValueError, match="max_restarts=1 restarts a launch's workers"):
+        notebook_launcher(print, num_processes=2, max_restarts=1, reuse_workers=True)
+
+
+@pytest.mark.timeout(180)
+def test_a_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path: Path) -> None:
+    """Checkpoints every 5 steps, rank 1 killed after step 23 (of 32, in the third epoch):
+    the restarted run loads checkpoint 20, skips the epoch's first 4 batches, and ends with
+    the uninterrupted run's weights, bit for bit, on every rank."""
+    whole = notebook_launcher(train, args=(str(tmp_path / "whole"),), num_processes=2)
+    resumed = notebook_launcher(
+        train,
+        args=(str(tmp_path / "resumed"),),
+        kwargs={"kill_at": 23},
+        num_processes=2,
+        max_restarts=1,
+    )
+    for (steps, weights), (steps_resumed, weights_resumed) in zip(whole, resumed, strict=True):
+        assert steps == steps_resumed == 32
+        assert weights.keys() == weights_resumed.keys()
+        for name, value in weights.items():
+            assert torch.equal(value, weights_resumed[name]), name
+    # the first attempt wrote checkpoints 0-3 (steps 5-20), the second 4-5 (steps 25, 30)
+    names = sorted(path.name for path in (tmp_path / "resumed" / "checkpoints").iterdir())
+    assert names == [f"checkpoint_{number}" for number in range(6)]
