@@ -130,6 +130,7 @@ bench: test-setup
 	$(BIN)/python benchmarks/magic.py
 	$(BIN)/python benchmarks/output.py
 	$(BIN)/python benchmarks/multinode.py
+	$(BIN)/python benchmarks/recover.py
 
 clean:
 	rm -rf $(VENV) build site *.egg-info

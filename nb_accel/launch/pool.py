@@ -27,7 +27,6 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .._keywords import unknown_keywords_error
 from .._messages import Call, CellDone, Command, Debug, Execute, Interrupt, Pull, Push, Stop
 from ..errors import LaunchError, WorkerDiedError
 from ..runtime.device_types.group_backends import uses_nccl
@@ -37,7 +36,6 @@ from ..runtime.workers.regroup import Release, Settle
 from .debugging.kept_rank import release_kept_rank
 from .debugging.post_mortems import forget_post_mortem, offer_post_mortem, raising_ranks
 from .failures.failure_log import FailureLog
-from .failures.user_errors import for_the_user, meant_for_the_user
 from .failures.whereabouts import RankStack, in_collectives, stacks_note, where_lines
 from .hosts.pool_ranks import start_host_ranks
 from .launchers.interface import Launcher
@@ -48,9 +46,9 @@ from .placement.hosts import HostPlan
 from .plan import LaunchPlan, show_notes
 from .pool_ranks.interface import PoolRanks, RankStatus
 from .pool_ranks.local import start_local_ranks
+from .pool_ranks.notes import REBUILT_NOTE, STOPPED_NOTE, replaced_note
 from .pool_ranks.values import discard_values, load_value
-from .request import LaunchRequest, request_fields
-from .resolve import resolve_spec
+from .resolve import resolve_pool_spec
 from .spec import LaunchSpec
 from .views.output import OutputPrinter
 from .views.view import LaunchView, NullView
@@ -59,39 +57,9 @@ __all__ = ["INTERRUPT_GRACE_S", "RankStatus", "WorkerPool"]
 
 #: How long interrupted ranks may take to stop their code before the pool is stopped (seconds).
 INTERRUPT_GRACE_S = 10.0
-#: Said when the workers rebuilt their process group (one line: what the user must do).
-REBUILT_NOTE = (
-    "The process group was rebuilt after the failed or interrupted cell: prepare models "
-    "wrapped before it again (accelerator.prepare)"
-)
-
 #: How often, once a rank's command failed, the kernel looks whether the ranks still running
 #: it wait inside torch (a collective with the failed rank, most likely).
 RELEASE_CHECK_S = 0.2
-#: The note on the error of a rank whose death stopped the pool.
-STOPPED_NOTE = (
-    "The pool is stopped: %distributed restart starts it again, and the next launch with "
-    "reuse_workers=True starts fresh workers."
-)
-
-
-def _pool_spec(num_processes: int | None, options: dict[str, Any]) -> LaunchSpec:
-    """The pool's spec from its options; bad ones raised as the user's error."""
-    __tracebackhide__ = True  # IPython and pytest leave this frame out
-    try:
-        refused = unknown_keywords_error(
-            "WorkerPool",
-            options,
-            request_fields(),
-            ending="it takes notebook_launcher's options (see help(notebook_launcher))",
-        )
-        if refused is not None:
-            raise refused
-        return resolve_spec(LaunchRequest(num_processes=num_processes, **options), pool=True)
-    except BaseException as error:
-        if not meant_for_the_user(error):
-            raise
-        raise for_the_user(error) from error.__cause__
 
 
 class WorkerPool(Launcher):
@@ -112,7 +80,7 @@ class WorkerPool(Launcher):
         self, num_processes: int | None = None, *, spec: LaunchSpec | None = None, **options: Any
     ) -> None:
         if spec is None:
-            spec = _pool_spec(num_processes, options)
+            spec = resolve_pool_spec(num_processes, options)
         #: What the workers are: ranks, devices, start method, hosts, as resolved.
         self.spec: LaunchSpec = spec
         self._group: PoolRanks | None = None
@@ -123,6 +91,7 @@ class WorkerPool(Launcher):
         #: Why the workers stopped on their own (a rank died, ...); "" while they run.
         self.stopped_because = ""
         self._waiting_for: list[int] = []  # the ranks the current command was sent to
+        self._replacing = False  # dead ranks are being replaced (a death now stops the pool)
         #: The current command's view.
         self.view: LaunchView = NullView()
 
@@ -259,9 +228,10 @@ class WorkerPool(Launcher):
         for rank in targets:
             try:
                 group.send(rank, data)
-            except OSError:  # the worker has just died: say so
+            except OSError:  # the worker has just died: say so (once the others are done)
                 group.note_exits()
-                self._died(group)
+                if not group.replaces_dead_ranks or self._replacing:
+                    self._died(group)
         self._waiting_for, self.view = targets, printer.view
         try:
             self._wait(group, targets, printer.view, None)
@@ -299,11 +269,15 @@ class WorkerPool(Launcher):
         """
         check_at: float | None = None
         released = False
-        while any(rank not in group.done for rank in targets):
-            if group.dead_ranks():
+        while True:
+            dead = group.dead_ranks()
+            if dead and (not group.replaces_dead_ranks or self._replacing):
                 self._died(group)
+            if all(rank in group.done or rank in dead for rank in targets):
+                break  # a dead rank is replaced once the others are done
             now = time.monotonic()
             failed = [r for r in targets if r in group.done and group.done[r].failure is not None]
+            failed += [r for r in targets if r in dead]
             if failed and not released:
                 if check_at is None:
                     check_at = now + RELEASE_CHECK_S  # identical failures arrive meanwhile
@@ -354,6 +328,12 @@ class WorkerPool(Launcher):
 
     def _died(self, group: PoolRanks) -> None:
         error = group.died(self.world_size, self.plan.timeout_s)
+        if group.replaces_dead_ranks and not self._replacing:  # between two commands
+            self._replace(group, group.dead_ranks(), error, ran=False)
+            try:
+                raise error
+            finally:  # the traceback keeps this frame: it must not hold the error
+                del error
         self.stopped_because = f"{type(error).__name__}: {str(error).splitlines()[0]}"
         self.stop(graceful=False)
         if isinstance(error, (WorkerDiedError, LaunchError)) and hasattr(error, "add_note"):
@@ -399,8 +379,12 @@ class WorkerPool(Launcher):
     def _outcome(
         self, group: PoolRanks, targets: list[int], view: LaunchView | None = None
     ) -> dict[int, CellDone] | BaseException:
-        done = {rank: group.done[rank] for rank in targets}
+        done = {rank: group.done[rank] for rank in targets if rank in group.done}
         log = FailureLog(view)  # the root cause shown failed, its knock-on failures stopped
+        dead = group.dead_ranks()
+        for record in group.events.failures.records:  # how each dead rank died
+            if record.rank in dead:
+                log.add(record)
         for reply in group.done.values():  # in the order they arrived
             if reply.failure is not None:
                 log.add_event(reply.failure)
@@ -411,12 +395,31 @@ class WorkerPool(Launcher):
             error = failure_outcome(
                 log, self.world_size, self.plan.timeout_s, finished, finished_as="finished the cell"
             )
-            if not self._debugging:  # %debug opens where the ranks raised
+            if dead:
+                self._replace(group, dead, error, ran=True)
+            elif not self._debugging:  # %debug opens where the ranks raised
                 cell = group.cell
                 opener = functools.partial(self.debug, failed_cell=cell)
                 offer_post_mortem(error, raising_ranks(log), opener, self)
             return error
         return done
+
+    def _replace(self, group: PoolRanks, dead: list[int], error: BaseException, ran: bool) -> None:
+        """Start a new process in place of each of the ``dead`` ranks and make the process
+        group anew with the others; ``error`` (the ranks' death, ``ran``: during the command,
+        else before it) is told what was lost. A rank that dies meanwhile stops the pool."""
+        started = time.monotonic()
+        self._replacing = True
+        try:
+            pids = group.replace(dead, self._cell + 1)
+            self._unsettled = False
+            survivors = [rank for rank in range(self.world_size) if rank not in dead]
+            self.run(lambda cell: Settle(cell, self.plan.timeout_s), survivors)
+        finally:
+            self._replacing = False
+        took = time.monotonic() - started
+        if hasattr(error, "add_note"):
+            error.add_note(replaced_note(dead, pids, took, ran))
 
     def debug(self, rank: int, failed_cell: int) -> None:
         """Open the debugger on rank ``rank``'s frames where command ``failed_cell`` raised,

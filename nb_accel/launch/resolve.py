@@ -14,20 +14,22 @@ import warnings
 from collections.abc import Mapping
 from typing import Any
 
+from .._keywords import unknown_keywords_error
 from ..config import Config, config_path, load_config
 from ..errors import LaunchError
 from ..runtime.device_types import DeviceType, choose_device_type
 from ..runtime.device_types.cpu import CPU_VARIABLE
 from ..runtime.sharding import sharding_for_fsdp, sharding_name, strategy_class
 from .debugging.post_mortems import in_ipython
+from .failures.user_errors import for_the_user, meant_for_the_user
 from .placement.hosts import HostPlan, make_host_plan
 from .placement.nodes import NODE_FIELDS, NodePlan, make_node_plan
 from .plan import make_plan
-from .request import LaunchRequest
+from .request import LaunchRequest, request_fields
 from .spec import LaunchSpec, OutputOptions
 from .views.output import check_prefix_template
 
-__all__ = ["resolve_spec"]
+__all__ = ["resolve_pool_spec", "resolve_spec"]
 
 
 def resolve_spec(
@@ -252,3 +254,23 @@ def _warn_without_agent(device: DeviceType, request: LaunchRequest) -> None:
         UserWarning,
         stacklevel=4,
     )
+
+
+def resolve_pool_spec(num_processes: int | None, options: dict[str, Any]) -> LaunchSpec:
+    """A pool's spec from ``WorkerPool``'s options (``notebook_launcher``'s); an unknown or bad
+    one raised as the user's error."""
+    __tracebackhide__ = True  # IPython and pytest leave this frame out
+    try:
+        refused = unknown_keywords_error(
+            "WorkerPool",
+            options,
+            request_fields(),
+            ending="it takes notebook_launcher's options (see help(notebook_launcher))",
+        )
+        if refused is not None:
+            raise refused
+        return resolve_spec(LaunchRequest(num_processes=num_processes, **options), pool=True)
+    except BaseException as error:
+        if not meant_for_the_user(error):
+            raise
+        raise for_the_user(error) from error.__cause__

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+from collections.abc import Sequence
 
 from .. import _env
 from .._openmp import release_openmp_threads
@@ -81,6 +82,8 @@ def start_workers(
     payload: LaunchPayload,
     workers: list[WorkerProcess],
     prompt_clock: str = "",
+    ranks: Sequence[int] | None = None,
+    joins_at: int = -1,
 ) -> None:
     """Start one worker per rank running ``payload``, appending each to ``workers`` as it
     starts (so the caller can stop those already started if a later one fails). The launch's
@@ -88,10 +91,18 @@ def start_workers(
     payload and of the results. Spawned workers receive their arguments once started: the
     payload's big buffers are written into shared memory while they start up. With a
     ``prompt_clock`` (the kernel keeps one for each launch and pool on this machine) the ranks
-    keep the collective timeout themselves, the time at the kernel's prompts left out."""
+    keep the collective timeout themselves, the time at the kernel's prompts left out.
+
+    ``ranks``: only these (``None``: every rank), each in place of one of a pool's ranks that
+    died, joining the others' process group as they make it anew at the pool's command
+    ``joins_at``."""
     later = plan.start_method == "spawn"
     first = b"" if later else sealed(payload, store_dir)
-    all_args = _worker_args(plan, store_dir, first, prompt_clock)
+    all_args = [
+        dataclasses.replace(args, joins_at=joins_at)
+        for args in _worker_args(plan, store_dir, first, prompt_clock)
+        if ranks is None or args.rank in ranks
+    ]
     if plan.start_method == "fork":
         release_openmp_threads()  # else a worker's first multi-threaded region can hang
     for args in all_args:

@@ -1,7 +1,7 @@
 """%%distributed on NCCL (skipped without CUDA): an interrupted cell that was busy in
 collectives leaves the next cell's collectives right (through a real kernel); a failing rank
 frees the ranks that wait for it in an NCCL collective, and the next cell runs on a rebuilt
-group."""
+group; a killed rank is replaced and joins a new NCCL group."""
 
 from __future__ import annotations
 
@@ -121,6 +121,35 @@ def test_a_failing_rank_frees_the_ranks_waiting_in_an_nccl_collective() -> None:
         assert shown.rows[1][0] == "failed"
         assert all(shown.rows[r] == ("stopped", "rank 1 failed") for r in range(count) if r != 1)
         done = pool.execute(CHECK.split("\n", 1)[1], want_value=True)  # a rebuilt group
+        expected = [float(count * (count + 1) / 2)] * 4
+        assert [load_value(done[r]) for r in range(count)] == [expected] * count
+    finally:
+        pool.stop()
+
+
+KILLED = """
+import os, signal, torch, torch.distributed as dist
+held = torch.ones(1 << 20, device=accelerator.device)  # GPU memory the dead rank gives back
+if rank == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+dist.all_reduce(torch.ones(1, device=accelerator.device))
+"""
+
+
+@two_gpus
+@pytest.mark.timeout(300)
+def test_a_killed_rank_on_a_gpu_is_replaced_and_joins_a_new_nccl_group() -> None:
+    from nb_accel.errors import WorkerDiedError
+    from nb_accel.launch.pool import WorkerPool, load_value
+
+    count = cuda_facts.cuda_device_count()
+    pool = WorkerPool(count, timeout=600)
+    pool.start()
+    try:
+        with pytest.raises(WorkerDiedError, match="rank 1") as died:
+            pool.execute(KILLED)
+        assert "Rank 1 died and was replaced" in "\n".join(died.value.__notes__)
+        done = pool.execute(CHECK.split("\n", 1)[1], want_value=True)  # the new rank 1 in it
         expected = [float(count * (count + 1) / 2)] * 4
         assert [load_value(done[r]) for r in range(count)] == [expected] * count
     finally:

@@ -75,7 +75,11 @@ def train(
             progress.step += 1
             if progress.step % every == 0:
                 accelerator.save_state()
-            if progress.step == kill_at and not restarted and accelerator.process_index == kill_rank:
+            if (
+                progress.step == kill_at
+                and not restarted
+                and accelerator.process_index == kill_rank
+            ):
                 os.kill(os.getpid(), signal.SIGKILL)
     weights = accelerator.unwrap_model(model).state_dict()
     return progress.step, {name: value.detach().clone() for name, value in weights.items()}

@@ -1,5 +1,6 @@
 """A failing ``%%distributed`` cell: the failing rank is the cause, and it frees the ranks left
-waiting for it in a collective at once, which are shown stopped by it.
+waiting for it in a collective at once, which are shown stopped by it; a rank that dies is
+replaced by a new process, and the others keep their variables.
 
 The collective timeout is far above the test's own timeout: a rank left waiting is freed by
 the failed rank releasing its process group, or the test fails; the timeout never does it."""
@@ -9,8 +10,9 @@ from __future__ import annotations
 import pytest
 from shown_rows import ShownRows
 
-from nb_accel.errors import WorkerFailure, is_peer_loss
+from nb_accel.errors import WorkerDiedError, WorkerFailure, is_peer_loss
 from nb_accel.launch.pool import WorkerPool
+from nb_accel.launch.pool_ranks.values import load_value
 
 #: The test's own bound (seconds); the pool's collective timeout is ten times that.
 TEST_TIMEOUT_S = 60
@@ -50,3 +52,53 @@ def test_a_failed_rank_frees_the_ranks_waiting_for_it_and_they_are_shown_stopped
         0: ("stopped", "rank 1 failed"),
         2: ("stopped", "rank 1 failed"),
     }
+
+
+KILLED_IN_A_COLLECTIVE = """
+import os, signal
+import torch
+import torch.distributed as dist
+from nb_accel import resident
+built = resident("built", list)
+built.append(rank)
+if rank == 1:
+    os.kill(os.getpid(), signal.SIGKILL)
+dist.all_reduce(torch.ones(1))  # the other ranks wait here: rank 1's death frees them
+"""
+
+WHOLE_AGAIN = """
+import torch
+import torch.distributed as dist
+from nb_accel import resident
+total = torch.ones(1)
+dist.all_reduce(total)
+(total.item(), "kept" in globals(), len(resident("built", list)))
+"""
+
+
+@pytest.mark.timeout(TEST_TIMEOUT_S)
+def test_a_killed_rank_is_replaced_and_the_others_keep_their_variables() -> None:
+    pool = WorkerPool(3, cpu=True, timeout=COLLECTIVE_TIMEOUT_S)
+    pool.start()
+    shown = ShownRows()
+    try:
+        pool.execute("kept = rank")
+        before = [status.pid for status in pool.status()]
+        with pytest.raises(
+            WorkerDiedError, match=r"rank 1 \(pid \d+\) was killed by SIGKILL"
+        ) as info:
+            pool.execute(KILLED_IN_A_COLLECTIVE, view=shown)
+        assert pool.running  # whole again, with a new process for rank 1
+        after = [status.pid for status in pool.status()]
+        assert after[0] == before[0] and after[2] == before[2] and after[1] != before[1]
+        done = pool.execute(WHOLE_AGAIN, want_value=True)
+        values = [load_value(reply) for _, reply in sorted(done.items())]
+    finally:
+        pool.stop()
+    notes = "\n".join(info.value.__notes__)
+    assert f"Rank 1 died and was replaced by a new process (pid {after[1]})" in notes
+    assert "The variables rank 1 held are gone (the other ranks kept theirs)" in notes
+    assert "Ranks 0, 2 were stopped by this failure." in str(info.value)
+    assert shown.rows[0] == ("stopped", "rank 1 failed")
+    # the new rank 1 joined the group; its namespace and residents start afresh
+    assert values == [(3.0, True, 1), (3.0, False, 0), (3.0, True, 1)]

@@ -86,10 +86,10 @@ def test_interrupt_stops_the_cell_on_every_rank_and_keeps_the_namespace() -> Non
         assert after.status == "ok"
 
 
-def test_a_killed_worker_is_reported_and_restart_brings_the_pool_back() -> None:
+def test_a_killed_worker_is_replaced_and_restart_brings_a_fresh_pool() -> None:
     with running_kernel() as (manager, client):
         _ok(client, "%load_ext nb_accel")
-        _ok(client, "%%distributed -n 2\nrank")
+        _ok(client, "%%distributed -n 2\nkept = rank * 10")
         killed = run_cell(
             client,
             "%%distributed\nimport os, signal, time\n"
@@ -97,6 +97,14 @@ def test_a_killed_worker_is_reported_and_restart_brings_the_pool_back() -> None:
         )
         assert killed.status == "error" and killed.ename == "WorkerDiedError"
         assert "rank 1" in killed.evalue and "SIGKILL" in killed.evalue
+        shown = "\n".join(killed.traceback)
+        assert "Rank 1 died and was replaced by a new process" in shown
+        assert "The variables rank 1 held are gone" in shown
+        # the pool is whole again at once: rank 0 kept its variable, rank 1's is gone
+        whole = "%%distributed -o found\nimport torch, torch.distributed as dist\n"
+        whole += "t = torch.ones(1)\ndist.all_reduce(t)\n(t.item(), 'kept' in globals())"
+        _ok(client, whole)
+        assert _ok(client, "print(found)").stdout.strip() == "[(2.0, True), (2.0, False)]"
         _ok(client, "%distributed restart")
         assert _plain(_ok(client, "%%distributed -o ranks\nrank")) == ""
         assert _ok(client, "print(ranks)").stdout.strip() == "[0, 1]"
@@ -231,7 +239,9 @@ def test_rough_edges_get_clear_answers() -> None:
         wait_until(lambda: process_ended(pids[1]), "rank 1's death")
         gone = run_cell(client, "%%distributed\nrank")
         assert gone.ename == "WorkerDiedError" and "rank 1" in gone.evalue
-        assert "has stopped" in _ok(client, "%distributed status").stdout
+        assert "Rank 1 died and was replaced by a new process" in "\n".join(gone.traceback)
+        assert "has stopped" not in _ok(client, "%distributed status").stdout
+        assert _plain(_ok(client, "%%distributed\nrank")) == "0"
         _ok(client, "%distributed restart")
         _ok(client, "%reload_ext nb_accel")  # stops the pool instead of orphaning it
         assert "no pool" in _ok(client, "%distributed status").stdout

@@ -109,7 +109,8 @@ class EventDispatcher:
         self._hooks = _NO_HOOKS
 
     def new_attempt(self) -> None:
-        """Forget the results and failures so far: the group was restarted."""
+        """Forget the results and failures so far: the group was restarted (or a pool's dead
+        ranks replaced)."""
         self.results.clear()
         self.failures = FailureLog(self._given_view)
 

@@ -83,6 +83,8 @@ class PoolRanks(ABC):
     cell: int
     done: dict[int, CellDone]
     place_of: Callable[[int], str] | None = None
+    #: Whether a rank that died can be replaced by a new process (:meth:`replace`).
+    replaces_dead_ranks: bool = False
 
     def take_reply(self, event: Event) -> None:
         """Keep ``event`` if it is a reply to the current command; answer a rank's debugger
@@ -147,6 +149,12 @@ class PoolRanks(ABC):
         shared-memory segments it named, which no rank maps any more."""
         for segment in segments_of(data):
             remove_segment(segment)
+
+    def replace(self, ranks: list[int], joins_at: int) -> list[int]:
+        """Start a new process in place of each of ``ranks`` (which died), joining the other
+        ranks' process group as they make it anew at command ``joins_at``; the new pids.
+        Only where :attr:`replaces_dead_ranks` says so."""
+        raise NotImplementedError
 
     @abstractmethod
     def stop(self, graceful: bool) -> None:

@@ -18,7 +18,7 @@ from ...runtime.transfer.sent_buffers import SentBuffers
 from ...runtime.workers.pool_worker import serve
 from ..debugging.prompts import prompt_clock
 from ..failures.whereabouts import RankStack, abort_collectives, take_stacks
-from ..payload import launch_payload
+from ..payload import LaunchPayload, launch_payload
 from ..plan import LaunchPlan
 from ..processes import WorkerProcess, multiprocessing_helpers, resident_mb
 from ..scratch import make_scratch_dir
@@ -33,12 +33,18 @@ __all__ = ["LocalRanks", "start_local_ranks"]
 class LocalRanks(WorkerGroup, PoolRanks):
     """The pool's worker processes on this machine.
 
+    A rank that dies is replaced by a new process (:meth:`replace`).
+
     Args:
         workers: the started workers, in rank order.
         plan: the pool's plan.
         folder: the pool's folder (its store, stacks and shared buffers).
         helpers: what the start method holds open (closed when the ranks stop).
+        payload: what every worker runs (the command loop), for the ranks started later.
+        clock: the pool's prompt clock file.
     """
+
+    replaces_dead_ranks = True
 
     def __init__(
         self,
@@ -46,12 +52,16 @@ class LocalRanks(WorkerGroup, PoolRanks):
         plan: LaunchPlan,
         folder: str,
         helpers: contextlib.ExitStack,
+        payload: LaunchPayload | None = None,
+        clock: str = "",
     ) -> None:
         self.output = CellOutput()
         super().__init__(workers, self.output, plan.timeout_s, flush_output=self.output.flush_due)
         self._plan = plan
         self._store = folder
         self._helpers = helpers
+        self._payload = payload
+        self._clock = clock
         self._sent = SentBuffers(folder)
         self.done = {}
         self.cell = -1
@@ -120,6 +130,28 @@ class LocalRanks(WorkerGroup, PoolRanks):
             for w in self.workers
         ]
 
+    def replace(self, ranks: list[int], joins_at: int) -> list[int]:
+        """Start a new worker in place of each of ``ranks`` (dead, reaped here); they join
+        the others' process group as it is made anew at command ``joins_at``. The failures
+        noted so far (the deaths) are forgotten."""
+        assert self._payload is not None, "a pool's ranks know their payload"
+        for rank in ranks:
+            self.workers[rank].reap()
+            self.workers[rank].close()
+        started: list[WorkerProcess] = []
+        try:
+            start_workers(
+                self._plan, self._store, self._payload, started, self._clock, ranks, joins_at
+            )
+        finally:
+            for worker in started:  # stopped with the others whatever happens next
+                self.workers[worker.rank] = worker
+                self._open[worker.rank] = worker
+                self._exited.discard(worker.rank)
+                self._pollers.pop(worker.rank, None)
+        self.events.new_attempt()
+        return [worker.pid for worker in started]
+
     def died(self, world_size: int, timeout_s: float) -> BaseException:
         """The dead ranks' failures, as one exception."""
         return self._failures.exception(world_size, {}, timeout_s)
@@ -156,4 +188,4 @@ def start_local_ranks(plan: LaunchPlan) -> LocalRanks:
     except BaseException:
         LocalRanks(workers, plan, folder, helpers).stop()
         raise
-    return LocalRanks(workers, plan, folder, helpers)
+    return LocalRanks(workers, plan, folder, helpers, payload, clock)

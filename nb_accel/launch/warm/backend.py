@@ -77,7 +77,7 @@ class WarmLauncher(LaunchBackend):
 
     def wait(self) -> list[Any] | BaseException:
         """Run the call on every warm worker: the results in rank order, or the exception to
-        raise (a rank's failure leaves the workers warm; a dead rank stops them)."""
+        raise (a rank's failure leaves the workers warm; a dead rank is replaced)."""
         assert self._pool is not None, "start() first"
         call = self._call
         try:

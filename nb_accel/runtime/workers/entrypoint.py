@@ -26,7 +26,13 @@ from .fd_forwarder import faulthandler_to_stderr
 from .lifecycle import RankStart, StopRequested, live_as_rank, send_flushed
 from .outcomes import deadline_failure, failure_event, result_event
 from .rank_group import OwnDeadline, bound_device, leave_process_group, use_rank_device
-from .regroup import abort_process_group
+from .regroup import (
+    GroupOrigin,
+    Settle,
+    abort_process_group,
+    join_process_group,
+    keep_root_store,
+)
 from .spec import WorkerArgs, unpack_payload
 from .trainer_support import reached_by, set_up_training_arguments
 
@@ -49,6 +55,12 @@ def _init_process_group(args: WorkerArgs) -> None:
     channel = current_channel()
     report = None if channel is None else partial(_report_timeout, channel, args.rank)
     deadline = OwnDeadline(args.timeout_s, args.prompt_clock, report)
+    keep_root_store(store)  # a group made anew hangs from it, where a new rank finds it
+    if args.joins_at >= 0:  # in place of a rank that died: the others make the group anew
+        deadline.start()
+        origin = GroupOrigin(store, args.backend, args.rank, args.world_size)
+        join_process_group(origin, Settle(args.joins_at, args.timeout_s))
+        return
     dist.init_process_group(
         args.backend,
         store=store,

@@ -54,6 +54,8 @@ __all__ = [
     "current_group",
     "forget_abort_for_peer",
     "free_for_deadline",
+    "join_process_group",
+    "keep_root_store",
     "let_go_of_process_group",
     "release_broken_group",
     "release_process_group",
@@ -117,6 +119,12 @@ _NEEDED_FOR = (
 #: The store the groups this process made anew hang from (each under a prefix of its own), so
 #: that a group made from a remade group does not nest prefixes ever deeper.
 _root: list[dist.Store] = []
+
+
+def keep_root_store(store: dist.Store) -> None:
+    """Make groups anew from ``store`` (the one this rank's first group was made from), so
+    that a rank started later, which has only that store, finds the others' keys."""
+    _root[:] = [store]
 
 
 def current_group() -> GroupOrigin:
@@ -283,6 +291,13 @@ def remake_process_group(group: GroupOrigin, prefix: str, timeout_s: float) -> N
         dist.barrier()  # every connection made, to note them
         note_group_sockets(before)
     forget_in_flight()  # the dropped group's collectives (an aborted one may never retire)
+
+
+def join_process_group(origin: GroupOrigin, settle: Settle) -> None:
+    """A rank started in place of one that died: join the process group the other ranks make
+    anew at ``settle`` (from ``origin``'s store). This rank has no group, so they do."""
+    _released[:] = [origin]
+    settle_process_group(settle)
 
 
 def settle_process_group(settle: Settle) -> tuple[int, ...] | None:

@@ -74,6 +74,9 @@ class WorkerArgs:
             kernel to open the debugger on its frames (0: it exits at once).
         prompt_clock: the kernel's prompt clock file: the rank keeps the launch's collective
             timeout itself, time at prompts left out (empty: torch keeps it).
+        joins_at: for a pool's rank started in place of one that died, the pool's command
+            at which the other ranks make their process group anew with it (-1: the rank
+            makes the group with the others as they all start).
     """
 
     rank: int
@@ -91,6 +94,7 @@ class WorkerArgs:
     env: dict[str, str] = field(default_factory=dict)
     post_mortem_s: float = 0.0
     prompt_clock: str = ""
+    joins_at: int = -1
 
     def rank_environment(self) -> dict[str, str]:
         """The environment variables torchrun would set for this rank, those that make
