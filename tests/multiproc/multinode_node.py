@@ -9,6 +9,7 @@ launch before it has ended, as the markers in :data:`RUNS_FOLDER` say.
 
 from __future__ import annotations
 
+import builtins
 import json
 import os
 import signal
@@ -107,6 +108,7 @@ def work(scenario: str) -> dict[str, Any] | None:
         time.sleep(20)  # the test interrupts a node meanwhile
     if scenario in ("fail", "restart", "sleep"):
         dist.barrier()
+    answer = input(f"name of rank {rank}? ") if scenario == "ask" and rank == 3 else ""
     gathered = accelerator.gather(torch.tensor([rank]))
     if scenario == "late_fail" and rank == 3:
         raise ValueError("rank 3 fails after the last collective")
@@ -119,6 +121,7 @@ def work(scenario: str) -> dict[str, Any] | None:
         "attempt": attempt,
         "main": accelerator.is_main_process,
         "run_id": os.environ.get("TORCHELASTIC_RUN_ID"),
+        "answer": answer,
     }
 
 
@@ -164,6 +167,8 @@ def main() -> None:
         options["rdzv_endpoint"] = endpoint
     if node_rank != "-":
         options["node_rank"] = int(node_rank)
+    if "ask" in scenario.split(","):  # what the user types at this node's kernel
+        builtins.input = lambda prompt="": print(f"asked {prompt!r}", flush=True) or "ada"
     folder = os.environ.get(RUNS_FOLDER)  # only where a test waits for the markers
     runs = []
     for number, one in enumerate(scenario.split(",")):

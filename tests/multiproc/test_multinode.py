@@ -203,6 +203,13 @@ def test_max_restarts_restarts_the_group_after_a_failure(tmp_path: Path) -> None
 
 
 @pytest.mark.timeout(200)
+def test_input_on_a_node_is_asked_in_that_node_s_kernel(tmp_path: Path) -> None:
+    node0, node1 = _two_nodes(tmp_path, "ask", "num_nodes=2")
+    assert [r["answer"] for r in node0["results"] + node1["results"]] == ["", "", "", "ada"]
+    assert "asked '[rank 3] name of rank 3? '" in node1["output"] and "asked" not in node0["output"]
+
+
+@pytest.mark.timeout(200)
 def test_without_restarts_the_same_failure_ends_the_launch(tmp_path: Path) -> None:
     node0, _ = _two_nodes(tmp_path, "restart", "num_nodes=2")
     assert node0.get("error") == "RuntimeError", node0

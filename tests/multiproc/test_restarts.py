@@ -109,3 +109,25 @@ def test_a_run_killed_mid_epoch_resumes_to_the_same_weights(tmp_path: Path) -> N
     # the first attempt wrote checkpoints 0-3 (steps 5-20), the second 4-5 (steps 25, 30)
     names = sorted(path.name for path in (tmp_path / "resumed" / "checkpoints").iterdir())
     assert names == [f"checkpoint_{number}" for number in range(6)]
+
+
+def stops_at_a_breakpoint_on_rank_one() -> int:
+    if dist.get_rank() == 1:
+        breakpoint()
+    dist.barrier()
+    return dist.get_rank()
+
+
+@pytest.mark.timeout(120)
+def test_a_breakpoint_asks_in_the_kernel(
+    monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]
+) -> None:
+    """The agent's workers ask the kernel too (as every launch's do), on a thread of its own
+    while the agent holds the main thread."""
+    answers = iter(["p dist.get_rank() * 7", "c"])
+    asked: list[str] = []
+    monkeypatch.setattr("builtins.input", lambda prompt="": asked.append(prompt) or next(answers))
+    results = notebook_launcher(stops_at_a_breakpoint_on_rank_one, num_processes=2, max_restarts=1)
+    assert results == [0, 1]
+    assert asked == ["(Pdb rank 1) ", "(Pdb rank 1) "]
+    assert "[rank 1] 7" in capfd.readouterr().out

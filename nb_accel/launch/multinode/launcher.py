@@ -36,6 +36,7 @@ from typing import Any, ClassVar
 from ..._messages import TrackerRun
 from ..._openmp import release_openmp_threads
 from ...errors import LaunchError
+from ...runtime.debugging.breakpoints import PROMPTS_VARIABLE
 from ...runtime.transfer.segments import SHARE_DIR_ENV
 from ...runtime.workers.node_worker import NodeWorkerArgs, global_rank, node_worker_main
 from ...runtime.workers.spec import Payload
@@ -246,7 +247,8 @@ class NodesLauncher(LaunchBackend):
         self._events = events
         self._log_dir = make_scratch_dir("nodes")
         payload = sealed(self.payload, self._log_dir)  # big buffers in this node's folder
-        env = worker_env(plan, single_node=not nodes.multi_node)
+        # the kernel answers their prompts (input(), breakpoints), on the events' thread
+        env = {**worker_env(plan, single_node=not nodes.multi_node), PROMPTS_VARIABLE: "1"}
         on_restart = functools.partial(_tell_restart, events, nodes.node_rank, plan.num_processes)
         self._run = agent_run(
             plan, nodes, events.address, authkey, payload, env, self._log_dir, on_restart

@@ -20,8 +20,9 @@ from multiprocessing import AuthenticationError
 from multiprocessing.connection import Client, Connection, Listener, wait
 from typing import Any
 
-from ..._messages import Output, Report, Started, decode
+from ..._messages import Output, Prompt, Report, Started, decode
 from ..captured import TAIL_BYTES
+from ..debugging.prompts import answer_prompt
 from ..failures.failure_log import FailureLog
 from ..launchers.dispatch import TICK_S, DispatchHooks, EventDispatcher
 from ..views.output import OutputSink
@@ -233,6 +234,7 @@ class NodeHooks(DispatchHooks):
 
     def __init__(self, on_output: OutputSink, view: LaunchView, max_restarts: int = 0) -> None:
         tails = _StderrTails(on_output)
+        self._output = on_output
         #: The restarts so far, and what caused them.
         self.restarts = Restarts(max_restarts)
         self.events = EventDispatcher(tails, view, self, on_output.flush_due)
@@ -321,8 +323,13 @@ class NodeEvents(WorkerListener, NodeHooks):
         self.listen()
 
     def on_frame(self, data: bytes, conn: Connection) -> None:
-        """Handle the event."""
-        self.events.handle(decode(data), conn)
+        """Handle the event; a rank's prompt (its debugger, ``input()``) is asked here, in the
+        kernel, and answered on ``conn`` (the other ranks' events wait meanwhile)."""
+        event = decode(data)
+        if isinstance(event, Prompt):
+            answer_prompt(event, self._output.flush, conn.send_bytes)
+            return
+        self.events.handle(event, conn)
 
     def on_wake(self) -> float | None:
         """Write held-back output when due."""

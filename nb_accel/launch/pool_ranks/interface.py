@@ -66,6 +66,10 @@ class CellOutput:
         """See :meth:`OutputPrinter.flush_due`."""
         return self.printer.flush_due()
 
+    def flush(self) -> None:
+        """See :meth:`OutputPrinter.flush`."""
+        self.printer.flush()
+
 
 class PoolRanks(ABC):
     """A started pool's ranks and their events.

@@ -85,6 +85,9 @@ class OutputSink(Protocol):
     def flush_due(self) -> float | None:
         """Write held-back output when due; the seconds until more is due (``None``: none)."""
 
+    def flush(self) -> None:
+        """Write all held-back output now (a prompt follows it)."""
+
 
 class BarLine(Protocol):
     """A view that draws a bar on the terminal line where printed output would go."""
