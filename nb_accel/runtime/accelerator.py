@@ -26,7 +26,7 @@ from .options import (
     InitProcessGroupKwargs,
     ProjectConfiguration,
 )
-from .parallelism import ParallelismConfig, parallelism_from_environment
+from .parallelism import ParallelismConfig, fit_to_run, parallelism_from_environment
 from .process_group import apply_process_group_options, init_process_group_kwargs
 from .process_methods import ProcessMethods
 from .sharding.fsdp2 import fsdp_plugin_from
@@ -196,9 +196,13 @@ class Accelerator(
             **init_process_group_kwargs(init_handler),
         )
         self.state.dynamo_plugin = self._dynamo_plugin
+        self.state.device_mesh = None
         if parallelism is not None:
             sharded = self.state.fsdp_plugin is not None
-            parallelism.fit_to(self.state.num_processes, sharded)
+            device_type = self.state.device.type
+            fit_to_run(parallelism, self.state.num_processes, sharded, device_type)
+            if self.state.num_processes > 1:  # every process builds it: its groups are made
+                self.state.device_mesh = parallelism.get_device_mesh(device_type)
         self.state.parallelism_config = parallelism
         apply_process_group_options(init_handler)
         self._partial = PartialState()

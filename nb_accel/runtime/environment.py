@@ -22,6 +22,7 @@ from .device_types.cuda_facts import cuda_device_count
 
 __all__ = [
     "clear_environment",
+    "compare_versions",
     "purge_accelerate_environment",
     "is_torch_version",
     "is_cuda_available",
@@ -154,6 +155,29 @@ def is_torch_version(operation: str, version: str) -> bool:
     import torch
 
     return compare(torch.torch_version.TorchVersion(torch.__version__), version)
+
+
+def compare_versions(library_or_version: Any, operation: str, requirement_version: str) -> bool:
+    """Compare an installed library's version (by its distribution name) or a version (a
+    ``packaging`` ``Version`` or its text) with ``requirement_version``:
+    ``compare_versions("transformers", ">=", "4.52.0")``."""
+    from packaging.version import Version, parse
+
+    compare = _COMPARISONS.get(operation)
+    if compare is None:
+        raise ValueError(
+            f"compare_versions: unknown operation {operation!r}; use one of "
+            + ", ".join(repr(o) for o in _COMPARISONS)
+        )
+    found = library_or_version
+    if isinstance(found, str):
+        try:
+            found = parse(importlib.metadata.version(found))
+        except importlib.metadata.PackageNotFoundError:
+            found = parse(found)  # a version given as text
+    if not isinstance(found, Version):
+        found = parse(str(found))
+    return compare(found, parse(requirement_version))
 
 
 def _installed(module: str, distribution: str | None = None) -> bool:

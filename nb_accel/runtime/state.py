@@ -310,6 +310,8 @@ class AcceleratorState(_SharedState):
     #: The ``Accelerator``'s :class:`~nb_accel.runtime.parallelism.ParallelismConfig` (None:
     #: none given), set when it is made.
     parallelism_config: Any
+    #: Its device mesh (None: none, or one process).
+    device_mesh: Any
 
     def __init__(
         self,

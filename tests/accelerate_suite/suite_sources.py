@@ -28,7 +28,7 @@ SCRIPTS = (
     "test_ddp_comm_hook",
 )
 #: The unit tests taken from the source distribution.
-UNIT_TESTS = ("test_data_loader", "test_tracking")
+UNIT_TESTS = ("test_data_loader", "test_tracking", "test_dataclasses")
 
 _FIXTURES = re.compile(r"\baccelerate\.test_utils(?:\.testing|\.training)?\b")
 _IMPORT = re.compile(r"^(\s*)(from|import)(\s+)accelerate\b", re.MULTILINE)

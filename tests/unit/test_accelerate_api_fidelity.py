@@ -4,6 +4,8 @@ and refuse, what the helpers return, the exceptions user code catches."""
 from __future__ import annotations
 
 import inspect
+import logging
+import math
 import warnings
 from pathlib import Path
 
@@ -161,8 +163,21 @@ class _Tied(torch.nn.Module):
         self.head.weight = self.embed.weight
 
 
+def test_unwrapping_without_the_fp32_wrapper_gives_back_the_original_forward() -> None:
+    import pickle
+
+    from nb_accel.utils import convert_outputs_to_fp32, extract_model_from_parallel
+
+    model = torch.nn.Linear(2, 2)
+    model._original_forward = model.forward  # as Accelerate's code and tests do
+    model.forward = convert_outputs_to_fp32(model.forward)  # type: ignore[method-assign]
+    plain = extract_model_from_parallel(model, keep_fp32_wrapper=False)
+    assert "forward" not in vars(plain) and "_original_forward" not in vars(plain)
+    pickle.dumps(plain)  # nothing of the wrapper left
+
+
 def test_save_with_safetensors_stores_tied_weights_once_and_names_the_dropped(
-    tmp_path: Path,
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
     from safetensors.torch import load_file
 
@@ -170,8 +185,12 @@ def test_save_with_safetensors_stores_tied_weights_once_and_names_the_dropped(
 
     model = _Tied()
     path = tmp_path / "tied.safetensors"
-    with pytest.warns(UserWarning, match=r"left out 'head.weight' \(same memory as 'embed.weight'"):
+    with caplog.at_level(logging.WARNING):  # a logging record, as Accelerate's
         save(model.state_dict(), path, safe_serialization=True)
+    (record,) = caplog.records
+    assert record.getMessage().startswith(
+        "Removed shared tensor(s) 'head.weight' (same memory as 'embed.weight') while saving"
+    )
     stored = load_file(path)
     assert list(stored) == ["embed.weight"]
     assert torch.equal(stored["embed.weight"], model.embed.weight)
@@ -398,25 +417,64 @@ def test_parallelism_config_takes_accelerates_sizes_and_environment(
 
 
 @pytest.mark.parametrize(
-    ("sizes", "refused"),
+    ("sizes", "names", "shape"),
     [
-        ({"tp_size": 2}, "tensor parallelism is not supported"),
-        ({"cp_size": 2}, "context parallelism is not supported"),
-        ({"sp_size": 2}, "sequence parallelism is not supported"),
-        ({"dp_replicate_size": 2, "dp_shard_size": 2}, r"\(HSDP\) is not supported"),
+        ({"dp_replicate_size": 8}, ("dp_replicate",), (8,)),
+        ({"dp_shard_size": 8}, ("dp_shard",), (8,)),
+        ({"dp_replicate_size": 2, "dp_shard_size": 4}, ("dp_replicate", "dp_shard"), (2, 4)),
+        ({"dp_shard_size": 4, "tp_size": 2}, ("dp_shard", "tp"), (4, 2)),
+        ({"dp_shard_size": 2, "cp_size": 2, "tp_size": 2}, ("dp_shard", "cp", "tp"), (2, 2, 2)),
     ],
 )
-def test_parallelism_nb_accel_does_not_run_is_refused_naming_what_it_runs(
-    sizes: dict[str, int], refused: str
+def test_a_parallelism_config_lays_out_accelerates_mesh(
+    sizes: dict[str, int], names: tuple[str, ...], shape: tuple[int, ...]
 ) -> None:
     from nb_accel.parallelism_config import ParallelismConfig
 
-    with pytest.raises(NotImplementedError, match=refused) as info:
-        ParallelismConfig(**sizes)
-    assert "dp_replicate_size (DistributedDataParallel) or dp_shard_size (FSDP2" in str(info.value)
+    config = ParallelismConfig(**sizes)
+    assert config._get_mesh() == (names, shape)
+    assert config.total_size == math.prod(shape)
+    assert config.fsdp_dim_names[-1] == "dp_shard_cp"
+    if "tp" in names:
+        assert config.tp_handler is not None and config.non_dp_dim_names[0] == "tp"
 
 
-def test_context_parallel_options_import_and_are_refused_when_used() -> None:
+def test_a_parallelism_config_refuses_what_cannot_compose() -> None:
+    from nb_accel.parallelism_config import ParallelismConfig
+
+    with pytest.raises(ValueError, match="composes with FSDP2, not with replicas alone"):
+        ParallelismConfig(dp_replicate_size=2, tp_size=2)
+    with pytest.raises(ValueError, match="context and sequence parallelism split the same"):
+        ParallelismConfig(cp_size=2, sp_size=2)
+    with pytest.raises(ValueError, match="cp_backend must be 'torch'"):
+        ParallelismConfig(cp_backend="ring")
+    with pytest.raises(ValueError, match="PARALLELISM_CONFIG_TP_SIZE='two' is not a whole"):
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setenv("PARALLELISM_CONFIG_TP_SIZE", "two")
+            ParallelismConfig()
+
+
+@pytest.mark.parametrize(
+    ("sizes", "device", "refused", "kind"),
+    [
+        ({"tp_size": 2}, "cpu", "tensor parallelism is not supported yet", NotImplementedError),
+        ({"sp_size": 2}, "cpu", "sequence parallelism is DeepSpeed's", NotImplementedError),
+        ({"cp_size": 2}, "cpu", "context parallelism runs on CUDA GPUs only", ValueError),
+        ({"cp_size": 2}, "cuda", "context parallelism is not supported yet", NotImplementedError),
+    ],
+)
+def test_what_nb_accel_does_not_run_is_refused_before_training(
+    sizes: dict[str, int], device: str, refused: str, kind: type[Exception]
+) -> None:
+    from nb_accel.parallelism_config import ParallelismConfig
+    from nb_accel.runtime.parallelism import fit_to_run
+
+    config = ParallelismConfig(**sizes)  # describing the layout is fine
+    with pytest.raises(kind, match=refused):
+        fit_to_run(config, 2, sharded=False, device_type=device)
+
+
+def test_context_parallel_options_take_accelerates_strategies() -> None:
     from nb_accel.parallelism_config import ParallelismConfig, TorchContextParallelConfig
     from nb_accel.utils import TorchContextParallelConfig as from_utils
     from nb_accel.utils import TorchTensorParallelConfig
@@ -424,10 +482,10 @@ def test_context_parallel_options_import_and_are_refused_when_used() -> None:
     assert from_utils is TorchContextParallelConfig
     assert TorchContextParallelConfig().cp_comm_strategy == "allgather"
     assert TorchTensorParallelConfig().enable_async_tp is False
-    with pytest.raises(ValueError, match="cp_comm_strategy='ring'"):
+    with pytest.raises(ValueError, match="Invalid cp_comm_strategy: ring"):
         TorchContextParallelConfig(cp_comm_strategy="ring")
-    with pytest.raises(NotImplementedError, match="context parallelism"):
-        ParallelismConfig(cp_size=2, cp_handler=TorchContextParallelConfig())
+    chosen = ParallelismConfig(cp_size=2, cp_handler=TorchContextParallelConfig("alltoall"))
+    assert chosen.cp_handler is not None and chosen.cp_handler.cp_comm_strategy == "alltoall"
     with pytest.warns(UserWarning, match="cp_handler is ignored"):
         ParallelismConfig(cp_handler=TorchContextParallelConfig())
 
@@ -443,7 +501,8 @@ def test_the_accelerator_checks_a_parallelism_config_against_its_processes() -> 
     accelerator = Accelerator(cpu=True, parallelism_config=config)
     assert accelerator.parallelism_config is config and config.total_size == 1
     assert accelerator.data_parallel_rank == accelerator.data_parallel_shard_rank == 0
-    assert accelerator.tensor_parallel_rank == 0
+    assert accelerator.tensor_parallel_rank == accelerator.context_parallel_rank == 0
+    assert accelerator.torch_device_mesh is None  # one process: no mesh
     with pytest.raises(ValueError, match=r"spans 2 processes .* but this run has 1"):
         Accelerator(cpu=True, parallelism_config=ParallelismConfig(dp_replicate_size=2))
 

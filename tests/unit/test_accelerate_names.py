@@ -570,7 +570,6 @@ def test_the_documented_names_are_accelerates() -> None:
 #: Public members of Accelerate's ``Accelerator`` that nb_accel's leaves out, with the reason.
 ACCELERATOR_LEFT_OUT = {
     "deepspeed_ulysses_dl_adapter": "DeepSpeed's sequence parallelism is not supported",
-    "torch_device_mesh": "nb_accel builds no device mesh: its data parallelism spans every process",
     "should_save_model": "a step of Accelerate's saving under a device mesh",
 }
 
@@ -593,9 +592,10 @@ def test_the_accelerators_members_for_what_nb_accel_does_not_run() -> None:
     buffers = [torch.arange(4)]
     with accelerator.maybe_context_parallel(buffers=buffers, buffer_seq_dims=[0]):
         assert buffers[0].tolist() == [0, 1, 2, 3]  # no context parallelism: left whole
-    for name in ("context_parallel_rank", "pipeline_parallel_rank"):
-        with pytest.raises(NotImplementedError, match="parallelism is not supported"):
-            getattr(accelerator, name)
+    with pytest.raises(NotImplementedError, match="pipeline parallelism is not supported"):
+        _ = accelerator.pipeline_parallel_rank
+    with pytest.raises(RuntimeError, match="Context parallelism is not configured"):
+        _ = accelerator.context_parallel_rank
     with pytest.raises(NotImplementedError, match="LOMO optimizers are not supported"):
         accelerator.lomo_backward(torch.ones(()), learning_rate=0.1)
     model = torch.nn.Sequential(torch.nn.Linear(1, 1))

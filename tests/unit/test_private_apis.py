@@ -144,6 +144,13 @@ USES: tuple[Use, ...] = (
     ),
     Use(
         "torch",
+        ("torch.distributed.device_mesh:DeviceMesh._flatten",),
+        ("runtime/parallelism/config.py",),
+        "joins dimensions of a ParallelismConfig's mesh into the dp, dp_shard_cp and dp_cp "
+        "dimensions Accelerate's mesh has; torch has no public call for it",
+    ),
+    Use(
+        "torch",
         ("torch.distributed.elastic.agent.server.api:SimpleElasticAgent._rendezvous",),
         ("launch/multinode/elastic_agent.py",),
         "overridden: the nodes meet after each rendezvous; the agent has no public hook there",

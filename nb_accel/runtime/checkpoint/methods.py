@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 import warnings
@@ -412,8 +413,8 @@ def save(
         from safetensors.torch import save_file
 
         tensors, metadata, tied = safetensors_contents(obj)
-        if tied:
-            warnings.warn(_tied_note(tied), stacklevel=2)
+        if tied:  # a logging record, as Accelerate's (its tests look for it with assertLogs)
+            logging.getLogger(__name__).warning(_tied_note(tied))
         save_file(tensors, os.fspath(Path(f).expanduser()), metadata=metadata)
     else:
         torch.save(obj, Path(f).expanduser() if isinstance(f, (str, os.PathLike)) else f)
@@ -435,7 +436,8 @@ def _tied_note(tied: dict[str, str]) -> str:
     """The warning for names left out of a safetensors file because they share memory."""
     pairs = ", ".join(f"{dropped!r} (same memory as {kept!r})" for dropped, kept in tied.items())
     return (
-        f"save(safe_serialization=True) stored shared tensors once and left out {pairs}: "
+        f"Removed shared tensor(s) {pairs} while saving: save(safe_serialization=True) stored "
+        "shared memory once; "
         "load_checkpoint_in_model ties them again; with safetensors' load_file, tie them "
         "after loading (or load the state dict with strict=False)"
     )

@@ -115,8 +115,10 @@ def shard_model(
     plugin: FullyShardedDataParallelPlugin,
     device: torch.device,
     mixed_precision: str,
+    mesh: Any = None,
 ) -> ShardedModel:
-    """Shard ``model`` in place across the default process group.
+    """Shard ``model`` in place across the default process group (across ``mesh``, when
+    given: a 2-D mesh of replicas and shards makes HSDP).
 
     Every process ends up with rank 0's values (as DistributedDataParallel does), broadcast
     into the shards; with ``cpu_ram_efficient_loading`` only rank 0 needs real weights, the
@@ -147,7 +149,9 @@ def shard_model(
         units = checkpoint_units(model, units, bool(plugin.activation_checkpointing_offload))
     before = dict(model.named_parameters())  # after the wrappers, which rename parameters
     options: dict[str, Any] = {
-        "mesh": init_device_mesh(device.type, (dist.get_world_size(),)),
+        "mesh": mesh
+        if mesh is not None
+        else init_device_mesh(device.type, (dist.get_world_size(),)),
         "offload_policy": offload_policy,
     }
     if precision.mixed_precision_policy is not None:

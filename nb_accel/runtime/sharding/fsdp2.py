@@ -119,7 +119,9 @@ class FullyShardedStrategy(ShardingStrategy):
         """``model`` sharded in place from rank 0's weights; what changed is kept in
         ``setup.changed`` for the optimizers prepared after it."""
         check_not_prepared_before(model, setup.optimizers)
-        setup.changed.append(shard_model(model, self.plugin, setup.device, setup.mixed_precision))
+        setup.changed.append(
+            shard_model(model, self.plugin, setup.device, setup.mixed_precision, setup.mesh)
+        )
         return model
 
     def prepare_optimizer(self, optimizer: torch.optim.Optimizer, setup: ModelSetup) -> None:

@@ -38,6 +38,8 @@ class ModelSetup:
         optimizers: the optimizers this Accelerator prepared so far.
         changed: what wrapping changed, one record per model, kept by the Accelerator for the
             optimizers prepared after it.
+        mesh: the device mesh a sharding strategy shards over (the ``ParallelismConfig``'s:
+            two dimensions for HSDP); None: every process, along one dimension.
     """
 
     device: torch.device
@@ -48,6 +50,7 @@ class ModelSetup:
     handlers: dict[str, Any] = field(default_factory=dict)
     optimizers: list[Any] = field(default_factory=list)
     changed: list[Any] = field(default_factory=list)
+    mesh: Any = None
 
 
 class ShardingStrategy(abc.ABC):

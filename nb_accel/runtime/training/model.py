@@ -73,14 +73,32 @@ def unwrap_model(
     if recursive:
         _unwrap_submodules(model)
     if not keep_fp32_wrapper:
-        if hasattr(model.forward, "__nb_accel_original_forward__"):
-            del model.forward  # the class's own forward shows through again
+        _restore_forward(model)
     if keep_torch_compile and compiled is not None:
         if compiled._orig_mod is model:
             return compiled
         if is_compiled_module(compiled):
             return type(compiled)(model, compiled.dynamo_ctx)  # type: ignore[operator]
     return model
+
+
+def _restore_forward(model: torch.nn.Module) -> None:
+    """Take off ``model`` the forward that mixed precision (or code doing as Accelerate does:
+    ``model._original_forward = model.forward`` before replacing it with
+    ``convert_outputs_to_fp32``) put on it: the one kept in ``_original_forward`` comes back, or
+    the class's own shows through again."""
+    own = model.__dict__
+    original = own.pop("_original_forward", None)
+    if original is None:
+        if hasattr(model.forward, "__nb_accel_original_forward__"):
+            del model.forward
+        return
+    if getattr(original, "__self__", None) is model and getattr(
+        original, "__func__", None
+    ) is getattr(type(model), "forward", None):
+        own.pop("forward", None)  # the class's forward, bound anew (and picklable)
+    else:
+        model.forward = original
 
 
 def _parallel_inner(model: torch.nn.Module) -> torch.nn.Module | None:

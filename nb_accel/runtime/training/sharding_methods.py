@@ -11,7 +11,7 @@ from typing import Any
 import torch
 
 from ..fsdp.plugin import FullyShardedDataParallelPlugin
-from ..parallelism import ParallelismConfig
+from ..parallelism import ParallelismConfig, mesh_rank
 from ..sharding import ModelSetup, ShardingStrategy
 from ..state import AcceleratorState, DistributedType, PartialState
 
@@ -70,28 +70,40 @@ class ShardingMethods:
         return config
 
     @property
+    def torch_device_mesh(self) -> Any:
+        """The device mesh of the :class:`ParallelismConfig` (torch's ``DeviceMesh``, its
+        dimensions named ``dp_replicate``, ``dp_shard``, ``tp``, ... and the flattened ``dp``,
+        ``dp_shard_cp``, ``dp_cp``); None without a configuration or with one process."""
+        return getattr(self.state, "device_mesh", None)
+
+    def _rank_along(self, what: str, dimension: str) -> int:
+        config = self._configured(what)
+        mesh = self.torch_device_mesh
+        if mesh is None or config._sizes[dimension] == 1:
+            return 0
+        return mesh_rank(mesh, dimension)
+
+    @property
     def data_parallel_rank(self) -> int:
-        """This process's index among the model's replicas (``DistributedDataParallel``); 0
-        when the models are sharded instead."""
-        replicated = self._configured("Data parallelism").dp_replicate_enabled
-        return self._partial.process_index if replicated else 0
+        """This process's index among the model's replicas (``dp_replicate``); 0 without
+        replicas."""
+        return self._rank_along("Data parallelism", "dp_replicate")
 
     @property
     def data_parallel_shard_rank(self) -> int:
-        """This process's index among the model's FSDP2 shards; 0 when models are replicated."""
-        sharded = self._configured("Shard-based data parallelism").dp_shard_enabled
-        return self._partial.process_index if sharded else 0
+        """This process's index among the model's FSDP2 shards (``dp_shard``); 0 when the
+        models are not sharded."""
+        return self._rank_along("Shard-based data parallelism", "dp_shard")
 
     @property
     def tensor_parallel_rank(self) -> int:
-        """0: nb_accel runs no tensor parallelism (every process holds whole tensors)."""
-        self._configured("Tensor parallelism")
-        return 0
+        """This process's index along the ``tp`` dimension; 0 without tensor parallelism."""
+        return self._rank_along("Tensor parallelism", "tp")
 
     @property
     def context_parallel_rank(self) -> int:
-        """Refused, as in Accelerate: context parallelism is not supported."""
-        raise NotImplementedError("context parallelism is not supported by nb_accel")
+        """This process's index along the ``cp`` dimension; 0 without context parallelism."""
+        return self._rank_along("Context parallelism", "cp")
 
     @property
     def pipeline_parallel_rank(self) -> int:
@@ -121,6 +133,18 @@ class ShardingMethods:
     def is_composable_parallelism_enabled(self) -> bool:
         """True when the models are sharded with FSDP2 (as in Accelerate)."""
         return self.is_fsdp2
+
+    def _shard_mesh(self) -> Any:
+        """The mesh FSDP2 shards over: the :class:`ParallelismConfig`'s ``dp_replicate`` and
+        ``dp_shard_cp`` dimensions (HSDP when both), or None (every process, one dimension)."""
+        config, mesh = self.parallelism_config, self.torch_device_mesh
+        if config is None or mesh is None or not config.dp_shard_cp_dim_names:
+            return None
+        shards = config.dp_shard_cp_dim_names
+        # one dimension: sliced by its own name (torch is retiring slices by flattened names)
+        names = [n for n in config.fsdp_dim_names if n != "dp_shard_cp"]
+        names.append(shards[0] if len(shards) == 1 else "dp_shard_cp")
+        return mesh[tuple(names)]
 
     @property
     def deepspeed_plugin(self) -> None:
@@ -164,4 +188,5 @@ class ShardingMethods:
             handlers=self._handlers,
             optimizers=self._optimizers,
             changed=self._sharded,
+            mesh=self._shard_mesh(),
         )
