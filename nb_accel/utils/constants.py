@@ -17,14 +17,14 @@ from ..runtime.checkpoint.model_files import (
     WEIGHTS_NAME,
 )
 
-#: torch's first release with tensor parallelism (``parallelize_module`` on a device mesh).
 BETA_TP_AVAILABLE_PYTORCH_VERSION = "2.3.0"
-#: transformers' first release whose models take ``tp_plan="auto"`` on a device mesh.
+"""torch's first release with tensor parallelism (``parallelize_module`` on a device mesh)."""
 BETA_TP_AVAILABLE_TRANSFORMERS_VERSION = "4.52.0"
-#: torch's first release with context parallelism (``context_parallel``).
+"""transformers' first release whose models take ``tp_plan="auto"`` on a device mesh."""
 BETA_CP_AVAILABLE_PYTORCH_VERSION = "2.6.0"
-#: DeepSpeed's first release with its sequence parallelism (Ulysses, ALST).
+"""torch's first release with context parallelism (``context_parallel``)."""
 BETA_SP_AVAILABLE_DEEPSPEED_VERSION = "0.18.2"
+"""DeepSpeed's first release with its sequence parallelism (Ulysses, ALST)."""
 
 __all__ = [
     "BETA_CP_AVAILABLE_PYTORCH_VERSION",
