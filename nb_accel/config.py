@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import math
 import os
 import tempfile
 from dataclasses import dataclass, fields
@@ -91,6 +92,11 @@ class Config:
             ``%%distributed`` pool's workers), instead of starting and stopping them each time.
         post_mortem_wait: seconds the rank that raised in a launch waits, paused, for
             ``%debug`` to inspect its frames (0: it ends at once, as the others do).
+        dp_replicate_size: replicas of the model in the launch's device mesh (Accelerate's
+            ParallelismConfig; 1 everywhere: no mesh, the sharding alone decides).
+        dp_shard_size: FSDP2 shards within each replica (above 1: sharded with FSDP2).
+        tp_size: ranks of a tensor parallel group (the model comes parallelised over them).
+        cp_size: ranks of a context parallel group (CUDA GPUs only).
     """
 
     num_processes: int | None = None
@@ -110,6 +116,10 @@ class Config:
     ssh_config: str | None = None
     reuse_workers: bool = False
     post_mortem_wait: float = 600.0
+    dp_replicate_size: int = 1
+    dp_shard_size: int = 1
+    tp_size: int = 1
+    cp_size: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.sharding, str) and self.sharding in SHARDING_ALIASES:
@@ -133,6 +143,8 @@ class Config:
         whole("num_nodes", self.num_nodes, 1)
         whole("node_rank", self.node_rank, 0)
         whole("max_restarts", self.max_restarts, 0)
+        for size in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size"):
+            whole(size, getattr(self, size), 1)
         for name in ("timeout", "rdzv_timeout"):
             value = getattr(self, name)
             number = not isinstance(value, bool) and isinstance(value, (int, float))
@@ -165,6 +177,7 @@ class Config:
             and self.node_rank >= self.num_nodes
         ):
             found["node_rank"] = f"must be below num_nodes ({self.num_nodes}), got {self.node_rank}"
+        _mesh_problem(self, found)
         hosts_problem = _hosts_problem(self.hosts)
         if hosts_problem:
             found["hosts"] = hosts_problem
@@ -187,6 +200,27 @@ class Config:
     def to_dict(self) -> dict[str, Any]:
         """The fields as plain data (what the YAML file holds)."""
         return dataclasses.asdict(self)
+
+
+def _mesh_problem(config: Config, found: dict[str, str]) -> None:
+    """Add to ``found`` that the mesh's sizes do not multiply to the launches' ranks (when
+    both are known: processes given, machines counted)."""
+    names = ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size")
+    if any(name in found for name in names) or config.num_processes is None:
+        return
+    sizes = {name: getattr(config, name) for name in names}
+    used = [name for name, size in sizes.items() if size > 1]
+    hosts = config.hosts
+    if not used or hosts == "slurm" or "num_processes" in found or "hosts" in found:
+        return
+    machines = len(hosts) if isinstance(hosts, (list, tuple)) else config.num_nodes
+    ranks = config.num_processes * machines
+    product = math.prod(sizes.values())
+    if product != ranks:
+        found[used[0]] = (
+            f"the mesh's sizes multiply to {product}, and the launches have {ranks} ranks "
+            f"({config.num_processes} per machine on {machines}): make the product {ranks}"
+        )
 
 
 def _hosts_problem(hosts: object) -> str:

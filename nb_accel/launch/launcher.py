@@ -53,6 +53,7 @@ def notebook_launcher(
     monitor_interval: float | None = None,
     log_line_prefix_template: str | None = None,
     reuse_workers: bool | None = None,
+    parallelism_config: Any = None,
 ) -> list[Any]:
     """Run ``function(*args, **kwargs)`` on ``num_processes`` worker processes and wait.
 
@@ -165,6 +166,14 @@ def notebook_launcher(
             shape replaces them, and a line says so. They are the ``%%distributed`` pool's
             workers; ``nb_accel.stop_workers()`` or ``%distributed stop`` ends them, and they
             end with the kernel.
+        parallelism_config: the device mesh the ranks are laid out on: a
+            ``ParallelismConfig`` (nb_accel's or Accelerate's) or a dict of its sizes
+            (``dp_replicate_size``, ``dp_shard_size``, ``tp_size``, ``cp_size``), whose
+            product must be the launch's ranks. ``Accelerator()`` inside builds that mesh
+            (``accelerator.torch_device_mesh``), as under ``accelerate launch``; a
+            ``dp_shard_size`` above 1 shards with FSDP2. ``None`` takes the saved
+            configuration's sizes (built-in default: 1 each, no mesh). The title says
+            ``"mesh dp_shard 2 x tp 2"``.
 
     Returns:
         Each rank's return value, in rank order (tensors moved to the CPU); in a multi-node

@@ -9,7 +9,7 @@ import numbers
 import os
 import sys
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import _env
@@ -20,6 +20,7 @@ from ..runtime.device_types.group_backends import offload_asked_by_environment
 from ..runtime.sharding import DEFAULT, strategy_class
 from ..runtime.state import MIXED_PRECISION_CHOICES
 from .failures.whereabouts import Frame
+from .placement.mesh import MeshPlan
 from .processes import START_METHODS
 
 __all__ = [
@@ -94,6 +95,8 @@ class LaunchPlan:
     fork_fallback: bool = False
     #: Seconds the rank that raises waits, paused, for ``%debug`` (0: it ends at once).
     post_mortem_s: float = 0.0
+    #: The device mesh the ranks are laid out on (Accelerate's ``ParallelismConfig`` sizes).
+    mesh: MeshPlan = field(default_factory=MeshPlan)
 
     @property
     def device(self) -> DeviceType:
@@ -103,14 +106,16 @@ class LaunchPlan:
     def describe(self, world_size: int | None = None) -> str:
         """One truthful line, e.g. ``"Launching 2 processes on CPU (gloo; fork)"``; the
         sharding strategy says its part for a launch of ``world_size`` ranks (when several
-        machines take part; else this plan's): ``"... (gloo; fork, FSDP, 2 shards)"``."""
+        machines take part; else this plan's): ``"... (gloo; fork, FSDP, 2 shards)"``, or the
+        device mesh its own: ``"... (gloo; fork, mesh dp_shard 2 x tp 2)"``."""
         where, engine = self.device.describe_launch(self.num_processes, self.backend)
         extras = [self.start_method]
         if self.mixed_precision != "no":
             extras.append(f"{self.mixed_precision} mixed precision")
         title = strategy_class(self.sharding).launch_title(world_size or self.num_processes)
-        if title:
-            extras.append(title)
+        mesh = self.mesh.describe()  # says the shards and the other dimensions itself
+        if mesh or title:
+            extras.append(mesh or title)  # type: ignore[arg-type]
         return f"Launching {where} ({engine}; " + ", ".join(extras) + ")"
 
 

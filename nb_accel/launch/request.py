@@ -51,6 +51,7 @@ class LaunchRequest:
     monitor_interval: float | None = None
     log_line_prefix_template: str | None = None
     reuse_workers: bool | None = None
+    parallelism_config: Any = field(default=None, hash=False)
 
     @classmethod
     def of(cls, values: Mapping[str, Any]) -> LaunchRequest:

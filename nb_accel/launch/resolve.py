@@ -23,6 +23,7 @@ from ..runtime.sharding import sharding_for_fsdp, sharding_name, strategy_class
 from .debugging.post_mortems import in_ipython
 from .failures.user_errors import for_the_user, meant_for_the_user
 from .placement.hosts import HostPlan, make_host_plan
+from .placement.mesh import MeshPlan, make_mesh_plan, mesh_sizes
 from .placement.nodes import NODE_FIELDS, NodePlan, make_node_plan
 from .plan import make_plan
 from .request import LaunchRequest, request_fields
@@ -45,7 +46,8 @@ def resolve_spec(
     """
     config = load_config() if config is None else config
     output = _output_options(request)
-    sharding = _sharding(request, config)
+    sizes = mesh_sizes(request.parallelism_config, config)
+    sharding = _mesh_sharding(_sharding(request, config), sizes, request)
     cpu = request.cpu
     if cpu is None:  # NB_ACCEL_USE_CPU=1 stands for cpu=True, else the saved setting
         cpu = os.environ.get(CPU_VARIABLE) == "1" or config.cpu
@@ -111,6 +113,10 @@ def resolve_spec(
         sharding,
         warm_fallback=warm_fallback,
     )
+    machines = len(hosts.hosts) if hosts is not None else nodes.num_nodes
+    plan = dataclasses.replace(
+        plan, mesh=_mesh(sizes, plan.num_processes * machines, sharding, device)
+    )
     if plan.fork_fallback and warm_fallback:
         reuse = True  # one fresh interpreter per rank once, not at every launch
     if not pool and in_ipython():  # the rank that raises waits for %debug
@@ -159,6 +165,32 @@ def _sharding(request: LaunchRequest, config: Config) -> str:
             "only sharding (fsdp=True is Accelerate's way of saying sharding='fsdp2')"
         )
     return chosen
+
+
+def _mesh_sharding(sharding: str, sizes: dict[str, int], request: LaunchRequest) -> str:
+    """FSDP2 when the mesh has FSDP shards (``dp_shard_size`` above 1), as ``Accelerator()``
+    turns it on for them; a ``ValueError`` when the launch asked for another strategy."""
+    fsdp2 = sharding_for_fsdp(True)
+    if sizes["dp_shard_size"] == 1 or sharding == fsdp2:
+        return sharding
+    if request.sharding is not None or request.fsdp is not None:
+        raise ValueError(
+            f"parallelism_config has dp_shard_size={sizes['dp_shard_size']}, which shards "
+            f"the model with FSDP2, but the launch asks for sharding={sharding!r}: leave "
+            "sharding (and fsdp) out, or use dp_replicate_size for replicas"
+        )
+    return fsdp2
+
+
+def _mesh(sizes: dict[str, int], world_size: int, sharding: str, device: DeviceType) -> MeshPlan:
+    """The launch's device mesh, checked against its ``world_size`` ranks on ``device``."""
+    if any(size > 1 for size in sizes.values()) and not device.process_group:
+        raise ValueError(
+            f"parallelism_config lays the ranks out on a device mesh of torch.distributed "
+            f"groups, and the ranks of a launch on {device.label}s join none: leave it out "
+            "there, or pass cpu=True"
+        )
+    return make_mesh_plan(sizes, world_size, sharding == sharding_for_fsdp(True), device.name)
 
 
 def _check_sharding_runs_on(

@@ -39,7 +39,7 @@ class OutputOptions:
 @dataclass(frozen=True)
 class SpecShape:
     """What workers started for one launch must share with another to run it too: ranks,
-    machines, start method, devices, precision and sharding."""
+    machines, start method, devices, precision, sharding and device mesh."""
 
     ranks_per_node: int
     hosts: tuple[str, ...] | None
@@ -48,6 +48,7 @@ class SpecShape:
     backend: str
     mixed_precision: str
     sharding: str
+    mesh: str = "none"
 
     def differences(self, other: SpecShape) -> list[str]:
         """What this shape has where ``other`` differs, in words (``"sharding ddp"``)."""
@@ -152,6 +153,7 @@ class LaunchSpec:
             plan.backend,
             plan.mixed_precision,
             plan.sharding,
+            plan.mesh.describe() or "none",
         )
 
     def describe_pool(self) -> str:

@@ -31,7 +31,7 @@ def sharding_env(sharding: str) -> dict[str, str]:
 def worker_env(plan: LaunchPlan, single_node: bool = True) -> dict[str, str]:
     """Environment variables every worker of ``plan`` sets: its device type's name and what
     that type adds; on one node, the backends' sockets kept on the loopback interface; the
-    sharding as :func:`sharding_env` says."""
+    sharding as :func:`sharding_env` says; the device mesh, as Accelerate's variables."""
     env: dict[str, str] = {}
     loopback = _env.loopback_interface() if single_node else None
     if loopback:
@@ -44,6 +44,7 @@ def worker_env(plan: LaunchPlan, single_node: bool = True) -> dict[str, str]:
     if plan.gradient_accumulation_steps != 1:
         env["NB_ACCEL_GRADIENT_ACCUMULATION_STEPS"] = str(plan.gradient_accumulation_steps)
     env.update(sharding_env(plan.sharding))
+    env.update(plan.mesh.worker_env())
     env.update(plan.worker_env)
     return env
 

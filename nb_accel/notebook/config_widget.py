@@ -41,6 +41,8 @@ __all__ = ["ConfigWidget", "LABELS", "MULTI_NODE_FIELDS", "field_help", "hosts_f
 #: Fields that matter only when ``num_nodes > 1``; their rows are hidden otherwise
 #: (``max_restarts`` is shown always: one machine's workers are restarted too).
 MULTI_NODE_FIELDS = ("node_rank", "rdzv_endpoint", "rdzv_backend", "rdzv_timeout")
+#: The sizes of the launches' device mesh (Accelerate's ``ParallelismConfig``).
+MESH_SIZES = ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size")
 #: What dropdowns show, and hold as their value, for a field's ``None`` ("decide at launch").
 AUTO = "auto"
 #: Upper bound of the whole-number fields (the browser's integer inputs need one).
@@ -64,6 +66,10 @@ LABELS = {
     "ssh_config": "SSH config file",
     "reuse_workers": "Keep workers warm",
     "post_mortem_wait": "Keep a failed rank for %debug (s)",
+    "dp_replicate_size": "Mesh: replicas",
+    "dp_shard_size": "Mesh: FSDP shards",
+    "tp_size": "Mesh: tensor parallel",
+    "cp_size": "Mesh: context parallel",
 }
 DESCRIPTION_WIDTH = "16em"
 ERROR_COLOR = "#d32f2f"
@@ -236,6 +242,7 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
             "ssh_config": ipywidgets.Text(placeholder="~/.ssh/config"),
             "reuse_workers": ipywidgets.Checkbox(indent=True),
             "post_mortem_wait": ipywidgets.FloatText(),
+            **{size: whole(min=1, max=MAX_INT) for size in MESH_SIZES},
         }
         missing = {f.name for f in fields(Config)} - set(made)
         assert not missing, f"no control for {sorted(missing)}"
@@ -293,6 +300,7 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
                 "rdzv_timeout",
                 "max_restarts",
                 "post_mortem_wait",
+                *MESH_SIZES,
             ):
                 self.controls[name].value = getattr(config, name)
             self.controls["rdzv_endpoint"].value = config.rdzv_endpoint or ""

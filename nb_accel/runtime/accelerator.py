@@ -391,6 +391,7 @@ class Accelerator(
             data_seed=config.data_seed,
             non_blocking=config.non_blocking,
             use_stateful_dataloader=config.use_stateful_dataloader,
+            torch_device_mesh=self._batch_mesh(),
         )
         self._dataloaders.append(prepared)
         return prepared

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import torch
 
 from .collectives import ops
+from .parallelism.tensor import mesh_group_size
 from .state import GradientState, PartialState
 
 __all__ = ["ProcessMethods"]
@@ -22,6 +23,7 @@ class ProcessMethods:
     _partial: PartialState
     gradient_state: GradientState
     flag_tensor: torch.Tensor | None
+    _batch_mesh: Callable[[], Any]
 
     @property
     def device(self) -> torch.device:
@@ -117,9 +119,15 @@ class ProcessMethods:
 
     def gather_for_metrics(self, input_data: Any, use_gather_object: bool = False) -> Any:
         """Gather for evaluation: like :meth:`gather`, minus the samples that prepared loaders
-        repeated to even out the last batch, so exactly the dataset's samples come back."""
+        repeated to even out the last batch, so exactly the dataset's samples come back (once,
+        when the ranks of a tensor parallel group shared each batch)."""
+        mesh = self._batch_mesh()
         return ops.gather_for_metrics(
-            input_data, self.gradient_state, self._partial.num_processes, use_gather_object
+            input_data,
+            self.gradient_state,
+            self._partial.num_processes,
+            use_gather_object,
+            ranks_per_batch=mesh_group_size(mesh) if mesh is not None else 1,
         )
 
     def gather_object(self, obj: Any) -> list[Any]:

@@ -455,23 +455,39 @@ def test_a_parallelism_config_refuses_what_cannot_compose() -> None:
 
 
 @pytest.mark.parametrize(
-    ("sizes", "device", "refused", "kind"),
+    ("sizes", "device", "sharded", "refused", "kind"),
     [
-        ({"tp_size": 2}, "cpu", "tensor parallelism is not supported yet", NotImplementedError),
-        ({"sp_size": 2}, "cpu", "sequence parallelism is DeepSpeed's", NotImplementedError),
-        ({"cp_size": 2}, "cpu", "context parallelism runs on CUDA GPUs only", ValueError),
-        ({"cp_size": 2}, "cuda", "context parallelism is not supported yet", NotImplementedError),
+        ({"tp_size": 2}, "cpu", True, "no dimension is left for FSDP", ValueError),
+        ({"sp_size": 2}, "cpu", False, "sequence parallelism is DeepSpeed's", NotImplementedError),
+        ({"cp_size": 2}, "cpu", False, "context parallelism runs on CUDA GPUs only", ValueError),
+        (
+            {"cp_size": 2},
+            "cuda",
+            False,
+            "context parallelism is not supported yet",
+            NotImplementedError,
+        ),
     ],
 )
 def test_what_nb_accel_does_not_run_is_refused_before_training(
-    sizes: dict[str, int], device: str, refused: str, kind: type[Exception]
+    sizes: dict[str, int], device: str, sharded: bool, refused: str, kind: type[Exception]
 ) -> None:
     from nb_accel.parallelism_config import ParallelismConfig
     from nb_accel.runtime.parallelism import fit_to_run
 
     config = ParallelismConfig(**sizes)  # describing the layout is fine
     with pytest.raises(kind, match=refused):
-        fit_to_run(config, 2, sharded=False, device_type=device)
+        fit_to_run(config, 2, sharded=sharded, device_type=device)
+
+
+def test_tensor_parallelism_alone_fits_a_run() -> None:
+    from nb_accel.parallelism_config import ParallelismConfig
+    from nb_accel.runtime.parallelism import fit_to_run
+
+    config = ParallelismConfig(tp_size=2, dp_shard_size=2)
+    fit_to_run(config, 4, sharded=True, device_type="cpu")
+    fit_to_run(ParallelismConfig(tp_size=2), 2, sharded=False, device_type="cpu")
+    assert config.total_size == 4
 
 
 def test_context_parallel_options_take_accelerates_strategies() -> None:
@@ -623,18 +639,47 @@ def test_load_checkpoint_in_model_takes_accelerates_parameters(tmp_path: Path) -
             load_checkpoint_in_model(fresh, str(tmp_path / "weights.safetensors"), **refused)
 
 
-def test_prepare_data_loader_refuses_a_device_mesh() -> None:
+class _Sizes:
+    def __init__(self, size: int) -> None:
+        self._size = size
+
+    def size(self) -> int:
+        return self._size
+
+
+class _Mesh:
+    """Accelerate's device mesh as the loaders read it: named dimensions and their sizes."""
+
+    def __init__(self, **sizes: int) -> None:
+        self.mesh_dim_names = tuple(sizes)
+        self._sizes = sizes
+
+    def __getitem__(self, name: str) -> _Sizes:
+        return _Sizes(self._sizes[name])
+
+
+def test_prepare_data_loader_shards_over_the_data_parallel_ranks_of_a_mesh() -> None:
     from torch.utils.data import DataLoader
 
     from nb_accel.data_loader import prepare_data_loader
 
-    loader = DataLoader(list(range(4)), batch_size=2)
+    loader = DataLoader(list(range(8)), batch_size=2)
     assert [b.tolist() for b in prepare_data_loader(loader, torch_device_mesh=None)] == [
         [0, 1],
         [2, 3],
+        [4, 5],
+        [6, 7],
     ]
-    with pytest.raises(NotImplementedError, match="torch_device_mesh"):
-        prepare_data_loader(loader, torch_device_mesh=object())
+    mesh = _Mesh(dp_shard=2, tp=2)  # ranks 2 and 3 are the second data-parallel place
+    for rank in (2, 3):
+        shard = prepare_data_loader(
+            loader, num_processes=4, process_index=rank, torch_device_mesh=mesh
+        )
+        assert [b.tolist() for b in shard] == [[2, 3], [6, 7]]
+    with pytest.raises(NotImplementedError, match="dispatch_batches=True with tensor"):
+        prepare_data_loader(
+            loader, num_processes=4, process_index=0, dispatch_batches=True, torch_device_mesh=mesh
+        )
 
 
 def test_the_accelerators_prepare_data_loader_takes_the_dispatchers_slice_function() -> None:

@@ -211,8 +211,28 @@ def _joined_results(first: Any, then: Any, use_objects: bool) -> Any:
     return concatenate([first, then if device is None else send_to_device(then, device)])
 
 
+def _once_per_group(data: Any, use_objects: bool, num_processes: int, group: int) -> Any:
+    """Every process's ``data`` gathered, but only the first of each run of ``group`` ranks
+    that shared a batch."""
+    if use_objects:
+        shared = isinstance(data, (list, tuple))
+        mine = data if _state().process_index % group == 0 else type(data)() if shared else data
+        gathered = gather_object(mine)
+        return gathered if shared else gathered[::group]
+
+    def first_of_groups(tensor: torch.Tensor) -> torch.Tensor:
+        rows = tensor.reshape(num_processes, -1, *tensor.shape[1:])[::group]
+        return rows.reshape(-1, *tensor.shape[1:])
+
+    return recursively_apply(first_of_groups, gather(data))
+
+
 def gather_for_metrics(
-    data: Any, gradient_state: GradientState, num_processes: int, use_gather_object: bool = False
+    data: Any,
+    gradient_state: GradientState,
+    num_processes: int,
+    use_gather_object: bool = False,
+    ranks_per_batch: int = 1,
 ) -> Any:
     """Gather evaluation results for metrics: exactly the dataset's samples, none repeated.
 
@@ -229,6 +249,8 @@ def gather_for_metrics(
         gradient_state: the shared :class:`GradientState` (knows the active loader).
         num_processes: processes in the launch (identity when 1).
         use_gather_object: gather as Python objects even when ``data`` is only tensors.
+        ranks_per_batch: how many consecutive ranks shared each batch (a tensor parallel
+            group): the first one's results are kept, the others' are the same samples.
     """
     use_objects = use_gather_object or not has_only_tensors(data)
     if num_processes <= 1:
@@ -248,7 +270,10 @@ def gather_for_metrics(
             rest = _gather_uneven(_NO_BATCH, everyone, use_objects, "tail")
             gathered = _joined_results(gathered, rest, use_objects)
         return gathered
-    gathered = gather_object(data) if use_objects else gather(data)
+    if ranks_per_batch > 1:
+        gathered = _once_per_group(data, use_objects, num_processes, ranks_per_batch)
+    else:
+        gathered = gather_object(data) if use_objects else gather(data)
     if not gradient_state.end_of_dataloader or not getattr(loader, "even_batches", True):
         return gathered
     remainder = gradient_state.remainder

@@ -15,6 +15,7 @@ import torch.distributed as dist
 from torch.utils.data import BatchSampler, DataLoader, IterableDataset, RandomSampler
 
 from ..collectives.ops import broadcast_object_list
+from ..parallelism.tensor import mesh_group_size
 from ..state import PartialState
 from .loader_dispatch import DataLoaderDispatcher
 from .loader_resume import inherit_position
@@ -161,22 +162,20 @@ def prepare_data_loader(
         use_stateful_dataloader: build the loader on torchdata's ``StatefulDataLoader``: it
             then offers ``state_dict()`` and ``load_state_dict()``, and resumes with the batch
             after the last one handed out (needs ``pip install nb_accel[stateful]``).
-        torch_device_mesh: Accelerate's device mesh for tensor or context parallelism; nb_accel
-            runs neither and refuses one (its data parallelism spans every process).
+        torch_device_mesh: the device mesh (``accelerator.torch_device_mesh``): the ranks of
+            one ``tp`` (and ``cp``) group get the same batches, the loader is sharded over the
+            data-parallel ranks only.
 
     Returns:
         A :class:`DataLoaderShard` or a :class:`DataLoaderDispatcher`.
     """
-    if torch_device_mesh is not None:
-        raise NotImplementedError(
-            "prepare_data_loader(torch_device_mesh=...): tensor and context parallelism are not "
-            "supported by nb_accel; leave it out (every process is a data parallel rank)"
-        )
     if use_stateful_dataloader:
         require_stateful_dataloader()
     state = PartialState()
     parts = state.num_processes if num_processes is None else num_processes
     index = state.process_index if process_index is None else process_index
+    group = mesh_group_size(torch_device_mesh) if torch_device_mesh is not None else 1
+    parts, index = parts // group, index // group  # one place per tensor parallel group
     iterable = isinstance(dataloader.dataset, IterableDataset)
     dispatches = state.device_backend.dispatches_batches
     if dispatch_batches and not dispatches:
@@ -184,7 +183,16 @@ def prepare_data_loader(
             f"dispatch_batches=True is not available on {state.device_backend.title}: every "
             "process loads its own shard (leave dispatch_batches unset)"
         )
-    dispatch = (iterable and dispatches) if dispatch_batches is None else dispatch_batches
+    grouped = group > 1  # tensor parallel groups share batches
+    if dispatch_batches and grouped:
+        raise NotImplementedError(
+            "dispatch_batches=True with tensor (or context) parallelism: the dispatcher deals "
+            "every process a slice of its own, and the ranks of a tp group need the same "
+            "batch. Leave dispatch_batches unset: each data-parallel place loads its shard"
+        )
+    if dispatch_batches is None:
+        dispatch_batches = iterable and dispatches and not grouped
+    dispatch = dispatch_batches
     if split_batches:
         _check_split(dataloader, parts)
     source = _Source(dataloader, parts > 1 and not dispatch, use_seedable_sampler, data_seed)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterable, Iterator
+from typing import Any
 
 import torch
 
@@ -49,9 +50,13 @@ def clip_sharded_grad_norm_(
     sharded = [g for g in grads if isinstance(g, DTensor)]
     plain = [g for g in grads if not isinstance(g, DTensor)]
     parts: list[torch.Tensor] = []
-    if sharded:  # torch computes the norm of the whole DTensors (one reduction across ranks)
-        total = torch.nn.utils.get_total_norm(sharded, norm_type)
-        parts.append(total.full_tensor().float().cpu() if isinstance(total, DTensor) else total)
+    by_mesh: dict[Any, list[torch.Tensor]] = {}
+    for piece in sharded:  # tensor parallel layers under FSDP2 lie on a mesh of their own
+        by_mesh.setdefault(piece.device_mesh, []).append(piece)
+    for group in by_mesh.values():  # torch's norm of the whole DTensors: a reduction each
+        norm = torch.nn.utils.get_total_norm(group, norm_type)
+        whole = norm.full_tensor() if isinstance(norm, DTensor) else norm
+        parts.append(whole.float().cpu())
     if plain:
         parts.append(_local_norm(plain, norm_type))
     if not parts:

@@ -110,6 +110,19 @@ def _check_dtypes(units: list[tuple[str, torch.nn.Module]], ignored: set[Any]) -
             )
 
 
+def _whole_weights(model: torch.nn.Module, keep: bool) -> dict[str, Any]:
+    """``model``'s whole weights on the CPU where ``keep`` (rank 0), else nothing; a tensor
+    parallel ``DTensor`` is gathered whole first, which every rank takes part in."""
+    from torch.distributed.tensor import DTensor
+
+    whole: dict[str, Any] = {}
+    for key, value in model.state_dict().items():
+        full = value.full_tensor() if isinstance(value, DTensor) else value
+        if keep:
+            whole[key] = full.detach().cpu()
+    return whole
+
+
 def shard_model(
     model: torch.nn.Module,
     plugin: FullyShardedDataParallelPlugin,
@@ -142,7 +155,7 @@ def shard_model(
             "the model's weights are on the meta device on the main process: with "
             "cpu_ram_efficient_loading only the other processes may build it on meta"
         )
-    full = {k: v.detach().cpu() for k, v in model.state_dict().items()} if rank0 else {}
+    full = _whole_weights(model, rank0)
     _check_dtypes([*units, ("", model)], ignored_params)
     offload_policy = _offload_policy(plugin, device)  # before anything waits on the others
     if plugin.activation_checkpointing:

@@ -41,15 +41,18 @@ def fit_to_run(
             f"CUDA GPUs only, and this run is on {device_type!r} devices: leave cp_size at 1 "
             "there"
         )
-    for dimension, what in (("tp", "tensor"), ("cp", "context")):
-        size = config._sizes[dimension]
-        if size > 1:
-            raise NotImplementedError(
-                f"ParallelismConfig({dimension}_size={size}): {what} parallelism is not "
-                "supported yet; nb_accel runs data parallelism: dp_replicate_size "
-                "(DistributedDataParallel), dp_shard_size (FSDP2) or both (HSDP). Leave "
-                f"{dimension}_size at 1"
-            )
+    if config.cp_enabled:
+        raise NotImplementedError(
+            f"ParallelismConfig(cp_size={config.cp_size}): context parallelism is not "
+            "supported yet; nb_accel runs data parallelism (dp_replicate_size, dp_shard_size) "
+            "and tensor parallelism (tp_size). Leave cp_size at 1"
+        )
+    if config.tp_enabled and sharded and not config.dp_shard_enabled:
+        raise ValueError(
+            f"ParallelismConfig(tp_size={config.tp_size}) with FSDP, but no dimension is left "
+            "for FSDP to shard across (dp_shard_size is 1): lower tp_size to leave ranks for "
+            "dp_shard_size, or leave FSDP out (fsdp_plugin, the launch's fsdp=True)"
+        )
     if config.dp_replicate_enabled and not config.dp_shard_enabled and sharded:
         raise ValueError(
             f"ParallelismConfig(dp_replicate_size={config.dp_replicate_size}) replicates the "

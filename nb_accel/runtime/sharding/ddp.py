@@ -1,11 +1,16 @@
 """Data parallel: every process holds the whole model, wrapped in ``DistributedDataParallel``
 when several processes take part (left as it is on one process), its gradients all-reduced
-after each backward pass. The default strategy."""
+after each backward pass. The default strategy.
+
+A tensor parallel model (``ParallelismConfig(tp_size=...)`` spanning every process) is not
+wrapped: its ``DTensor`` layers are spread over the ranks already, the rest is made the main
+process's on each; its state dicts and checkpoints go through ``torch.distributed.checkpoint``
+as a sharded model's."""
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -13,6 +18,15 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from ..enums import DistributedType
+from ..fsdp.gradients import clip_sharded_grad_norm_
+from ..fsdp.state_dicts import (
+    full_model_state_dict,
+    optimizer_state_dict,
+    set_model_state,
+    set_optimizer_state,
+    sharded_model_state_dict,
+)
+from ..parallelism.tensor import has_dtensor_parameters, replicate_plain_parameters
 from .strategy import ModelSetup, ShardingStrategy
 
 __all__ = ["DataParallelStrategy", "find_ddp"]
@@ -65,6 +79,9 @@ class DataParallelStrategy(ShardingStrategy):
         registered on the wrapped model."""
         handler = setup.handlers.get("DistributedDataParallelKwargs")
         options = dict(handler.to_kwargs()) if handler is not None else {}
+        if setup.tp_size > 1:  # the whole launch is one tensor parallel group
+            replicate_plain_parameters(model)
+            return model
         hook_settings = {name: options.pop(name) for name in _COMM_FIELDS if name in options}
         device_ids = setup.device_type.model_device_ids(setup.device)
         wrapped = DistributedDataParallel(model, device_ids=device_ids, **options)
@@ -87,11 +104,74 @@ class DataParallelStrategy(ShardingStrategy):
         ddp = find_ddp(model)
         return ddp.no_sync() if ddp is not None else contextlib.nullcontext()
 
+    def clip_grad_norm_(
+        self, parameters: torch.Tensor | Iterable[torch.Tensor], max_norm: float, norm_type: float
+    ) -> torch.Tensor | None:
+        """A tensor parallel model's gradients by the norm of the whole gradient (its
+        ``DTensor`` parts and the rest); None for whole gradients, which the Accelerator
+        clips itself."""
+        parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        if not _any_dtensor(p.grad for p in parameters):
+            return None
+        return clip_sharded_grad_norm_(parameters, max_norm, norm_type)
+
+    def is_sharded(self, model: torch.nn.Module) -> bool:
+        """True for a tensor parallel model (its ``DTensor`` layers are spread over ranks)."""
+        return has_dtensor_parameters(model)
+
+    def model_state_dict(self, model: torch.nn.Module, full: bool = True) -> dict[str, Any]:
+        """A tensor parallel model's through ``torch.distributed.checkpoint``: whole (a
+        collective) or this rank's parts; any other model's own."""
+        if not has_dtensor_parameters(model):
+            return model.state_dict()
+        return full_model_state_dict(model) if full else sharded_model_state_dict(model)
+
+    def load_model_state_dict(
+        self, model: torch.nn.Module, state: dict[str, Any], full: bool = True
+    ) -> None:
+        """Whole weights (every process passes them) or this rank's parts."""
+        if has_dtensor_parameters(model):
+            set_model_state(model, state, full=full)
+        else:
+            model.load_state_dict(state)
+
+    def optimizer_state_dict(
+        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, full: bool = True
+    ) -> dict[str, Any]:
+        """A tensor parallel model's optimizer keyed by parameter name; any other's own."""
+        if not has_dtensor_parameters(model):
+            return optimizer.state_dict()
+        return optimizer_state_dict(model, optimizer, full=full)
+
+    def load_optimizer_state_dict(
+        self,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer,
+        state: dict[str, Any],
+        full: bool = True,
+    ) -> None:
+        """Load what :meth:`optimizer_state_dict` gave."""
+        if has_dtensor_parameters(model):
+            set_optimizer_state(model, optimizer, state, full=full)
+        else:
+            optimizer.load_state_dict(state)
+
+    def checkpoint_layout(self, models: list[torch.nn.Module]) -> str | None:
+        """``SHARDED_STATE_DICT`` when some model is tensor parallel (each rank writes its
+        parts with ``torch.distributed.checkpoint``); else the ordinary files."""
+        return "SHARDED_STATE_DICT" if any(has_dtensor_parameters(m) for m in models) else None
+
     @classmethod
     def sync_in_backward(cls, model: torch.nn.Module) -> contextlib.AbstractContextManager[None]:
         """The reducer readied for the next backward pass, whatever ``no_sync`` said."""
         ddp = find_ddp(model)
         return _synchronising(ddp) if ddp is not None else contextlib.nullcontext()
+
+
+def _any_dtensor(tensors: Iterable[torch.Tensor | None]) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return any(isinstance(t, DTensor) for t in tensors)
 
 
 @contextlib.contextmanager

@@ -40,6 +40,8 @@ class ModelSetup:
             optimizers prepared after it.
         mesh: the device mesh a sharding strategy shards over (the ``ParallelismConfig``'s:
             two dimensions for HSDP); None: every process, along one dimension.
+        tp_size: the ``ParallelismConfig``'s tensor parallel size: models come parallelised
+            over that many ranks, and are replicated only across the data dimensions.
     """
 
     device: torch.device
@@ -51,6 +53,7 @@ class ModelSetup:
     optimizers: list[Any] = field(default_factory=list)
     changed: list[Any] = field(default_factory=list)
     mesh: Any = None
+    tp_size: int = 1
 
 
 class ShardingStrategy(abc.ABC):

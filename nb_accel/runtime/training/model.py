@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ..parallelism.tensor import check_tensor_parallel
 from ..sharding import ModelSetup, ShardingStrategy
 from ..sharding.registry import unwrap_once
 from .compile import TorchDynamoPlugin, compile_model, has_compiled_regions, is_compiled_module
@@ -26,13 +27,16 @@ def prepare_model(
     """Move ``model`` to the device (unless the strategy places it), run its forward under
     autocast when mixed precision is on, (``wrap``) wrap it as ``strategy`` says, and compile
     it with ``torch.compile`` when ``dynamo_plugin`` names a backend: before the wrap or after
-    it, as the strategy says."""
+    it, as the strategy says. A model to wrap under tensor parallelism (``setup.tp_size``)
+    must come parallelised over that many ranks."""
     if device_placement and (strategy.places_model or not wrap):
         model = model.to(setup.device)
     precision = setup.mixed_precision
     if precision != "no" and not hasattr(model.forward, "__nb_accel_original_forward__"):
         model.forward = autocast_forward(model.forward, precision, setup.device)  # type: ignore[method-assign]
     wrap = wrap and strategy.wraps(model, setup)
+    if wrap and setup.tp_size > 1:
+        check_tensor_parallel(model, setup.tp_size)
     fullgraph = bool(dynamo_plugin is not None and dynamo_plugin.fullgraph)
     if dynamo_plugin is not None and (not wrap or strategy.compiles_before_wrap(model, fullgraph)):
         model = compile_model(model, dynamo_plugin)

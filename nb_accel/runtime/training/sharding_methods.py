@@ -146,6 +146,14 @@ class ShardingMethods:
         names.append(shards[0] if len(shards) == 1 else "dp_shard_cp")
         return mesh[tuple(names)]
 
+    def _batch_mesh(self) -> Any:
+        """The device mesh when ranks share batches (a ``tp`` dimension), for the loaders to
+        shard over the data-parallel ranks only; None when every rank is one."""
+        config = self.parallelism_config
+        if config is None or config._sizes["tp"] * config._sizes["cp"] == 1:
+            return None
+        return self.torch_device_mesh
+
     @property
     def deepspeed_plugin(self) -> None:
         """None: nb_accel does not run DeepSpeed."""
@@ -189,4 +197,5 @@ class ShardingMethods:
             optimizers=self._optimizers,
             changed=self._sharded,
             mesh=self._shard_mesh(),
+            tp_size=self.parallelism_config._sizes["tp"] if self.parallelism_config else 1,
         )

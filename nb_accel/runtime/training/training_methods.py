@@ -181,6 +181,8 @@ class TrainingMethods:
         synchronising batch the gradients are unscaled first; while accumulating (they still
         carry the loss scale) the norm is measured and clipped as if they were unscaled.
         """
+        if not isinstance(parameters, torch.Tensor):
+            parameters = list(parameters)  # a generator is read by the strategy, then here
         self.unscale_gradients()
         self._reduce_gradients_before_clipping()
         clipped = self.state.sharding.clip_grad_norm_(parameters, max_norm, norm_type)

@@ -1,0 +1,201 @@
+"""Tensor parallelism through Accelerate's ``ParallelismConfig`` on CPU ranks (gloo): a model
+parallelised with torch's ``parallelize_module`` over ``accelerator.torch_device_mesh["tp"]``,
+alone or with FSDP2 over the data dimension (2 x 2), trains to DDP's weights step by step; the
+ranks of a tp group see the same batches, ``gather_for_metrics`` gives each sample once; each
+rank holds its part of the parameters; a ``torch.distributed.checkpoint`` checkpoint resumes bit
+for bit; a model that is not parallelised, or over another size, is refused."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+from torch import nn
+from torch.distributed.tensor.parallel import ColwiseParallel, RowwiseParallel, parallelize_module
+from torch.utils.data import DataLoader, TensorDataset
+
+from nb_accel import (
+    Accelerator,
+    FullyShardedDataParallelPlugin,
+    ParallelismConfig,
+    notebook_launcher,
+)
+
+pytestmark = pytest.mark.timeout(240)
+
+TP_X_DP = {"tp_size": 2, "dp_shard_size": 2}
+STEPS = 4
+BATCH = 2  # per data-parallel place
+#: The parameters the plan splits across the tp ranks (the norm and the last bias stay whole).
+SPLIT = {"up.weight", "up.bias", "down.weight"}
+
+
+class Net(nn.Module):
+    """A norm (replicated), then a column-wise and a row-wise linear layer (tensor parallel)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(8)
+        self.up = nn.Linear(8, 16)
+        self.down = nn.Linear(16, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down(torch.relu(self.up(self.norm(x))))
+
+
+def _data() -> TensorDataset:
+    generator = torch.Generator().manual_seed(0)
+    return TensorDataset(
+        torch.randn(32, 8, generator=generator), torch.randn(32, 4, generator=generator)
+    )
+
+
+def _setup(sizes: dict[str, int], plugin: Any = None) -> tuple[Accelerator, nn.Module, Any, Any]:
+    accelerator = Accelerator(parallelism_config=ParallelismConfig(**sizes), fsdp_plugin=plugin)
+    torch.manual_seed(1)
+    model = Net()
+    if sizes.get("tp_size", 1) > 1:
+        plan = {"up": ColwiseParallel(), "down": RowwiseParallel()}
+        parallelize_module(model, accelerator.torch_device_mesh["tp"], plan)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+    loader = DataLoader(_data(), batch_size=BATCH)
+    return accelerator, *accelerator.prepare(model, optimizer, loader)
+
+
+def _step(accelerator: Accelerator, model: nn.Module, optimizer: Any, batch: Any) -> None:
+    inputs, targets = batch
+    accelerator.backward(nn.functional.mse_loss(model(inputs), targets))
+    accelerator.clip_grad_norm_(model.parameters(), 1.0)
+    optimizer.step()
+    optimizer.zero_grad()
+
+
+def trained(sizes: dict[str, int]) -> dict[str, Any]:
+    """``STEPS`` steps; the whole weights after each (on the main process), the batches this
+    rank saw, how many parameter values it holds, and the samples ``gather_for_metrics``
+    gives back from an evaluation pass."""
+    accelerator, model, optimizer, loader = _setup(sizes)
+    weights, seen = [], []
+    for step, batch in enumerate(loader):
+        if step == STEPS:
+            break
+        seen.append(batch[0].sum().item())
+        _step(accelerator, model, optimizer, batch)
+        whole = accelerator.get_state_dict(model)
+        weights.append({name: value.clone() for name, value in whole.items()})
+    numbered = DataLoader(TensorDataset(torch.arange(10)), batch_size=BATCH)
+    samples = [accelerator.gather_for_metrics(b[0]) for b in accelerator.prepare(numbered)]
+    return {
+        "weights": weights,
+        "seen": seen,
+        "held": {n: getattr(p, "_local_tensor", p).numel() for n, p in model.named_parameters()},
+        "samples": torch.cat(samples).tolist(),
+        "place": (accelerator.tensor_parallel_rank, accelerator.data_parallel_shard_rank),
+    }
+
+
+def _single_process() -> list[dict[str, torch.Tensor]]:
+    """The same training in this process, one batch of one place per step."""
+    torch.manual_seed(1)
+    model = Net()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=0.05)
+    weights = []
+    for step, (inputs, targets) in enumerate(DataLoader(_data(), batch_size=BATCH)):
+        if step == STEPS:
+            break
+        nn.functional.mse_loss(model(inputs), targets).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad()
+        weights.append({name: value.detach().clone() for name, value in model.state_dict().items()})
+    return weights
+
+
+def _assert_same_weights(ours: list[dict[str, Any]], theirs: list[dict[str, Any]]) -> None:
+    assert len(ours) == len(theirs) == STEPS
+    for mine, reference in zip(ours, theirs, strict=True):  # step by step
+        assert mine.keys() == reference.keys()
+        for name, value in mine.items():
+            torch.testing.assert_close(value, reference[name], rtol=1e-5, atol=1e-6)
+
+
+def test_tp_with_fsdp_trains_to_ddps_weights_holding_a_quarter() -> None:
+    parallel = notebook_launcher(trained, args=(TP_X_DP,), num_processes=4)
+    ddp = notebook_launcher(trained, args=({"dp_replicate_size": 2},), num_processes=2)
+    _assert_same_weights(parallel[0]["weights"], ddp[0]["weights"])
+    assert [r["place"] for r in parallel] == [(0, 0), (1, 0), (0, 1), (1, 1)]
+    # the ranks of a tp group see the same batches; the two data-parallel places, DDP's
+    assert parallel[0]["seen"] == parallel[1]["seen"] == ddp[0]["seen"]
+    assert parallel[2]["seen"] == parallel[3]["seen"] == ddp[1]["seen"] != ddp[0]["seen"]
+    whole = {n: p.numel() for n, p in Net().named_parameters()}
+    for result in parallel:  # split parameters: 1/4 each; the others sharded by FSDP only: 1/2
+        assert result["held"] == {n: size // (4 if n in SPLIT else 2) for n, size in whole.items()}
+    for result in parallel:  # every sample once, as DDP's two ranks give them
+        assert result["samples"] == ddp[0]["samples"] == list(range(10))
+
+
+def test_tp_alone_trains_to_one_process_weights(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path))  # AdamW here sets it otherwise
+    parallel = notebook_launcher(trained, args=({"tp_size": 2},), num_processes=2)
+    _assert_same_weights(parallel[0]["weights"], _single_process())
+    assert parallel[0]["seen"] == parallel[1]["seen"]  # one group: every rank the same batches
+    whole = {n: p.numel() for n, p in Net().named_parameters()}
+    assert parallel[1]["held"] == {n: size // (2 if n in SPLIT else 1) for n, size in whole.items()}
+    assert parallel[1]["samples"] == list(range(10))
+
+
+def resumed(folder: str, sizes: dict[str, int], save: bool) -> dict[str, torch.Tensor]:
+    """Two steps then a sharded checkpoint and two more (``save``), or the checkpoint loaded
+    then the same two more; the whole weights at the end."""
+    plugin = FullyShardedDataParallelPlugin(state_dict_type="SHARDED_STATE_DICT")
+    accelerator, model, optimizer, loader = _setup(
+        sizes, plugin if "dp_shard_size" in sizes else None
+    )
+    batches = list(loader)
+    if save:
+        for batch in batches[:2]:
+            _step(accelerator, model, optimizer, batch)
+        accelerator.save_state(folder)
+    else:
+        accelerator.load_state(folder)
+    for batch in batches[2:4]:
+        _step(accelerator, model, optimizer, batch)
+    return accelerator.get_state_dict(model)
+
+
+@pytest.mark.parametrize("sizes", [TP_X_DP, {"tp_size": 2}], ids=["tp-x-fsdp", "tp"])
+def test_a_tensor_parallel_checkpoint_resumes_bit_for_bit(
+    tmp_path: Path, sizes: dict[str, int]
+) -> None:
+    folder = str(tmp_path / "checkpoint")
+    processes = sizes.get("tp_size", 1) * sizes.get("dp_shard_size", 1)
+    whole = notebook_launcher(resumed, args=(folder, sizes, True), num_processes=processes)[0]
+    again = notebook_launcher(resumed, args=(folder, sizes, False), num_processes=processes)[0]
+    assert whole.keys() == again.keys()
+    assert all(torch.equal(value, again[name]) for name, value in whole.items())
+    assert any((tmp_path / "checkpoint").glob("pytorch_model_fsdp_0*")), "not written sharded"
+
+
+def not_parallelised(recorded_tp_size: int | None) -> None:
+    accelerator = Accelerator(parallelism_config=ParallelismConfig(tp_size=2))
+    model = Net()
+    if recorded_tp_size is not None:  # as transformers records it
+        parallelize_module(model, accelerator.torch_device_mesh["tp"], {"up": ColwiseParallel()})
+        model.tp_size = recorded_tp_size  # type: ignore[assignment]
+    accelerator.prepare(model)
+
+
+def test_a_model_that_is_not_tensor_parallel_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"tp_size=2\), but Net is not tensor parallel"):
+        notebook_launcher(not_parallelised, args=(None,), num_processes=2)
+
+
+def test_a_model_parallelised_over_another_size_is_refused() -> None:
+    with pytest.raises(
+        ValueError, match=r"ParallelismConfig \(2\) should be the same as the model's tp size \(4\)"
+    ):
+        notebook_launcher(not_parallelised, args=(4,), num_processes=2)
