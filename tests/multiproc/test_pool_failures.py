@@ -77,8 +77,9 @@ dist.all_reduce(total)
 
 
 @pytest.mark.timeout(TEST_TIMEOUT_S)
-def test_a_killed_rank_is_replaced_and_the_others_keep_their_variables() -> None:
-    pool = WorkerPool(3, cpu=True, timeout=COLLECTIVE_TIMEOUT_S)
+@pytest.mark.parametrize("start_method", ["fork", "spawn"])
+def test_a_killed_rank_is_replaced_and_the_others_keep_their_variables(start_method: str) -> None:
+    pool = WorkerPool(3, cpu=True, timeout=COLLECTIVE_TIMEOUT_S, start_method=start_method)
     pool.start()
     shown = ShownRows()
     try:
@@ -93,6 +94,8 @@ def test_a_killed_rank_is_replaced_and_the_others_keep_their_variables() -> None
         assert after[0] == before[0] and after[2] == before[2] and after[1] != before[1]
         done = pool.execute(WHOLE_AGAIN, want_value=True)
         values = [load_value(reply) for _, reply in sorted(done.items())]
+        where = pool.where()  # the new process's stacks, under its own main thread
+        assert sorted(where) == [0, 1, 2] and all(s.idle for s in where.values()), where
     finally:
         pool.stop()
     notes = "\n".join(info.value.__notes__)

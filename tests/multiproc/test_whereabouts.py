@@ -104,3 +104,41 @@ def test_an_interrupt_stops_ranks_waiting_in_a_collective_and_says_where(tmp_pat
     for rank in (0, 1):
         assert f"rank {rank} was at `both_wait_inside_torch` (test_whereabouts.py, line " in notes
     assert re.search(r"rank 0 was at .*; last collective: all_reduce #\d+", notes), notes
+
+
+def test_asking_where_the_ranks_are_again_and_again_leaves_them_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each rank is asked its last collective only once its stacks are written: the thread
+    that answers must not run while faulthandler reads the frames (without the interpreter's
+    lock), which cut the dump short and could crash the rank. Asked 60 times over, every
+    answer has the main thread, and the ranks live on."""
+    from nb_accel.launch import failures
+    from nb_accel.launch.pool import WorkerPool
+    from nb_accel.runtime.reporting.stacks import stack_file
+
+    whereabouts = failures.whereabouts
+    asked_with_dump_written: list[bool] = []
+    sizes_before: dict[int, int] = {}
+    ask = whereabouts._ask_collective
+
+    def ask_after_the_dump(folder: str, rank: int) -> bool:
+        asked_with_dump_written.append(
+            os.path.getsize(stack_file(folder, rank)) > sizes_before[rank]
+        )
+        return ask(folder, rank)
+
+    monkeypatch.setattr(whereabouts, "_ask_collective", ask_after_the_dump)
+    pool = WorkerPool(2, cpu=True)
+    try:
+        pool.start(notes=False)
+        folder = pool._group._store  # type: ignore[union-attr]
+        for _ in range(60):
+            sizes_before.update({r: os.path.getsize(stack_file(folder, r)) for r in (0, 1)})
+            stacks = pool.where()
+            assert sorted(stacks) == [0, 1]
+            assert all(s.main is not None and s.main.frames for s in stacks.values()), stacks
+        assert asked_with_dump_written and all(asked_with_dump_written)
+        assert [s.alive for s in pool.status()] == [True, True]
+    finally:
+        pool.stop()

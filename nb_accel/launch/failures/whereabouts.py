@@ -281,14 +281,32 @@ def take_stacks(
     pids: Mapping[int, int],
     wait_s: float = STACK_WAIT_S,
     collectives: bool = False,
-    _ask: bool = True,
 ) -> dict[int, RankStack]:
     """Every rank's stacks (rank -> pid in ``pids``), from the launch's ``folder``; a rank
     that cannot be asked or does not answer within ``wait_s`` is left out, and one whose dump
-    is not whole by then is asked once more (unless ``_ask`` is false). With
-    ``collectives``, each rank is also asked the last collective it entered
-    (:attr:`RankStack.collective`), in the same wait."""
-    asked = [rank for rank in pids if collectives and _ask_collective(folder, rank)]
+    is not whole by then is asked once more. With ``collectives``, each rank is then asked the
+    last collective it entered (:attr:`RankStack.collective`).
+
+    The collectives are asked for after the stacks are written, never during: the thread
+    that answers would run while ``faulthandler`` reads its frames, which it does without the
+    interpreter's lock, and a frame changing under it can leave the dump cut short."""
+    stacks = _dump_stacks(folder, pids, wait_s)
+    again = [rank for rank in pids if rank not in stacks or not _whole(stacks[rank])]
+    for rank, stack in _dump_stacks(folder, {r: pids[r] for r in again}, wait_s).items():
+        if _whole(stack) or rank not in stacks:  # else what it wrote the first time
+            stacks[rank] = stack
+    if collectives:
+        asked = [rank for rank in pids if _ask_collective(folder, rank)]
+        found = _read_collectives(folder, asked, time.monotonic() + wait_s)
+        for rank, collective in found.items():
+            if rank in stacks:
+                stacks[rank].collective = collective
+    return stacks
+
+
+def _dump_stacks(folder: str, pids: Mapping[int, int], wait_s: float) -> dict[int, RankStack]:
+    """Signal each rank of ``pids`` and read the dump it writes, within ``wait_s``: whole, or
+    what it wrote by then (a rank kept off the CPU while it writes, on a busy machine)."""
     starts: dict[int, int] = {}
     for rank, pid in pids.items():
         size = _size(stack_file(folder, rank))
@@ -315,31 +333,7 @@ def take_stacks(
     for rank in pending:  # the deadline passed: what they wrote so far
         if seen.get(rank, starts[rank]) > starts[rank]:
             stacks[rank] = _read_dump(folder, rank, starts[rank])
-    collectives_read = _read_collectives(folder, asked, deadline)
-    if _ask:
-        _ask_again(folder, pids, stacks, list(starts), wait_s)
-    for rank, collective in collectives_read.items():
-        if rank in stacks:
-            stacks[rank].collective = collective
     return stacks
-
-
-def _ask_again(
-    folder: str,
-    pids: Mapping[int, int],
-    stacks: dict[int, RankStack],
-    asked: list[int],
-    wait_s: float,
-) -> None:
-    """Ask once more the ranks of ``asked`` whose dump did not come whole in time (a rank
-    kept off the CPU while it wrote, on a busy machine), keeping what they wrote the first
-    time when the second try does no better."""
-    again = [rank for rank in asked if rank not in stacks or not _whole(stacks[rank])]
-    if not again:
-        return
-    for rank, stack in take_stacks(folder, {r: pids[r] for r in again}, wait_s, _ask=False).items():
-        if _whole(stack) or rank not in stacks:
-            stacks[rank] = stack
 
 
 def _read_dump(folder: str, rank: int, begin: int) -> RankStack:

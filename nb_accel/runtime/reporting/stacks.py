@@ -4,8 +4,8 @@ stopping the rank.
 The worker registers :mod:`faulthandler` for :data:`STACK_SIGNAL`, writing to its rank's file
 in the launch's folder (:func:`stack_file`). faulthandler's handler is C code: it writes every
 thread's frames even while the main thread sits in a collective or any other C call, where no
-Python signal handler could run. The file begins with a line naming the main thread; each
-request appends one dump.
+Python signal handler could run. The file begins with a line naming the main thread (each
+process that becomes the rank writes it anew); each request appends one dump.
 """
 
 from __future__ import annotations
@@ -36,7 +36,8 @@ def stack_file(folder: str, rank: int) -> str:
 def answer_stack_requests(folder: str, rank: int) -> None:
     """From now on, write every thread's stack to :func:`stack_file` on :data:`STACK_SIGNAL`
     (call from the main thread, after the signal handlers are reset)."""
-    stream = open(stack_file(folder, rank), "a", encoding="utf-8")  # kept open: see _open
+    # a new file: a rank replaced in a pool must not leave the old process's header first
+    stream = open(stack_file(folder, rank), "w", encoding="utf-8")  # kept open: see _open
     stream.write(f"{MAIN_THREAD}0x{threading.main_thread().ident or 0:x}\n")
     stream.flush()
     faulthandler.register(STACK_SIGNAL, file=stream, all_threads=True, chain=False)
