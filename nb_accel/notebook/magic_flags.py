@@ -17,6 +17,7 @@ from ..launch.request import request_fields
 __all__ = [
     "flag_text",
     "hosts_option",
+    "mesh_option",
     "parse_flags",
     "pool_flags",
     "pool_options",
@@ -58,6 +59,25 @@ def hosts_option(text: str | None) -> str | list[str] | None:
     return names
 
 
+#: The help of ``--mesh``.
+_MESH_HELP = (
+    "lay the ranks out on a device mesh for Accelerator() in the cells: sizes by dimension, "
+    "e.g. tp=2,dp_shard=2 (dp_replicate, dp_shard, tp, cp; their product is the ranks)"
+)
+
+
+def mesh_option(text: str) -> dict[str, int]:
+    """``--mesh``' value (``tp=2,dp_shard=2``) as ``parallelism_config`` sizes."""
+    sizes: dict[str, int] = {}
+    for part in (p.strip() for p in text.split(",")):
+        name, _, size = part.partition("=")
+        name = name.strip().removesuffix("_size")
+        if not part or not size.strip().isdigit() or not name:
+            raise UsageError(f"--mesh takes sizes by dimension, e.g. tp=2,dp_shard=2; got {text!r}")
+        sizes[f"{name}_size"] = int(size)
+    return sizes
+
+
 #: The flags that say what the pool's workers are: they take effect when the pool starts, and
 #: a cell or command that gives one the running pool differs in is refused (say restart).
 _POOL_FLAGS = (
@@ -82,6 +102,7 @@ _POOL_FLAGS = (
     ),
     argument("--hosts", help=_HOSTS_HELP),
     argument("--ssh-config", help=_SSH_CONFIG_HELP),
+    argument("--mesh", dest="parallelism_config", type=mesh_option, help=_MESH_HELP),
 )
 
 
@@ -117,6 +138,8 @@ def flag_text(parser: argparse.ArgumentParser, name: str, value: Any) -> str:
         if action.nargs == 0:
             return flags[-1]
         written = ",".join(value) if isinstance(value, list) else value
+        if isinstance(value, dict):  # --mesh's sizes
+            written = ",".join(f"{n.removesuffix('_size')}={s}" for n, s in value.items())
         return f"{flags[0]} {written}"
     return name
 

@@ -199,3 +199,99 @@ def test_a_model_parallelised_over_another_size_is_refused() -> None:
         ValueError, match=r"ParallelismConfig \(2\) should be the same as the model's tp size \(4\)"
     ):
         notebook_launcher(not_parallelised, args=(4,), num_processes=2)
+
+
+def _tiny_llama(folder: str) -> None:
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=64,
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=32,
+    )
+    LlamaForCausalLM(config).save_pretrained(folder)
+
+
+def _llama_losses(model: nn.Module, backward: Any, optimizer: Any) -> list[float]:
+    ids = torch.randint(0, 64, (2, 16), generator=torch.Generator().manual_seed(0))
+    losses = []
+    for _ in range(3):
+        loss = model(input_ids=ids, labels=ids).loss
+        backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        losses.append(loss.item())
+    return losses
+
+
+def llama_with_its_own_plan(folder: str) -> list[float]:
+    from transformers import AutoModelForCausalLM, DistributedConfig
+
+    accelerator = Accelerator(parallelism_config=ParallelismConfig(tp_size=2))
+    plan = DistributedConfig(tp_plan="auto")  # transformers' own plan for the model
+    model = AutoModelForCausalLM.from_pretrained(folder, distributed_config=plan)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    return _llama_losses(model, accelerator.backward, optimizer)
+
+
+def llama_alone(folder: str) -> list[float]:
+    """The tiny model written, then trained in one process (kept out of the test's own: the
+    libraries leave threads and variables behind)."""
+    from transformers import AutoModelForCausalLM
+
+    _tiny_llama(folder)
+    model = AutoModelForCausalLM.from_pretrained(folder)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    return _llama_losses(model, lambda loss: loss.backward(), optimizer)
+
+
+def test_a_transformers_model_with_its_own_tp_plan_trains_as_on_one_process(
+    tmp_path: Path,
+) -> None:
+    folder = str(tmp_path / "llama")
+    alone = notebook_launcher(llama_alone, args=(folder,), num_processes=1)[0]
+    parallel = notebook_launcher(llama_with_its_own_plan, args=(folder,), num_processes=2)
+    assert parallel[0] == parallel[1]
+    torch.testing.assert_close(torch.tensor(parallel[0]), torch.tensor(alone), rtol=1e-5, atol=1e-6)
+
+
+def the_launchs_mesh() -> tuple[Any, ...]:
+    accelerator = Accelerator()  # nothing given: the launch's mesh, as under accelerate launch
+    mesh = accelerator.torch_device_mesh
+    return tuple(mesh.mesh_dim_names), tuple(mesh.shape), accelerator.is_fsdp2
+
+
+def test_the_launch_lays_out_the_mesh_a_bare_accelerator_builds(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    layout = ParallelismConfig(tp_size=2, dp_shard_size=2)
+    found = notebook_launcher(the_launchs_mesh, num_processes=4, parallelism_config=layout)
+    assert found == [(("dp_shard", "tp"), (2, 2), True)] * 4
+    assert (
+        "Launching 4 processes on CPU (gloo; fork, mesh dp_shard 2 x tp 2)"
+        in capsys.readouterr().out
+    )
+
+
+def test_the_pool_lays_out_its_mesh_for_the_cells() -> None:
+    from nb_accel.launch.pool import WorkerPool
+    from nb_accel.launch.pool_ranks.values import load_value
+
+    pool = WorkerPool(4, cpu=True, parallelism_config={"tp_size": 2, "dp_shard_size": 2})
+    try:
+        pool.start(notes=False)
+        assert pool.describe() == "4 processes on CPU (gloo; fork, mesh dp_shard 2 x tp 2)"
+        done = pool.execute(
+            "from nb_accel import Accelerator\nshape = Accelerator().torch_device_mesh.shape\n"
+            "tuple(shape)",
+            want_value=True,
+        )
+        assert [load_value(reply) for _, reply in sorted(done.items())] == [(2, 2)] * 4
+    finally:
+        pool.stop()

@@ -75,3 +75,29 @@ def test_the_saved_sizes_must_multiply_to_the_launches_ranks() -> None:
     assert Config(num_processes=2, num_nodes=2, rdzv_endpoint="a:1", tp_size=2, dp_shard_size=2)
     with pytest.raises(ConfigError, match="dp_shard_size: must be a whole number >= 1"):
         Config(dp_shard_size=0)
+
+
+def test_the_distributed_magics_take_the_mesh_as_a_flag() -> None:
+    import argparse
+
+    from IPython.core.error import UsageError
+    from IPython.core.magic_arguments import magic_arguments
+
+    from nb_accel.notebook.magic_flags import flag_text, parse_flags, pool_flags, pool_options
+
+    @magic_arguments()
+    @pool_flags
+    def magic(line: str) -> None:
+        del line
+
+    args = parse_flags(magic, "-n 4 --mesh tp=2,dp_shard_size=2")
+    assert pool_options(args) == {
+        "num_processes": 4,
+        "parallelism_config": {"tp_size": 2, "dp_shard_size": 2},
+    }
+    parser = magic.parser  # type: ignore[attr-defined]
+    assert isinstance(parser, argparse.ArgumentParser)
+    written = flag_text(parser, "parallelism_config", args.parallelism_config)
+    assert written == "--mesh tp=2,dp_shard=2"
+    with pytest.raises(UsageError, match="--mesh takes sizes by dimension"):
+        parse_flags(magic, "--mesh tp")
