@@ -460,13 +460,6 @@ def test_a_parallelism_config_refuses_what_cannot_compose() -> None:
         ({"tp_size": 2}, "cpu", True, "no dimension is left for FSDP", ValueError),
         ({"sp_size": 2}, "cpu", False, "sequence parallelism is DeepSpeed's", NotImplementedError),
         ({"cp_size": 2}, "cpu", False, "context parallelism runs on CUDA GPUs only", ValueError),
-        (
-            {"cp_size": 2},
-            "cuda",
-            False,
-            "context parallelism is not supported yet",
-            NotImplementedError,
-        ),
     ],
 )
 def test_what_nb_accel_does_not_run_is_refused_before_training(
@@ -487,6 +480,7 @@ def test_tensor_parallelism_alone_fits_a_run() -> None:
     config = ParallelismConfig(tp_size=2, dp_shard_size=2)
     fit_to_run(config, 4, sharded=True, device_type="cpu")
     fit_to_run(ParallelismConfig(tp_size=2), 2, sharded=False, device_type="cpu")
+    fit_to_run(ParallelismConfig(cp_size=2, dp_shard_size=2), 4, sharded=True, device_type="cuda")
     assert config.total_size == 4
 
 

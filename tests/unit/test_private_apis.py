@@ -144,6 +144,13 @@ USES: tuple[Use, ...] = (
     ),
     Use(
         "torch",
+        ("torch.distributed.tensor.experimental._attention:set_rotate_method",),
+        ("runtime/parallelism/context.py",),
+        "sets how context parallel attention passes keys and values around the ranks "
+        "(TorchContextParallelConfig's cp_comm_strategy); torch has no public setter",
+    ),
+    Use(
+        "torch",
         ("torch.distributed.device_mesh:DeviceMesh._flatten",),
         ("runtime/parallelism/config.py",),
         "joins dimensions of a ParallelismConfig's mesh into the dp, dp_shard_cp and dp_cp "

@@ -41,12 +41,6 @@ def fit_to_run(
             f"CUDA GPUs only, and this run is on {device_type!r} devices: leave cp_size at 1 "
             "there"
         )
-    if config.cp_enabled:
-        raise NotImplementedError(
-            f"ParallelismConfig(cp_size={config.cp_size}): context parallelism is not "
-            "supported yet; nb_accel runs data parallelism (dp_replicate_size, dp_shard_size) "
-            "and tensor parallelism (tp_size). Leave cp_size at 1"
-        )
     if config.tp_enabled and sharded and not config.dp_shard_enabled:
         raise ValueError(
             f"ParallelismConfig(tp_size={config.tp_size}) with FSDP, but no dimension is left "

@@ -42,6 +42,8 @@ class ModelSetup:
             two dimensions for HSDP); None: every process, along one dimension.
         tp_size: the ``ParallelismConfig``'s tensor parallel size: models come parallelised
             over that many ranks, and are replicated only across the data dimensions.
+        cp_size: the ``ParallelismConfig``'s context parallel size: attention masks are left
+            out of models' attention, which runs over sequences cut across that many ranks.
     """
 
     device: torch.device
@@ -54,6 +56,7 @@ class ModelSetup:
     changed: list[Any] = field(default_factory=list)
     mesh: Any = None
     tp_size: int = 1
+    cp_size: int = 1
 
 
 class ShardingStrategy(abc.ABC):

@@ -7,6 +7,7 @@ from typing import Any
 
 import torch
 
+from ..parallelism.context import drop_attention_masks
 from ..parallelism.tensor import check_tensor_parallel
 from ..sharding import ModelSetup, ShardingStrategy
 from ..sharding.registry import unwrap_once
@@ -37,6 +38,8 @@ def prepare_model(
     wrap = wrap and strategy.wraps(model, setup)
     if wrap and setup.tp_size > 1:
         check_tensor_parallel(model, setup.tp_size)
+    if setup.cp_size > 1:  # torch's ring attention takes no masks
+        drop_attention_masks(model)
     fullgraph = bool(dynamo_plugin is not None and dynamo_plugin.fullgraph)
     if dynamo_plugin is not None and (not wrap or strategy.compiles_before_wrap(model, fullgraph)):
         model = compile_model(model, dynamo_plugin)

@@ -12,6 +12,7 @@ import torch
 
 from ..fsdp.plugin import FullyShardedDataParallelPlugin
 from ..parallelism import ParallelismConfig, mesh_rank
+from ..parallelism.context import context_parallel_block
 from ..sharding import ModelSetup, ShardingStrategy
 from ..state import AcceleratorState, DistributedType, PartialState
 
@@ -117,11 +118,21 @@ class ShardingMethods:
         buffer_seq_dims: list[int] | None = None,
         no_restore_buffers: set[torch.Tensor] | None = None,
     ) -> Iterator[None]:
-        """A block that would split ``buffers`` along their sequence dimensions for context
-        parallelism; without it (nb_accel runs none, as Accelerate without ``cp_size > 1``) it
-        leaves them whole."""
-        del buffers, buffer_seq_dims, no_restore_buffers
-        yield
+        """With context parallelism (``ParallelismConfig(cp_size=n)``, CUDA GPUs), a block in
+        which ``buffers`` (inputs, labels, position ids: made anew for each step) are cut along
+        their sequence dimensions (``buffer_seq_dims``) over the ``cp`` ranks and attention
+        runs as torch's ring attention; after it they are whole again, but
+        ``no_restore_buffers``. Without it the block leaves them whole, as in Accelerate."""
+        config, mesh = self.parallelism_config, self.torch_device_mesh
+        if config is None or not config.cp_enabled or mesh is None:
+            yield
+            return
+        handler = config.cp_handler  # made with cp_size > 1
+        strategy = str(getattr(handler, "cp_comm_strategy", None) or "allgather")
+        with context_parallel_block(
+            mesh["cp"], strategy, buffers, buffer_seq_dims, no_restore_buffers
+        ):
+            yield
 
     @property
     def multi_device(self) -> bool:
@@ -198,4 +209,5 @@ class ShardingMethods:
             changed=self._sharded,
             mesh=self._shard_mesh(),
             tp_size=self.parallelism_config._sizes["tp"] if self.parallelism_config else 1,
+            cp_size=self.parallelism_config._sizes["cp"] if self.parallelism_config else 1,
         )
