@@ -144,6 +144,14 @@ USES: tuple[Use, ...] = (
     ),
     Use(
         "torch",
+        ("torch.distributed.tensor._redistribute:logger",),
+        ("runtime/parallelism/tensor.py",),
+        "held at ERROR while nb_accel makes 2-D tensor parallel DTensors whole (a gradient "
+        "norm, whole weights): its advice to flatten the mesh is about Accelerate's layout, "
+        "not the user's code; torch offers no switch for it",
+    ),
+    Use(
+        "torch",
         ("torch.distributed.tensor.experimental._attention:set_rotate_method",),
         ("runtime/parallelism/context.py",),
         "sets how context parallel attention passes keys and values around the ranks "

@@ -10,6 +10,8 @@ from typing import Any
 
 import torch
 
+from ..parallelism.tensor import quiet_redistribution
+
 __all__ = ["clip_sharded_grad_norm_", "gradient_sync"]
 
 
@@ -54,8 +56,9 @@ def clip_sharded_grad_norm_(
     for piece in sharded:  # tensor parallel layers under FSDP2 lie on a mesh of their own
         by_mesh.setdefault(piece.device_mesh, []).append(piece)
     for group in by_mesh.values():  # torch's norm of the whole DTensors: a reduction each
-        norm = torch.nn.utils.get_total_norm(group, norm_type)
-        whole = norm.full_tensor() if isinstance(norm, DTensor) else norm
+        with quiet_redistribution():
+            norm = torch.nn.utils.get_total_norm(group, norm_type)
+            whole = norm.full_tensor() if isinstance(norm, DTensor) else norm
         parts.append(whole.float().cpu())
     if plain:
         parts.append(_local_norm(plain, norm_type))

@@ -10,6 +10,7 @@ import torch
 import torch.distributed as dist
 
 from ..device_types.group_backends import backend_for
+from ..parallelism.tensor import quiet_redistribution
 from .activations import checkpoint_units
 from .notices import say_no_effect
 from .plugin import FullyShardedDataParallelPlugin
@@ -117,7 +118,8 @@ def _whole_weights(model: torch.nn.Module, keep: bool) -> dict[str, Any]:
 
     whole: dict[str, Any] = {}
     for key, value in model.state_dict().items():
-        full = value.full_tensor() if isinstance(value, DTensor) else value
+        with quiet_redistribution():
+            full = value.full_tensor() if isinstance(value, DTensor) else value
         if keep:
             whole[key] = full.detach().cpu()
     return whole

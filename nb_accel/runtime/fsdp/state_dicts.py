@@ -8,6 +8,8 @@ from typing import Any
 
 import torch
 
+from ..parallelism.tensor import quiet_redistribution
+
 __all__ = [
     "full_model_state_dict",
     "model_of",
@@ -29,7 +31,8 @@ def full_model_state_dict(model: torch.nn.Module) -> dict[str, Any]:
     an empty dict on the others."""
     from torch.distributed.checkpoint.state_dict import get_model_state_dict
 
-    return get_model_state_dict(model, options=_options(True))
+    with quiet_redistribution():  # tensor parallel shards: whole in two collectives
+        return get_model_state_dict(model, options=_options(True))
 
 
 def sharded_model_state_dict(model: torch.nn.Module) -> dict[str, Any]:

@@ -6,6 +6,9 @@ data-parallel ranks only."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -16,8 +19,13 @@ __all__ = [
     "has_dtensor_parameters",
     "check_tensor_parallel",
     "mesh_group_size",
+    "quiet_redistribution",
     "replicate_plain_parameters",
 ]
+
+#: torch's logger that suggests flattening a mesh's dimensions when a DTensor on two of them
+#: is made whole in two collectives (a gradient norm, a whole state dict).
+_REDISTRIBUTE_LOGGER = "torch.distributed.tensor._redistribute"
 
 
 def has_dtensor_parameters(model: torch.nn.Module) -> bool:
@@ -89,3 +97,18 @@ def mesh_group_size(mesh: Any) -> int:
         if name in names:
             size *= int(mesh[name].size())
     return size
+
+
+@contextlib.contextmanager
+def quiet_redistribution() -> Iterator[None]:
+    """Inside the block, torch does not suggest flattening the mesh's dimensions when nb_accel
+    makes a tensor parallel and sharded ``DTensor`` whole (the clipping norm, whole weights):
+    the mesh is Accelerate's layout, which the user does not choose there, and the extra
+    collective is one per call."""
+    logger = logging.getLogger(_REDISTRIBUTE_LOGGER)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)

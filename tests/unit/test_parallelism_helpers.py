@@ -1,7 +1,8 @@
-"""What context parallelism changes in a prepared model, on the CPU: the attention modules of a
-``transformers`` model attend causally without their masks (torch's ring attention takes
-none), a model with sliding-window layers is refused, and without ``cp_size`` the training
-block leaves its buffers whole."""
+"""The mesh's helpers on the CPU: what context parallelism changes in a prepared model (the
+attention modules of a ``transformers`` model attend causally without their masks, as torch's
+ring attention takes none; a model with sliding-window layers is refused; without ``cp_size``
+the training block leaves its buffers whole), and torch's advice on flattening the mesh held
+back where nb_accel gathers tensor parallel weights."""
 
 from __future__ import annotations
 
@@ -72,3 +73,15 @@ def test_without_context_parallelism_the_block_leaves_the_buffers_whole() -> Non
     buffer = torch.arange(8).reshape(1, 8)
     with accelerator.maybe_context_parallel(buffers=[buffer], buffer_seq_dims=[1]):
         assert buffer.shape == (1, 8)
+
+
+def test_torchs_advice_on_flattening_the_mesh_is_held_back_where_nb_accel_gathers() -> None:
+    import logging
+
+    from nb_accel.runtime.parallelism.tensor import quiet_redistribution
+
+    logger = logging.getLogger("torch.distributed.tensor._redistribute")
+    before = logger.level
+    with quiet_redistribution():
+        assert not logger.isEnabledFor(logging.WARNING)
+    assert logger.level == before and logger.isEnabledFor(logging.WARNING)
