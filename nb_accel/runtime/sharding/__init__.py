@@ -1,6 +1,7 @@
 """Sharding strategies: how prepared models are spread over the processes of a launch. The
-interface (``strategy.py``), data parallel (``ddp.py``), FSDP2 (``fsdp2.py``) and the one list
-of them by name (``registry.py``)."""
+interface (``strategy.py``), data parallel (``ddp.py``), FSDP2 (``fsdp2.py``), the state dicts
+of models held in parts that both use (``parts.py``) and the one list of them by name
+(``registry.py``)."""
 
 from .registry import (
     DEFAULT,

@@ -19,14 +19,8 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..enums import DistributedType
 from ..fsdp.gradients import clip_sharded_grad_norm_
-from ..fsdp.state_dicts import (
-    full_model_state_dict,
-    optimizer_state_dict,
-    set_model_state,
-    set_optimizer_state,
-    sharded_model_state_dict,
-)
 from ..parallelism.tensor import has_dtensor_parameters, replicate_plain_parameters
+from .parts import StateDictsInParts
 from .strategy import ModelSetup, ShardingStrategy
 
 __all__ = ["DataParallelStrategy", "find_ddp"]
@@ -43,7 +37,7 @@ def find_ddp(model: Any) -> DistributedDataParallel | None:
 
 
 @dataclass(frozen=True)
-class DataParallelStrategy(ShardingStrategy):
+class DataParallelStrategy(StateDictsInParts, ShardingStrategy):
     """``DistributedDataParallel`` on several processes (CPU or GPU), nothing on one."""
 
     name: ClassVar[str] = "ddp"
@@ -118,43 +112,6 @@ class DataParallelStrategy(ShardingStrategy):
     def is_sharded(self, model: torch.nn.Module) -> bool:
         """True for a tensor parallel model (its ``DTensor`` layers are spread over ranks)."""
         return has_dtensor_parameters(model)
-
-    def model_state_dict(self, model: torch.nn.Module, full: bool = True) -> dict[str, Any]:
-        """A tensor parallel model's through ``torch.distributed.checkpoint``: whole (a
-        collective) or this rank's parts; any other model's own."""
-        if not has_dtensor_parameters(model):
-            return model.state_dict()
-        return full_model_state_dict(model) if full else sharded_model_state_dict(model)
-
-    def load_model_state_dict(
-        self, model: torch.nn.Module, state: dict[str, Any], full: bool = True
-    ) -> None:
-        """Whole weights (every process passes them) or this rank's parts."""
-        if has_dtensor_parameters(model):
-            set_model_state(model, state, full=full)
-        else:
-            model.load_state_dict(state)
-
-    def optimizer_state_dict(
-        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, full: bool = True
-    ) -> dict[str, Any]:
-        """A tensor parallel model's optimizer keyed by parameter name; any other's own."""
-        if not has_dtensor_parameters(model):
-            return optimizer.state_dict()
-        return optimizer_state_dict(model, optimizer, full=full)
-
-    def load_optimizer_state_dict(
-        self,
-        model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer,
-        state: dict[str, Any],
-        full: bool = True,
-    ) -> None:
-        """Load what :meth:`optimizer_state_dict` gave."""
-        if has_dtensor_parameters(model):
-            set_optimizer_state(model, optimizer, state, full=full)
-        else:
-            optimizer.load_state_dict(state)
 
     def checkpoint_layout(self, models: list[torch.nn.Module]) -> str | None:
         """``SHARDED_STATE_DICT`` when some model is tensor parallel (each rank writes its

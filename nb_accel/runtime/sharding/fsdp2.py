@@ -20,13 +20,7 @@ from ..fsdp.notices import say_once
 from ..fsdp.optimizer_params import check_not_prepared_before, move_onto_shards
 from ..fsdp.plugin import FSDP1_ONLY, FullyShardedDataParallelPlugin
 from ..fsdp.sharding import is_fsdp_module, shard_model
-from ..fsdp.state_dicts import (
-    full_model_state_dict,
-    optimizer_state_dict,
-    set_model_state,
-    set_optimizer_state,
-    sharded_model_state_dict,
-)
+from .parts import StateDictsInParts
 from .strategy import ModelSetup, ShardingStrategy
 
 __all__ = ["FullyShardedStrategy", "fsdp_plugin_from"]
@@ -70,7 +64,7 @@ def _sharded_module(model: torch.nn.Module) -> torch.nn.Module | None:
 
 
 @dataclass(frozen=True)
-class FullyShardedStrategy(ShardingStrategy):
+class FullyShardedStrategy(StateDictsInParts, ShardingStrategy):
     """FSDP2 with the options of a :class:`FullyShardedDataParallelPlugin`, on several
     processes on CPUs or GPUs."""
 
@@ -150,37 +144,6 @@ class FullyShardedStrategy(ShardingStrategy):
     def is_sharded(self, model: torch.nn.Module) -> bool:
         """True for a module sharded with ``fully_shard``."""
         return is_fsdp_module(model)
-
-    def model_state_dict(self, model: torch.nn.Module, full: bool = True) -> dict[str, Any]:
-        """Through ``torch.distributed.checkpoint.state_dict`` for a sharded model."""
-        if not is_fsdp_module(model):
-            return model.state_dict()
-        return full_model_state_dict(model) if full else sharded_model_state_dict(model)
-
-    def load_model_state_dict(
-        self, model: torch.nn.Module, state: dict[str, Any], full: bool = True
-    ) -> None:
-        """Whole weights (every process passes them) or this process's shards."""
-        if is_fsdp_module(model):
-            set_model_state(model, state, full=full)
-        else:
-            model.load_state_dict(state)
-
-    def optimizer_state_dict(
-        self, model: torch.nn.Module, optimizer: torch.optim.Optimizer, full: bool = True
-    ) -> dict[str, Any]:
-        """Keyed by parameter name; whole on the main process (``full``) or these shards."""
-        return optimizer_state_dict(model, optimizer, full=full)
-
-    def load_optimizer_state_dict(
-        self,
-        model: torch.nn.Module,
-        optimizer: torch.optim.Optimizer,
-        state: dict[str, Any],
-        full: bool = True,
-    ) -> None:
-        """Load what :meth:`optimizer_state_dict` gave."""
-        set_optimizer_state(model, optimizer, state, full=full)
 
     def checkpoint_layout(self, models: list[torch.nn.Module]) -> str | None:
         """The plugin's ``state_dict_type`` when some model is sharded."""
