@@ -23,6 +23,7 @@ import yaml
 
 __all__ = [
     "CHOICES",
+    "MESH_SIZES",
     "SHARDING_ALIASES",
     "SHARDING_STRATEGIES",
     "Config",
@@ -44,6 +45,10 @@ SHARDING_STRATEGIES: dict[str, str] = {
 #: Other names a strategy is known by (``"fsdp"``: what earlier releases saved, and Accelerate's
 #: own word), read as the name they stand for wherever a strategy is named.
 SHARDING_ALIASES: dict[str, str] = {"fsdp": "fsdp2"}
+
+#: The sizes of the launches' device mesh (Accelerate's ``ParallelismConfig``), in the mesh's
+#: order: the saved fields, ``notebook_launcher``'s ``parallelism_config`` keys, the form's rows.
+MESH_SIZES = ("dp_replicate_size", "dp_shard_size", "cp_size", "tp_size")
 
 #: Allowed values of the fields that take one of a few.
 CHOICES: dict[str, tuple[Any, ...]] = {
@@ -95,8 +100,8 @@ class Config:
         dp_replicate_size: replicas of the model in the launch's device mesh (Accelerate's
             ParallelismConfig; 1 everywhere: no mesh, the sharding alone decides).
         dp_shard_size: FSDP2 shards within each replica (above 1: sharded with FSDP2).
-        tp_size: ranks of a tensor parallel group (the model comes parallelised over them).
         cp_size: ranks of a context parallel group (CUDA GPUs only).
+        tp_size: ranks of a tensor parallel group (the model comes parallelised over them).
     """
 
     num_processes: int | None = None
@@ -118,8 +123,8 @@ class Config:
     post_mortem_wait: float = 600.0
     dp_replicate_size: int = 1
     dp_shard_size: int = 1
-    tp_size: int = 1
     cp_size: int = 1
+    tp_size: int = 1
 
     def __post_init__(self) -> None:
         if isinstance(self.sharding, str) and self.sharding in SHARDING_ALIASES:
@@ -143,7 +148,7 @@ class Config:
         whole("num_nodes", self.num_nodes, 1)
         whole("node_rank", self.node_rank, 0)
         whole("max_restarts", self.max_restarts, 0)
-        for size in ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size"):
+        for size in MESH_SIZES:
             whole(size, getattr(self, size), 1)
         for name in ("timeout", "rdzv_timeout"):
             value = getattr(self, name)
@@ -205,10 +210,9 @@ class Config:
 def _mesh_problem(config: Config, found: dict[str, str]) -> None:
     """Add to ``found`` that the mesh's sizes do not multiply to the launches' ranks (when
     both are known: processes given, machines counted)."""
-    names = ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size")
-    if any(name in found for name in names) or config.num_processes is None:
+    if any(name in found for name in MESH_SIZES) or config.num_processes is None:
         return
-    sizes = {name: getattr(config, name) for name in names}
+    sizes = {name: getattr(config, name) for name in MESH_SIZES}
     used = [name for name, size in sizes.items() if size > 1]
     hosts = config.hosts
     if not used or hosts == "slurm" or "num_processes" in found or "hosts" in found:

@@ -113,15 +113,13 @@ def resolve_spec(
         sharding,
         warm_fallback=warm_fallback,
     )
-    machines = len(hosts.hosts) if hosts is not None else nodes.num_nodes
-    plan = dataclasses.replace(
-        plan, mesh=_mesh(sizes, plan.num_processes * machines, sharding, device)
-    )
     if plan.fork_fallback and warm_fallback:
         reuse = True  # one fresh interpreter per rank once, not at every launch
     if not pool and in_ipython():  # the rank that raises waits for %debug
         plan = dataclasses.replace(plan, post_mortem_s=float(config.post_mortem_wait))
-    return LaunchSpec(plan, nodes, hosts, output, request, reuse_workers=reuse)
+    spec = LaunchSpec(plan, nodes, hosts, output, request, reuse_workers=reuse)
+    mesh = _mesh(sizes, spec.world_size, sharding, device)
+    return dataclasses.replace(spec, plan=dataclasses.replace(plan, mesh=mesh))
 
 
 def _reuse_workers(request: LaunchRequest, config: Config) -> bool:

@@ -26,6 +26,7 @@ import ipywidgets
 from .._keywords import refuse_unknown
 from ..config import (
     CHOICES,
+    MESH_SIZES,
     Config,
     ConfigError,
     config_path,
@@ -41,8 +42,6 @@ __all__ = ["ConfigWidget", "LABELS", "MULTI_NODE_FIELDS", "field_help", "hosts_f
 #: Fields that matter only when ``num_nodes > 1``; their rows are hidden otherwise
 #: (``max_restarts`` is shown always: one machine's workers are restarted too).
 MULTI_NODE_FIELDS = ("node_rank", "rdzv_endpoint", "rdzv_backend", "rdzv_timeout")
-#: The sizes of the launches' device mesh (Accelerate's ``ParallelismConfig``).
-MESH_SIZES = ("dp_replicate_size", "dp_shard_size", "tp_size", "cp_size")
 #: What dropdowns show, and hold as their value, for a field's ``None`` ("decide at launch").
 AUTO = "auto"
 #: Upper bound of the whole-number fields (the browser's integer inputs need one).

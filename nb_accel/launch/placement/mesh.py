@@ -10,14 +10,10 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ...config import Config
+from ...config import MESH_SIZES, Config
 from ...runtime.parallelism import ParallelismConfig, fit_to_run
 
-__all__ = ["MESH_FIELDS", "MeshPlan", "make_mesh_plan", "mesh_sizes"]
-
-#: The sizes of a mesh, as ``ParallelismConfig``, ``notebook_launcher``'s
-#: ``parallelism_config`` and the saved configuration name them, in the mesh's order.
-MESH_FIELDS = ("dp_replicate_size", "dp_shard_size", "cp_size", "tp_size")
+__all__ = ["MeshPlan", "make_mesh_plan", "mesh_sizes"]
 
 #: What the workers' ``Accelerator()`` reads the mesh from (Accelerate's names).
 _USE_VARIABLE = "ACCELERATE_USE_PARALLELISM_CONFIG"
@@ -31,17 +27,12 @@ class MeshPlan:
 
     sizes: tuple[tuple[str, int], ...] = ()
 
-    @property
-    def shards(self) -> bool:
-        """True when models are sharded with FSDP2 along ``dp_shard``."""
-        return dict(self.sizes).get("dp_shard_size", 1) > 1
-
     def worker_env(self) -> dict[str, str]:
         """Accelerate's variables for the mesh (none without one)."""
         if not self.sizes:
             return {}
         env = {_USE_VARIABLE: "true"}
-        for name in MESH_FIELDS:
+        for name in MESH_SIZES:
             env[_SIZE_VARIABLE.format(name.upper())] = str(dict(self.sizes).get(name, 1))
         return env
 
@@ -57,23 +48,23 @@ def mesh_sizes(given: object, config: Config) -> dict[str, int]:
     or a mapping of sizes), else the saved configuration's; a ``ValueError`` naming what is
     wrong with ``given``."""
     if given is None:
-        return {name: getattr(config, name) for name in MESH_FIELDS}
+        return {name: getattr(config, name) for name in MESH_SIZES}
     if isinstance(given, Mapping):
-        unknown = sorted(set(given) - set(MESH_FIELDS))
+        unknown = sorted(set(given) - set(MESH_SIZES))
         if unknown:
             raise ValueError(
                 f"parallelism_config has no {', '.join(map(repr, unknown))}: give the sizes "
-                f"{', '.join(MESH_FIELDS)}"
+                f"{', '.join(MESH_SIZES)}"
             )
         values: Mapping[str, Any] = given
-    elif all(hasattr(given, name) for name in MESH_FIELDS):
-        values = {name: getattr(given, name) for name in MESH_FIELDS}
+    elif all(hasattr(given, name) for name in MESH_SIZES):
+        values = {name: getattr(given, name) for name in MESH_SIZES}
     else:
         raise TypeError(
             "parallelism_config must be a ParallelismConfig or a dict of sizes "
-            f"({', '.join(MESH_FIELDS)}), got {type(given).__name__}"
+            f"({', '.join(MESH_SIZES)}), got {type(given).__name__}"
         )
-    sizes = {name: values.get(name, 1) for name in MESH_FIELDS}
+    sizes = {name: values.get(name, 1) for name in MESH_SIZES}
     for name, size in sizes.items():
         if isinstance(size, bool) or not isinstance(size, int) or size < 1:
             raise ValueError(
@@ -102,4 +93,4 @@ def make_mesh_plan(
         cp_size=sizes["cp_size"],
     )
     fit_to_run(config, world_size, sharded, device_type)
-    return MeshPlan(tuple((name, sizes[name]) for name in MESH_FIELDS if sizes[name] > 1))
+    return MeshPlan(tuple((name, sizes[name]) for name in MESH_SIZES if sizes[name] > 1))

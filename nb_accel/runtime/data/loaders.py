@@ -190,9 +190,9 @@ def prepare_data_loader(
             "every process a slice of its own, and the ranks of a tp group need the same "
             "batch. Leave dispatch_batches unset: each data-parallel place loads its shard"
         )
-    if dispatch_batches is None:
-        dispatch_batches = iterable and dispatches and not grouped
     dispatch = dispatch_batches
+    if dispatch is None:  # iterable datasets, unless the ranks of a tp group share batches
+        dispatch = iterable and dispatches and not grouped
     if split_batches:
         _check_split(dataloader, parts)
     source = _Source(dataloader, parts > 1 and not dispatch, use_seedable_sampler, data_seed)

@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
 __all__ = [
+    "any_dtensor",
     "get_model_tp_size",
     "has_dtensor_parameters",
     "check_tensor_parallel",
@@ -28,11 +29,16 @@ __all__ = [
 _REDISTRIBUTE_LOGGER = "torch.distributed.tensor._redistribute"
 
 
-def has_dtensor_parameters(model: torch.nn.Module) -> bool:
-    """True when some parameter of ``model`` is a ``DTensor`` (tensor parallel, or sharded)."""
+def any_dtensor(tensors: Iterable[torch.Tensor | None]) -> bool:
+    """True when one of ``tensors`` is a ``DTensor`` (spread over ranks)."""
     from torch.distributed.tensor import DTensor
 
-    return any(isinstance(p, DTensor) for p in model.parameters())
+    return any(isinstance(t, DTensor) for t in tensors)
+
+
+def has_dtensor_parameters(model: torch.nn.Module) -> bool:
+    """True when some parameter of ``model`` is a ``DTensor`` (tensor parallel, or sharded)."""
+    return any_dtensor(model.parameters())
 
 
 def get_model_tp_size(model: torch.nn.Module) -> int | None:

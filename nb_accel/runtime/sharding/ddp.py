@@ -19,7 +19,11 @@ from torch.nn.parallel import DistributedDataParallel
 
 from ..enums import DistributedType
 from ..fsdp.gradients import clip_sharded_grad_norm_
-from ..parallelism.tensor import has_dtensor_parameters, replicate_plain_parameters
+from ..parallelism.tensor import (
+    any_dtensor,
+    has_dtensor_parameters,
+    replicate_plain_parameters,
+)
 from .parts import StateDictsInParts
 from .strategy import ModelSetup, ShardingStrategy
 
@@ -105,7 +109,7 @@ class DataParallelStrategy(StateDictsInParts, ShardingStrategy):
         ``DTensor`` parts and the rest); None for whole gradients, which the Accelerator
         clips itself."""
         parameters = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
-        if not _any_dtensor(p.grad for p in parameters):
+        if not any_dtensor(p.grad for p in parameters):
             return None
         return clip_sharded_grad_norm_(parameters, max_norm, norm_type)
 
@@ -123,12 +127,6 @@ class DataParallelStrategy(StateDictsInParts, ShardingStrategy):
         """The reducer readied for the next backward pass, whatever ``no_sync`` said."""
         ddp = find_ddp(model)
         return _synchronising(ddp) if ddp is not None else contextlib.nullcontext()
-
-
-def _any_dtensor(tensors: Iterable[torch.Tensor | None]) -> bool:
-    from torch.distributed.tensor import DTensor
-
-    return any(isinstance(t, DTensor) for t in tensors)
 
 
 @contextlib.contextmanager
