@@ -8,7 +8,7 @@ TORCH_PIN := torch==2.13.0
 ACCELERATE_PIN := accelerate==1.15.0
 
 .PHONY: setup test-setup hosts-setup demo lab docs test test-accelerate test-xla test-trackers \
-	test-browser screenshots bench clean
+	test-browser test-colab test-kaggle test-py313 test-classic screenshots bench clean
 
 # What the notebooks need (make demo, make lab): the package and its notebook extra.
 $(BIN)/.nb_accel-installed: pyproject.toml Makefile
@@ -70,17 +70,44 @@ test-accelerate: test-setup
 # What a lane's tests need besides the package and the extras it tests.
 LANE_TEST_DEPS := "pytest>=8" "pytest-timeout>=2.2" "psutil>=5.9"
 
-# The XLA lane: the XLA path on torch_xla's CPU device, in its own venv (a few GB), with the
-# package as a user's `pip install nb-accel[xla]` gets it (its declared dependencies and extras);
-# every pip command pins torch and torch_xla so that pip never swaps them.
-XLA_VENV := .venv-xla
-XLA_PINS := torch==2.9.0 torch_xla==2.9.0
+# The lanes that mirror the notebook services' stacks (../shared/stacks/): each installs the
+# project under the service's pip constraints, in an environment tools/lane_env.py keeps between
+# runs on this machine (see its docstring).
+LANE_ENV := $(PYTHON) tools/lane_env.py
+#: The tests of what a notebook user sees: widgets, the config form, magics, tracebacks, kernels,
+#: and every notebook in notebooks/ (tests/notebook/test_notebooks.py).
+NOTEBOOK_TESTS := tests/notebook tests/unit/test_progress_widget.py tests/unit/test_config_widget.py \
+	tests/unit/test_bar_text.py tests/unit/test_notebook_compat.py
+#: Where ipywidgets 7 and 8 differ (Kaggle is Colab's image with ipywidgets 8.1.5 over it).
+WIDGET_TESTS := tests/unit/test_progress_widget.py tests/unit/test_config_widget.py \
+	tests/unit/test_bar_text.py tests/unit/test_notebook_compat.py \
+	tests/notebook/test_config_kernel.py tests/notebook/test_progress_kernel.py \
+	tests/notebook/test_knock_on_kernel.py tests/notebook/test_notebooks.py
+#: Where Python versions differ: pickling and transfer, fork and spawn, warm workers, pdb and
+#: post-mortems, frames and tracebacks.
+PY_VERSION_TESTS := tests/multiproc/test_launch.py tests/multiproc/test_failures.py \
+	tests/multiproc/test_arguments_and_returns.py tests/multiproc/test_payload_by_reference.py \
+	tests/multiproc/test_shared_buffers.py tests/multiproc/test_warm_launch.py \
+	tests/multiproc/test_terminal_prompts.py tests/multiproc/test_worker_lifecycle.py
+
+# Colab's notebook stack (Python 3.11 for speed, with torch 2.13): IPython 7.34, ipywidgets 7.7.1.
+test-colab:
+	venv=$$($(LANE_ENV) colab) && $$venv/bin/python -m pytest $(NOTEBOOK_TESTS)
+
+# Kaggle's: the same with ipywidgets 8.1.5.
+test-kaggle:
+	venv=$$($(LANE_ENV) kaggle) && $$venv/bin/python -m pytest $(WIDGET_TESTS)
+
+# Colab's GPU runtime as it is: Python 3.13, torch 2.11.0 (a CUDA build, run on the CPU).
+test-py313:
+	venv=$$($(LANE_ENV) py313) && $$venv/bin/python -m pytest tests/unit tests/notebook \
+		$(PY_VERSION_TESTS)
+
+# The XLA lane: the XLA path on torch_xla's CPU device, on Colab's TPU runtime (Python 3.13,
+# torch 2.9.0, torch_xla 2.9.0), with the package as a user's `pip install nb-accel[xla]` gets it.
 test-xla:
-	test -x $(XLA_VENV)/bin/python || $(PYTHON) -m venv $(XLA_VENV)
-	$(XLA_VENV)/bin/python -m pip install --quiet $(XLA_PINS)
-	$(XLA_VENV)/bin/python -m pip install --quiet -e ".[xla,mlflow,tensorboard]" \
-		$(LANE_TEST_DEPS) $(XLA_PINS)
-	PJRT_DEVICE=CPU $(XLA_VENV)/bin/python -m pytest tests/xla tests/unit/test_private_apis.py
+	venv=$$($(LANE_ENV) xla) && PJRT_DEVICE=CPU $$venv/bin/python -m pytest tests/xla \
+		tests/unit/test_private_apis.py
 
 # The trackers lane: the six hosted trackers (trackio, Aim, Comet, ClearML, DVCLive, SwanLab) on
 # their real libraries, each offline, in their own venv; every pip command pins torch so that pip

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING
 # that forked workers can still use the GPUs (set before anything can ask torch).
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
+from . import _torch_floor  # noqa: F401 - refuses an older torch here, saying what to do
 from ._version import __version__ as __version__
 from .config import Config, load_config, save_config
 from .errors import (
@@ -25,6 +26,7 @@ from .launch import debug_launcher, notebook_launcher, stop_workers
 from .launch.failures.user_errors import register_traceback_renderer
 from .launch.failures.whereabouts import register_place_namer
 from .launch.views.view import register_view_factory
+from .notebook.compat_shell import note_cell_numbers
 from .notebook.debug_magic import current_shell, install_debug_magic
 from .notebook.launch_view import notebook_view
 from .notebook.tracebacks import cell_place
@@ -69,6 +71,7 @@ register_traceback_renderer(render_traceback)
 register_place_namer(cell_place)
 watch_cuda_initialisation()  # a kernel that initialises CUDA is told which line did it
 install_debug_magic(current_shell())  # %debug after a rank's failure: that rank's frames
+note_cell_numbers(current_shell())  # IPython 7: cells named as IPython 8 names them
 
 
 if TYPE_CHECKING:  # for type checkers and the API reference; imported on use below

@@ -39,6 +39,18 @@ def pytest_configure(config: pytest.Config) -> None:
     os.environ[CPU_VARIABLE] = "1"
     global _run_config_file  # noqa: PLW0603 - the run's one file, read by no_leftovers
     _run_config_file = os.environ[CONFIG_VARIABLE]
+    _import_what_changes_the_environment()
+
+
+def _import_what_changes_the_environment() -> None:
+    """Import, before any test, what sets variables in this process's environment when it is
+    first imported: jupyter_client reads the kernel's spec from ``ipykernel.kernelspec`` when
+    it starts the first kernel, and on ipykernel 6 (Colab's) that imports debugpy, which sets
+    ``PYDEVD_USE_FRAME_EVAL`` for good. The change would be blamed on that first test."""
+    try:
+        import ipykernel.kernelspec  # noqa: F401
+    except ImportError:  # no kernel tests without ipykernel
+        pass
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -46,8 +46,13 @@ def running_kernel() -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
 
 
 def start_cell(client: BlockingKernelClient, code: str) -> str:
-    """Send ``code`` for execution; return the message id."""
-    return client.execute(code, store_history=False)
+    """Send ``code`` for execution; return the message id.
+
+    ``stop_on_error=False``: each cell is the test's own step, sent once the one before has
+    ended. ipykernel 6 (Colab's) aborts the requests that reach it just after a failed one, in a
+    window that a test's next cell, sent at once, can fall into; a person's next cell never does.
+    """
+    return client.execute(code, store_history=False, stop_on_error=False)
 
 
 def cell_messages(client: BlockingKernelClient, msg_id: str) -> Iterator[dict[str, Any]]:
@@ -132,6 +137,7 @@ def run_answering(
         code,
         allow_stdin=True,
         store_history=False,
+        stop_on_error=False,  # as in start_cell
         timeout=CELL_TIMEOUT_S,
         output_hook=output,
         stdin_hook=answer,

@@ -36,6 +36,7 @@ from ..config import (
 )
 from ..runtime.device_types import cuda_facts, nvml
 from ..runtime.device_types.gpu_advice import bf16_note
+from . import compat_widgets as compat
 
 __all__ = ["ConfigWidget", "LABELS", "MULTI_NODE_FIELDS", "field_help", "hosts_from_text"]
 
@@ -71,9 +72,9 @@ LABELS = {
     "cp_size": "Mesh: context parallel",
 }
 DESCRIPTION_WIDTH = "16em"
-ERROR_COLOR = "#d32f2f"
-OK_COLOR = "#2e7d32"
-PENDING_COLOR = "#ef6c00"
+ERROR_COLOR = compat.PALETTE["danger"]
+OK_COLOR = compat.PALETTE["success"]
+PENDING_COLOR = compat.PALETTE["warning"]
 
 Options = list[tuple[str, Any]]
 
@@ -128,11 +129,6 @@ def _with_value(options: Options, value: Any, note: str) -> Options:
     return [*options, (f"{value} ({note})", value)]
 
 
-def _set_color(widget: ipywidgets.HTML, color: str) -> None:
-    if widget.style.text_color != color:
-        widget.style.text_color = color
-
-
 class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
     """A form (an ``ipywidgets.VBox``) that edits, validates, saves and reloads the default
     configuration.
@@ -176,7 +172,9 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
         self.rows: dict[str, ipywidgets.HBox] = {}
         for name, control in self.controls.items():
             control.description = LABELS[name]
-            control.tooltip = f"{name}: {help_texts[name]}" if name in help_texts else name
+            compat.set_tooltip(
+                control, f"{name}: {help_texts[name]}" if name in help_texts else name
+            )
             control.style = {"description_width": DESCRIPTION_WIDTH}
             self.field_messages[name] = ipywidgets.HTML(value="")
             self.rows[name] = ipywidgets.HBox([control, self.field_messages[name]])
@@ -195,7 +193,13 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
         self.load_button.on_click(lambda _button: self.load())
         self.reset_button.on_click(lambda _button: self.reset())
         buttons = ipywidgets.HBox([self.save_button, self.load_button, self.reset_button])
-        self.children = (self.header, *self.rows.values(), buttons, self.message)
+        self.children = (
+            *compat.stylesheet(),
+            self.header,
+            *self.rows.values(),
+            buttons,
+            self.message,
+        )
         self._unsaved_note = True  # whether an edit replaces the message with "not saved yet"
         for control in self.controls.values():
             control.observe(self._on_change, names="value")
@@ -348,7 +352,7 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
     def _say(self, text: str, error: bool = False, color: str | None = None) -> None:
         # The colour is the widget's style, not markup in the value, so that the message reads
         # as plain text when a cell prints it (``print(form.message.value)``).
-        _set_color(self.message, color or (ERROR_COLOR if error else OK_COLOR))
+        compat.set_text_color(self.message, color or (ERROR_COLOR if error else OK_COLOR))
         self.message.value = html.escape(text, quote=False)
         self._unsaved_note = True
 

@@ -41,6 +41,7 @@ from ..launch.resolve import resolve_spec
 from ..launch.views.state_dict_note import show_wrapped_state_dicts
 from ..launch.views.view import LaunchView
 from ..launch.warm.kept import keep_pool, kept_pool, stop_workers
+from . import compat_shell
 from .debug_magic import install_debug_magic
 from .launch_view import notebook_view
 from .magic_flags import flag_text, parse_flags, pool_flags, pool_options, ranks_option
@@ -166,7 +167,7 @@ def _running_cell_number(shell: Any) -> int:
     In[5]``), read from the frame that runs the cell's code."""
     frame = sys._getframe(1)
     while frame is not None:
-        label = shell.compile.format_code_name(frame.f_code.co_filename)
+        label = compat_shell.cell_label(shell, frame.f_code.co_filename)
         found = re.fullmatch(r"In\[(\d+)\]", label[1]) if label else None
         if found:
             return int(found.group(1))
@@ -180,7 +181,7 @@ def _cell_file(shell: Any, cell: str) -> str:
     the shell names the cell (``Cell In[5], line 2``)."""
     if shell is None:
         return ""
-    return str(shell.compile.cache(cell, _running_cell_number(shell)))
+    return compat_shell.cache_cell(shell, cell, _running_cell_number(shell))
 
 
 def stop_pool() -> None:

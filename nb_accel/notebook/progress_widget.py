@@ -26,6 +26,7 @@ import ipywidgets
 from .._messages import Report
 from ..launch.views.stall import ProgressClock, locate_stalled
 from ..launch.views.stall import stall_after_s as default_stall_after_s
+from . import compat_widgets as compat
 from .meter_text import duration_text
 from .metrics_chart import MetricsChart
 from .rank_row import (
@@ -83,20 +84,18 @@ class RestLine:
     def __init__(self) -> None:
         """An empty line."""
         layout = ipywidgets.Layout
-        self.label = ipywidgets.Label(
-            layout=layout(width="5em", flex="0 0 auto"), style={"font_weight": "bold"}
-        )
-        self.note = ipywidgets.Label(layout=layout(min_width="0", flex="0 1 auto", margin="0 6px"))
+        self.label = compat.tip_label(bold=True, layout=layout(width="5em", flex="0 0 auto"))
+        self.note = compat.tip_label(layout=layout(min_width="0", flex="0 1 auto", margin="0 6px"))
         self.line = BarLine([self.label], [self.note])
         self.box = self.line.box
 
     def render(self, states: list[RankState]) -> None:
         """Show ``states``' summary."""
         rest = summarize_rest(states)
-        set_changed(self.label, value=rest.label)
+        compat.show_text(self.label, rest.label)
         self.line.show(rest.desc, "", rest.value, rest.total, rest.style, rest.text)
-        set_changed(self.note, value=rest.note, tooltip=rest.note or None)
-        set_changed(self.note.style, text_color=COLORS[rest.note_color])
+        compat.show_text(self.note, rest.note, tooltip=rest.note or None)
+        compat.set_text_color(self.note, COLORS[rest.note_color])
 
 
 def _grouped(boxes: list[Any], hosts: Sequence[str], first_rank: int, collapsed: bool) -> list[Any]:
@@ -172,7 +171,9 @@ class ProgressWidget:
         self._rows_box = ipywidgets.VBox(boxes)
         #: The root widget to display.
         self.widget = LaunchBox(
-            title, children=[self.header, self._rows_box], layout=ipywidgets.Layout(width="100%")
+            title,
+            children=[*compat.stylesheet(), self.header, self._rows_box],
+            layout=ipywidgets.Layout(width="100%"),
         )
         self._arrange()
         self._render_header()

@@ -15,6 +15,7 @@ import ipywidgets
 
 from .._messages import BarState
 from ..launch.views.stall import Location
+from . import compat_widgets as compat
 from .meter_text import bar_texts, count_of, duration_text, known_total
 
 __all__ = [
@@ -35,7 +36,7 @@ STARTING, RUNNING, DONE, FAILED, STOPPED = "starting", "running", "done", "faile
 #: Finished inner bars (``leave=True``) kept on screen per rank; older ones are removed.
 MAX_KEPT_CLOSED = 10
 #: Text colours of the notes and the header, by meaning.
-COLORS = {"warning": "#ef6c00", "danger": "#d32f2f", "success": "#2e7d32", "muted": "#808080"}
+COLORS = compat.PALETTE
 LABEL_WIDTH_EM = 5.0
 INDENT_EM = 1.25
 
@@ -194,11 +195,10 @@ class RankRow:
         self.state = state
         self.detailed = detailed
         layout = ipywidgets.Layout
-        self.label = ipywidgets.Label(
-            layout=layout(width=f"{LABEL_WIDTH_EM}em", flex="0 0 auto"),
-            style={"font_weight": "bold"},
+        self.label = compat.tip_label(
+            bold=True, layout=layout(width=f"{LABEL_WIDTH_EM}em", flex="0 0 auto")
         )
-        self.note = ipywidgets.Label(layout=layout(min_width="0", flex="0 1 auto", margin="0 6px"))
+        self.note = compat.tip_label(layout=layout(min_width="0", flex="0 1 auto", margin="0 6px"))
         self.line = BarLine([self.label], [self.note])
         self.desc, self.pct, self.bar, self.text = (
             self.line.desc,
@@ -251,11 +251,11 @@ class RankRow:
         state = self.state
         main = state.main_bar()
         inner = [s for s in state.bars.values() if s is not main]
-        set_changed(self.label, value=f"rank {state.rank}", tooltip=state.host or None)
+        compat.show_text(self.label, f"rank {state.rank}", tooltip=state.host or None)
         self._show_bar(self.line, main, True, "" if self.detailed else _inner_text(inner))
         note, color = state.note()
-        set_changed(self.note, value=note, tooltip=state.tooltip())
-        set_changed(self.note.style, text_color=COLORS[color])
+        compat.show_text(self.note, note, tooltip=state.tooltip())
+        compat.set_text_color(self.note, COLORS[color])
         if self.detailed:
             self._render_inner(inner)
 

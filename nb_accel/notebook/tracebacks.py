@@ -24,6 +24,7 @@ from types import FrameType, TracebackType
 from typing import Any
 
 from ..errors import RemoteTraceback
+from . import compat_shell
 
 __all__ = [
     "CellSyntaxError",
@@ -76,7 +77,7 @@ def name_cells(text: str, shell: Any) -> str:
     names them (``Cell In[7], line 3``)."""
 
     def named(match: re.Match[str]) -> str:
-        label = shell.compile.format_code_name(match.group(1))
+        label = compat_shell.cell_label(shell, match.group(1))
         return f"{label[0]} {label[1]}, line {match.group(2)}" if label else match.group(0)
 
     return _FRAME.sub(named, text)
@@ -91,7 +92,7 @@ def cell_place(path: str) -> str | None:
     if shell is None:
         return None
     try:
-        label = shell.compile.format_code_name(path)
+        label = compat_shell.cell_label(shell, path)
     except Exception:  # noqa: BLE001 - an unknown file keeps its own name
         return None
     return f"{label[0]} {label[1]}" if label else None
@@ -114,7 +115,7 @@ def render(error: BaseException, kernel_frames: bool = True) -> list[str]:
     if isinstance(cause, RemoteTraceback):  # a function defined in a cell, run in a worker
         cause.text = name_cells(cause.text, shell)
     lines: list[str] = shell.InteractiveTB.structured_traceback(type(error), error, tb, tb_offset=0)
-    return lines
+    return compat_shell.with_notes(shell, error, lines)
 
 
 class CellSyntaxError(SyntaxError):
@@ -156,6 +157,7 @@ def show_cell_syntax_errors(shell: Any) -> None:
             return previous(etype, value, tb, tb_offset=tb_offset)  # type: ignore[no-any-return]
         # shown (and named in the kernel's reply) as the SyntaxError it is to the user
         lines: list[str] = self.SyntaxTB.structured_traceback(SyntaxError, value, [])
+        lines = compat_shell.name_cell_files(self, lines)
         self._showtraceback(SyntaxError, value, lines)
         return lines
 

@@ -20,6 +20,7 @@ import pytest
 import nb_accel
 from nb_accel.launch.views.stall import STALL_AFTER_ENV
 from nb_accel.launch.views.view import register_view_factory, view_factory
+from nb_accel.notebook.compat_widgets import text_of, tooltip_of
 from nb_accel.notebook.progress_widget import ProgressWidget
 
 #: The longest a worker waits for the test (a bound against hanging, not a timing).
@@ -67,8 +68,8 @@ class WatchedWidget(ProgressWidget):
         super().tick()
         for row in self.rows:
             if row.stalled_for is not None:
-                self.marked.append((row.rank, row.note.value))
-                self.stacks.append(row.note.tooltip or "")
+                self.marked.append((row.rank, text_of(row.note)))
+                self.stacks.append(tooltip_of(row.note) or "")
         if any(rank == 1 for rank, _ in self.marked):
             (self.folder / "seen").touch()
 

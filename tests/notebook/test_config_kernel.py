@@ -97,7 +97,10 @@ def test_the_form_is_a_widget_in_a_layout_with_labels_in_words(tmp_path: Path) -
     assert len(outer) == 2
     form = _descendants(models, outer[1].removeprefix("IPY_MODEL_"))
     assert form[0]["model_name"] == "VBoxModel"  # the form itself, holding its controls
-    labels = {m["state"].get("description"): m["state"].get("tooltip") or "" for m in form}
+    # the hover text the front end gets: ``tooltip`` (ipywidgets 8), ``description_tooltip`` (7)
+    tips = {m["state"].get("description"): m["state"].get("tooltip") for m in form}
+    sevens = {m["state"].get("description"): m["state"].get("description_tooltip") for m in form}
+    labels = {name: tips[name] or sevens[name] or "" for name in tips}
     assert labels["Processes"].startswith("num_processes: ")
     assert labels["Mixed precision"].startswith("mixed_precision: ")
     assert labels["Timeout (s)"].startswith("timeout: ")

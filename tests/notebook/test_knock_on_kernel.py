@@ -8,6 +8,7 @@ from typing import Any
 
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
+from widget_models import label_text
 
 TYPO_ON_RANK_1 = """
 import time
@@ -42,8 +43,10 @@ def _widget_texts(notebook: Any, cell: Any) -> str:
     ]
     texts = []
     while pending:
-        state = models[pending.pop()]["state"]
-        texts.append(str(state.get("value", "")))
+        model = models[pending.pop()]
+        state = model["state"]
+        shown = label_text(model)
+        texts.append(shown if shown is not None else str(state.get("value", "")))
         texts += [str(title) for title in state.get("titles", ())]
         pending += [child.removeprefix("IPY_MODEL_") for child in state.get("children", [])]
     return "\n".join(texts)

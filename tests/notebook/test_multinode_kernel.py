@@ -8,11 +8,11 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
 
 import pytest
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
+from widget_models import label_texts, shown_models
 
 NODE_SCRIPT = Path(__file__).parents[1] / "multiproc" / "multinode_node.py"
 
@@ -38,21 +38,6 @@ def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def _widgets(notebook: Any, cell: Any) -> list[dict[str, Any]]:
-    models = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
-    pending = [
-        o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
-        for o in cell.outputs
-        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
-    ]
-    found = []
-    while pending:
-        model = models[pending.pop()]
-        found.append(model)
-        pending += [c.removeprefix("IPY_MODEL_") for c in model["state"].get("children", [])]
-    return found
 
 
 @pytest.mark.timeout(240)
@@ -82,8 +67,8 @@ def test_node_1_in_a_kernel_shows_and_returns_ranks_2_and_3(tmp_path: Path) -> N
     assert "node 1 of 2 (ranks 2-3 of 4)" in text
     assert "results [2, 3]" in text
     assert "rank 2 of 4" in text and "rank 3 of 4" in text
-    widgets = _widgets(notebook, cell)
-    labels = [str(m["state"].get("value", "")) for m in widgets if "Label" in m["model_name"]]
+    widgets = shown_models(notebook, cell)
+    labels = label_texts(widgets)
     assert "rank 2" in labels and "rank 3" in labels
     bars = [m["state"] for m in widgets if m["model_name"] == "FloatProgressModel"]
     assert sorted((b["value"], b["max"], b["bar_style"]) for b in bars) == [

@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import nbformat
 import pytest
 from nbclient import NotebookClient
+from widget_models import label_texts, shown_models
 
 NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 #: The series a launch view's chart draws, in the HTML of its widget.
@@ -40,24 +40,6 @@ def _text(notebook: nbformat.NotebookNode) -> str:
     return "".join(
         _output_text(output) for cell in notebook.cells for output in cell.get("outputs", [])
     )
-
-
-def _widgets_in(notebook: nbformat.NotebookNode, cell: nbformat.NotebookNode) -> list[Any]:
-    """The saved state of every widget model a cell's outputs show, children included."""
-    models = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
-    pending = [
-        o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
-        for o in cell.get("outputs", [])
-        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
-    ]
-    found = []
-    while pending:
-        model = models[pending.pop()]
-        found.append(model)
-        pending += [
-            child.removeprefix("IPY_MODEL_") for child in model["state"].get("children", [])
-        ]
-    return found
 
 
 def test_quickstart_trains_a_digit_classifier_on_two_processes() -> None:
@@ -169,8 +151,8 @@ def test_fsdp_notebook_trains_a_transformer_sharded_over_two_processes() -> None
     assert "parameters held per rank: [104672, 104672] of 209344" in text
     # the live view: a row per rank with its finished epochs bar, and rank 0's loss chart
     launch = next(c for c in notebook.cells if "notebook_launcher(train" in c.source)
-    shown = _widgets_in(notebook, launch)
-    labels = [m["state"]["value"] for m in shown if m["model_name"] == "LabelModel"]
+    shown = shown_models(notebook, launch)
+    labels = label_texts(shown)
     assert "rank 0" in labels and "rank 1" in labels and labels.count("epochs") == 2, labels
     bars = [m["state"] for m in shown if m["model_name"] == "FloatProgressModel"]
     assert len(bars) == 2 and all(

@@ -10,6 +10,7 @@ from typing import Any
 from kernel_driver import CELL_TIMEOUT_S, running_kernel, start_cell
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
+from widget_models import label_texts, state_text
 
 TRAIN = """
 import time
@@ -56,7 +57,7 @@ def _under(models: dict[str, Any], cell: Any) -> list[dict[str, Any]]:
 
 
 def _texts(models: list[dict[str, Any]]) -> str:
-    return "\n".join(str(m["state"].get("value", "")) for m in models if "Label" in m["model_name"])
+    return "\n".join(label_texts(models))
 
 
 def test_the_widget_holds_every_rank_s_progress_and_the_logged_series() -> None:
@@ -146,7 +147,7 @@ class WidgetStates:
         """The models of the line that shows ``rank``: label, desc, pct, bar, text, note."""
         for state in self.models.values():
             ids = [c.removeprefix("IPY_MODEL_") for c in state.get("children", [])]
-            if len(ids) == 6 and self.models.get(ids[0], {}).get("value") == f"rank {rank}":
+            if len(ids) == 6 and state_text(self.models.get(ids[0], {})) == f"rank {rank}":
                 return [self.models.get(i, {}) for i in ids]
         return None
 
@@ -170,7 +171,7 @@ def test_the_stuck_rank_is_flagged_and_the_finished_one_stays_green(tmp_path: Pa
             for rank in (0, 1):
                 row = states.rank_row(rank)
                 if row is not None:
-                    notes[rank].add(str(row[5].get("value", "")))
+                    notes[rank].add(state_text(row[5]) or "")
             if any(note.startswith("stalled for") for note in notes[1]):
                 (tmp_path / "seen").touch()
     assert "results [0, 1]" in stdout

@@ -8,12 +8,12 @@ import importlib.util
 import json
 import re
 from pathlib import Path
-from typing import Any
 
 import pytest
 from nbclient import NotebookClient
 from nbformat import NotebookNode
 from nbformat.v4 import new_code_cell, new_notebook
+from widget_models import label_texts, shown_models
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -86,22 +86,6 @@ def kernel_temp_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("TMPDIR", str(tmp_path))
 
 
-def _shown(notebook: NotebookNode, cell: NotebookNode) -> list[dict[str, Any]]:
-    """The saved state of every widget model a cell's outputs show, children included."""
-    models = notebook.metadata["widgets"]["application/vnd.jupyter.widget-state+json"]["state"]
-    pending = [
-        o["data"]["application/vnd.jupyter.widget-view+json"]["model_id"]
-        for o in cell.outputs
-        if "application/vnd.jupyter.widget-view+json" in o.get("data", {})
-    ]
-    found = []
-    while pending:
-        model = models[pending.pop()]
-        found.append(model)
-        pending += [c.removeprefix("IPY_MODEL_") for c in model["state"].get("children", [])]
-    return found
-
-
 def _text(cell: NotebookNode) -> str:
     return "".join(
         str(o.get("text", "")) + str(o.get("data", {}).get("text/plain", "")) for o in cell.outputs
@@ -120,8 +104,8 @@ def test_the_trainer_s_progress_and_losses_show_in_the_launch_view(tmp_path: Pat
     assert "Launching 2 processes on CPU (gloo; fork)" in text
     assert "global steps: [4, 4]" in text  # 32 sequences, 4 per process and step: 8 alone
     assert "IPython.core.display" not in text  # no notebook progress that a worker cannot show
-    shown = _shown(notebook, launch)
-    labels = [str(m["state"].get("value", "")) for m in shown if m["model_name"] == "LabelModel"]
+    shown = shown_models(notebook, launch)
+    labels = label_texts(shown)
     assert "rank 0" in labels and "rank 1" in labels, labels
     assert any("4/4" in label for label in labels), labels  # the Trainer's bar, on rank 0
     bars = [m["state"] for m in shown if m["model_name"] == "FloatProgressModel"]

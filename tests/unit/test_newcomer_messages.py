@@ -86,3 +86,13 @@ def test_a_misspelled_flag_names_the_one_meant() -> None:
     assert str(info.value) == "unrecognized arguments: --zzzz 3"  # nothing close: as argparse
     with pytest.raises(UsageError, match="expected one argument"):
         parse_flags(_magic, "--ranks")
+
+
+def test_a_torch_older_than_the_floor_is_refused_saying_what_to_do() -> None:
+    from nb_accel._torch_floor import torch_problem
+
+    problem = torch_problem("2.8.1+cu126")
+    assert problem is not None and "needs torch 2.9 or newer" in problem
+    assert "torch 2.8.1+cu126" in problem and "pip install -U 'torch>=2.9'" in problem
+    assert torch_problem("2.9.0") is None and torch_problem("2.13.0+cpu") is None
+    assert torch_problem("3.0.0") is None and torch_problem("2.10.0a0+git") is None

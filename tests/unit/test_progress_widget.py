@@ -15,6 +15,7 @@ import traitlets
 
 from nb_accel._messages import BarState, MetricPoint, Report
 from nb_accel.launch.views.view import LaunchView
+from nb_accel.notebook.compat_widgets import text_color, text_of, tooltip_of
 from nb_accel.notebook.metrics_chart import (
     BOTTOM,
     HEIGHT,
@@ -97,11 +98,11 @@ def test_it_is_a_launch_view_with_a_row_per_rank() -> None:
     _: LaunchView = view
     assert isinstance(view.widget, ipywidgets.VBox)
     assert [row.rank for row in view.rows] == [0, 1, 2]
-    assert all(row.note.value == "starting…" and row.bar.value == 0 for row in view.rows)
+    assert all(text_of(row.note) == "starting…" and row.bar.value == 0 for row in view.rows)
     assert "Launching 3 processes" in view.header.value and "running" in view.header.value
     view.started(1, 4242)
-    assert view.rows[1].note.value == "running (pid 4242)"
-    assert view.rows[0].note.value == "starting…"
+    assert text_of(view.rows[1].note) == "running (pid 4242)"
+    assert text_of(view.rows[0].note) == "starting…"
 
 
 def test_bars_progress_and_finish_green() -> None:
@@ -112,7 +113,7 @@ def test_bars_progress_and_finish_green() -> None:
     assert (row.bar.max, row.bar.value, row.bar.bar_style) == (100, 37, "")
     assert row.desc.value == "epoch" and row.pct.value == "37%"
     assert row.text.value == "37/100 [00:03<00:05, 11.23it/s, loss=0.512]"
-    assert row.note.value == ""
+    assert text_of(row.note) == ""
     clock.now += 12.34
     view.finished(True)
     assert all(r.bar.bar_style == "success" for r in view.rows)
@@ -169,17 +170,17 @@ def test_stalled_rank_is_marked_and_cleared_by_a_report() -> None:
     view.report(report(1, bar()))
     clock.now += 29
     view.tick()
-    assert view.rows[0].bar.bar_style == "" and view.rows[0].note.value == ""
+    assert view.rows[0].bar.bar_style == "" and text_of(view.rows[0].note) == ""
     clock.now += 13
     view.report(report(1, bar(n=38)))
     view.tick()
     row = view.rows[0]
-    assert row.bar.bar_style == "warning" and row.note.value == "stalled for 42 s"
-    assert row.note.style.text_color == "#ef6c00"
+    assert row.bar.bar_style == "warning" and text_of(row.note) == "stalled for 42 s"
+    assert text_color(row.note) == "#ef6c00"
     assert view.rows[1].bar.bar_style == ""
     assert "1 stalled" in view.header.value
     view.report(report(0, bar(n=38)))
-    assert row.bar.bar_style == "" and row.note.value == ""
+    assert row.bar.bar_style == "" and text_of(row.note) == ""
     assert "stalled" not in view.header.value
 
 
@@ -194,9 +195,9 @@ def test_a_report_whose_bars_did_not_move_does_not_restart_the_stall_clock() -> 
         view.report(report(1, replace(bar(n=2), elapsed=clock.now - 1000, rate=None)))
         view.tick()
     stuck, moving = view.rows[1], view.rows[0]
-    assert stuck.stalled_for == 40 and stuck.note.value == "stalled for 40 s"
+    assert stuck.stalled_for == 40 and text_of(stuck.note) == "stalled for 40 s"
     assert stuck.bar.bar_style == "warning" and "1 stalled" in view.header.value
-    assert moving.stalled_for is None and moving.note.value == ""
+    assert moving.stalled_for is None and text_of(moving.note) == ""
     view.report(report(1, bar(n=3)))
     assert stuck.stalled_for is None and stuck.bar.bar_style == ""
 
@@ -209,15 +210,15 @@ def test_a_rank_that_returned_is_never_stalled() -> None:
     clock.now += 32
     view.tick()
     done, stuck = view.rows
-    assert done.stalled_for is None and done.note.value == ""
+    assert done.stalled_for is None and text_of(done.note) == ""
     assert done.bar.bar_style == "success" and done.status == "done"
-    assert stuck.note.value == "stalled for 32 s" and stuck.bar.bar_style == "warning"
+    assert text_of(stuck.note) == "stalled for 32 s" and stuck.bar.bar_style == "warning"
     assert "1 stalled" in view.header.value
     view.failed(1, "RuntimeError: stuck")
     view.returned(1)  # a failed rank stays failed
     view.finished(False)
-    assert done.bar.bar_style == "success" and done.note.value == ""  # it did finish
-    assert stuck.note.value == "failed: RuntimeError: stuck"
+    assert done.bar.bar_style == "success" and text_of(done.note) == ""  # it did finish
+    assert text_of(stuck.note) == "failed: RuntimeError: stuck"
 
 
 def test_a_rank_stopped_after_a_failure_shows_the_reason_and_is_not_stalled() -> None:
@@ -231,13 +232,13 @@ def test_a_rank_stopped_after_a_failure_shows_the_reason_and_is_not_stalled() ->
     view.tick()
     stopped = view.rows[2]
     assert stopped.status == "stopped" and stopped.stalled_for is None
-    assert stopped.note.value == "stopped (rank 1 failed)" and stopped.bar.bar_style == ""
-    assert stopped.note.style.text_color == "#808080"
-    assert view.rows[0].note.value == "stalled for 40 s"
+    assert text_of(stopped.note) == "stopped (rank 1 failed)" and stopped.bar.bar_style == ""
+    assert text_color(stopped.note) == "#808080"
+    assert text_of(view.rows[0].note) == "stalled for 40 s"
     view.finished(False)
     assert "failed after" in view.header.value and "rank 1 failed" in view.header.value
     assert "rank 2" not in view.header.value
-    assert stopped.note.value == "stopped (rank 1 failed)"
+    assert text_of(stopped.note) == "stopped (rank 1 failed)"
 
 
 def test_no_rank_is_stalled_when_no_rank_reports_or_after_the_end() -> None:
@@ -259,7 +260,7 @@ def test_a_silent_rank_among_reporting_ones_is_stalled() -> None:
     view.tick()
     row = view.rows[0]
     assert (row.bar.value, row.bar.bar_style) == (1, "warning")
-    assert row.note.value == "stalled for 35 s"
+    assert text_of(row.note) == "stalled for 35 s"
 
 
 def test_failure_marks_the_rank_red_with_the_summary() -> None:
@@ -269,13 +270,13 @@ def test_failure_marks_the_rank_red_with_the_summary() -> None:
     view.failed(1, "ValueError: bad batch\nTraceback (most recent call last): ...")
     failed = view.rows[1]
     assert failed.bar.bar_style == "danger"
-    assert failed.note.value == "failed: ValueError: bad batch"
-    assert failed.note.style.text_color == "#d32f2f"
+    assert text_of(failed.note) == "failed: ValueError: bad batch"
+    assert text_color(failed.note) == "#d32f2f"
     assert failed.text.value.startswith("37/100")  # where it stopped stays visible
     clock.now += 2
     view.finished(False)
     assert failed.bar.bar_style == "danger"
-    assert view.rows[0].note.value == "stopped" and view.rows[0].bar.bar_style != "success"
+    assert text_of(view.rows[0].note) == "stopped" and view.rows[0].bar.bar_style != "success"
     assert view.rows[0].bar.value == 37
     assert "failed after 2.0 s" in view.header.value and "rank 1 failed" in view.header.value
 
@@ -285,7 +286,7 @@ def test_interrupted_launch_is_stopped() -> None:
     view.report(report(0, bar()))
     view.finished(False)
     assert view.status == "stopped" and "stopped after" in view.header.value
-    assert [row.note.value for row in view.rows] == ["stopped", "stopped"]
+    assert [text_of(row.note) for row in view.rows] == ["stopped", "stopped"]
 
 
 def test_metrics_series_accumulate_with_and_without_steps() -> None:
@@ -495,7 +496,7 @@ def many(world_size: int, **kwargs: Any) -> tuple[ProgressWidget, Clock]:
 
 
 def shown(view: ProgressWidget) -> list[int]:
-    return [int(row.label.value.split()[1]) for row in view.rows]
+    return [int(text_of(row.label).split()[1]) for row in view.rows]
 
 
 def visible_widgets(view: ProgressWidget) -> int:
@@ -525,11 +526,11 @@ def test_many_ranks_show_a_bounded_number_of_rows_and_one_line_for_the_rest(
     rest = view.rest
     assert rest is not None
     hidden = world_size - COLLAPSED_ROWS
-    assert rest.label.value == f"{hidden} more"
+    assert text_of(rest.label) == f"{hidden} more"
     low = min(40 + r % 6 for r in range(world_size) if r not in slowest)
     assert rest.line.text.value.startswith(f"{low}-45/100, median ")
     assert rest.line.desc.value == "epoch" and rest.line.bar.max == 100
-    assert rest.note.value == ""
+    assert text_of(rest.note) == ""
 
 
 def test_the_slowest_ranks_get_the_rows_and_change_as_they_move() -> None:
@@ -558,11 +559,11 @@ def test_failed_stalled_and_stopped_ranks_are_always_in_sight() -> None:
     view.stopped(51, "rank 50 failed")
     clock.now += 15
     view.tick()  # ranks 5 and 33 have not moved for 36 s
-    rows = {int(row.label.value.split()[1]): row for row in view.rows}
+    rows = {int(text_of(row.label).split()[1]): row for row in view.rows}
     assert {5, 33, 50, 51} <= set(rows)
-    assert rows[50].note.value == "failed: ValueError: bad batch"
-    assert rows[5].note.value == rows[33].note.value == "stalled for 36 s"
-    assert rows[51].note.value == "stopped (rank 50 failed)"
+    assert text_of(rows[50].note) == "failed: ValueError: bad batch"
+    assert text_of(rows[5].note) == text_of(rows[33].note) == "stalled for 36 s"
+    assert text_of(rows[51].note) == "stopped (rank 50 failed)"
     assert "2 stalled" in view.header.value and "rank 50 failed" in view.header.value
     for rank in range(52, 64):  # more ranks to look at than rows: the rest line names them
         view.stopped(rank, "rank 50 failed")
@@ -571,7 +572,7 @@ def test_failed_stalled_and_stopped_ranks_are_always_in_sight() -> None:
     assert {5, 33, 50} <= set(shown(view))
     hidden = [r for r in range(51, 64) if r not in shown(view)]
     assert len(hidden) == 13 - (COLLAPSED_ROWS - 3)
-    assert rest.note.value == f"stopped: {rank_list(hidden)} (rank 50 failed)"
+    assert text_of(rest.note) == f"stopped: {rank_list(hidden)} (rank 50 failed)"
     assert rest.line.bar.bar_style == ""
 
 
@@ -589,7 +590,8 @@ def test_a_report_of_a_rank_without_a_row_sends_nothing_until_the_summary_is_due
     view.report(report(hidden[0], bar(0, n=57, total=100)))
     rest = view.rest
     assert rest is not None and rest.line.text.value == "55-57/100, median 55"
-    assert {name for _, name in trait_sets} <= {"value", "max", "bar_style", "tooltip"}
+    sent = {"value", "max", "bar_style", "tooltip", "_dom_classes"}
+    assert {name for _, name in trait_sets} <= sent
     trait_sets.clear()
     row = view.rows[0]
     view.report(report(row.state.rank, bar(0, n=41, total=100)))
@@ -610,7 +612,7 @@ def test_rows_of_a_launch_across_hosts_are_grouped_under_each_host() -> None:
     assert "node0" in headers[0] and "ranks 0, 1" in headers[0], headers
     assert "node1" in headers[1] and "ranks 2, 3" in headers[1], headers
     assert children[2] is view.rows[1].box and children[3].value == headers[1]  # in rank order
-    assert [row.label.tooltip for row in view.rows] == ["node0", "node0", "node1", "node1"]
+    assert [tooltip_of(row.label) for row in view.rows] == ["node0", "node0", "node1", "node1"]
 
 
 def test_rows_of_one_machine_have_no_host_lines() -> None:
@@ -627,9 +629,9 @@ def test_a_restart_says_why_and_every_rank_starts_again() -> None:
     view.restarted("restart 1 of 2 after rank 1 was killed by SIGKILL")
     assert "restart 1 of 2 after rank 1 was killed by SIGKILL" in view.notes.value
     assert view.notes in view.widget.children
-    assert all(row.note.value == "starting…" and row.bar.value == 0 for row in view.rows)
+    assert all(text_of(row.note) == "starting…" and row.bar.value == 0 for row in view.rows)
     assert "failed" not in view.header.value and "running" in view.header.value
     view.started(1, 202)
-    assert view.rows[1].note.value == "running (pid 202)"
+    assert text_of(view.rows[1].note) == "running (pid 202)"
     view.finished(True)
     assert view.status == "done"

@@ -73,7 +73,17 @@ class PromptStream:
         return False
 
 
-class ChannelPdb(pdb.Pdb):
+def _standard_pdb() -> type[pdb.Pdb]:
+    """The standard library's ``pdb.Pdb``, also where a kernel put IPython's debugger in its
+    place (ipykernel does, and forked workers inherit it: IPython 7's would make a terminal
+    shell in the worker, which writes the terminal's title into the rank's output)."""
+    for cls in pdb.Pdb.__mro__:
+        if cls.__module__ == "pdb" and cls.__name__ == "Pdb":
+            return cls
+    return pdb.Pdb
+
+
+class ChannelPdb(_standard_pdb()):  # type: ignore[misc]
     """pdb whose prompts are answered in the notebook (see the module).
 
     Args:
