@@ -5,6 +5,7 @@ is the CUDA device type's (``runtime/device_types/cuda_facts.py``)."""
 from __future__ import annotations
 
 import functools
+import os
 import socket
 import sys
 
@@ -12,6 +13,8 @@ __all__ = [
     "default_start_method",
     "loopback_interface",
     "in_notebook",
+    "text_view_asked",
+    "VIEW_VARIABLE",
 ]
 
 
@@ -41,3 +44,13 @@ def in_notebook() -> bool:
     get_ipython = getattr(shell_module, "get_ipython", None)
     shell = get_ipython() if get_ipython is not None else None
     return shell is not None and "IPKernelApp" in getattr(shell, "config", {})
+
+
+#: ``NB_ACCEL_VIEW=text``: the text view also in a notebook, for a front end without a widget
+#: manager (it shows a widget as its one-line title).
+VIEW_VARIABLE = "NB_ACCEL_VIEW"
+
+
+def text_view_asked() -> bool:
+    """Whether ``NB_ACCEL_VIEW=text`` asks for the text view in a notebook too."""
+    return os.environ.get(VIEW_VARIABLE, "").strip().lower() == "text"

@@ -18,6 +18,7 @@ call these functions instead of the version-specific traits:
 from __future__ import annotations
 
 import html
+import sys
 from typing import Any
 
 import ipywidgets
@@ -25,6 +26,7 @@ import ipywidgets
 __all__ = [
     "PALETTE",
     "WIDGETS_MAJOR",
+    "ready_front_end",
     "set_text_color",
     "set_tooltip",
     "show_text",
@@ -49,6 +51,24 @@ def _modern() -> bool:
 
 
 # -- widgets ------------------------------------------------------------------------------------
+
+_front_end_ready = False
+
+
+def ready_front_end() -> None:
+    """Make sure the front end can draw this ipywidgets' widgets, before the first is shown:
+    Colab draws ipywidgets 7 itself, but ipywidgets 8 only through its custom widget manager,
+    which nb_accel turns on once (as ``google.colab.output.enable_custom_widget_manager()``
+    does by hand). Nothing elsewhere."""
+    global _front_end_ready  # noqa: PLW0603 - once per kernel
+    colab = sys.modules.get("google.colab")
+    if _front_end_ready or colab is None or not _modern():
+        return
+    _front_end_ready = True
+    output = getattr(colab, "output", None) or sys.modules.get("google.colab.output")
+    enable = getattr(output, "enable_custom_widget_manager", None)
+    if enable is not None:
+        enable()
 
 
 def stylesheet() -> tuple[Any, ...]:

@@ -155,6 +155,7 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
             ["path", *traits],
             ending="it takes path and the traits of ipywidgets.VBox (see help({title}))",
         )
+        compat.ready_front_end()
         super().__init__(**kwargs)
         self.path: Path = config_path(path)
         self.gpu_count: int = cuda_facts.cuda_device_count()

@@ -6,6 +6,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import textwrap
+import types
 
 import ipywidgets
 import pytest
@@ -112,3 +113,27 @@ def test_cells_are_named_and_notes_shown_once_on_this_ipython() -> None:
     assert said["other"] == "None"
     assert said["notes"] == "1"  # IPython 8 shows notes itself; on 7 the seam adds them
     assert said["named"] == "  ESC[0;32mCell In[2]ESC[0m, line 2"  # as IPython 8 writes it
+
+
+def test_colab_s_custom_widget_manager_is_turned_on_once_for_ipywidgets_8(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Colab's own package exists only there: a stand-in with its one function, counting calls
+    calls: list[str] = []
+    output = types.ModuleType("google.colab.output")
+    output.enable_custom_widget_manager = lambda: calls.append("enabled")  # type: ignore[attr-defined]
+    colab = types.ModuleType("google.colab")
+    colab.output = output  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, "google.colab", colab)
+    monkeypatch.setitem(sys.modules, "google.colab.output", output)
+    monkeypatch.setattr(compat_widgets, "_front_end_ready", False)
+    compat_widgets.ready_front_end()
+    compat_widgets.ready_front_end()
+    assert calls == (["enabled"] if compat_widgets.WIDGETS_MAJOR >= 8 else [])
+
+
+def test_nothing_is_turned_on_outside_colab(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delitem(sys.modules, "google.colab", raising=False)
+    monkeypatch.setattr(compat_widgets, "_front_end_ready", False)
+    compat_widgets.ready_front_end()
+    assert compat_widgets._front_end_ready is False
