@@ -4,6 +4,8 @@
 Accelerate's documented training-loop API (``prepare``, ``backward``, ``gather_for_metrics``, ...).
 """
 
+# ruff: noqa: E402 - the torch check runs before the imports that load torch
+
 import os
 from typing import TYPE_CHECKING
 
@@ -11,7 +13,10 @@ from typing import TYPE_CHECKING
 # that forked workers can still use the GPUs (set before anything can ask torch).
 os.environ.setdefault("PYTORCH_NVML_BASED_CUDA_CHECK", "1")
 
-from . import _torch_floor  # noqa: F401 - refuses an older torch here, saying what to do
+from ._env import check_torch
+
+check_torch()  # an older torch is refused here, saying what to do, before anything imports it
+
 from ._version import __version__ as __version__
 from .config import Config, load_config, save_config
 from .errors import (

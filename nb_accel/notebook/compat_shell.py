@@ -13,6 +13,7 @@ exception's notes (PEP 678) out of its tracebacks: :func:`with_notes` adds them.
 from __future__ import annotations
 
 import linecache
+import os
 import re
 from typing import Any
 
@@ -51,10 +52,19 @@ def note_cell_numbers(shell: Any) -> None:
 
     setattr(cache, _MARK, True)
     compiler.cache = cache  # this shell's compiler only
-    cells = getattr(linecache, "_ipython_cache", {})
+    cached = {name: _cached_lines(name) for name in list(linecache.cache)}
+    cells = {name: entry for name, entry in cached.items() if entry and _is_cell_file(shell, name)}
     if cells:  # the cell running now (importing nb_accel) was cached last, under this number
-        running = max(cells, key=lambda name: cells[name][1])
+        running = max(cells, key=lambda name: cells[name][0])
         _cached_numbers.setdefault(running, int(shell.execution_count))
+
+
+def _cached_lines(filename: str) -> tuple[float, list[str]] | None:
+    """When ``filename``'s lines were cached, and the lines (``None``: not cached whole)."""
+    entry: tuple[Any, ...] = tuple(linecache.cache.get(filename, ()))
+    if len(entry) != 4:  # a lazy entry, or none
+        return None
+    return float(entry[1] or 0.0), list(entry[2])
 
 
 def cache_cell(shell: Any, code: str, number: int) -> str:
@@ -81,13 +91,25 @@ def cell_label(shell: Any, filename: str) -> tuple[str, str] | None:
     return ("Cell", f"In[{number}]") if number is not None else None
 
 
+def _is_cell_file(shell: Any, filename: str) -> bool:
+    """Whether ``filename`` names a cell's code: where ``shell``'s compiler puts cells
+    (ipykernel 6: a folder of its own), or IPython 7's own ``<ipython-input-...>``."""
+    if _INPUT_NAME.fullmatch(filename):
+        return True
+    namer = getattr(shell.compile, "get_code_name", None)
+    if namer is None:
+        return False
+    folder = os.path.dirname(str(namer("", "", 0)))
+    return bool(folder) and os.path.dirname(filename) == folder
+
+
 def _history_number(shell: Any, filename: str) -> int | None:
     """The number of the history's cell whose code the shell cached under ``filename``, found
     by its text (ipykernel 6 names a cell by a hash of its code), newest first."""
-    cached = linecache.cache.get(filename)
-    if filename not in getattr(linecache, "_ipython_cache", {}) or not cached:
-        return None  # not a cell's
-    text = "".join(cached[2]).rstrip()
+    cached = _cached_lines(filename)
+    if cached is None or not _is_cell_file(shell, filename):
+        return None
+    text = "".join(cached[1]).rstrip()
     history = getattr(getattr(shell, "history_manager", None), "input_hist_parsed", None) or []
     for number in range(len(history) - 1, 0, -1):
         if history[number].rstrip() == text:
@@ -125,7 +147,7 @@ def shows_notes(shell: Any) -> bool:
     if _notes_shown is None:
         probe = ValueError("probe")
         marker = "nb_accel: is this note shown?"
-        probe.__notes__ = [marker]
+        setattr(probe, "__notes__", [marker])  # noqa: B010 - add_note is Python 3.11's
         try:
             lines = shell.InteractiveTB.structured_traceback(ValueError, probe, None, tb_offset=0)
         except Exception:  # noqa: BLE001 - a formatter that cannot say shows nothing extra

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import html
 import sys
+import weakref
 from typing import Any
 
 import ipywidgets
@@ -44,6 +45,8 @@ PALETTE = {"warning": "#ef6c00", "danger": "#d32f2f", "success": "#2e7d32", "mut
 _CLASS_PREFIX = "nb-accel-"
 _BOLD = f"{_CLASS_PREFIX}bold"
 _COLOR_CLASSES = {color: f"{_CLASS_PREFIX}{name}" for name, color in PALETTE.items()}
+#: The colour each widget was given on ipywidgets 7 (its class says it to the front end).
+_colors: weakref.WeakKeyDictionary[Any, str] = weakref.WeakKeyDictionary()
 
 
 def _modern() -> bool:
@@ -159,19 +162,16 @@ def set_text_color(widget: Any, color: str) -> None:
         if widget.style.text_color != color:
             widget.style.text_color = color
         return
-    wanted = _COLOR_CLASSES[color]
-    for name in _COLOR_CLASSES.values():
-        if name != wanted and name in widget._dom_classes:
-            widget.remove_class(name)
-    if wanted not in widget._dom_classes:
-        widget.add_class(wanted)
+    before = _colors.get(widget)
+    if before != color:
+        if before is not None:
+            widget.remove_class(_COLOR_CLASSES[before])
+        widget.add_class(_COLOR_CLASSES[color])
+        _colors[widget] = color
 
 
 def text_color(widget: Any) -> str | None:
     """The colour :func:`set_text_color` gave ``widget`` (``None``: the default)."""
     if _modern():
         return widget.style.text_color or None
-    for color, name in _COLOR_CLASSES.items():
-        if name in widget._dom_classes:
-            return color
-    return None
+    return _colors.get(widget)

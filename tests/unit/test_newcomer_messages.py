@@ -89,7 +89,7 @@ def test_a_misspelled_flag_names_the_one_meant() -> None:
 
 
 def test_a_torch_older_than_the_floor_is_refused_saying_what_to_do() -> None:
-    from nb_accel._torch_floor import torch_problem
+    from nb_accel._env import torch_problem
 
     problem = torch_problem("2.8.1+cu126")
     assert problem is not None and "needs torch 2.9 or newer" in problem

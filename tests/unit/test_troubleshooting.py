@@ -43,6 +43,12 @@ MIN_FRAGMENT = 12
 #: ``{...}`` as in the f-string): checks of what nb_accel's own processes and calls hand each
 #: other, each with why no user input reaches it.
 NOT_USER_FACING: dict[tuple[str, str], str] = {
+    ("notebook/compat_widgets.py", "is not one of the view's colours"): (
+        "the views colour their texts only with the palette's colours"
+    ),
+    ("notebook/compat_shell.py", "probe"): (
+        "an exception formatted once, never raised, to see whether IPython shows its notes"
+    ),
     ("_messages.py", "unexpected message on the event channel"): (
         "the kernel decodes events only its own workers send"
     ),
