@@ -55,8 +55,9 @@ class Lane:
 
 
 LANES = {
-    # Colab's notebook stack (IPython 7.34, ipywidgets 7.7.1, ...) on this machine's fast torch
-    "colab": Lane("3.11", ("torch==2.13.0",), COLAB_GPU, "test,examples"),
+    # Colab's notebook stack (IPython 7.34, ipywidgets 7.7.1, the classic Notebook 6.5.7, ...)
+    # on this machine's fast torch; Playwright drives a browser on its Notebook (test-classic)
+    "colab": Lane("3.11", ("torch==2.13.0",), COLAB_GPU, "test,examples", more=("playwright",)),
     # Kaggle: Colab's image with ipywidgets 8.1.5 (and its own front-end package) over it
     "kaggle": Lane(
         "3.11",
@@ -70,8 +71,6 @@ LANES = {
     "py313": Lane("3.13", ("torch==2.11.0",), COLAB_GPU, "test,examples"),
     # Colab's TPU runtime: torch 2.9 with torch_xla 2.9 (its wheels exist for Python 3.13)
     "xla": Lane("3.13", ("torch==2.9.0", "torch_xla==2.9.0"), COLAB_TPU, "xla,mlflow,tensorboard"),
-    # the classic Notebook 6.5.7 and ipywidgets 7.7.1 of Colab's image in a browser
-    "classic": Lane("3.11", ("torch==2.13.0",), COLAB_GPU, "test,examples", more=("playwright",)),
 }
 
 

@@ -9,6 +9,7 @@ still there then is killed.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -45,15 +46,19 @@ ARTIFACTS = ROOT / "build" / "browser"
 FAILED = pytest.StashKey[bool]()
 
 
+#: The test module of the classic Notebook 6 (Colab's front end's stack); the others are Lab's.
+CLASSIC_TESTS = "test_classic_rendering.py"
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Skip this folder's tests, before any fixture runs, when they cannot run here."""
-    reason = skip_reason()
-    if reason is None:
-        return
+    reasons = {front: skip_reason(front) for front in ("jupyterlab", "notebook")}
     here = Path(__file__).resolve().parent
     for item in items:
         if here in item.path.resolve().parents:
-            item.add_marker(pytest.mark.skip(reason=reason))
+            reason = reasons["notebook" if item.path.name == CLASSIC_TESTS else "jupyterlab"]
+            if reason is not None:
+                item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.hookimpl(wrapper=True)
@@ -104,9 +109,10 @@ def _reap(pids: set[int]) -> None:
             pass
 
 
-@pytest.fixture(scope="module")
-def page(lab: LabServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
-    """A headless Chromium page, with a fresh profile, showing JupyterLab."""
+@contextlib.contextmanager
+def browser_page(url: str, ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
+    """A headless Chromium page, with a fresh profile, showing ``url`` once ``ready`` (a CSS
+    selector) is on it; the browser and every process of it gone afterwards."""
     from playwright.sync_api import sync_playwright
 
     before = _descendants()
@@ -126,14 +132,21 @@ def page(lab: LabServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[P
         try:
             context.set_default_timeout(ACTION_TIMEOUT_MS)
             tab = context.pages[0] if context.pages else context.new_page()
-            tab.goto(lab.lab_url())
-            tab.locator(".jp-DirListing-item").first.wait_for()
+            tab.goto(url)
+            tab.locator(ready).first.wait_for()
             yield tab
         finally:
             context.close()
     finally:
         playwright.stop()
         _reap(_descendants() - before)
+
+
+@pytest.fixture(scope="module")
+def page(lab: LabServer, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
+    """A headless Chromium page, with a fresh profile, showing JupyterLab."""
+    with browser_page(lab.lab_url(), ".jp-DirListing-item", tmp_path_factory) as tab:
+        yield tab
 
 
 @pytest.fixture

@@ -43,16 +43,26 @@ ACTION_TIMEOUT_MS = 60_000
 TAB = ".lm-DockPanel-tabBar .lm-TabBar-tab"
 
 
-def skip_reason() -> str | None:
-    """Why the browser tests cannot run here, or ``None`` when they can."""
+def skip_reason(front_end: str = "jupyterlab") -> str | None:
+    """Why the browser tests of ``front_end`` (``"jupyterlab"``, or ``"notebook"``: the classic
+    Notebook 6) cannot run here, or ``None`` when they can."""
+    target = "make test-browser" if front_end == "jupyterlab" else "make test-classic"
     if os.environ.get(ENABLE_VAR) != "1":
-        return f"browser tests run with {ENABLE_VAR}=1 (make test-browser)"
-    for module in ("jupyterlab", "playwright"):
+        return f"browser tests run with {ENABLE_VAR}=1 ({target})"
+    for module in (front_end, "playwright"):
         if importlib.util.find_spec(module) is None:
-            return f"{module} is not installed (make test-browser installs it)"
+            return f"{module} is not installed ({target} installs it)"
+    if front_end == "notebook" and not _classic_notebook():
+        return "the notebook installed is not the classic Notebook 6 (make test-classic)"
     if not os.access(CHROMIUM, os.X_OK):
         return f"no Chromium at {CHROMIUM} (make test-browser installs Debian's chromium)"
     return None
+
+
+def _classic_notebook() -> bool:
+    from importlib.metadata import version
+
+    return version("notebook").split(".")[0] == "6"
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""A throwaway JupyterLab server for the browser tests.
+"""A throwaway JupyterLab (or classic Notebook 6) server for the browser tests.
 
 The server listens on 127.0.0.1 only, on a free port, behind a random token. Everything it
 would write in a user's home (Jupyter config, data and runtime files, IPython profile, Lab
@@ -30,20 +30,25 @@ import psutil
 START_TIMEOUT_S = 90.0
 #: How long the server gets to exit after it is asked to shut down.
 STOP_TIMEOUT_S = 20.0
-#: Runs JupyterLab in a process that Linux sends SIGTERM when the test process ends (prctl's
-#: PR_SET_PDEATHSIG), so that even a test run that is killed leaves no server or kernel behind.
+#: Runs the server (its module and program name follow the parent's pid) in a process that
+#: Linux sends SIGTERM when the test process ends (prctl's PR_SET_PDEATHSIG), so that even a
+#: test run that is killed leaves no server or kernel behind.
 BOOTSTRAP = """
 import ctypes, os, runpy, signal, sys
 parent = int(sys.argv.pop(1))
+module, sys.argv[0] = sys.argv.pop(1), sys.argv.pop(1)
 try:
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)
 except (OSError, AttributeError):
     pass
 if os.getppid() != parent:
     sys.exit("the test process is gone")
-sys.argv[0] = "jupyter-lab"
-runpy.run_module("jupyterlab", run_name="__main__", alter_sys=True)
+runpy.run_module(module, run_name="__main__", alter_sys=True)
 """
+#: The classic Notebook 6 (Colab's front end's stack): its module, program and server class.
+CLASSIC = ("notebook", "jupyter-notebook", "NotebookApp")
+#: JupyterLab: its module, program and server class.
+LAB = ("jupyterlab", "jupyter-lab", "ServerApp")
 #: Lab settings for a quiet test session: no news or update toasts.
 USER_SETTINGS = {
     "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
@@ -208,8 +213,11 @@ def _wait_ready(server: LabServer) -> None:
     raise TimeoutError(f"JupyterLab did not answer in {START_TIMEOUT_S} s:\n{server.log_text()}")
 
 
-def start_lab(notebooks: Iterable[Path], workdir: Path, log_path: Path) -> LabServer:
-    """Start JupyterLab serving copies of ``notebooks``, with its home in ``workdir``.
+def start_lab(
+    notebooks: Iterable[Path], workdir: Path, log_path: Path, app: tuple[str, str, str] = LAB
+) -> LabServer:
+    """Start JupyterLab (``app``: or :data:`CLASSIC`) serving copies of ``notebooks``, with its
+    home in ``workdir``.
 
     Raises if the server exits or does not answer within :data:`START_TIMEOUT_S`; the
     server's output goes to ``log_path``.
@@ -224,25 +232,33 @@ def start_lab(notebooks: Iterable[Path], workdir: Path, log_path: Path) -> LabSe
     log_path.parent.mkdir(parents=True, exist_ok=True)
     for _attempt in range(3):  # another program may take the free port before the server does
         port = free_port()
+        module, program, server_class = app
         command = [
             sys.executable,
             "-c",
             BOOTSTRAP,
             str(os.getpid()),
+            module,
+            program,
             "--no-browser",
             "--ip=127.0.0.1",
             f"--port={port}",
             "--port-retries=0",
-            f"--IdentityProvider.token={token}",
-            f"--ServerApp.root_dir={root}",
-            "--ServerApp.allow_remote_access=False",
+            f"--{server_class}.token={token}"
+            if app == CLASSIC
+            else f"--IdentityProvider.token={token}",
+            f"--{server_class}.{'notebook_dir' if app == CLASSIC else 'root_dir'}={root}",
+            f"--{server_class}.allow_remote_access=False",
             # A kernel no browser is connected to, and then the server, end on their own.
-            "--ServerApp.shutdown_no_activity_timeout=300",
+            f"--{server_class}.shutdown_no_activity_timeout=300",
             "--MappingKernelManager.cull_idle_timeout=300",
-            "--ServerApp.terminals_enabled=False",
-            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
-            "--LabApp.extension_manager=readonly",
+            f"--{server_class}.terminals_enabled=False",
         ]
+        if app == LAB:
+            command += [
+                "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+                "--LabApp.extension_manager=readonly",
+            ]
         if os.geteuid() == 0:  # a container's root: Jupyter refuses to run without this
             command.append("--allow-root")
         log = log_path.open("wb")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import traceback
 from types import TracebackType
+from typing import Any
 
 import torch
 
@@ -36,7 +37,9 @@ def _left_out(count: int) -> str:
 class _FoldedStack(traceback.StackSummary):
     """A stack whose runs of nb_accel's frames format as one line each."""
 
-    def format(self) -> list[str]:
+    def format(self, **options: Any) -> list[str]:
+        """The stack's lines; ``options`` as the standard library's (Python 3.13 passes
+        ``colorize``)."""
         lines: list[str] = []
         run = 0
         for frame in self:
@@ -46,7 +49,7 @@ class _FoldedStack(traceback.StackSummary):
             if run:
                 lines.append(_left_out(run))
                 run = 0
-            lines.extend(traceback.StackSummary.from_list([frame]).format())
+            lines.extend(traceback.StackSummary.from_list([frame]).format(**options))
         if run:
             lines.append(_left_out(run))
         return lines
