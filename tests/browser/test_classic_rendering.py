@@ -76,9 +76,7 @@ def run_notebook(classic: LabServer, page: Page, name: str, last_output: str) ->
 
 def cell_output(page: Page, source: str) -> Locator:
     """The widget output of the code cell whose source contains ``source``."""
-    cell = page.locator(".cell.code_cell").filter(
-        has=page.locator(".input_area", has_text=source)
-    )
+    cell = page.locator(".cell.code_cell").filter(has=page.locator(".input_area", has_text=source))
     expect(cell).to_have_count(1)
     view = cell.locator(".output_subarea").filter(has=page.locator(".jupyter-widgets"))
     expect(view).to_have_count(1, timeout=WIDGET_TIMEOUT_MS)

@@ -183,9 +183,8 @@ def test_accelerates_default_rendezvous_options_do_not_warn() -> None:
 def listening_addresses() -> list[str]:
     dist.barrier()
     me = psutil.Process()
-    addresses = [
-        c.laddr.ip for c in me.net_connections(kind="inet") if c.status == psutil.CONN_LISTEN
-    ]
+    sockets = getattr(me, "net_connections", None) or me.connections  # psutil 5 (Colab's)
+    addresses = [c.laddr.ip for c in sockets(kind="inet") if c.status == psutil.CONN_LISTEN]
     dist.barrier()
     return addresses
 

@@ -18,9 +18,12 @@ from nb_accel.runtime.device_types import cuda_facts, cuda_fork
 
 @pytest.fixture
 def two_gpus_and_a_driver(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Two GPUs, and the CUDA driver library loaded in this process (so a child is asked)."""
+    """Two GPUs, and the CUDA driver library loaded in this process (so a child is asked); the
+    forked child inherits the count its CUDA runtime gives (a CUDA build of torch on a machine
+    without GPUs would count none)."""
     monkeypatch.setattr(cuda_facts, "cuda_device_count", lambda: 2)
     monkeypatch.setattr(cuda_fork, "driver_loaded", lambda: True)
+    monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", lambda: 2, raising=False)
 
 
 @pytest.fixture

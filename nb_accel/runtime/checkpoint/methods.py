@@ -425,7 +425,7 @@ def load(f: Any, map_location: Any = None, **kwargs: Any) -> Any:
     ``weights_only`` is on (torch's default), NumPy arrays in the file load too."""
     import numpy as np
 
-    core = getattr(np, "_core", None) or np.core
+    core = getattr(np, "_core", None) or np.core  # type: ignore[attr-defined]  # NumPy 1
     dtypes = [type(np.dtype(kind)) for kind in ("bool", "int32", "int64", "float32", "float64")]
     allowed = [core.multiarray._reconstruct, np.ndarray, np.dtype, *dtypes]
     with torch.serialization.safe_globals(allowed):
