@@ -129,6 +129,12 @@ def _with_value(options: Options, value: Any, note: str) -> Options:
     return [*options, (f"{value} ({note})", value)]
 
 
+def _fits_its_label() -> ipywidgets.Layout:
+    """A checkbox as wide as its label (ipywidgets 7 cuts "Keep workers warm" at its fixed
+    width)."""
+    return ipywidgets.Layout(width="auto")
+
+
 class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
     """A form (an ``ipywidgets.VBox``) that edits, validates, saves and reloads the default
     configuration.
@@ -233,7 +239,9 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
             "start_method": ipywidgets.Dropdown(options=self._start_method_options()),
             "gradient_accumulation_steps": whole(min=1, max=MAX_INT),
             "timeout": ipywidgets.FloatText(),
-            "cpu": ipywidgets.Checkbox(indent=True, disabled=self.gpu_count == 0),
+            "cpu": ipywidgets.Checkbox(
+                indent=True, disabled=self.gpu_count == 0, layout=_fits_its_label()
+            ),
             "num_nodes": whole(min=1, max=MAX_INT),
             "node_rank": whole(min=0, max=MAX_INT),
             "rdzv_endpoint": ipywidgets.Text(placeholder="host:port"),
@@ -244,7 +252,7 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
             "max_restarts": whole(min=0, max=MAX_INT),
             "hosts": ipywidgets.Text(placeholder="gpu0, gpu1  (or: slurm)"),
             "ssh_config": ipywidgets.Text(placeholder="~/.ssh/config"),
-            "reuse_workers": ipywidgets.Checkbox(indent=True),
+            "reuse_workers": ipywidgets.Checkbox(indent=True, layout=_fits_its_label()),
             "post_mortem_wait": ipywidgets.FloatText(),
             **{size: whole(min=1, max=MAX_INT) for size in MESH_SIZES},
         }

@@ -55,6 +55,16 @@ def tree(classic: LabServer, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield tab
 
 
+@pytest.fixture
+def kernels_shut(classic: LabServer, tree: Page) -> Iterator[None]:
+    """The test's kernels (and their workers) shut down after it, its page back at the list."""
+    try:
+        yield
+    finally:
+        classic.shutdown_kernels()
+        tree.goto(f"{classic.url}/tree?token={classic.token}")
+
+
 def run_notebook(classic: LabServer, page: Page, name: str, last_output: str) -> None:
     """Open ``name`` and run every cell (Cell > Run All), then wait for ``last_output`` and for
     every cell to be done."""
@@ -91,7 +101,7 @@ def assert_drawn(page: Page) -> None:
 
 
 def test_the_live_view_is_drawn_with_its_colours(
-    classic: LabServer, tree: Page, artifacts: Path
+    classic: LabServer, tree: Page, artifacts: Path, kernels_shut: None
 ) -> None:
     run_notebook(classic, tree, "quickstart.ipynb", "caught: rank 1 does not like this input")
     view = cell_output(tree, "results = notebook_launcher(train")
@@ -114,7 +124,7 @@ def test_the_live_view_is_drawn_with_its_colours(
 
 
 def test_the_config_form_is_drawn_and_says_saved_in_green(
-    classic: LabServer, tree: Page, artifacts: Path
+    classic: LabServer, tree: Page, artifacts: Path, kernels_shut: None
 ) -> None:
     run_notebook(classic, tree, "config_widget.ipynb", "[(2, 'bf16'), (2, 'bf16')]")
     form = cell_output(tree, "form = ConfigWidget(path=tutorial_config)")
