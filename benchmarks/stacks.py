@@ -11,6 +11,7 @@ taking turns, three cells are timed from the execute request to the kernel's rep
 
 - a cold launch, ``notebook_launcher(rank, num_processes=2)`` (the live view included);
 - a warm launch, the same with ``reuse_workers=True`` (the workers kept from the first);
+- the warm launch without the live view (``show_progress=False``): what the widgets cost;
 - an empty ``%%distributed`` cell on the same 2 workers.
 
 Printed: each stack's median and 10th-90th percentiles, and Colab's median over the main
@@ -47,6 +48,8 @@ def rank():
 CELLS = {
     "cold launch": "notebook_launcher(rank, num_processes=2);",
     "warm launch": "notebook_launcher(rank, num_processes=2, reuse_workers=True);",
+    "warm, no view": "notebook_launcher(rank, num_processes=2, reuse_workers=True, "
+    "show_progress=False);",
     "empty cell": "%%distributed\npass",
 }
 
@@ -117,12 +120,12 @@ def main() -> None:
                 client.stop_channels()
                 manager.shutdown_kernel(now=False)
     print(f"\n{args.rounds} rounds; ms, median (10th-90th percentile)")
-    print(f"  {'cell':<12} {'main stack':>24} {'Colab stack':>24} {'Colab / main':>13}")
+    print(f"  {'cell':<14} {'main stack':>24} {'Colab stack':>24} {'Colab / main':>13}")
     for cell in CELLS:
         main_median = statistics.median(times["main"][cell])
         ratio = statistics.median(times["colab"][cell]) / main_median
         print(
-            f"  {cell:<12} {_spread(times['main'][cell]):>24} "
+            f"  {cell:<14} {_spread(times['main'][cell]):>24} "
             f"{_spread(times['colab'][cell]):>24} {ratio:13.2f}"
         )
 
