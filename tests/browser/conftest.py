@@ -9,27 +9,21 @@ still there then is killed.
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Callable, Generator, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import psutil
 import pytest
 from lab_browser import (
-    ACTION_TIMEOUT_MS,
-    CHROMIUM,
-    CHROMIUM_ARGS,
-    DEVICE_SCALE_FACTOR,
-    VIEWPORT_HEIGHT,
-    VIEWPORT_WIDTH,
+    NOTEBOOKS,
     OpenNotebook,
+    browser_page,
     close_notebook,
     open_notebook,
     save_screenshot,
     skip_reason,
 )
-from lab_server import LabServer, isolated_env, start_lab
+from lab_server import LabServer, start_lab
 
 if TYPE_CHECKING:
     from playwright.sync_api import Page
@@ -40,7 +34,6 @@ except ImportError:  # the tests are skipped
     pass
 
 ROOT = Path(__file__).resolve().parents[2]
-NOTEBOOKS = ROOT / "notebooks"
 #: Where screenshots and the server's log go (``build/`` is not tracked).
 ARTIFACTS = ROOT / "build" / "browser"
 FAILED = pytest.StashKey[bool]()
@@ -88,58 +81,6 @@ def lab(tmp_path_factory: pytest.TempPathFactory, artifacts: Path) -> Iterator[L
         yield server
     finally:
         server.stop()
-
-
-def _descendants() -> set[int]:
-    return {p.pid for p in psutil.Process().children(recursive=True)}
-
-
-def _reap(pids: set[int]) -> None:
-    processes = []
-    for pid in pids:
-        try:
-            processes.append(psutil.Process(pid))
-        except psutil.Error:
-            continue
-    _gone, alive = psutil.wait_procs(processes, timeout=10)
-    for process in alive:
-        try:
-            process.kill()
-        except psutil.Error:
-            pass
-
-
-@contextlib.contextmanager
-def browser_page(url: str, ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
-    """A headless Chromium page, with a fresh profile, showing ``url`` once ``ready`` (a CSS
-    selector) is on it; the browser and every process of it gone afterwards."""
-    from playwright.sync_api import sync_playwright
-
-    before = _descendants()
-    workdir = tmp_path_factory.mktemp("chromium")
-    env: dict[str, str | float | bool] = {**isolated_env(workdir / "home")}
-    playwright = sync_playwright().start()
-    try:
-        context = playwright.chromium.launch_persistent_context(
-            str(workdir / "profile"),
-            executable_path=str(CHROMIUM),
-            headless=True,
-            args=CHROMIUM_ARGS,
-            env=env,
-            viewport={"width": VIEWPORT_WIDTH, "height": VIEWPORT_HEIGHT},
-            device_scale_factor=DEVICE_SCALE_FACTOR,
-        )
-        try:
-            context.set_default_timeout(ACTION_TIMEOUT_MS)
-            tab = context.pages[0] if context.pages else context.new_page()
-            tab.goto(url)
-            tab.locator(ready).first.wait_for()
-            yield tab
-        finally:
-            context.close()
-    finally:
-        playwright.stop()
-        _reap(_descendants() - before)
 
 
 @pytest.fixture(scope="module")

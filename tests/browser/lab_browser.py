@@ -7,16 +7,24 @@ this module can be imported (and the tests skipped) without it.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+import psutil
+import pytest
+from lab_server import isolated_env
+
 if TYPE_CHECKING:
     from playwright.sync_api import FloatRect, Locator, Page
 
+#: The shipped notebooks the servers serve copies of.
+NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 #: The environment variable that turns the browser tests on.
 ENABLE_VAR = "NB_ACCEL_BROWSER_TESTS"
 #: The Chromium the tests drive.
@@ -133,3 +141,55 @@ def close_notebook(notebook: OpenNotebook) -> None:
         elif time.monotonic() > deadline:
             raise TimeoutError(f"the tab of {notebook.name} did not close")
         page.wait_for_timeout(100)
+
+
+def _descendants() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)}
+
+
+def _reap(pids: set[int]) -> None:
+    processes = []
+    for pid in pids:
+        try:
+            processes.append(psutil.Process(pid))
+        except psutil.Error:
+            continue
+    _gone, alive = psutil.wait_procs(processes, timeout=10)
+    for process in alive:
+        try:
+            process.kill()
+        except psutil.Error:
+            pass
+
+
+@contextlib.contextmanager
+def browser_page(url: str, ready: str, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Page]:
+    """A headless Chromium page, with a fresh profile, showing ``url`` once ``ready`` (a CSS
+    selector) is on it; the browser and every process of it gone afterwards."""
+    from playwright.sync_api import sync_playwright
+
+    before = _descendants()
+    workdir = tmp_path_factory.mktemp("chromium")
+    env: dict[str, str | float | bool] = {**isolated_env(workdir / "home")}
+    playwright = sync_playwright().start()
+    try:
+        context = playwright.chromium.launch_persistent_context(
+            str(workdir / "profile"),
+            executable_path=str(CHROMIUM),
+            headless=True,
+            args=CHROMIUM_ARGS,
+            env=env,
+            viewport={"width": VIEWPORT_WIDTH, "height": VIEWPORT_HEIGHT},
+            device_scale_factor=DEVICE_SCALE_FACTOR,
+        )
+        try:
+            context.set_default_timeout(ACTION_TIMEOUT_MS)
+            tab = context.pages[0] if context.pages else context.new_page()
+            tab.goto(url)
+            tab.locator(ready).first.wait_for()
+            yield tab
+        finally:
+            context.close()
+    finally:
+        playwright.stop()
+        _reap(_descendants() - before)

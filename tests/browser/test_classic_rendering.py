@@ -15,8 +15,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import NOTEBOOKS, browser_page
-from lab_browser import save_screenshot
+from lab_browser import NOTEBOOKS, browser_page, save_screenshot
 from lab_server import CLASSIC, LabServer, start_lab
 
 try:
