@@ -13,8 +13,9 @@ Colab's, so those lines go.
 
 Environments are kept between runs on one machine, under ``$NB_ACCEL_LANES_DIR`` (default
 ``~/.cache/nb_accel/lanes``), named by a hash of what they are made from (the lane, its stack
-file, ``pyproject.toml``): a changed input makes a new one and removes the lane's old ones. A
-kept environment gets this checkout installed again (editable) when it was another's.
+file, ``pyproject.toml`` up to its tools' settings): a changed input makes a new one and
+removes the lane's old ones. A kept environment gets this checkout installed again (editable)
+when it was another's.
 """
 
 from __future__ import annotations
@@ -106,7 +107,8 @@ def find_python(version: str) -> str:
 def _key(name: str, lane: Lane) -> str:
     digest = hashlib.sha256(repr((name, lane)).encode())
     digest.update((STACKS / lane.stack).read_bytes())
-    digest.update((ROOT / "pyproject.toml").read_bytes())
+    project = (ROOT / "pyproject.toml").read_text()
+    digest.update(project.split("\n[tool.", 1)[0].encode())  # what it installs, not its tools
     return digest.hexdigest()[:12]
 
 
