@@ -182,18 +182,29 @@ def test_the_lanes_ci_runs_install_the_package_as_users_get_it() -> None:
     commands = [line.strip() for line in run if line.strip().startswith("make ")]
     assert commands == [
         "make test",
+        "make test-colab",
+        "make test-kaggle",
+        "make test-classic",
+        "make test-py313",
         "make test-xla",
         "make test-trackers",
         "make test-browser",
         "make docs",
     ]
     makefile = (ROOT / "Makefile").read_text()
-    lanes = re.findall(r"^(test-xla|test-trackers):\n((?:\t.*\n)+)", makefile, re.MULTILINE)
-    assert [name for name, _ in lanes] == ["test-xla", "test-trackers"]
+    lanes = re.findall(r"^(test-trackers):\n((?:\t.*\n)+)", makefile, re.MULTILINE)
+    assert [name for name, _ in lanes] == ["test-trackers"]
     for name, recipe in lanes:
         installs = [line for line in recipe.splitlines() if "-e " in line]
         assert installs and all("--no-deps" not in line for line in installs), name
         assert re.search(r'-e "\.\[', recipe), f"{name} installs the package with its extras"
+    # the stacks' lanes: their environments install the project with its extras and what it
+    # declares, under the service's constraints (tools/lane_env.py)
+    for name in ("colab", "kaggle", "py313", "xla"):
+        assert re.search(rf"^test-\w+:.*\n(?:\t.*\n)*?.*\$\(LANE_ENV\) {name}\)", makefile, re.M)
+    made = (ROOT / "tools" / "lane_env.py").read_text()
+    assert 'project = f"{ROOT}[{lane.extras}]"' in made
+    assert '"install", "--quiet", "-c", str(venv / "constraints.txt"), *wanted' in made
 
 
 def _notebook_imports() -> set[str]:
