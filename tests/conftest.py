@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import signal
 import tempfile
 import threading
 import time
@@ -40,6 +41,15 @@ def pytest_configure(config: pytest.Config) -> None:
     global _run_config_file  # noqa: PLW0603 - the run's one file, read by no_leftovers
     _run_config_file = os.environ[CONFIG_VARIABLE]
     _import_what_changes_the_environment()
+    _interrupts_as_in_a_kernel()
+
+
+def _interrupts_as_in_a_kernel() -> None:
+    """Ctrl-C raises ``KeyboardInterrupt`` in this process, as in a kernel, also when the run
+    was started with SIGINT ignored (a shell's background job: Python then leaves it ignored,
+    and the tests that interrupt a launch would wait for an interrupt that never comes)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def _import_what_changes_the_environment() -> None:
