@@ -34,12 +34,12 @@ MEDIAN_TARGET_MS = 2.0
 P95_TARGET_MS = 10.0
 
 
-def _timed(client: BlockingKernelClient, code: str) -> float:
+def timed_cell(client: BlockingKernelClient, code: str, timeout_s: float = 60) -> float:
     """Seconds from sending ``code`` to the kernel's execute reply (which must be ok)."""
     start = time.perf_counter()
     msg_id = client.execute(code, store_history=False)
     while True:
-        reply = client.get_shell_msg(timeout=60)
+        reply = client.get_shell_msg(timeout=timeout_s)
         if reply["parent_header"].get("msg_id") == msg_id:
             break
     elapsed = time.perf_counter() - start
@@ -90,7 +90,7 @@ def measure(client: BlockingKernelClient, args: argparse.Namespace) -> dict[str,
     for index in range(args.warmup + args.rounds):
         order = list(cells) if index % 2 == 0 else list(cells)[::-1]
         for name in order:
-            seconds = _timed(client, cells[name])
+            seconds = timed_cell(client, cells[name])
             if index >= args.warmup:
                 times[name].append(seconds)
     return times
@@ -124,14 +124,14 @@ def main(argv: list[str] | None = None) -> None:
     cores = os.cpu_count() or 1
     try:
         client.wait_for_ready(timeout=60)
-        _timed(client, "%load_ext nb_accel")
-        _timed(client, "%%distributed -n 2\npass")
+        timed_cell(client, "%load_ext nb_accel")
+        timed_cell(client, "%%distributed -n 2\npass")
         quiet = measure(client, args)
         loaded = None
         if not args.no_load:
             with busy_cores(cores):
                 loaded = measure(client, args)
-        _timed(client, "%distributed stop")
+        timed_cell(client, "%distributed stop")
     finally:
         client.stop_channels()
         manager.shutdown_kernel(now=True)

@@ -27,13 +27,13 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 from jupyter_client import KernelManager
 from jupyter_client.blocking import BlockingKernelClient
 from jupyter_client.kernelspec import KernelSpecManager
 from machine import run_header
+from magic import timed_cell
 
 import nb_accel
 
@@ -52,20 +52,6 @@ CELLS = {
     "show_progress=False);",
     "empty cell": "%%distributed\npass",
 }
-
-
-def _timed(client: BlockingKernelClient, code: str) -> float:
-    """Seconds from sending ``code`` to the kernel's execute reply (which must be ok)."""
-    start = time.perf_counter()
-    msg_id = client.execute(code, store_history=False)
-    while True:
-        reply = client.get_shell_msg(timeout=300)
-        if reply["parent_header"].get("msg_id") == msg_id:
-            break
-    seconds = time.perf_counter() - start
-    if reply["content"]["status"] != "ok":
-        raise RuntimeError(f"{code!r} failed: {reply['content'].get('evalue')}")
-    return seconds
 
 
 def _kernel(python: str, folder: Path, name: str) -> tuple[KernelManager, BlockingKernelClient]:
@@ -107,14 +93,14 @@ def main() -> None:
         kernels = {name: _kernel(python, Path(folder), name) for name, python in pythons.items()}
         try:
             for _, client in kernels.values():
-                _timed(client, SETUP)
+                timed_cell(client, SETUP)
                 for code in CELLS.values():  # the workers, imports and caches warmed up
-                    _timed(client, code)
+                    timed_cell(client, code)
             for index in range(args.rounds):
                 order = list(kernels) if index % 2 == 0 else list(kernels)[::-1]
                 for stack in order:
                     for cell, code in CELLS.items():
-                        times[stack][cell].append(_timed(kernels[stack][1], code))
+                        times[stack][cell].append(timed_cell(kernels[stack][1], code, 300))
         finally:
             for manager, client in kernels.values():
                 client.stop_channels()
