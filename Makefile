@@ -7,8 +7,8 @@ TORCH_PIN := torch==2.13.0
 # The Accelerate release the compatibility lane runs the tests of (and the benchmarks compare with).
 ACCELERATE_PIN := accelerate==1.15.0
 
-.PHONY: setup test-setup hosts-setup demo lab docs test test-accelerate test-xla test-trackers \
-	test-browser test-colab test-kaggle test-py313 test-classic chromium screenshots bench clean
+.PHONY: setup test-setup hosts-setup demo lab docs test test-install test-accelerate test-xla test-trackers \
+	test-browser test-colab test-kaggle test-classic chromium screenshots bench clean
 
 # What the notebooks need (make demo, make lab): the package and its notebook extra.
 $(BIN)/.nb_accel-installed: pyproject.toml Makefile
@@ -30,8 +30,13 @@ test-setup: $(BIN)/.nb_accel-test-installed
 demo: setup
 	$(BIN)/python tools/run_notebook.py notebooks/quickstart.ipynb
 
+# The tests that make fresh virtual environments (the wheel alone, under Colab's and Kaggle's
+# package lists, Binder's files) are a lane of their own: make test-install.
 test: test-setup hosts-setup
-	$(BIN)/python -m pytest
+	$(BIN)/python -m pytest -m "not fresh_env"
+
+test-install: test-setup
+	$(BIN)/python -m pytest -m fresh_env tests/packaging tests/binder
 
 # JupyterLab on the notebooks, to see the live view and the config form as widgets.
 lab: setup
@@ -74,10 +79,6 @@ LANE_TEST_DEPS := "pytest>=8" "pytest-timeout>=2.2" "psutil>=5.9"
 # project under the service's pip constraints, in an environment tools/lane_env.py keeps between
 # runs on this machine (see its docstring).
 LANE_ENV := $(PYTHON) tools/lane_env.py
-#: The tests of what a notebook user sees: widgets, the config form, magics, tracebacks, kernels,
-#: and every notebook in notebooks/ (tests/notebook/test_notebooks.py).
-NOTEBOOK_TESTS := tests/notebook tests/unit/test_progress_widget.py tests/unit/test_config_widget.py \
-	tests/unit/test_bar_text.py tests/unit/test_notebook_compat.py
 #: Where ipywidgets 7 and 8 differ (Kaggle is Colab's image with ipywidgets 8.1.5 over it).
 WIDGET_TESTS := tests/unit/test_progress_widget.py tests/unit/test_config_widget.py \
 	tests/unit/test_bar_text.py tests/unit/test_notebook_compat.py \
@@ -90,9 +91,12 @@ PY_VERSION_TESTS := tests/multiproc/test_launch.py tests/multiproc/test_failures
 	tests/multiproc/test_shared_buffers.py tests/multiproc/test_warm_launch.py \
 	tests/multiproc/test_terminal_prompts.py tests/multiproc/test_worker_lifecycle.py
 
-# Colab's notebook stack (Python 3.11 for speed, with torch 2.13): IPython 7.34, ipywidgets 7.7.1.
+# Colab's GPU runtime as it is: Python 3.13, torch 2.11.0 (a CUDA build, run on the CPU), IPython
+# 7.34, ipywidgets 7.7.1: the unit and notebook folders (every notebook among them) and the
+# multi-process tests where Python versions differ.
 test-colab:
-	venv=$$($(LANE_ENV) colab) && $$venv/bin/python -m pytest $(NOTEBOOK_TESTS)
+	venv=$$($(LANE_ENV) colab) && $$venv/bin/python -m pytest tests/unit tests/notebook \
+		$(PY_VERSION_TESTS)
 
 # Colab's front end's stack in a browser: the classic Notebook 6.5.7 with ipywidgets 7.7.1 draws
 # the live view and the config form (screenshots in build/browser/classic-*.png).
@@ -103,11 +107,6 @@ test-classic: chromium
 # Kaggle's: the same with ipywidgets 8.1.5.
 test-kaggle:
 	venv=$$($(LANE_ENV) kaggle) && $$venv/bin/python -m pytest $(WIDGET_TESTS)
-
-# Colab's GPU runtime as it is: Python 3.13, torch 2.11.0 (a CUDA build, run on the CPU).
-test-py313:
-	venv=$$($(LANE_ENV) py313) && $$venv/bin/python -m pytest tests/unit tests/notebook \
-		$(PY_VERSION_TESTS)
 
 # The XLA lane: the XLA path on torch_xla's CPU device, on Colab's TPU runtime (Python 3.13,
 # torch 2.9.0, torch_xla 2.9.0), with the package as a user's `pip install nb-accel[xla]` gets it.

@@ -56,10 +56,12 @@ class Lane:
 
 
 LANES = {
-    # Colab's notebook stack (IPython 7.34, ipywidgets 7.7.1, the classic Notebook 6.5.7, ...)
-    # on this machine's fast torch; Playwright drives a browser on its Notebook (test-classic)
-    "colab": Lane("3.11", ("torch==2.13.0",), COLAB_GPU, "test,examples", more=("playwright",)),
-    # Kaggle: Colab's image with ipywidgets 8.1.5 (and its own front-end package) over it
+    # Colab's GPU runtime as it is: Python 3.13, torch 2.11 (a CUDA build, run on the CPU) and
+    # its notebook stack (IPython 7.34, ipywidgets 7.7.1, the classic Notebook 6.5.7, ...);
+    # Playwright drives a browser on its Notebook (test-classic)
+    "colab": Lane("3.13", ("torch==2.11.0",), COLAB_GPU, "test,examples", more=("playwright",)),
+    # Kaggle: Colab's image with ipywidgets 8.1.5 (and its own front-end package) over it, on
+    # this machine's fast torch (Colab's Python and torch are the colab lane's)
     "kaggle": Lane(
         "3.11",
         ("torch==2.13.0",),
@@ -68,8 +70,6 @@ LANES = {
         drop=("ipywidgets", "widgetsnbextension"),
         add=("ipywidgets==8.1.5",),
     ),
-    # Colab's GPU runtime as it is: Python 3.13 and torch 2.11 (a CUDA build, run on the CPU)
-    "py313": Lane("3.13", ("torch==2.11.0",), COLAB_GPU, "test,examples"),
     # Colab's TPU runtime: torch 2.9 with torch_xla 2.9 (its wheels exist for Python 3.13)
     "xla": Lane("3.13", ("torch==2.9.0", "torch_xla==2.9.0"), COLAB_TPU, "xla,mlflow,tensorboard"),
 }

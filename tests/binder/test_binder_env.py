@@ -94,6 +94,7 @@ def test_binder_files_pin_cpu_torch_install_the_package_and_name_a_python() -> N
     assert minimum and int(runtime.group(1)) >= int(minimum.group(1)), "runtime.txt: Python too old"
 
 
+@pytest.mark.fresh_env
 @pytest.mark.timeout(VENV_TIMEOUT_S + PIP_TIMEOUT_S + CHECK_TIMEOUT_S + NOTEBOOK_TIMEOUT_S + 60)
 def test_fresh_venv_from_binder_files_runs_the_quickstart_notebook() -> None:
     """pip installs binder/requirements.txt into a new venv whose kernel runs the quick start."""

@@ -52,3 +52,25 @@ def test_the_grad_scaler_and_cuda_random_states_come_back(tmp_path: Path) -> Non
     assert (Path(folder) / "scaler.pt").is_file()
     assert loaded["scale"] == 1234.0
     assert torch.equal(loaded["drawn"], saved["expected"])
+
+
+def device_map_load(folder: str) -> dict[str, object]:
+    """In a worker (this pytest process never initialises CUDA): save from the GPU, load with a
+    device map that sends one prefix to GPU 0 and the rest to the CPU."""
+    from nb_accel.runtime.checkpoint.model_io import load_checkpoint_in_model, save_model_files
+
+    torch.manual_seed(26)
+    source = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    save_model_files(source.to("cuda").state_dict(), Path(folder))
+    fresh = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    load_checkpoint_in_model(fresh, Path(folder), device_map={"0": 0, "": "cpu"}, strict=True)
+    return {
+        "first": str(fresh[0].weight.device),
+        "second": str(fresh[1].weight.device),
+        "same": torch.equal(fresh[0].weight, source[0].weight),
+    }
+
+
+def test_device_map_sends_prefixes_to_cuda(tmp_path: Path) -> None:
+    [loaded] = notebook_launcher(device_map_load, args=(str(tmp_path),), num_processes=1)
+    assert loaded == {"first": "cuda:0", "second": "cpu", "same": True}

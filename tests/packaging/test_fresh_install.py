@@ -43,6 +43,7 @@ if __name__ == "__main__":
 """
 
 
+@pytest.mark.fresh_env
 @pytest.mark.timeout(VENV_TIMEOUT_S + PIP_TIMEOUT_S + LAUNCH_TIMEOUT_S + 120)
 def test_a_fresh_venv_with_torch_and_the_wheel_runs_a_launch(wheel: Path, tmp_path: Path) -> None:
     venv, work = tmp_path / "venv", tmp_path / "work"

@@ -182,10 +182,10 @@ def test_the_lanes_ci_runs_install_the_package_as_users_get_it() -> None:
     commands = [line.strip() for line in run if line.strip().startswith("make ")]
     assert commands == [
         "make test",
+        "make test-install",
         "make test-colab",
         "make test-kaggle",
         "make test-classic",
-        "make test-py313",
         "make test-xla",
         "make test-trackers",
         "make test-browser",
@@ -200,7 +200,7 @@ def test_the_lanes_ci_runs_install_the_package_as_users_get_it() -> None:
         assert re.search(r'-e "\.\[', recipe), f"{name} installs the package with its extras"
     # the stacks' lanes: their environments install the project with its extras and what it
     # declares, under the service's constraints (tools/lane_env.py)
-    for name in ("colab", "kaggle", "py313", "xla"):
+    for name in ("colab", "kaggle", "xla"):
         assert re.search(rf"^test-\w+:.*\n(?:\t.*\n)*?.*\$\(LANE_ENV\) {name}\)", makefile, re.M)
     made = (ROOT / "tools" / "lane_env.py").read_text()
     assert 'project = f"{ROOT}[{lane.extras}]"' in made

@@ -54,6 +54,7 @@ def _freeze(python: Path, env: dict[str, str], cwd: Path) -> dict[str, str]:
     return {name.lower().replace("_", "-"): version for name, version in pairs}
 
 
+@pytest.mark.fresh_env
 @pytest.mark.timeout(3 * TIMEOUT_S)
 @pytest.mark.parametrize("lane", ["colab", "kaggle"])
 def test_installing_under_a_services_stack_changes_none_of_its_packages(

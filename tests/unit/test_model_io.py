@@ -572,18 +572,6 @@ def test_index_listing_a_key_its_shard_lacks_is_reported(tmp_path: Path) -> None
         load_checkpoint_in_model(Net(hidden=40), tmp_path)
 
 
-@pytest.mark.gpu
-@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
-def test_device_map_sends_prefixes_to_cuda(tmp_path: Path) -> None:
-    source = _randomized(Net(), seed=26)
-    save_model_files(source.to("cuda").state_dict(), tmp_path)  # saved from the GPU
-    fresh = Net()
-    load_checkpoint_in_model(fresh, tmp_path, device_map={"encoder": 0, "": "cpu"}, strict=True)
-    assert fresh.encoder[0].weight.device == torch.device("cuda", 0)
-    assert fresh.decoder[0].weight.device.type == "cpu"
-    assert torch.equal(fresh.encoder[0].weight, source.encoder[0].weight)
-
-
 def test_a_home_relative_path_is_expanded(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.chdir(tmp_path)
