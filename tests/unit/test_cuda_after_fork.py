@@ -7,12 +7,15 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 import torch
 from plans import plan_of
 
 from nb_accel import LaunchError
+from nb_accel.launch.multinode.elastic_agent import launch_config
+from nb_accel.launch.placement.nodes import make_node_plan
 from nb_accel.runtime.device_types import cuda_facts, cuda_fork
 
 
@@ -119,3 +122,23 @@ def test_importing_nb_accel_makes_is_available_ask_nvml(before: str | None, afte
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == after
+
+
+def test_torch_s_launch_config_asks_nothing_of_cuda_in_this_process(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A multi-node launch makes torch's ``LaunchConfig`` in the kernel, which asks
+    ``torch.cuda.is_available()`` for its NUMA binding: answered without touching CUDA here,
+    torch's own functions are never called and stay in place."""
+    asked: list[str] = []
+    is_available, device_count = torch.cuda.is_available, torch.cuda.device_count
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: asked.append("is_available") or False)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: asked.append("device_count") or 0)
+    monkeypatch.setattr(cuda_facts, "cuda_device_count", lambda: 0)
+    nodes = make_node_plan(2, 1, "127.0.0.1:29500", "c10d", 0, 30)
+    replaced = torch.cuda.is_available, torch.cuda.device_count
+    config = launch_config(nodes, 2, "fork", str(tmp_path))
+    assert config.nproc_per_node == 2 and config.numa_options is None
+    assert asked == []
+    assert (torch.cuda.is_available, torch.cuda.device_count) == replaced
+    assert (is_available, device_count) != replaced  # the test's own stand-ins were in place

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ...errors import LaunchError
+from ...runtime.device_types.cuda_facts import fork_safe_cuda_queries
 from ..placement.nodes import NodePlan
 from .network import rendezvous_listener, split_endpoint
 from .node_addresses import NodeCard, NodeNetwork
@@ -55,25 +56,26 @@ def launch_config(
     from torch.distributed.launcher.api import LaunchConfig
 
     wait_s = max(1, math.ceil(nodes.rdzv_timeout))
-    return LaunchConfig(
-        min_nodes=nodes.num_nodes,
-        max_nodes=nodes.num_nodes,
-        nproc_per_node=per_node,
-        logs_specs=DefaultLogsSpecs(log_dir=log_dir),
-        run_id=nodes.rdzv_id,
-        rdzv_endpoint=nodes.rdzv_endpoint or "",
-        rdzv_backend=nodes.rdzv_backend,
-        rdzv_configs={
-            "join_timeout": wait_s,
-            "read_timeout": wait_s,
-            "is_host": nodes.node_rank == 0,
-            **nodes.rdzv_conf,
-        },
-        max_restarts=nodes.max_restarts,
-        monitor_interval=nodes.monitor_interval,
-        start_method=start_method,
-        local_addr=local_addr,
-    )
+    with fork_safe_cuda_queries():  # it asks whether CUDA is there, in this kernel
+        return LaunchConfig(
+            min_nodes=nodes.num_nodes,
+            max_nodes=nodes.num_nodes,
+            nproc_per_node=per_node,
+            logs_specs=DefaultLogsSpecs(log_dir=log_dir),
+            run_id=nodes.rdzv_id,
+            rdzv_endpoint=nodes.rdzv_endpoint or "",
+            rdzv_backend=nodes.rdzv_backend,
+            rdzv_configs={
+                "join_timeout": wait_s,
+                "read_timeout": wait_s,
+                "is_host": nodes.node_rank == 0,
+                **nodes.rdzv_conf,
+            },
+            max_restarts=nodes.max_restarts,
+            monitor_interval=nodes.monitor_interval,
+            start_method=start_method,
+            local_addr=local_addr,
+        )
 
 
 #: Keys of the rendezvous store (under the round's prefix) for the nodes' cards and verdicts.

@@ -3,12 +3,19 @@ GPUs are visible, whether CUDA is initialised here, and whether a forked worker 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+from collections.abc import Iterator
 
 from . import cuda_fork
 
-__all__ = ["cuda_device_count", "cuda_initialized", "cuda_works_after_fork"]
+__all__ = [
+    "cuda_device_count",
+    "cuda_initialized",
+    "cuda_works_after_fork",
+    "fork_safe_cuda_queries",
+]
 
 
 def cuda_device_count() -> int:
@@ -65,3 +72,25 @@ def cuda_works_after_fork() -> bool:
         return True
     answer = cuda_fork.ask_forked_child()
     return answer is not None and not answer.bad_fork and answer.device_count != 0
+
+
+@contextlib.contextmanager
+def fork_safe_cuda_queries() -> Iterator[None]:
+    """Within it, torch's own code asking ``torch.cuda.is_available()`` or
+    ``torch.cuda.device_count()`` in this process gets :func:`cuda_device_count`'s answer,
+    which leaves CUDA uninitialised here (torch's ``LaunchConfig`` asks, for its NUMA
+    binding, and a process that asked could fork no worker able to use CUDA). Where CUDA is
+    initialised already, nothing is replaced."""
+    import torch
+
+    if cuda_initialized():
+        yield
+        return
+    count = cuda_device_count()
+    cuda = torch.cuda
+    originals = cuda.is_available, cuda.device_count
+    cuda.is_available, cuda.device_count = (lambda: count > 0), (lambda: count)
+    try:
+        yield
+    finally:
+        cuda.is_available, cuda.device_count = originals
