@@ -6,8 +6,9 @@ Run from the repository root::
 
 The baseline's package is exported (``git archive``) to a temporary folder; the working tree is
 the other contender. Both are measured with this tree's ``benchmarks/launch.py``,
-``benchmarks/step.py`` and ``benchmarks/magic.py`` (an empty cell through a real kernel, whose
-pool's workers inherit the path), the same measuring code, each run in a fresh interpreter whose
+``benchmarks/step.py``, ``benchmarks/magic.py`` (an empty cell through a real kernel, whose
+pool's workers inherit the path) and ``benchmarks/late_rank.py`` (a rank late in its own code,
+in each way of running ranks), the same measuring code, each run in a fresh interpreter whose
 ``PYTHONPATH`` puts one version first. The versions alternate (ABBA order) for ``--repeats``
 rounds, so a slow spell of the machine falls on both; the table gives the median of each
 figure over the rounds, after / before, and each version's spread (lowest to highest round).
@@ -43,11 +44,16 @@ FIGURES = {
         ("empty %%distributed cell, median ms", r"^\s+%%distributed cell\s+([\d.]+)\s+[\d.]+$"),
         ("its overhead on a plain cell, ms", r"^\s+overhead: ([\d.-]+) ms median"),
     ],
+    "late_rank": [
+        (f"late rank, {style}: to the error, s", rf"^{style}\s+([\d.]+)\s")
+        for style in ("cold launch", "warm launch", "pool cell")
+    ],
 }
 COMMANDS = {
     "launch": ["benchmarks/launch.py", "--no-accelerate", "--rounds", "10", "--failure-rounds=6"],
     "step": ["benchmarks/step.py", "--rounds", "20", "--runs", "1"],
     "magic": ["benchmarks/magic.py", "--rounds", "60", "--warmup", "10", "--no-load"],
+    "late_rank": ["benchmarks/late_rank.py", "--rounds", "2"],
 }
 
 
@@ -95,11 +101,14 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--baseline", required=True, help="git revision to compare with")
     parser.add_argument("--repeats", type=int, default=4, help="rounds of each benchmark")
+    parser.add_argument(
+        "--only", nargs="+", choices=sorted(FIGURES), default=sorted(FIGURES), help="benchmarks"
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="nb_accel-baseline-") as folder:
         trees = {"before": export(args.baseline, Path(folder)), "after": ROOT}
         seen: dict[tuple[str, str], list[float]] = {}
-        for benchmark in FIGURES:
+        for benchmark in args.only:
             for order in abba(args.repeats):
                 for version in order:
                     for label, value in measure(benchmark, trees[version]).items():
@@ -115,7 +124,7 @@ def main() -> None:
         f"before: {args.baseline}; after: the working tree at {head}; "
         f"{args.repeats} rounds each, ABBA order, medians over rounds"
     )
-    labels = [label for figures in FIGURES.values() for label, _ in figures]
+    labels = [label for name in args.only for label, _ in FIGURES[name]]
     width = max(len(label) for label in labels)
     print(
         f"{'figure':<{width}}  {'before':>8}  {'after':>8}  {'after/before':>12}  "

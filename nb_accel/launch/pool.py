@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .._messages import Call, CellDone, Command, Debug, Execute, Interrupt, Pull, Push, Stop
+from .._messages import Call, CellDone, Command, Debug, Execute, Pull, Push, Stop
 from ..errors import LaunchError, WorkerDiedError
 from ..runtime.device_types.group_backends import uses_nccl
 from ..runtime.transfer.pickling import pickle_sharing
@@ -36,7 +36,7 @@ from ..runtime.workers.regroup import Release, Settle
 from .debugging.kept_rank import release_kept_rank
 from .debugging.post_mortems import forget_post_mortem, offer_post_mortem, raising_ranks
 from .failures.failure_log import FailureLog
-from .failures.whereabouts import RankStack, in_collectives, stacks_note, where_lines
+from .failures.whereabouts import RankStack
 from .hosts.pool_ranks import start_host_ranks
 from .launchers.interface import Launcher
 from .launchers.left_open_runs import end_runs_left_open
@@ -45,6 +45,13 @@ from .payload import own_module_by_value
 from .placement.hosts import HostPlan
 from .plan import LaunchPlan, show_notes
 from .pool_ranks.interface import PoolRanks, RankStatus
+from .pool_ranks.late import (
+    LateRanks,
+    collect_window,
+    free_late,
+    send_interrupts,
+    stuck_interrupt,
+)
 from .pool_ranks.local import start_local_ranks
 from .pool_ranks.notes import REBUILT_NOTE, STOPPED_NOTE, replaced_note
 from .pool_ranks.values import discard_values, load_value
@@ -55,11 +62,8 @@ from .views.view import LaunchView, NullView
 
 __all__ = ["INTERRUPT_GRACE_S", "RankStatus", "WorkerPool"]
 
-#: How long interrupted ranks may take to stop their code before the pool is stopped (seconds).
+#: How long interrupted ranks (by the user, or as another failed) may take to stop (seconds).
 INTERRUPT_GRACE_S = 10.0
-#: How often, once a rank's command failed, the kernel looks whether the ranks still running
-#: it wait inside torch (a collective with the failed rank, most likely).
-RELEASE_CHECK_S = 0.2
 
 
 class WorkerPool(Launcher):
@@ -92,6 +96,7 @@ class WorkerPool(Launcher):
         self.stopped_because = ""
         self._waiting_for: list[int] = []  # the ranks the current command was sent to
         self._replacing = False  # dead ranks are being replaced (a death now stops the pool)
+        self._late = LateRanks()  # the current command's ranks stopped by another's failure
         #: The current command's view.
         self.view: LaunchView = NullView()
 
@@ -233,6 +238,7 @@ class WorkerPool(Launcher):
                 if not group.replaces_dead_ranks or self._replacing:
                     self._died(group)
         self._waiting_for, self.view = targets, printer.view
+        self._late = LateRanks()
         try:
             self._wait(group, targets, printer.view, None)
         except KeyboardInterrupt:
@@ -262,49 +268,54 @@ class WorkerPool(Launcher):
     ) -> bool:
         """Wait for every target's :class:`CellDone`; False when ``until`` passed first.
 
-        When a target's command failed (or was interrupted) while others still run it, and one
-        of those waits inside torch (a collective with the failed rank, most likely: its stack
-        says so, every :data:`RELEASE_CHECK_S`), the failed ranks are released
-        (:class:`Release`): the collective then fails at once instead of at the timeout.
+        Once a target failed or died and the failures had their window to arrive, the targets
+        still running are freed as :mod:`~nb_accel.launch.pool_ranks.late` says (not interrupted
+        again while the user's interrupt is on its way to each: ``until`` is then set).
         """
-        check_at: float | None = None
-        released = False
         while True:
             dead = group.dead_ranks()
             if dead and (not group.replaces_dead_ranks or self._replacing):
                 self._died(group)
             if all(rank in group.done or rank in dead for rank in targets):
                 break  # a dead rank is replaced once the others are done
-            now = time.monotonic()
+            now, late = time.monotonic(), self._late
             failed = [r for r in targets if r in group.done and group.done[r].failure is not None]
             failed += [r for r in targets if r in dead]
-            if failed and not released:
-                if check_at is None:
-                    check_at = now + RELEASE_CHECK_S  # identical failures arrive meanwhile
-                elif now >= check_at:
-                    running = [r for r in targets if r not in group.done]
-                    waiting = self._waiting_for_collective(running)
-                    released = waiting is not None
-                    if waiting is not None:
-                        self._release_failed(group, failed)
-                        if waiting:  # NCCL: theirs too
-                            group.abort_collectives(waiting)
-                    check_at = time.monotonic() + RELEASE_CHECK_S
+            if failed and late.window_ends is None:
+                late.window_ends = now + collect_window(group, targets, dead)
+            if late.window_ends is not None and late.deadline is None and now >= late.window_ends:
+                running = [r for r in targets if r not in group.done and r not in dead]
+                late = self._late = free_late(
+                    group,
+                    running,
+                    self.where,
+                    uses_nccl(self.plan.backend),
+                    functools.partial(self._release, group, failed),
+                    INTERRUPT_GRACE_S,
+                    interrupt=until is None,
+                )
+            if stuck := late.stuck(group.done, now):
+                self._stop_stuck(group, stuck, INTERRUPT_GRACE_S, "after another rank failed")
             remaining = None if until is None else until - now
             if remaining is not None and remaining <= 0:
                 return False
-            if check_at is not None and not released:
-                wake = max(check_at - now, 0.0)
+            if (wake := late.wake(group.done, now)) is not None:
                 remaining = wake if remaining is None else min(remaining, wake)
             group.watch(view, remaining)
         return True
 
-    def _waiting_for_collective(self, ranks: list[int]) -> list[int] | None:
-        """See :func:`~.failures.whereabouts.in_collectives` (NCCL's ranks say it through
-        their flight recorder)."""
-        return in_collectives(self.where(ranks, collectives=uses_nccl(self.plan.backend)))
+    def _stop_stuck(self, group: PoolRanks, stuck: list[int], grace: float, after: str) -> None:
+        """Stop the pool, and raise that ``stuck`` ignored an interrupt (sent ``after`` ...)."""
+        stacks = self.where(stuck)
+        self.stopped_because = f"rank(s) {stuck} did not stop after an interrupt"
+        self.stop(graceful=False)
+        interrupt = stuck_interrupt(stuck, stacks, grace, after)
+        try:
+            raise interrupt
+        finally:  # the traceback keeps this frame: it must not hold the interrupt
+            del interrupt
 
-    def _release_failed(self, group: PoolRanks, ranks: list[int]) -> None:
+    def _release(self, group: PoolRanks, ranks: list[int]) -> None:
         """Have ``ranks`` (done with the current command) abort their process group."""
         self._unsettled = True  # the next command first makes a new group
         data = pickle.dumps(Release(group.cell), protocol=pickle.HIGHEST_PROTOCOL)
@@ -344,11 +355,7 @@ class WorkerPool(Launcher):
             del error
 
     def _interrupt(self, group: PoolRanks, targets: list[int], view: LaunchView | None) -> None:
-        for rank in targets:
-            if rank not in group.done and group.alive(rank):
-                with contextlib.suppress(OSError):  # the message first: see Interrupt
-                    group.send(rank, pickle.dumps(Interrupt(group.cell)))
-                    group.interrupt(rank)
+        send_interrupts(group, targets)
         deadline = time.monotonic() + INTERRUPT_GRACE_S
         while True:
             try:
@@ -360,21 +367,7 @@ class WorkerPool(Launcher):
                 continue
         if not finished:
             stuck = [rank for rank in targets if rank not in group.done]
-            stacks = self.where(stuck)
-            places = "".join("\n" + line for line in where_lines(stacks, "is"))
-            self.stopped_because = f"rank(s) {stuck} did not stop after an interrupt"
-            self.stop(graceful=False)
-            interrupt = KeyboardInterrupt(
-                f"rank(s) {stuck} did not stop within {INTERRUPT_GRACE_S:.0f} s of the "
-                "interrupt (stuck in a collective?); the pool was stopped: "
-                f"%distributed restart starts it again{places}"
-            )
-            if (note := stacks_note(stacks)) and hasattr(interrupt, "add_note"):
-                interrupt.add_note(note)
-            try:
-                raise interrupt
-            finally:  # the traceback keeps this frame: it must not hold the interrupt
-                del interrupt
+            self._stop_stuck(group, stuck, INTERRUPT_GRACE_S, "from the notebook")
 
     def _outcome(
         self, group: PoolRanks, targets: list[int], view: LaunchView | None = None
@@ -385,15 +378,24 @@ class WorkerPool(Launcher):
         for record in group.events.failures.records:  # how each dead rank died
             if record.rank in dead:
                 log.add(record)
+        late = self._late
+        stopped = [r for r in targets if r in done and late.stopped_by_failure(done[r])]
         for reply in group.done.values():  # in the order they arrived
-            if reply.failure is not None:
+            if reply.failure is not None and reply.rank not in stopped:
                 log.add_event(reply.failure)
         if log:
             self._unsettled = True
             discard_values(done.values())  # nobody will load them
             finished = [r for r, d in done.items() if d.failure is None]
+            where = {r: late.stacks[r] for r in stopped if r in late.stacks}
             error = failure_outcome(
-                log, self.world_size, self.plan.timeout_s, finished, finished_as="finished the cell"
+                log,
+                self.world_size,
+                self.plan.timeout_s,
+                finished,
+                stopped,
+                finished_as="finished the cell",
+                where=where if log.timeout_ranks else None,
             )
             if dead:
                 self._replace(group, dead, error, ran=True)

@@ -32,12 +32,6 @@ from .views.view import LaunchView
 
 __all__ = ["WorkerGroup"]
 
-#: After the first failure, how long to keep listening for the other ranks' reports (seconds).
-COLLECT_WINDOW_S = 0.05
-#: The same while every failure so far looks like a consequence (a lost connection, a timed-out
-#: collective): the failure that caused it may still be on its way (seconds).
-EXPLAIN_WINDOW_S = 1.0
-
 
 class WorkerGroup(DispatchHooks):
     """The workers of one launch, watched together until all return or one fails.
@@ -208,8 +202,7 @@ class WorkerGroup(DispatchHooks):
             if self._failures:
                 if first_failure is None:
                     first_failure = time.monotonic()
-                window = COLLECT_WINDOW_S if self._failures.has_cause else EXPLAIN_WINDOW_S
-                remaining = first_failure + window - time.monotonic()
+                remaining = first_failure + self._failures.collect_window - time.monotonic()
                 if remaining <= 0:
                     break
             self._watch_once(remaining)

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from nb_accel.launch.failures import whereabouts
-from nb_accel.launch.failures.whereabouts import Frame, in_collectives, parse_stacks
+from nb_accel.launch.failures.whereabouts import Frame, in_own_code, parse_stacks
 from nb_accel.runtime.reporting import collective_trail
 from nb_accel.runtime.reporting.collective_trail import LastCollective
 from nb_accel.runtime.reporting.stacks import MAIN_THREAD
@@ -147,6 +147,8 @@ def test_ranks_in_a_collective_are_told_apart_and_nccl_s_must_abort_their_own() 
     waiting, finished = (parse_stacks(r, header, _dump([USER, WORKER_FRAME])) for r in (2, 3))
     waiting.collective = LastCollective("all_reduce", 3, state="started", backend="nccl")
     finished.collective = LastCollective("all_reduce", 3, state="completed", backend="nccl")
-    assert in_collectives({0: working, 3: finished}) is None  # nobody to free
-    assert in_collectives({0: working, 1: gloo}) == []  # freed by the failed rank's release
-    assert in_collectives({0: working, 2: waiting, 3: finished}) == [2]  # and rank 2's abort
+    # rank 0 works, rank 3's collective finished: both are interrupted; so is rank 4, which
+    # could not say where it is
+    assert in_own_code([0, 3, 4], {0: working, 3: finished}) == [0, 3, 4]
+    assert in_own_code([0, 1], {0: working, 1: gloo}) == [0]  # 1: freed by the release
+    assert in_own_code([0, 2, 3], {0: working, 2: waiting, 3: finished}) == [0, 3]  # 2 aborts

@@ -25,7 +25,13 @@ from .verdict import (
     looks_like_consequence,
 )
 
-__all__ = ["FailureLog"]
+__all__ = ["COLLECT_WINDOW_S", "EXPLAIN_WINDOW_S", "FailureLog"]
+
+#: After the first failure, how long to keep listening for the other ranks' reports (seconds).
+COLLECT_WINDOW_S = 0.05
+#: The same while every failure so far looks like a consequence (a lost connection, a timed-out
+#: collective): the failure that caused it may still be on its way (seconds).
+EXPLAIN_WINDOW_S = 1.0
 
 
 class FailureLog:
@@ -64,6 +70,13 @@ class FailureLog:
             or not looks_like_consequence(record, record.rank in self.timeout_ranks)
             for record in self.records
         )
+
+    @property
+    def collect_window(self) -> float:
+        """How long after the first failure to keep listening for the other ranks' reports
+        before acting on them (:data:`COLLECT_WINDOW_S`, or :data:`EXPLAIN_WINDOW_S` until a
+        failure that can be the cause has arrived)."""
+        return COLLECT_WINDOW_S if self.has_cause else EXPLAIN_WINDOW_S
 
     def add_event(self, event: Failure) -> WorkerFailure:
         """Record a worker's :class:`Failure` event; returns its record."""

@@ -33,7 +33,7 @@ __all__ = [
     "RankStack",
     "ThreadStack",
     "abort_collectives",
-    "in_collectives",
+    "in_own_code",
     "parse_stacks",
     "register_place_namer",
     "stacks_note",
@@ -196,15 +196,19 @@ class RankStack:
         return not others and all(f.library is None for f in main) and len(main) <= _SUMMARISED
 
 
-def in_collectives(stacks: Mapping[int, RankStack]) -> list[int] | None:
-    """Whether one of the ranks of ``stacks`` waits in a collective: ``None`` if not; else the
-    ranks that must abort their own collectives to be freed (NCCL's, whose flight recorder says
-    their collective has not finished). A gloo rank waiting in one is inside torch (its
-    innermost frame)."""
-    waiting = [r for r, s in stacks.items() if s.collective and s.collective.waiting]
-    if waiting or any(s.innermost_library == "torch" for s in stacks.values()):
-        return waiting
-    return None
+def in_own_code(ranks: list[int], stacks: Mapping[int, RankStack]) -> list[int]:
+    """The ranks of ``ranks`` that do not wait in a collective: in the user's code (or a
+    library of theirs), or unable to say where they are (not in ``stacks``). A gloo rank
+    waiting in one is inside torch (its innermost frame); an NCCL rank's flight recorder says
+    its collective has not finished."""
+    return [
+        rank
+        for rank in ranks
+        if (stack := stacks.get(rank)) is None
+        or not (
+            stack.innermost_library == "torch" or (stack.collective and stack.collective.waiting)
+        )
+    ]
 
 
 def where_lines(stacks: Mapping[int, RankStack], verb: str) -> list[str]:

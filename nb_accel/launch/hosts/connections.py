@@ -43,12 +43,15 @@ from .protocol import (
     send,
 )
 
-__all__ = ["HELLO_WAIT_S", "STOP_GRACE_S", "HostNodes", "NodeChannel"]
+__all__ = ["GRACEFUL_STOP_S", "HELLO_WAIT_S", "HOST_STOP_GRACE_S", "HostNodes", "NodeChannel"]
 
 #: How long a host may take to say hello after its connection is made (it imports torch).
 HELLO_WAIT_S = 120.0
 #: How long stopped hosts are given to end their workers before their channels are cut.
-STOP_GRACE_S = 2.0
+HOST_STOP_GRACE_S = 2.0
+#: The same for hosts stopped gracefully (a launch that succeeded, a pool stopped by the user):
+#: their workers end their tracker runs and exit on their own.
+GRACEFUL_STOP_S = 10.0
 
 
 def _dying_with_the_kernel(command: list[str]) -> list[str]:
@@ -141,7 +144,7 @@ class NodeChannel:
             with contextlib.suppress(OSError):
                 stream.close()  # type: ignore[union-attr]
         try:
-            self.process.wait(STOP_GRACE_S)
+            self.process.wait(HOST_STOP_GRACE_S)
         except subprocess.TimeoutExpired:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.process.pid, signal.SIGKILL)
@@ -290,7 +293,7 @@ class HostNodes:
             f"{node.process.poll()}: {said}); the launch was stopped on every host"
         )
 
-    def stop(self, grace_s: float = STOP_GRACE_S) -> None:
+    def stop(self, grace_s: float = HOST_STOP_GRACE_S) -> None:
         """Tell every host to stop, give them ``grace_s``, then cut their channels."""
         unfollow_prompts(self.tell_prompt)
         for node in self.nodes:

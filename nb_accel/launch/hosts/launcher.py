@@ -29,18 +29,18 @@ from ..multinode.restarts import with_restarts
 from ..payload import LaunchPayload, launch_payload
 from ..request import LaunchCall
 from ..spec import LaunchSpec
-from .connections import STOP_GRACE_S, HostNodes, NodeChannel
+from .connections import GRACEFUL_STOP_S, HOST_STOP_GRACE_S, HostNodes, NodeChannel
 from .protocol import AgentEnded, AgentRestarting, Forwarded, StopNode, ToWorker
 
 __all__ = ["HostsLauncher"]
 
-#: After the first failure, how long to keep listening for the other ranks' reports.
-COLLECT_WINDOW_S = 0.5
+#: After the first failure, how long to keep listening for the other ranks' reports: longer
+#: than on one machine (:data:`~nb_accel.launch.failures.failure_log.COLLECT_WINDOW_S`), as
+#: they come through each host's node.
+HOSTS_COLLECT_WINDOW_S = 0.5
 #: The same while every failure so far looks like a consequence (a lost connection): the
 #: cause may still be on its way (a worker's death is known once its host's agent noticed it).
-EXPLAIN_WINDOW_S = 5.0
-#: How long the hosts of a launch that succeeded are given to end on their own.
-GRACEFUL_STOP_S = 10.0
+HOSTS_EXPLAIN_WINDOW_S = 5.0
 
 
 def _to_worker(node: NodeChannel, forwarded: Forwarded, data: bytes) -> None:
@@ -95,7 +95,7 @@ class HostsLauncher(LaunchBackend):
                 failed_at = None  # the agents restart the workers after a failure
             elif (log or broken) and failed_at is None:
                 failed_at = time.monotonic()
-            window = COLLECT_WINDOW_S if log.has_cause or broken else EXPLAIN_WINDOW_S
+            window = HOSTS_COLLECT_WINDOW_S if log.has_cause or broken else HOSTS_EXPLAIN_WINDOW_S
             if failed_at is not None and time.monotonic() - failed_at > window:
                 for node in nodes:
                     if node.open and node.ended is None:
@@ -145,9 +145,9 @@ class HostsLauncher(LaunchBackend):
         return outcome
 
     def stop(self, graceful: bool = False) -> None:
-        """Tell every host to stop, give them :data:`STOP_GRACE_S` (more after a success),
+        """Tell every host to stop, give them :data:`HOST_STOP_GRACE_S` (more after a success),
         then cut their channels."""
         try:
-            self._hosts.stop(GRACEFUL_STOP_S if graceful else STOP_GRACE_S)
+            self._hosts.stop(GRACEFUL_STOP_S if graceful else HOST_STOP_GRACE_S)
         finally:
             self._events.events.close()  # its hooks hold it: a cycle otherwise

@@ -29,15 +29,13 @@ from ..placement.hosts import HostPlan
 from ..plan import LaunchPlan
 from ..pool_ranks.interface import CellOutput, PoolRanks, RankStatus
 from ..views.view import LaunchView, NullView
-from .connections import STOP_GRACE_S, HostNodes, NodeChannel
+from .connections import GRACEFUL_STOP_S, HOST_STOP_GRACE_S, HostNodes, NodeChannel
 from .protocol import AgentEnded, Answer, AskWorkers, Forwarded, SignalWorker, ToWorker
 
 __all__ = ["HostRanks", "start_host_ranks"]
 
 #: How long a host may take to answer a question about its ranks, beyond their own wait.
 ANSWER_SLACK_S = 5.0
-#: How long the hosts of a pool stopped gracefully are given to end on their own.
-GRACEFUL_STOP_S = 10.0
 
 
 class HostRanks(NodeHooks, PoolRanks):
@@ -224,7 +222,7 @@ class HostRanks(NodeHooks, PoolRanks):
                 deadline = time.monotonic() + GRACEFUL_STOP_S
                 while any(n.open for n in self._hosts.nodes) and time.monotonic() < deadline:
                     self._pump(min(TICK_S, deadline - time.monotonic()))
-            self._hosts.stop(STOP_GRACE_S)
+            self._hosts.stop(HOST_STOP_GRACE_S)
         finally:
             self.events.close()  # its hooks are these ranks: a cycle otherwise
 

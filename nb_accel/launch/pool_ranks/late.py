@@ -1,0 +1,155 @@
+"""The ranks still running a pool's command once another rank's command failed or its process
+died: each is freed as a cold launch would stop it, but keeps its namespace.
+
+A rank waiting inside torch (a collective with the failed rank, most likely) is freed by having
+the failed ranks release their process group: the collective then fails at once. A rank still in
+its own code (a long loop, a ``time.sleep``, code before its next collective) is interrupted:
+``KeyboardInterrupt`` ends the command there, the variables stay. Where it was is taken first,
+for the error to say (``Rank 1 did not arrive (was still running, at `f` (...))``); its
+interrupt is how it stopped, not a failure of its own. A rank that does not stop within
+the pool's grace for an interrupt (its code catches ``KeyboardInterrupt``, or it is stuck
+in native code) has the pool stopped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import pickle
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from ..._messages import CellDone, Failure, Interrupt
+from ..failures.failure_log import FailureLog
+from ..failures.whereabouts import RankStack, in_own_code, stacks_note, where_lines
+from .interface import PoolRanks
+
+__all__ = [
+    "RECHECK_S",
+    "LateRanks",
+    "collect_window",
+    "free_late",
+    "send_interrupts",
+    "stuck_interrupt",
+    "was_interrupted",
+]
+
+#: While the user's interrupt is on its way to the ranks, how often to look again whether one
+#: waits inside torch, to be released (seconds).
+RECHECK_S = 0.2
+
+
+@dataclass
+class LateRanks:
+    """What the pool did with the ranks still running the current command after a failure.
+
+    Attributes:
+        interrupted: the ranks interrupted because of the failure.
+        stacks: where each interrupted rank was, taken before its interrupt.
+        deadline: when the interrupted ranks must have stopped (``time.monotonic()``); ``None``
+            until the late ranks are freed.
+        window_ends: when the failures so far have had their window to arrive
+            (:func:`collect_window`); ``None`` before the first.
+    """
+
+    interrupted: list[int] = field(default_factory=list)
+    stacks: dict[int, RankStack] = field(default_factory=dict)
+    deadline: float | None = None
+    window_ends: float | None = None
+
+    def stuck(self, done: Mapping[int, CellDone], now: float) -> list[int]:
+        """The interrupted ranks that have not stopped by the deadline (none before it)."""
+        if self.deadline is None or now < self.deadline:
+            return []
+        return [rank for rank in self.interrupted if rank not in done]
+
+    def wake(self, done: Mapping[int, CellDone], now: float) -> float | None:
+        """Seconds until this has something to do: the window's end, or the interrupted
+        ranks' deadline; ``None``: nothing."""
+        if self.deadline is None:
+            return None if self.window_ends is None else max(self.window_ends - now, 0.0)
+        if any(rank not in done for rank in self.interrupted):
+            return max(self.deadline - now, 0.0)
+        return None
+
+    def stopped_by_failure(self, reply: CellDone) -> bool:
+        """Whether ``reply`` is that of a rank this interrupted, ending with the interrupt
+        (it stopped because another rank failed; an error of its own still counts)."""
+        return reply.rank in self.interrupted and was_interrupted(reply.failure)
+
+
+def was_interrupted(failure: Failure | None) -> bool:
+    """Whether ``failure`` is a ``KeyboardInterrupt``."""
+    return failure is not None and failure.type_name == "builtins.KeyboardInterrupt"
+
+
+def collect_window(group: PoolRanks, targets: list[int], dead: list[int]) -> float:
+    """How long after the first failure of the current command to wait for the others'
+    (:attr:`~nb_accel.launch.failures.failure_log.FailureLog.collect_window`; none after a
+    death, which is a cause)."""
+    if dead:
+        return 0.0
+    log = FailureLog()
+    for rank in targets:
+        if rank in group.done and (failure := group.done[rank].failure) is not None:
+            log.add_event(failure)
+    return log.collect_window
+
+
+def free_late(
+    group: PoolRanks,
+    running: list[int],
+    where: Callable[[list[int], bool], Mapping[int, RankStack]],
+    nccl: bool,
+    release: Callable[[], None],
+    grace: float,
+    interrupt: bool = True,
+) -> LateRanks:
+    """Free the ``running`` ranks after another rank's failure: ``release`` (the failed ranks
+    let go of their process group) for those waiting inside torch, with their own collectives
+    aborted on ``nccl``; with ``interrupt``, an interrupt for those in their own code (where
+    each was taken first, ``where(ranks, collectives)``), given ``grace`` seconds to stop.
+    Without ``interrupt`` (the user's is on its way to them) and none in torch yet, they are
+    looked at again :data:`RECHECK_S` later."""
+    stacks = dict(where(running, nccl)) if running else {}
+    own = in_own_code(running, stacks)
+    in_torch = [rank for rank in running if rank not in own]
+    if in_torch:
+        release()
+        waiting = [r for r in in_torch if (c := stacks[r].collective) and c.waiting]
+        if waiting:
+            group.abort_collectives(waiting)
+    elif not interrupt:
+        return LateRanks(window_ends=time.monotonic() + RECHECK_S)
+    if not interrupt:
+        own = []
+    send_interrupts(group, own)
+    kept = {rank: stacks[rank] for rank in own if rank in stacks}
+    return LateRanks(own, kept, time.monotonic() + grace)
+
+
+def send_interrupts(group: PoolRanks, ranks: list[int]) -> None:
+    """Interrupt each of ``ranks`` still running the current command: the
+    :class:`~nb_accel._messages.Interrupt` message first (the worker then knows the SIGINT
+    that follows is for this command), then the signal."""
+    for rank in ranks:
+        if rank not in group.done and group.alive(rank):
+            with contextlib.suppress(OSError):  # a worker that died is noticed by the wait
+                group.send(rank, pickle.dumps(Interrupt(group.cell)))
+                group.interrupt(rank)
+
+
+def stuck_interrupt(
+    stuck: list[int], stacks: Mapping[int, RankStack], grace: float, after: str
+) -> KeyboardInterrupt:
+    """The ``KeyboardInterrupt`` that says ``stuck`` did not stop within ``grace`` seconds of
+    an interrupt (sent ``after`` something) and the pool was stopped, with where each is."""
+    places = "".join("\n" + line for line in where_lines(stacks, "is"))
+    interrupt = KeyboardInterrupt(
+        f"rank(s) {stuck} did not stop within {grace:.0f} s of the interrupt {after} "
+        "(stuck in a collective, or catching KeyboardInterrupt?); the pool was stopped: "
+        f"%distributed restart starts it again{places}"
+    )
+    if (note := stacks_note(stacks)) and hasattr(interrupt, "add_note"):
+        interrupt.add_note(note)
+    return interrupt
