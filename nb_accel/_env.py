@@ -1,5 +1,6 @@
 """Facts about the environment that touch no device (safe to call before a fork): the default
-start method, the loopback interface, whether this is a notebook kernel. What CUDA looks like
+start method and whether autograd's threads still allow a fork, the loopback interface, whether
+this is a notebook kernel. What CUDA looks like
 is the CUDA device type's (``runtime/device_types/cuda_facts.py``)."""
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import sys
 
 __all__ = [
     "default_start_method",
+    "AUTOGRAD_THREAD_PREFIX",
+    "autograd_threads_started",
     "loopback_interface",
     "in_notebook",
     "text_view_asked",
@@ -21,6 +24,33 @@ __all__ = [
     "check_torch",
     "torch_problem",
 ]
+
+
+#: The name torch gives each of its autograd engine's device threads, before the device index.
+#: At the first backward pass the engine starts one per device of a kind other than the CPU
+#: that torch counts; from then on a child forked from the process cannot run a backward pass
+#: ("Unable to handle autograd's threading in combination with fork-based multiprocessing"). A
+#: CUDA build of torch starts them after ``torch.compile`` even on a machine without GPUs
+#: (Colab's CPU runtime).
+AUTOGRAD_THREAD_PREFIX = "pt_autograd_"
+
+
+def autograd_threads_started() -> bool:
+    """True when a thread of this process is one of autograd's device threads, read from the
+    threads' names (touching nothing of torch's); False where they cannot be listed (not
+    Linux)."""
+    try:
+        threads = os.listdir("/proc/self/task")
+    except OSError:
+        return False
+    for thread in threads:
+        try:
+            with open(f"/proc/self/task/{thread}/comm") as comm:
+                if comm.read().startswith(AUTOGRAD_THREAD_PREFIX):
+                    return True
+        except OSError:  # the thread ended meanwhile
+            continue
+    return False
 
 
 def default_start_method() -> str:

@@ -1,4 +1,8 @@
-"""Typed events that travel from a worker to the kernel over the launch's event channel."""
+"""The messages between the kernel and its workers: the events a worker sends on the launch's
+event channel (:func:`encode`, :func:`decode`), and what the kernel sends a worker (the
+commands of a persistent worker, the answers to its prompts: :func:`encode_command`,
+:func:`decode_command`). Messages between the kernel and a host's node process are in
+:mod:`nb_accel.launch.hosts.protocol`."""
 
 from __future__ import annotations
 
@@ -14,6 +18,7 @@ __all__ = [
     "Debug",
     "Execute",
     "Interrupt",
+    "KernelMessage",
     "Pull",
     "Push",
     "Stop",
@@ -21,12 +26,16 @@ __all__ = [
     "Failure",
     "Output",
     "Prompt",
+    "Release",
     "Report",
     "Result",
+    "Settle",
     "Started",
     "TrackerRun",
     "decode",
+    "decode_command",
     "encode",
+    "encode_command",
 ]
 
 
@@ -255,7 +264,27 @@ class Stop:
     """Kernel to persistent worker: leave the command loop and exit."""
 
 
+@dataclass(frozen=True)
+class Settle:
+    """Kernel to persistent worker, after a failed or interrupted command: rebuild the process
+    group if a collective was left unmatched. ``cell`` names this step (the same on every rank);
+    ``timeout_s`` bounds the new group's collectives."""
+
+    cell: int
+    timeout_s: float
+
+
+@dataclass(frozen=True)
+class Release:
+    """Kernel to persistent worker whose command failed while other ranks still run theirs:
+    abort the process group now (``cell``: the failed command)."""
+
+    cell: int
+
+
 Command = Execute | Push | Pull | Call | Interrupt | Debug | Stop
+#: Everything the kernel sends a worker.
+KernelMessage = Command | Settle | Release | Answer
 
 
 def encode(event: Event) -> bytes:
@@ -269,3 +298,17 @@ def decode(data: bytes) -> Event:
     if not isinstance(event, Event):
         raise TypeError(f"unexpected message on the event channel: {type(event).__name__}")
     return event
+
+
+def encode_command(message: KernelMessage) -> bytes:
+    """Serialise what the kernel sends a worker."""
+    return pickle.dumps(message, protocol=pickle.HIGHEST_PROTOCOL)
+
+
+def decode_command(data: bytes) -> KernelMessage:
+    """Inverse of :func:`encode_command`."""
+    message = pickle.loads(data)
+    kinds = (Execute, Push, Pull, Call, Interrupt, Debug, Stop, Settle, Release, Answer)
+    if not isinstance(message, kinds):
+        raise TypeError(f"unexpected message from the kernel: {type(message).__name__}")
+    return message

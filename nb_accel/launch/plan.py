@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import _env
+from .._env import autograd_threads_started
 from ..config import MAX_TIMEOUT_S
 from ..errors import LaunchError
 from ..runtime.device_types import DeviceType, FirstUse, device_type
@@ -25,6 +26,8 @@ from .processes import START_METHODS
 
 __all__ = [
     "DEFAULT_TIMEOUT_S",
+    "AUTOGRAD_STATE",
+    "DEVICE_STATE",
     "FORK_FALLBACK_NOTE",
     "WARM_FALLBACK_NOTE",
     "LaunchPlan",
@@ -37,18 +40,26 @@ __all__ = [
 #: Default bound on one collective, in seconds (as torch.distributed's default).
 DEFAULT_TIMEOUT_S = 1800.0
 
-#: Said when workers cannot be forked because the kernel initialised the devices (``{runtime}``:
-#: what it initialised, ``CUDA``; ``{method}``: the start method used instead).
+#: Said when workers cannot be forked because of the kernel's state (``{state}``: the devices
+#: it initialised, :data:`DEVICE_STATE`, or :data:`AUTOGRAD_STATE`; ``{method}``: the start
+#: method used instead).
 FORK_FALLBACK_NOTE = (
-    "{runtime} was initialised in this kernel ({culprit}); starting workers with {method} "
-    "instead of fork: about 2 s more per launch (each launch starts a fresh interpreter that "
-    "imports torch)"
+    "{state}; starting workers with {method} instead of fork: about 2 s more per launch (each "
+    "launch starts a fresh interpreter that imports torch)"
 )
 #: Said instead of :data:`FORK_FALLBACK_NOTE` where the launch goes to warm workers for it.
 WARM_FALLBACK_NOTE = (
-    "{runtime} was initialised in this kernel ({culprit}); launches run on warm workers, "
-    "started once with {method} instead of fork (nb_accel.stop_workers() ends them; "
-    "reuse_workers=False starts fresh ones at each launch, about 2 s more each)"
+    "{state}; launches run on warm workers, started once with {method} instead of fork "
+    "(nb_accel.stop_workers() ends them; reuse_workers=False starts fresh ones at each launch, "
+    "about 2 s more each)"
+)
+#: The kernel initialised the devices (``{runtime}``: ``CUDA``; ``{culprit}``: who did).
+DEVICE_STATE = "{runtime} was initialised in this kernel ({culprit})"
+#: The kernel ran a backward pass that started autograd's device threads (see
+#: :func:`~nb_accel._env.autograd_threads_started`).
+AUTOGRAD_STATE = (
+    "torch's autograd started its device threads in this kernel (a backward pass ran here, "
+    "after torch.compile or on a device), so forked workers could not run a backward pass"
 )
 
 
@@ -223,9 +234,13 @@ def _start_method(
     device: DeviceType, method: str, explicit: bool, warm: bool = False
 ) -> tuple[str, tuple[str, ...]]:
     """``method``, or where forked workers could not use ``device`` (the kernel initialised
-    it), the method used instead and a note saying so; an explicit ``fork``, or a device that
-    forks only, is refused instead, saying how to fix it."""
-    if method != "fork" or device.forks_safely():
+    it) or run a backward pass (the kernel's autograd started its device threads), the method
+    used instead and a note saying so; an explicit ``fork``, or a device that forks only, is
+    refused instead, saying how to fix it."""
+    if method != "fork":
+        return method, ()
+    devices_fork = device.forks_safely()
+    if devices_fork and not autograd_threads_started():
         return method, ()
     culprit = first_use_in_words(device.first_use()) if device.tracks_first_use else ""
     available = [m for m in ("forkserver", "spawn") if m in multiprocessing.get_all_start_methods()]
@@ -238,6 +253,11 @@ def _start_method(
             if available
             else ""
         )
+        if devices_fork:
+            raise LaunchError(
+                f"{AUTOGRAD_STATE}. Restart the kernel and keep training steps inside the "
+                f"launched function{instead}."
+            )
         raise LaunchError(
             f"{device.runtime} is already initialised in this kernel"
             + (f" ({culprit})" if culprit else "")
@@ -246,9 +266,12 @@ def _start_method(
             + instead
             + "."
         )
+    if devices_fork:
+        state = AUTOGRAD_STATE
+    else:
+        state = DEVICE_STATE.format(runtime=device.runtime, culprit=culprit)
     template = WARM_FALLBACK_NOTE if warm else FORK_FALLBACK_NOTE
-    note = template.format(runtime=device.runtime, culprit=culprit, method=available[0])
-    return available[0], (note,)
+    return available[0], (template.format(state=state, method=available[0]),)
 
 
 def show_notes(plan: LaunchPlan) -> None:

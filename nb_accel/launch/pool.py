@@ -12,7 +12,7 @@ Kernel → Interrupt while a command runs sends SIGINT to the workers, which rai
 ``KeyboardInterrupt`` in their code; a rank that does not stop within :data:`INTERRUPT_GRACE_S`
 (stuck in a collective, say) is named and the pool is stopped, to be restarted. After a failed
 or interrupted command, the next one is preceded by a
-:class:`~nb_accel.runtime.workers.regroup.Settle`: a collective left unmatched would pair with the
+:class:`~nb_accel._messages.Settle`: a collective left unmatched would pair with the
 next cell's, so the workers then rebuild their process group.
 """
 
@@ -21,18 +21,26 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import pickle
 import sys
 import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from .._messages import Call, CellDone, Command, Debug, Execute, Pull, Push, Stop
+from .._messages import (
+    CellDone,
+    Command,
+    Debug,
+    Execute,
+    Pull,
+    Push,
+    Release,
+    Settle,
+    Stop,
+    encode_command,
+)
 from ..errors import LaunchError, WorkerDiedError
 from ..runtime.device_types.group_backends import uses_nccl
 from ..runtime.transfer.pickling import pickle_sharing
-from ..runtime.warm.call import kernel_rng_state
-from ..runtime.workers.regroup import Release, Settle
 from .debugging.kept_rank import release_kept_rank
 from .debugging.post_mortems import forget_post_mortem, offer_post_mortem, raising_ranks
 from .failures.failure_log import FailureLog
@@ -44,6 +52,7 @@ from .launchers.outcome import failure_outcome
 from .payload import own_module_by_value
 from .placement.hosts import HostPlan
 from .plan import LaunchPlan, show_notes
+from .pool_ranks.calls import call_command
 from .pool_ranks.interface import PoolRanks, RankStatus
 from .pool_ranks.late import (
     LateRanks,
@@ -155,7 +164,7 @@ class WorkerPool(Launcher):
         forget_post_mortem(self)  # the frames go with the workers
         if group is None:
             return
-        data = pickle.dumps(Stop())
+        data = encode_command(Stop())
         for rank in range(self.world_size):
             with contextlib.suppress(OSError):
                 group.send(rank, data)
@@ -229,7 +238,7 @@ class WorkerPool(Launcher):
             len(targets) if all_output else 1, prefix_output, view=view, place_of=group.place_of
         )
         output.printer, output.shown = printer, None if all_output else targets[0]
-        data = pickle.dumps(make_command(self._cell), protocol=pickle.HIGHEST_PROTOCOL)
+        data = encode_command(make_command(self._cell))
         for rank in targets:
             try:
                 group.send(rank, data)
@@ -318,7 +327,7 @@ class WorkerPool(Launcher):
     def _release(self, group: PoolRanks, ranks: list[int]) -> None:
         """Have ``ranks`` (done with the current command) abort their process group."""
         self._unsettled = True  # the next command first makes a new group
-        data = pickle.dumps(Release(group.cell), protocol=pickle.HIGHEST_PROTOCOL)
+        data = encode_command(Release(group.cell))
         for rank in ranks:
             with contextlib.suppress(OSError):  # a worker that died is noticed by the loop
                 group.send(rank, data)
@@ -474,19 +483,10 @@ class WorkerPool(Launcher):
         group = self._group_or_fail()
         with own_module_by_value(function, elsewhere=self.hosts is not None):
             data = group.seal(pickle_sharing((function, tuple(args), dict(kwargs or {}))))
-        if self.hosts is not None:  # other machines inherit nothing of this kernel's
-            command = functools.partial(Call, data=data)
-        else:
-            started, now = self._environ_at_start, dict(os.environ)
-            command = functools.partial(
-                Call,
-                data=data,
-                environ_set={k: v for k, v in now.items() if started.get(k) != v},
-                environ_unset=tuple(k for k in started if k not in now),
-                sys_path=tuple(sys.path),
-                cwd=os.getcwd(),
-                rng=kernel_rng_state() if self.plan.start_method == "fork" else b"",
-            )
+        local = None if self.hosts is not None else self._environ_at_start
+        command = functools.partial(
+            call_command, data=data, environ_at_start=local, start_method=self.plan.start_method
+        )
         try:
             done = self.run(command, **options)
         finally:  # every rank has mapped its segments (or will not)

@@ -6,13 +6,14 @@ from __future__ import annotations
 import inspect
 import logging
 import math
+import os
 import warnings
 from pathlib import Path
 
 import pytest
 import torch
 
-from nb_accel import Accelerator
+from nb_accel import Accelerator, notebook_launcher
 from nb_accel.utils import extract_model_from_parallel
 
 pytestmark = pytest.mark.timeout(60)
@@ -370,12 +371,13 @@ class _Blocks(torch.nn.Module):
         return self.head(x)
 
 
-def test_compile_regions_compiles_each_repeated_block_and_unwraps_to_the_original(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def _compile_regions_checked(cache_dir: str) -> None:
+    """The checks, in a launched worker: compiling in the test process would start autograd's
+    device threads there at its next backward pass (on a CUDA build of torch), which the
+    forked workers of the tests after it could not run one with."""
     from nb_accel.utils import compile_regions, has_compiled_regions, is_compiled_module
 
-    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "compile_cache"))
+    os.environ["TORCHINDUCTOR_CACHE_DIR"] = cache_dir
     model = _Blocks()
     regional = compile_regions(model, backend="eager")
     assert regional is not model and type(regional) is _Blocks
@@ -391,6 +393,13 @@ def test_compile_regions_compiles_each_repeated_block_and_unwraps_to_the_origina
     assert Accelerator(cpu=True).unwrap_model(regional) is model
     plain = torch.nn.Linear(2, 2)
     assert is_compiled_module(compile_regions(plain))  # nothing repeated: compiled whole
+
+
+def test_compile_regions_compiles_each_repeated_block_and_unwraps_to_the_original(
+    tmp_path: Path,
+) -> None:
+    cache_dir = str(tmp_path / "compile_cache")
+    notebook_launcher(_compile_regions_checked, args=(cache_dir,), num_processes=1)
 
 
 def test_parallelism_config_takes_accelerates_sizes_and_environment(

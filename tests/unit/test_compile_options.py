@@ -11,7 +11,7 @@ import torch
 
 import nb_accel
 import nb_accel.utils
-from nb_accel import Accelerator, InitProcessGroupKwargs, TorchDynamoPlugin
+from nb_accel import Accelerator, InitProcessGroupKwargs, TorchDynamoPlugin, notebook_launcher
 from nb_accel.utils import DynamoBackend, is_compiled_module
 
 
@@ -71,6 +71,11 @@ def test_backend_and_plugin_together_are_refused() -> None:
 
 
 def test_one_process_compiles_and_unwraps() -> None:
+    # in a launched worker: see test_accelerate_api_fidelity's compile_regions test
+    notebook_launcher(_compiles_and_unwraps, num_processes=1)
+
+
+def _compiles_and_unwraps() -> None:
     accelerator = Accelerator(cpu=True, dynamo_backend="eager")
     original = torch.nn.Linear(3, 2)
     model = accelerator.prepare(original)

@@ -23,10 +23,11 @@ from nb_accel.runtime.device_types import cuda_facts, cuda_fork
 def two_gpus_and_a_driver(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two GPUs, and the CUDA driver library loaded in this process (so a child is asked); the
     forked child inherits the count its CUDA runtime gives (a CUDA build of torch on a machine
-    without GPUs would count none)."""
+    without GPUs would count none), and is no bad fork (whatever the tests before did here)."""
     monkeypatch.setattr(cuda_facts, "cuda_device_count", lambda: 2)
     monkeypatch.setattr(cuda_fork, "driver_loaded", lambda: True)
     monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", lambda: 2, raising=False)
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: False)
 
 
 @pytest.fixture
@@ -102,6 +103,9 @@ def test_the_device_count_never_asks_the_cuda_runtime_in_this_process(
     monkeypatch.setattr(torch.version, "cuda", "12.4")
     monkeypatch.setattr(torch.cuda, "_device_count_nvml", lambda: -1)  # e.g. MIG ids
     monkeypatch.setattr(torch._C, "_cuda_getDeviceCount", runtime_count, raising=False)
+    # this process as a kernel that never touched CUDA (a test before may have, on a CUDA build)
+    monkeypatch.setattr(torch.cuda, "_is_in_bad_fork", lambda: False)
+    monkeypatch.setattr(cuda_facts, "cuda_initialized", lambda: False)
     assert cuda_facts.cuda_device_count() == 3
     assert asked_in == []  # the count came from the child; this process never asked
 

@@ -197,7 +197,7 @@ def test_held_output_is_written_before_the_view_changes_state(
 
 
 class Bar(NullView):
-    """A view drawing a bar on the terminal (the BarLine calls recorded)."""
+    """A view drawing a bar on the terminal (the TerminalBar calls recorded)."""
 
     def __init__(self, terminal: Terminal) -> None:
         self.terminal = terminal

@@ -957,6 +957,7 @@ def test_a_pool_says_when_torch_has_no_default_store(monkeypatch: pytest.MonkeyP
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
+    from nb_accel._messages import Release
     from nb_accel.runtime.workers import regroup
 
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
@@ -967,7 +968,7 @@ def test_a_pool_says_when_torch_has_no_default_store(monkeypatch: pytest.MonkeyP
         r"_get_default_store, with which a pool's ranks rebuild their process "
         r"group after a failed cell: %distributed restart",
     ):
-        regroup.release_process_group(regroup.Release(cell=1))
+        regroup.release_process_group(Release(cell=1))
 
 
 def test_the_node_agent_says_when_torch_has_no_rendezvous_step(

@@ -180,6 +180,17 @@ def test_modules_stay_small() -> None:
         assert lines <= MODULE_LINES, f"{path.name} has {lines} lines: more than one concern?"
 
 
+def test_no_two_public_classes_share_a_name() -> None:
+    """A class name says which class it is, wherever it is read (two ``Answer`` messages on two
+    channels read the same in a traceback, a log or a ``match``)."""
+    where: dict[str, list[str]] = {}
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                where.setdefault(node.name, []).append(str(path.relative_to(PACKAGE)))
+    assert {name: paths for name, paths in where.items() if len(paths) > 1} == {}
+
+
 @pytest.mark.parametrize("name", nb_accel.__all__)
 def test_every_public_name_is_documented(name: str) -> None:
     obj = getattr(nb_accel, name)

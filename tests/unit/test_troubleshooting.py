@@ -52,6 +52,9 @@ NOT_USER_FACING: dict[tuple[str, str], str] = {
     ("_messages.py", "unexpected message on the event channel"): (
         "the kernel decodes events only its own workers send"
     ),
+    ("_messages.py", "unexpected message from the kernel"): (
+        "a worker decodes messages only its own kernel sends"
+    ),
     ("launch/failures/user_errors.py", "the exception to render is neither"): (
         "IPython asks an exception for its rendering only once it has put it in sys.last_value "
         "(and formats it itself should the hook fail)"

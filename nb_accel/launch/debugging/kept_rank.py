@@ -13,12 +13,11 @@ passes. Nothing of it outlives the kernel.
 from __future__ import annotations
 
 import atexit
-import pickle
 import shutil
 import sys
 from multiprocessing.connection import wait
 
-from ..._messages import Debug, Output, Prompt, Stop, decode
+from ..._messages import Debug, Output, Prompt, Stop, decode, encode_command
 from ..launchers.stopping import EXIT_GRACE_S, stop_processes
 from ..processes import WorkerProcess
 from .prompts import answer_prompt
@@ -70,7 +69,7 @@ class KeptRank:
                     f"rank {rank} waited {self._wait_s:.0f} s for %debug and ended (the "
                     "saved setting post_mortem_wait says how long it waits)"
                 )
-            worker.conn.send_bytes(pickle.dumps(Debug(cell=0, failed_cell=0)))
+            worker.conn.send_bytes(encode_command(Debug(cell=0, failed_cell=0)))
             self._serve(worker)
         finally:
             self.release()
@@ -120,7 +119,7 @@ class KeptRank:
         try:
             if worker.poll() is None:
                 try:
-                    worker.conn.send_bytes(pickle.dumps(Stop()))
+                    worker.conn.send_bytes(encode_command(Stop()))
                 except OSError:
                     pass
                 stop_processes([worker], EXIT_GRACE_S)  # it exits at Stop

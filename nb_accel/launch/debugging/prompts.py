@@ -10,12 +10,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import sys
 import time
 from collections.abc import Callable, Iterator
 
-from ..._messages import Answer, Prompt
+from ..._messages import Answer, Prompt, encode_command
 from ...runtime.debugging.prompt_clock import CLOCK_FILE, PromptClock
 from ..views.stall import note_prompt_time
 
@@ -92,4 +91,4 @@ def answer_prompt(event: Prompt, flush: Callable[[], None], send: Callable[[byte
         _publish(False)
     note_prompt_time(took)  # the ranks wait for the user: no stall
     with contextlib.suppress(OSError):
-        send(pickle.dumps(Answer(line)))
+        send(encode_command(Answer(line)))

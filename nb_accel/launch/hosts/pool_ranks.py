@@ -30,7 +30,7 @@ from ..plan import LaunchPlan
 from ..pool_ranks.interface import CellOutput, PoolRanks, RankStatus
 from ..views.view import LaunchView, NullView
 from .connections import GRACEFUL_STOP_S, HOST_STOP_GRACE_S, HostNodes, NodeChannel
-from .protocol import AgentEnded, Answer, AskWorkers, Forwarded, SignalWorker, ToWorker
+from .protocol import AgentEnded, AskWorkers, Forwarded, SignalWorker, ToWorker, WorkersAnswer
 
 __all__ = ["HostRanks", "start_host_ranks"]
 
@@ -99,7 +99,7 @@ class HostRanks(NodeHooks, PoolRanks):
     def _handle(self, node: NodeChannel, message: Any) -> None:
         if isinstance(message, Forwarded):
             self.events.handle(node.event(message), (node.index, message.sender))
-        elif isinstance(message, Answer):
+        elif isinstance(message, WorkersAnswer):
             self._answers[message.request] = message.value
         elif isinstance(message, AgentEnded):
             reported = self.failures.ranks | set(self.done)

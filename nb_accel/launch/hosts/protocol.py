@@ -10,7 +10,7 @@ The end of the channel stops the node and its workers.
 A pool spread over hosts also talks to its workers through the node: commands go down
 (:class:`ToWorker`), the kernel's interrupt becomes a signal there (:class:`SignalWorker`), and
 questions only the host can answer (where a rank is, its memory) come back as an
-:class:`Answer` to an :class:`AskWorkers`.
+:class:`WorkersAnswer` to an :class:`AskWorkers`.
 
 The kernel also says when one of its prompts (a rank's debugger, ``input()``) opens and closes
 (:class:`PromptState`): the node keeps the time in its prompt clock, which its ranks leave out
@@ -34,8 +34,8 @@ from ..plan import LaunchPlan
 __all__ = [
     "AgentEnded",
     "AgentRestarting",
-    "Answer",
     "AskWorkers",
+    "WorkersAnswer",
     "Forwarded",
     "Hello",
     "NodeJob",
@@ -195,7 +195,7 @@ class PromptState:
 
 @dataclass(frozen=True)
 class AskWorkers:
-    """Kernel to node: a question about some of its workers, answered by an :class:`Answer`
+    """Kernel to node: a question about some of its workers, answered by a :class:`WorkersAnswer`
     with the same ``request`` number.
 
     Attributes:
@@ -212,7 +212,7 @@ class AskWorkers:
 
 
 @dataclass(frozen=True)
-class Answer:
+class WorkersAnswer:
     """Node to kernel: the answer to :class:`AskWorkers` ``request``, by rank."""
 
     request: int

@@ -45,7 +45,6 @@ from ..scratch import make_scratch_dir
 from .protocol import (
     AgentEnded,
     AgentRestarting,
-    Answer,
     AskWorkers,
     Forwarded,
     NodeJob,
@@ -53,6 +52,7 @@ from .protocol import (
     SignalWorker,
     StopNode,
     ToWorker,
+    WorkersAnswer,
     hello,
     receive,
     send,
@@ -160,7 +160,7 @@ class _Host:
             collectives = question.what == "where+collectives"
             value = dict(take_stacks(self.folder, pids, collectives=collectives))
         with self.lock, contextlib.suppress(OSError):
-            send(self.writer, Answer(question.request, value))
+            send(self.writer, WorkersAnswer(question.request, value))
 
     def restarting(self, attempt: int, died: list[tuple[int, int, int]]) -> None:
         """Tell the kernel that the agent restarts the workers (see :class:`AgentRestarting`)."""

@@ -14,12 +14,11 @@ in native code) has the pool stopped.
 from __future__ import annotations
 
 import contextlib
-import pickle
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from ..._messages import CellDone, Failure, Interrupt
+from ..._messages import CellDone, Failure, Interrupt, encode_command
 from ..failures.failure_log import FailureLog
 from ..failures.whereabouts import RankStack, in_own_code, stacks_note, where_lines
 from .interface import PoolRanks
@@ -135,7 +134,7 @@ def send_interrupts(group: PoolRanks, ranks: list[int]) -> None:
     for rank in ranks:
         if rank not in group.done and group.alive(rank):
             with contextlib.suppress(OSError):  # a worker that died is noticed by the wait
-                group.send(rank, pickle.dumps(Interrupt(group.cell)))
+                group.send(rank, encode_command(Interrupt(group.cell)))
                 group.interrupt(rank)
 
 

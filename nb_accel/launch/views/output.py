@@ -30,7 +30,7 @@ __all__ = [
     "MAX_SEGMENTS",
     "PREFIX_PLACEHOLDERS",
     "ROLE_NAME",
-    "BarLine",
+    "TerminalBar",
     "OutputPrinter",
     "OutputSink",
     "check_prefix_template",
@@ -89,7 +89,7 @@ class OutputSink(Protocol):
         """Write all held-back output now (a prompt follows it)."""
 
 
-class BarLine(Protocol):
+class TerminalBar(Protocol):
     """A view that draws a bar on the terminal line where printed output would go."""
 
     def clear_bar(self) -> None:
@@ -107,7 +107,7 @@ class OutputPrinter:
         world_size: number of ranks whose output is shown; with one no prefix is added.
         prefix: set to ``False`` to never prefix lines.
         view: the launch's view: :attr:`view` hands it every change of a rank's state after the
-            output held so far, and a view drawing a bar on the terminal (:class:`BarLine`)
+            output held so far, and a view drawing a bar on the terminal (:class:`TerminalBar`)
             has it cleared before output is written and redrawn after.
         interval: shortest time between two writes (seconds; default
             :data:`FLUSH_INTERVAL_S`, read when the printer is made).
@@ -240,11 +240,11 @@ class OutputPrinter:
             self._bar.redraw_bar()
 
 
-def _bar_line(view: LaunchView | None) -> BarLine | None:
+def _bar_line(view: LaunchView | None) -> TerminalBar | None:
     """``view`` when it draws a bar on the terminal (checked by its methods: an ``isinstance``
     check against the protocol costs more than the rest of a ``%%distributed`` cell)."""
     if callable(getattr(view, "clear_bar", None)) and callable(getattr(view, "redraw_bar", None)):
-        return cast(BarLine, view)
+        return cast(TerminalBar, view)
     return None
 
 

@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import pickle
 import time
 from dataclasses import dataclass
 from types import TracebackType
 
-from ..._messages import Debug, Stop
+from ..._messages import Debug, Stop, decode_command
 from ..reporting.channel import EventChannel
 from .remote_pdb import ChannelPdb
 
@@ -78,7 +77,7 @@ def wait_for_post_mortem(channel: EventChannel, limit_s: float) -> None:
         if left <= 0 or not channel.poll(left):
             return
         try:
-            message = pickle.loads(channel.receive())
+            message = decode_command(channel.receive())
         except EOFError:
             return
         if isinstance(message, Stop):

@@ -10,9 +10,8 @@ terminal; the prompt names the rank.
 from __future__ import annotations
 
 import pdb
-import pickle
 
-from ..._messages import Answer, Output, Prompt
+from ..._messages import Answer, Output, Prompt, decode_command
 from ..reporting.channel import EventChannel
 
 __all__ = ["ChannelPdb", "PromptStream", "ask_kernel", "pdb_prompt"]
@@ -23,7 +22,7 @@ def ask_kernel(channel: EventChannel, prompt: str) -> str | None:
     as at the end of a file)."""
     channel.send(Prompt(channel.rank, prompt))
     try:
-        answer = pickle.loads(channel.receive())
+        answer = decode_command(channel.receive())
     except EOFError:  # the kernel has gone
         return None
     return answer.text if isinstance(answer, Answer) else None

@@ -7,19 +7,31 @@ workers (:mod:`~nb_accel.runtime.warm.call`) — until told to stop.
 Each command ends with a :class:`~nb_accel._messages.CellDone` event; an exception in a cell
 is reported in it and the worker carries on. Kernel → Interrupt reaches the worker as SIGINT,
 which raises ``KeyboardInterrupt`` in the running cell. After such a failure or interrupt the
-kernel sends :class:`~nb_accel.runtime.workers.regroup.Settle` before the next command.
+kernel sends :class:`~nb_accel._messages.Settle` before the next command.
 """
 
 from __future__ import annotations
 
 import ast
 import linecache
-import pickle
 import signal
 import time
 from typing import Any
 
-from ..._messages import Answer, Call, CellDone, Debug, Execute, Interrupt, Pull, Push, Stop
+from ..._messages import (
+    Answer,
+    Call,
+    CellDone,
+    Debug,
+    Execute,
+    Interrupt,
+    Pull,
+    Push,
+    Release,
+    Settle,
+    Stop,
+    decode_command,
+)
 from ..debugging.breakpoints import DebuggerQuit, quit_explained
 from ..debugging.deadline import forget_in_flight, set_expiry
 from ..debugging.post_mortem import debug_failure, keep_failure
@@ -31,8 +43,6 @@ from ..warm.residents import bind_namespace
 from .lifecycle import StopRequested, send_flushed
 from .outcomes import deadline_failure, failure_event
 from .regroup import (
-    Release,
-    Settle,
     begin_command,
     forget_abort_for_peer,
     free_for_deadline,
@@ -168,7 +178,7 @@ def _outcome(channel: EventChannel, command: _Work, space: dict[str, Any]) -> tu
 def _interrupted_before_start(channel: EventChannel, cell: int) -> bool:
     """Whether the kernel interrupted command ``cell`` while this worker was reading it."""
     if channel.poll():  # only the Interrupt for this command can be queued behind it
-        message = pickle.loads(channel.receive())
+        message = decode_command(channel.receive())
         if not isinstance(message, Interrupt) or message.cell != cell:
             raise RuntimeError(f"unexpected message from the kernel during a command: {message}")
         _interrupts.take(SIGNAL_WAIT_S)
@@ -198,7 +208,7 @@ def serve() -> None:
     interrupted = -1  # the last command an interrupt stopped (its signal is spent)
     while True:
         try:
-            command = pickle.loads(channel.receive())
+            command = decode_command(channel.receive())
         except EOFError:
             return
         if isinstance(command, Stop):

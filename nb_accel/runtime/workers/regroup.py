@@ -31,6 +31,7 @@ from datetime import timedelta
 import torch.distributed as dist
 from torch.distributed import distributed_c10d as c10d
 
+from ..._messages import Release, Settle
 from ...errors import is_peer_loss
 from ..debugging.deadline import FAR_TIMEOUT, forget_in_flight, watching
 from ..debugging.group_sockets import (
@@ -46,8 +47,6 @@ from .rank_group import bound_device, torch_private
 __all__ = [
     "GroupOrigin",
     "PeerFailed",
-    "Release",
-    "Settle",
     "abort_for_failed_peer",
     "begin_command",
     "command_scope",
@@ -68,24 +67,6 @@ __all__ = [
 
 class PeerFailed(RuntimeError):
     """A collective this rank waited in was aborted: another rank's command had failed."""
-
-
-@dataclass(frozen=True)
-class Settle:
-    """Kernel to persistent worker, after a failed or interrupted command: rebuild the process
-    group if a collective was left unmatched. ``cell`` names this step (the same on every rank);
-    ``timeout_s`` bounds the new group's collectives."""
-
-    cell: int
-    timeout_s: float
-
-
-@dataclass(frozen=True)
-class Release:
-    """Kernel to persistent worker whose command failed while other ranks still run theirs:
-    abort the process group now (``cell``: the failed command)."""
-
-    cell: int
 
 
 @dataclass(frozen=True)
