@@ -7,7 +7,7 @@ TORCH_PIN := torch==2.13.0
 # The Accelerate release the compatibility lane runs the tests of (and the benchmarks compare with).
 ACCELERATE_PIN := accelerate==1.15.0
 
-.PHONY: setup test-setup hosts-setup demo lab docs test test-install test-accelerate test-xla test-trackers \
+.PHONY: setup test-setup hosts-setup demo lab docs test test-install lint test-accelerate test-xla test-trackers \
 	test-browser test-colab test-kaggle test-classic chromium screenshots bench clean
 
 # What the notebooks need (make demo, make lab): the package and its notebook extra.
@@ -31,12 +31,16 @@ demo: setup
 	$(BIN)/python tools/run_notebook.py notebooks/quickstart.ipynb
 
 # The tests that make fresh virtual environments (the wheel alone, under Colab's and Kaggle's
-# package lists, Binder's files) are a lane of their own: make test-install.
+# package lists, Binder's files) are a lane of their own: make test-install; the linters (ruff,
+# mypy) are make lint.
 test: test-setup hosts-setup
-	$(BIN)/python -m pytest -m "not fresh_env"
+	$(BIN)/python -m pytest -m "not fresh_env and not lint"
 
 test-install: test-setup
 	$(BIN)/python -m pytest -m fresh_env tests/packaging tests/binder
+
+lint: test-setup
+	$(BIN)/python -m pytest -m lint tests/unit/test_lint.py
 
 # JupyterLab on the notebooks, to see the live view and the config form as widgets.
 lab: setup
@@ -95,8 +99,8 @@ PY_VERSION_TESTS := tests/multiproc/test_launch.py tests/multiproc/test_failures
 # 7.34, ipywidgets 7.7.1: the unit and notebook folders (every notebook among them) and the
 # multi-process tests where Python versions differ.
 test-colab:
-	venv=$$($(LANE_ENV) colab) && $$venv/bin/python -m pytest tests/unit tests/notebook \
-		$(PY_VERSION_TESTS)
+	venv=$$($(LANE_ENV) colab) && $$venv/bin/python -m pytest -m "not lint" tests/unit \
+		tests/notebook $(PY_VERSION_TESTS)
 
 # Colab's front end's stack in a browser: the classic Notebook 6.5.7 with ipywidgets 7.7.1 draws
 # the live view and the config form (screenshots in build/browser/classic-*.png).

@@ -182,6 +182,7 @@ def test_the_lanes_ci_runs_install_the_package_as_users_get_it() -> None:
     commands = [line.strip() for line in run if line.strip().startswith("make ")]
     assert commands == [
         "make test",
+        "make lint",
         "make test-install",
         "make test-colab",
         "make test-kaggle",

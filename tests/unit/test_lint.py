@@ -7,6 +7,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+#: ``make lint`` runs these (``make test`` leaves them out: a minute of mypy).
+pytestmark = pytest.mark.lint
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
