@@ -304,7 +304,7 @@ class WorkerPool(Launcher):
                     interrupt=until is None,
                 )
             if stuck := late.stuck(group.done, now):
-                self._stop_stuck(group, stuck, INTERRUPT_GRACE_S, "after another rank failed")
+                self._stop_stuck(stuck, INTERRUPT_GRACE_S, "after another rank failed")
             remaining = None if until is None else until - now
             if remaining is not None and remaining <= 0:
                 return False
@@ -313,7 +313,7 @@ class WorkerPool(Launcher):
             group.watch(view, remaining)
         return True
 
-    def _stop_stuck(self, group: PoolRanks, stuck: list[int], grace: float, after: str) -> None:
+    def _stop_stuck(self, stuck: list[int], grace: float, after: str) -> None:
         """Stop the pool, and raise that ``stuck`` ignored an interrupt (sent ``after`` ...)."""
         stacks = self.where(stuck)
         self.stopped_because = f"rank(s) {stuck} did not stop after an interrupt"
@@ -376,7 +376,7 @@ class WorkerPool(Launcher):
                 continue
         if not finished:
             stuck = [rank for rank in targets if rank not in group.done]
-            self._stop_stuck(group, stuck, INTERRUPT_GRACE_S, "from the notebook")
+            self._stop_stuck(stuck, INTERRUPT_GRACE_S, "from the notebook")
 
     def _outcome(
         self, group: PoolRanks, targets: list[int], view: LaunchView | None = None
