@@ -23,7 +23,7 @@ import time
 from collections.abc import Callable
 
 from nb_accel.launch.pool import WorkerPool
-from nb_accel.runtime.reporting.collective_trail import FLIGHT_RECORDER_ENV
+from nb_accel.worker.reporting.collective_trail import FLIGHT_RECORDER_ENV
 
 SUM = "x = torch.ones(1)\ndist.all_reduce(x)"
 FAILING = "x = torch.ones(1)\nif rank == 1:\n    raise ValueError('bad')\ndist.all_reduce(x)"

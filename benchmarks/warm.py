@@ -36,7 +36,7 @@ import torch.distributed as dist
 
 import nb_accel
 from nb_accel import notebook_launcher
-from nb_accel.runtime.transfer.segments import shared_root
+from nb_accel.worker.transfer.segments import shared_root
 
 TARGET_MS = 3.0
 TARGET_RATIO = 0.15

@@ -63,13 +63,13 @@ from .runtime.options import (
     ProjectConfiguration,
 )
 from .runtime.parallelism import ParallelismConfig
-from .runtime.reporting.progress import tqdm, trange
 from .runtime.state import AcceleratorState, DistributedType, GradientState, PartialState
 from .runtime.tracking.base import GeneralTracker
 from .runtime.training.compile import TorchDynamoPlugin
 from .runtime.training.optimizer import AcceleratedOptimizer
 from .runtime.training.scheduler import AcceleratedScheduler
-from .runtime.warm.residents import drop_resident, resident
+from .worker.reporting.progress import tqdm, trange
+from .worker.warm.residents import drop_resident, resident
 
 register_view_factory(notebook_view)
 register_traceback_renderer(render_traceback)

@@ -1,5 +1,5 @@
 """``nb_accel.logging``: where Accelerate's ``accelerate.logging`` names are."""
 
-from .runtime.reporting.logger import MultiProcessAdapter, get_logger
+from .worker.reporting.logger import MultiProcessAdapter, get_logger
 
 __all__ = ["MultiProcessAdapter", "get_logger"]

@@ -13,9 +13,9 @@ from typing import Any
 
 import cloudpickle
 
-from ..runtime.transfer.code_files import installed_code
-from ..runtime.transfer.pickling import Pickled, pickle_sharing
-from ..runtime.workers.spec import InheritedCall, Payload
+from ..worker.process.spec import InheritedCall, Payload
+from ..worker.transfer.code_files import installed_code
+from ..worker.transfer.pickling import Pickled, pickle_sharing
 
 __all__ = [
     "LaunchPayload",

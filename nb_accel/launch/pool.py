@@ -2,7 +2,7 @@
 
 The pool is an ordinary launch (same start methods, environment and process group as
 ``notebook_launcher``) whose function is the worker's command loop
-(:func:`~nb_accel.runtime.workers.pool_worker.serve`). The kernel sends commands to each rank
+(:func:`~nb_accel.worker.process.pool_worker.serve`). The kernel sends commands to each rank
 through :class:`~nb_accel.launch.pool_ranks.interface.PoolRanks` (down each worker's event
 connection on this machine, or through each host's node process for a pool spread over hosts)
 and watches the same events as a launch, plus one :class:`~nb_accel._messages.CellDone` per
@@ -40,7 +40,7 @@ from .._messages import (
 )
 from ..errors import LaunchError, WorkerDiedError
 from ..runtime.device_types.group_backends import uses_nccl
-from ..runtime.transfer.pickling import pickle_sharing
+from ..worker.transfer.pickling import pickle_sharing
 from .debugging.kept_rank import release_kept_rank
 from .debugging.post_mortems import forget_post_mortem, offer_post_mortem, raising_ranks
 from .failures.failure_log import FailureLog
@@ -477,7 +477,7 @@ class WorkerPool(Launcher):
         **options: Any,
     ) -> list[Any]:
         """Run ``function(*args, **kwargs)`` on every rank as a launch would, and return each
-        rank's value in rank order (see :mod:`~nb_accel.runtime.warm.call` for what
+        rank's value in rank order (see :mod:`~nb_accel.worker.warm.call` for what
         each rank takes on from the kernel first); ``options`` as for :meth:`run`. The call
         travels cloudpickled, big tensors and arrays through shared memory, written once."""
         group = self._group_or_fail()

@@ -16,15 +16,15 @@ from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..runtime.workers.entrypoint import run_worker
-from ..runtime.workers.spec import WorkerArgs
+from ..worker.process.entrypoint import run_worker
+from ..worker.process.spec import WorkerArgs
 from .captured import CapturedOutput
 
 __all__ = ["START_METHODS", "WorkerProcess", "resident_mb", "start_worker"]
 
 START_METHODS = ("fork", "spawn", "forkserver")
 
-_SPAWN_CODE = "from nb_accel.runtime.workers.entrypoint import spawn_main; spawn_main()"
+_SPAWN_CODE = "from nb_accel.worker.process.entrypoint import spawn_main; spawn_main()"
 
 
 class WorkerProcess:
@@ -237,7 +237,7 @@ def multiprocessing_helpers(method: str) -> Iterator[None]:
     tracker_was_running = getattr(tracker, "_pid", None) is not None
     previous_preload = list(getattr(server, "_preload_modules", ["__main__"]))
     if not server_was_running:
-        server.set_forkserver_preload(["nb_accel.runtime.workers.entrypoint"])
+        server.set_forkserver_preload(["nb_accel.worker.process.entrypoint"])
     try:
         yield
     finally:

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..runtime.transfer.segments import shared_root
+from ..worker.transfer.segments import shared_root
 
 __all__ = ["make_scratch_dir", "remove_orphaned_scratch_dirs"]
 

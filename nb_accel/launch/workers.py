@@ -8,11 +8,11 @@ from collections.abc import Sequence
 
 from .. import _env
 from .._openmp import release_openmp_threads
-from ..runtime.debugging.breakpoints import PROMPTS_VARIABLE
 from ..runtime.device_types import DEVICE_TYPE_VARIABLE
 from ..runtime.sharding import strategy_class
-from ..runtime.transfer.segments import SHARE_DIR_ENV
-from ..runtime.workers.spec import Payload, WorkerArgs
+from ..worker.debugging.breakpoints import PROMPTS_VARIABLE
+from ..worker.process.spec import Payload, WorkerArgs
+from ..worker.transfer.segments import SHARE_DIR_ENV
 from .payload import LaunchPayload, sealed
 from .plan import LaunchPlan
 from .processes import WorkerProcess, send_start_data, start_worker

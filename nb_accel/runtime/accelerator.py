@@ -140,7 +140,7 @@ class Accelerator(
             ``TypeError``, naming the parameter it most likely meant.
     """
 
-    #: Returned from a launched function it is refused (see ``runtime/workers/returns.py``).
+    #: Returned from a launched function it is refused (see ``worker/process/returns.py``).
     _nb_accel_worker_only = (
         "return what you computed with it instead: numbers, tensors, "
         "`accelerator.unwrap_model(model)` or its `state_dict()`"

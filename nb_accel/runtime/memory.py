@@ -32,14 +32,14 @@ from torch.distributed.constants import default_pg_timeout
 from ..errors import is_peer_loss
 from .device_types import device_types
 from .device_types.group_backends import uses_nccl
-from .process_group import applied_timeout_s
-from .workers.regroup import (
+from .groups.remaking import (
     abort_process_group,
     command_scope,
     current_group,
     let_go_of_process_group,
     remake_process_group,
 )
+from .process_group import applied_timeout_s
 
 __all__ = [
     "BatchAgreement",

@@ -8,9 +8,8 @@ collectives issued from then on) and the backend is checked against the one in u
 from __future__ import annotations
 
 import warnings
-from collections.abc import Callable
 from datetime import timedelta
-from typing import Any
+from typing import Any, Protocol
 
 import torch.distributed as dist
 
@@ -18,10 +17,13 @@ from .device_types.group_backends import backends_by_device
 from .options import InitProcessGroupKwargs
 
 __all__ = [
+    "FAR_TIMEOUT",
+    "DeadlineKeeper",
     "apply_process_group_options",
     "applied_timeout_s",
     "init_process_group_kwargs",
     "keep_own_deadline",
+    "own_deadline",
     "set_group_timeout",
 ]
 
@@ -29,15 +31,35 @@ __all__ = [
 _DEFAULT_BACKEND = "nccl"
 #: The timeout this process gave its default group, in seconds (None: the launch's).
 _applied: list[float] = []
-#: What takes a new timeout where the rank keeps the launch's itself
-#: (:mod:`~nb_accel.runtime.debugging.deadline`), instead of the group.
-_own_deadline: list[Callable[[float], None]] = []
+#: The timeout of a group whose rank keeps its collective deadline itself: torch's own never
+#: comes first (a week: longer than any wait the rank's deadline allows).
+FAR_TIMEOUT = timedelta(days=7)
 
 
-def keep_own_deadline(take_timeout: Callable[[float], None] | None) -> None:
-    """From now on give new timeouts to ``take_timeout`` (the rank keeps its collective
-    deadline itself); ``None``: to the process group again."""
-    _own_deadline[:] = [] if take_timeout is None else [take_timeout]
+class DeadlineKeeper(Protocol):
+    """What keeps a rank's collective deadline in place of torch's (the worker installs one,
+    :mod:`~nb_accel.worker.debugging.deadline`)."""
+
+    def set_timeout(self, seconds: float) -> None:
+        """Time the collectives issued from now on against ``seconds``."""
+
+    def forget_in_flight(self) -> None:
+        """Forget the collectives in flight (their group was dropped)."""
+
+
+#: The keeper of this rank's deadline, where the rank keeps it itself instead of the group.
+_own_deadline: list[DeadlineKeeper] = []
+
+
+def keep_own_deadline(keeper: DeadlineKeeper | None) -> None:
+    """From now on give new timeouts to ``keeper`` (the rank keeps its collective deadline
+    itself); ``None``: to the process group again."""
+    _own_deadline[:] = [] if keeper is None else [keeper]
+
+
+def own_deadline() -> DeadlineKeeper | None:
+    """The keeper of this rank's collective deadline, or ``None`` where torch keeps it."""
+    return _own_deadline[-1] if _own_deadline else None
 
 
 def applied_timeout_s() -> float | None:
@@ -85,7 +107,7 @@ def set_group_timeout(timeout: timedelta) -> None:
     """Give the running default process group ``timeout`` for its next collectives (the rank's
     own deadline takes it where the rank keeps the launch's timeout itself)."""
     if _own_deadline:
-        _own_deadline[-1](timeout.total_seconds())
+        _own_deadline[-1].set_timeout(timeout.total_seconds())
         _applied[:] = [timeout.total_seconds()]
         return
     group = dist.group.WORLD

@@ -68,7 +68,7 @@ def process_group_options() -> list[str]:
 class _SharedState:
     """Base of the state classes: every instance of a subclass shares one ``__dict__``."""
 
-    #: Returned from a launched function it is refused (see ``runtime/workers/returns.py``).
+    #: Returned from a launched function it is refused (see ``worker/process/returns.py``).
     _nb_accel_worker_only = "return the values you need, such as `state.process_index`"
 
     _shared_state: ClassVar[RankLocalDict]

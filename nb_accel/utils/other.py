@@ -3,10 +3,10 @@ Accelerate's examples import from ``accelerate.utils`` (``tqdm``, ``write_basic_
 
 from ..config import write_basic_config
 from ..runtime.checkpoint.methods import load, save
-from ..runtime.reporting.progress import main_process_tqdm as tqdm
 from ..runtime.training.compile import compile_regions, has_compiled_regions, is_compiled_module
 from ..runtime.training.model import get_module_children_bottom_up
 from ..runtime.training.model import unwrap_model as extract_model_from_parallel
+from ..worker.reporting.progress import main_process_tqdm as tqdm
 
 
 def wait_for_everyone() -> None:

@@ -92,7 +92,7 @@ def test_a_collective_past_the_timeout_is_a_collective_timeout_error() -> None:
 NCCL_TRAIL = """
 import json, sys, time
 import torch, torch.distributed as dist
-from nb_accel.runtime.reporting.collective_trail import enable_flight_recorder, last_collective
+from nb_accel.worker.reporting.collective_trail import enable_flight_recorder, last_collective
 enable_flight_recorder()
 dist.init_process_group(
     "nccl", init_method="file://" + sys.argv[1], rank=0, world_size=1,

@@ -13,7 +13,7 @@ import sys
 from multiprocessing.connection import Connection
 
 from nb_accel._messages import Output, decode
-from nb_accel.runtime.workers.fd_forwarder import forward_file_descriptors
+from nb_accel.worker.process.fd_forwarder import forward_file_descriptors
 
 
 def worker_that_aborts(sender: Connection) -> None:

@@ -18,7 +18,7 @@ from ssh_hosts import SshMachines, require_ssh_machines
 
 from nb_accel.errors import CollectiveTimeoutError, WorkerDiedError
 from nb_accel.launch.pool import WorkerPool, load_value
-from nb_accel.runtime.transfer.segments import SHARE_MIN_BYTES
+from nb_accel.worker.transfer.segments import SHARE_MIN_BYTES
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -24,7 +24,7 @@ import json, sys
 from pathlib import Path
 import torch
 from nb_accel import notebook_launcher
-from nb_accel.runtime.transfer.segments import SHARE_MIN_BYTES
+from nb_accel.worker.transfer.segments import SHARE_MIN_BYTES
 
 def summed(folder, failing, big):
     import socket, threading
@@ -147,7 +147,7 @@ def asks():
 def pool():
     import torch
     from nb_accel.launch.pool import WorkerPool, load_value
-    from nb_accel.runtime.transfer.segments import SHARE_MIN_BYTES
+    from nb_accel.worker.transfer.segments import SHARE_MIN_BYTES
     workers = WorkerPool(2, cpu=True, hosts="slurm")
     workers.start()
     try:

@@ -26,7 +26,7 @@ from ssh_hosts import SshMachines, require_ssh_machines
 
 from nb_accel import Config, notebook_launcher, save_config
 from nb_accel.errors import CollectiveTimeoutError, LaunchError, WorkerDiedError
-from nb_accel.runtime.transfer.segments import SHARE_MIN_BYTES
+from nb_accel.worker.transfer.segments import SHARE_MIN_BYTES
 
 pytestmark = pytest.mark.timeout(240)
 

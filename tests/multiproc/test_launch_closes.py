@@ -25,7 +25,7 @@ from nb_accel import WorkerDiedError, notebook_launcher
 from nb_accel.launch import workers
 from nb_accel.launch.pool import WorkerPool
 from nb_accel.launch.processes import WorkerProcess, start_worker
-from nb_accel.runtime.workers.spec import WorkerArgs
+from nb_accel.worker.process.spec import WorkerArgs
 
 #: Launches of each kind measured: a launch that left one pipe open would leave this many.
 REPEATS = 20

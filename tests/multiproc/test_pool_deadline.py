@@ -12,7 +12,7 @@ import pytest
 from nb_accel.errors import CollectiveTimeoutError
 from nb_accel.launch.pool import WorkerPool
 from nb_accel.launch.pool_ranks.values import load_value
-from nb_accel.runtime.debugging.deadline import FAR_TIMEOUT
+from nb_accel.worker.debugging.deadline import FAR_TIMEOUT
 
 NEVER_MATCHED = """
 import torch

@@ -24,7 +24,7 @@ import torch.distributed as dist
 from nb_accel import notebook_launcher
 from nb_accel.errors import WorkerDiedError
 from nb_accel.launch.pool import WorkerPool, load_value
-from nb_accel.runtime.transfer.segments import SHARE_DIR_ENV, shared_root
+from nb_accel.worker.transfer.segments import SHARE_DIR_ENV, shared_root
 
 pytestmark = pytest.mark.timeout(300)
 

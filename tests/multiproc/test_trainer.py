@@ -16,7 +16,7 @@ import torch
 import nb_accel
 from nb_accel._messages import Report
 from nb_accel.launch.views.view import NullView, register_view_factory, view_factory
-from nb_accel.runtime.workers.import_hooks import waiting_hooks
+from nb_accel.worker.process.import_hooks import waiting_hooks
 
 #: Transformers is imported by the workers only: the test process never loads it (nor would a
 #: kernel that does not use it), so the suite's other tests see it unloaded.

@@ -115,7 +115,7 @@ def test_asking_where_the_ranks_are_again_and_again_leaves_them_whole(
     answer has the main thread, and the ranks live on."""
     from nb_accel.launch import failures
     from nb_accel.launch.pool import WorkerPool
-    from nb_accel.runtime.reporting.stacks import stack_file
+    from nb_accel.worker.reporting.stacks import stack_file
 
     whereabouts = failures.whereabouts
     asked_with_dump_written: list[bool] = []

@@ -281,7 +281,7 @@ def test_input_in_a_cell_is_asked_in_the_notebook_rank_by_rank() -> None:
 STUCK_AFTER_RAISING = """
 import time, psutil
 import nb_accel.launch.debugging.kept_rank as kept_rank
-import nb_accel.runtime.workers.regroup as regroup
+import nb_accel.worker.process.regroup as regroup
 from nb_accel import notebook_launcher
 
 kept_rank.FIRST_WORDS_S = 3.0

@@ -114,8 +114,8 @@ PATHS = {
     "nb_accel.optimizer": {"AcceleratedOptimizer": "nb_accel.runtime.training.optimizer"},
     "nb_accel.scheduler": {"AcceleratedScheduler": "nb_accel.runtime.training.scheduler"},
     "nb_accel.logging": {
-        "get_logger": "nb_accel.runtime.reporting.logger",
-        "MultiProcessAdapter": "nb_accel.runtime.reporting.logger",
+        "get_logger": "nb_accel.worker.reporting.logger",
+        "MultiProcessAdapter": "nb_accel.worker.reporting.logger",
     },
 }
 

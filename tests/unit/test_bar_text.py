@@ -21,7 +21,7 @@ from nb_accel.launch.views.text_view import BAR_WIDTH, TextView
 from nb_accel.notebook.progress_widget import ProgressWidget
 from nb_accel.notebook.rank_row import RankState
 from nb_accel.notebook.rank_summary import summarize_rest
-from nb_accel.runtime.reporting.progress import Discard, bar_state
+from nb_accel.worker.reporting.progress import Discard, bar_state
 
 pytestmark = pytest.mark.timeout(60)
 

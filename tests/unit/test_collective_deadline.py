@@ -8,9 +8,9 @@ import dataclasses
 import time
 from pathlib import Path
 
-from nb_accel.runtime.debugging.deadline import CollectiveDeadline
-from nb_accel.runtime.debugging.prompt_clock import prompt_seconds, write_prompt_clock
-from nb_accel.runtime.reporting.collective_trail import LastCollective
+from nb_accel.worker.debugging.deadline import CollectiveDeadline
+from nb_accel.worker.debugging.prompt_clock import prompt_seconds, write_prompt_clock
+from nb_accel.worker.reporting.collective_trail import LastCollective
 
 ALL_REDUCE = LastCollective(op="all_reduce", sequence=2, backend="gloo")
 

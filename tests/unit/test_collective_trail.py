@@ -22,9 +22,9 @@ from nb_accel.launch.failures.whereabouts import (
     _read_collectives,
     abort_collectives,
 )
-from nb_accel.runtime.reporting import collective_trail
-from nb_accel.runtime.reporting.collective_trail import LastCollective, answer_file
-from nb_accel.runtime.workers import regroup
+from nb_accel.worker.process import regroup
+from nb_accel.worker.reporting import collective_trail
+from nb_accel.worker.reporting.collective_trail import LastCollective, answer_file
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -33,7 +33,7 @@ pytestmark = pytest.mark.timeout(120)
 TWO_COLLECTIVES = """
 import json, sys, dataclasses
 import torch, torch.distributed as dist
-from nb_accel.runtime.reporting.collective_trail import enable_flight_recorder, last_collective
+from nb_accel.worker.reporting.collective_trail import enable_flight_recorder, last_collective
 before = last_collective()
 enable_flight_recorder()
 dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)

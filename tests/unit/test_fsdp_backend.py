@@ -23,7 +23,7 @@ from nb_accel.runtime.device_types.group_backends import (
     with_cpu_backend,
 )
 from nb_accel.runtime.fsdp.sharding import _offload_policy
-from nb_accel.runtime.workers.spec import WorkerArgs
+from nb_accel.worker.process.spec import WorkerArgs
 
 pytestmark = pytest.mark.timeout(60)
 

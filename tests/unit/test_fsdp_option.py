@@ -19,8 +19,8 @@ from nb_accel.launch.launchers.backend import LaunchBackend
 from nb_accel.launch.pool import WorkerPool
 from nb_accel.launch.spec import LaunchSpec
 from nb_accel.launch.workers import worker_env
-from nb_accel.runtime.workers.spec import WorkerArgs
 from nb_accel.runtime.xla.device_type import XlaDevices
+from nb_accel.worker.process.spec import WorkerArgs
 
 
 def _noop() -> int:

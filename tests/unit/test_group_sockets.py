@@ -9,7 +9,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from nb_accel.runtime.debugging import group_sockets
+from nb_accel.runtime.groups import sockets as group_sockets
 
 
 @pytest.fixture

@@ -12,7 +12,7 @@ from IPython.core.magic_arguments import argument, magic_arguments
 from nb_accel import Accelerator
 from nb_accel.launch.views.state_dict_note import wrapped_state_dict_note, wrapper_of
 from nb_accel.notebook.magic_flags import parse_flags, pool_flags
-from nb_accel.runtime.workers.folded_frames import FULL_TRACEBACKS_VARIABLE, folded_traceback
+from nb_accel.worker.process.folded_frames import FULL_TRACEBACKS_VARIABLE, folded_traceback
 
 
 def test_state_dicts_with_a_wrappers_names() -> None:

@@ -14,7 +14,7 @@ from nb_accel.launch.placement.nodes import NodePlan, make_node_plan
 from nb_accel.launch.request import LaunchRequest
 from nb_accel.launch.resolve import resolve_spec
 from nb_accel.launch.spec import LaunchSpec
-from nb_accel.runtime.workers.node_worker import global_rank
+from nb_accel.worker.process.node_worker import global_rank
 
 
 def _never_called() -> None:

@@ -92,7 +92,7 @@ USES: tuple[Use, ...] = (
     Use(
         "torch",
         (f"{_C10D}:_World", f"{_C10D}:_world"),
-        ("runtime/workers/rank_group.py",),
+        ("worker/process/rank_group.py",),
         "a forked worker drops the process group it inherited from the kernel without touching "
         "it (destroying it would join threads the fork did not copy); no public call does",
     ),
@@ -103,14 +103,14 @@ USES: tuple[Use, ...] = (
             f"{_C10D}:_get_default_group",
             "torch.distributed:ProcessGroup._get_sequence_number_for_group",
         ),
-        ("runtime/workers/regroup.py",),
+        ("worker/process/regroup.py", "runtime/groups/remaking.py"),
         "after a failed cell a pool's ranks compare the collectives each issued and rebuild "
         "the group from its store; no public call gives the store or the count",
     ),
     Use(
         "torch",
         (f"{_C10D}:_abort_process_group",),
-        ("runtime/workers/regroup.py",),
+        ("runtime/groups/remaking.py",),
         "drops a pool rank's queued collectives at once, where destroy_process_group (its "
         "fallback) waits for them",
     ),
@@ -128,7 +128,7 @@ USES: tuple[Use, ...] = (
             "torch._C._distributed_c10d:_dump_nccl_trace_json"
             " | torch._C._distributed_c10d:_dump_fr_trace_json",
         ),
-        ("runtime/reporting/collective_trail.py",),
+        ("worker/reporting/collective_trail.py",),
         "reads the flight recorders (NCCL's is its own in CUDA builds): the last collective a "
         "stalled or timed-out rank entered; torch has no public reader",
     ),
@@ -277,7 +277,7 @@ USES: tuple[Use, ...] = (
     Use(
         "torch",
         ("torch:TypedStorage()._untyped_storage",),
-        ("runtime/workers/returns.py", "runtime/transfer/pickling.py"),
+        ("worker/process/returns.py", "worker/transfer/pickling.py"),
         "a tensor's storage pickled as its bytes; the public untyped() warns that TypedStorage "
         "is deprecated",
     ),
@@ -313,21 +313,21 @@ USES: tuple[Use, ...] = (
     Use(
         "torch",
         ("torch.distributed:breakpoint",),
-        ("runtime/debugging/breakpoints.py",),
+        ("worker/debugging/breakpoints.py",),
         "replaced in a worker whose kernel answers prompts: torch's reads the terminal's stdin, "
         "which a notebook's worker has not; ours asks in the notebook, same arguments",
     ),
     Use(
         "Python",
         ("pdb:set_trace",),
-        ("runtime/debugging/breakpoints.py",),
+        ("worker/debugging/breakpoints.py",),
         "replaced in a worker whose kernel answers prompts: the debugger's prompt is the "
         "notebook's (sys.breakpointhook covers breakpoint(); pdb.set_trace has no hook)",
     ),
     Use(
         "Python",
         ("sys:_current_frames",),
-        ("runtime/debugging/deadline.py",),
+        ("worker/debugging/deadline.py",),
         "the stack of the rank's thread that waits in a collective past the launch's timeout, "
         "for its error, and whether that thread waits inside torch.distributed's send or recv "
         "(gloo's flight recorder leaves them out); the deadline is kept on another thread; "
@@ -342,21 +342,21 @@ USES: tuple[Use, ...] = (
             "tqdm.std:tqdm.close",
             "tqdm.std:tqdm.format_dict",
         ),
-        ("runtime/reporting/foreign_bars.py",),
+        ("worker/reporting/foreign_bars.py",),
         "patched class-wide in a worker: every tqdm bar hands its format_dict to the launch "
         "view instead of drawing",
     ),
     Use(
         "tqdm",
         ("tqdm.notebook:tqdm_notebook.display", "tqdm.notebook:tqdm_notebook.close"),
-        ("runtime/reporting/foreign_bars.py",),
+        ("worker/reporting/foreign_bars.py",),
         "its own methods deleted in a worker, so that notebook bars (tqdm.auto's in a kernel) "
         "work, and report, as text bars",
     ),
     Use(
         "transformers",
         (f"{_ARGS}._setup_devices", f"{_ARGS}()._n_gpu"),
-        ("runtime/workers/trainer_support.py",),
+        ("worker/process/trainer_support.py",),
         "TrainingArguments made in the kernel forget its device setup (a `__setstate__` given "
         "to the class) and set up again in the worker; there is no public reset",
     ),
@@ -367,7 +367,7 @@ USES: tuple[Use, ...] = (
             "transformers.trainer:DEFAULT_PROGRESS_CALLBACK",
             "transformers.trainer_callback:ProgressCallback",
         ),
-        ("runtime/workers/trainer_support.py",),
+        ("worker/process/trainer_support.py",),
         "patched module-wide in a worker: a callback charts the Trainer's logs, and tqdm's "
         "progress takes the notebook's place",
     ),
@@ -404,7 +404,7 @@ USES: tuple[Use, ...] = (
             "accelerate.state:AcceleratorState._shared_state",
             "accelerate.state:GradientState._shared_state",
         ),
-        ("runtime/workers/accelerate_env.py",),
+        ("worker/process/accelerate_env.py",),
         "cleared in a forked worker, so that Accelerate's next state is the worker's, not the "
         "kernel's",
     ),
@@ -522,17 +522,17 @@ def test_tqdm_patches_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     from tqdm.notebook import tqdm_notebook
     from tqdm.std import tqdm as std_tqdm
 
-    from nb_accel.runtime.reporting import foreign_bars
+    from nb_accel.worker.reporting import foreign_bars
 
     monkeypatch.setattr(std_tqdm, "monitor_interval", 0)  # no monitor thread for the bar below
     version = _version("tqdm")
     arguments = list(inspect.signature(std_tqdm.__init__).parameters)[1:]
     assert arguments[foreign_bars._FILE_POSITION] == "file", (
-        f"tqdm {version}'s tqdm.__init__ takes {arguments[:6]}: nb_accel/runtime/reporting/"
+        f"tqdm {version}'s tqdm.__init__ takes {arguments[:6]}: nb_accel/worker/reporting/"
         "foreign_bars.py replaces the file passed fifth by position"
     )
     assert list(inspect.signature(std_tqdm.display).parameters)[1:3] == ["msg", "pos"], (
-        f"tqdm {version}'s tqdm.display does not take (msg, pos): nb_accel/runtime/reporting/"
+        f"tqdm {version}'s tqdm.display does not take (msg, pos): nb_accel/worker/reporting/"
         "foreign_bars.py wraps it"
     )
     with std_tqdm(total=3, file=io.StringIO(), desc="d", leave=False) as bar:
@@ -551,7 +551,7 @@ def test_tqdm_patches_fit(monkeypatch: pytest.MonkeyPatch) -> None:
     own = set(vars(tqdm_notebook))
     assert {"__init__", "display", "close"} <= own, (
         f"tqdm {version}'s tqdm_notebook defines {sorted(own & {'__init__', 'display', 'close'})}"
-        " of its own __init__, display and close, which nb_accel/runtime/reporting/"
+        " of its own __init__, display and close, which nb_accel/worker/reporting/"
         "foreign_bars.py deletes to make its bars text bars"
     )
 
@@ -565,7 +565,7 @@ def test_training_arguments_cache_their_device_setup() -> None:
     setup = inspect.getattr_static(TrainingArguments, "_setup_devices", None)
     assert isinstance(setup, functools.cached_property), (
         f"transformers {_version('transformers')}'s TrainingArguments._setup_devices is "
-        f"{type(setup).__name__}, not a cached property: nb_accel/runtime/workers/"
+        f"{type(setup).__name__}, not a cached property: nb_accel/worker/process/"
         "trainer_support.py forgets the kernel's device setup by its cached entry"
     )
 
@@ -938,7 +938,7 @@ def test_a_forked_worker_says_when_torch_has_no_world(monkeypatch: pytest.Monkey
     import torch.distributed as dist
     from torch.distributed import distributed_c10d as c10d
 
-    from nb_accel.runtime.workers import rank_group
+    from nb_accel.worker.process import rank_group
 
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.delattr(c10d, "_World")
@@ -958,7 +958,7 @@ def test_a_pool_says_when_torch_has_no_default_store(monkeypatch: pytest.MonkeyP
     from torch.distributed import distributed_c10d as c10d
 
     from nb_accel._messages import Release
-    from nb_accel.runtime.workers import regroup
+    from nb_accel.worker.process import regroup
 
     monkeypatch.setattr(dist, "is_initialized", lambda: True)
     monkeypatch.delattr(c10d, "_get_default_store")
@@ -1009,7 +1009,7 @@ def test_training_arguments_without_a_cached_setup_are_warned_of() -> None:
     pytest.importorskip("transformers")
     from transformers.training_args import TrainingArguments
 
-    from nb_accel.runtime.workers import trainer_support
+    from nb_accel.worker.process import trainer_support
 
     without = types.SimpleNamespace(TrainingArguments=type("Arguments", (), {}))
     with pytest.warns(UserWarning, match="TrainingArguments keep no _setup_devices"):

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from nb_accel.launch.scratch import make_scratch_dir
-from nb_accel.runtime.transfer.segments import shared_root
+from nb_accel.worker.transfer.segments import shared_root
 
 
 def test_folders_of_kernels_that_are_gone_are_swept(tmp_path: Path) -> None:

@@ -13,10 +13,10 @@ import numpy as np
 import pytest
 import torch
 
-from nb_accel.runtime.transfer import sent_buffers
-from nb_accel.runtime.transfer.pickling import loads, pickle_sharing, segments_of
-from nb_accel.runtime.transfer.sent_buffers import SentBuffers
-from nb_accel.runtime.transfer.write_watch import WriteWatch, open_write_watch
+from nb_accel.worker.transfer import sent_buffers
+from nb_accel.worker.transfer.pickling import loads, pickle_sharing, segments_of
+from nb_accel.worker.transfer.sent_buffers import SentBuffers
+from nb_accel.worker.transfer.write_watch import WriteWatch, open_write_watch
 
 pytestmark = pytest.mark.timeout(60)
 

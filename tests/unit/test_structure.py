@@ -15,7 +15,7 @@ import nb_accel
 
 PACKAGE = Path(nb_accel.__file__).parent
 #: Higher number = higher layer; a module may import only its own layer or lower ones.
-LAYERS = {"notebook": 3, "launch": 2, "runtime": 1}
+LAYERS = {"notebook": 4, "launch": 3, "worker": 2, "runtime": 1}
 
 
 def _layer(module: str) -> int:
@@ -332,12 +332,14 @@ def test_the_xla_path_is_loaded_only_on_demand(path: Path) -> None:
     assert module not in _loads_torch_xla(), f"loading {module} loads torch_xla"
 
 
-def test_the_runtime_never_imports_the_kernel_side() -> None:
+def test_the_runtime_never_imports_the_kernel_side_nor_the_worker() -> None:
+    """The library runs where no launch put it (a script, ``torchrun``): it reaches a worker
+    only through the sink the worker installs (lazy imports count)."""
     for path in (PACKAGE / "runtime").rglob("*.py"):
         for imported in _imports(path):
-            assert not imported.startswith(("nb_accel.launch", "nb_accel.notebook")), (
-                f"{_module_name(path)} imports {imported}"
-            )
+            assert not imported.startswith(
+                ("nb_accel.launch", "nb_accel.notebook", "nb_accel.worker")
+            ), f"{_module_name(path)} imports {imported}"
 
 
 @pytest.mark.parametrize("folder", [p.parent for p in ALL_MODULES if p.name == "__init__.py"])

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch.distributed as dist
 
-from nb_accel.runtime.workers.outcomes import is_timeout_error
+from nb_accel.worker.process.outcomes import is_timeout_error
 
 
 @pytest.mark.parametrize(

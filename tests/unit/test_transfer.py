@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 import torch
 
-from nb_accel.runtime.transfer import segments
-from nb_accel.runtime.transfer.pickling import loads, pickle_sharing, segments_of
+from nb_accel.worker.transfer import segments
+from nb_accel.worker.transfer.pickling import loads, pickle_sharing, segments_of
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -105,7 +105,7 @@ def test_loading_in_the_pickling_process_uses_the_original_memory() -> None:
 def test_a_worker_whose_kernel_is_elsewhere_sends_its_big_buffers_inline(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from nb_accel.runtime.workers.returns import dumps_result
+    from nb_accel.worker.process.returns import dumps_result
 
     big = torch.arange(BIG, dtype=torch.float32)
     monkeypatch.setenv(segments.SHARE_DIR_ENV, str(tmp_path))

@@ -89,19 +89,19 @@ NOT_USER_FACING: dict[tuple[str, str], str] = {
     ("runtime/sharding/registry.py", "calls itself"): (
         "checks nb_accel's own table of strategies when it is imported"
     ),
-    ("runtime/workers/entrypoint.py", "worker received unexpected start-up data"): (
+    ("worker/process/entrypoint.py", "worker received unexpected start-up data"): (
         "a spawned worker reads what its own launcher wrote to it"
     ),
-    ("runtime/workers/node_worker.py", "is not set: this function runs under torch's elastic"): (
+    ("worker/process/node_worker.py", "is not set: this function runs under torch's elastic"): (
         "torch's elastic agent, started by nb_accel, always sets these variables"
     ),
-    ("runtime/workers/pool_worker.py", "unexpected message from the kernel during a command"): (
+    ("worker/process/pool_worker.py", "unexpected message from the kernel during a command"): (
         "the pool's worker reads commands only its kernel sends"
     ),
-    ("runtime/workers/pool_worker.py", "serve() runs inside a launched worker only"): (
+    ("worker/process/pool_worker.py", "serve() runs inside a launched worker only"): (
         "the pool starts serve() as its launched function; it is not public"
     ),
-    ("runtime/workers/spec.py", "an InheritedCall reaches forked workers only"): (
+    ("worker/process/spec.py", "an InheritedCall reaches forked workers only"): (
         "the launcher pickles the call for every start method but fork"
     ),
     ("runtime/xla/object_rows.py", "a payload cannot have"): (
@@ -110,7 +110,7 @@ NOT_USER_FACING: dict[tuple[str, str], str] = {
     ("runtime/xla/object_rows.py", "does not fit a row of"): (
         "sizes computed by nb_accel's own object collectives on XLA"
     ),
-    ("runtime/xla/worker.py", "an nb_accel XLA worker must run in a process forked by"): (
+    ("worker/xla/main.py", "an nb_accel XLA worker must run in a process forked by"): (
         "the XLA launcher forks its workers itself"
     ),
     ("runtime/state.py", "{name}"): (
@@ -133,13 +133,13 @@ PASSED_ON: dict[tuple[str, str], str] = {
     ("notebook/magic_flags.py", "{message} ({'; '.join(hints)})"): (
         "argparse's unrecognized-arguments message, with the flags meant"
     ),
-    ("runtime/workers/folded_frames.py", "{type(exc)}"): (
+    ("worker/process/folded_frames.py", "{type(exc)}"): (
         "traceback.TracebackException formats a worker's own exception"
     ),
     ("__main__.py", "error: {error}"): "python -m nb_accel config prints a ConfigError's message",
     ("notebook/debug_magic.py", "{str(ended)}"): "a RankEndedError's text, as a UsageError",
-    ("runtime/workers/outcomes.py", "{message}"): (
-        "CollectiveDeadline's text (runtime/debugging/deadline.py), as the rank's TimeoutError"
+    ("worker/process/outcomes.py", "{message}"): (
+        "CollectiveDeadline's text (worker/debugging/deadline.py), as the rank's TimeoutError"
     ),
     ("notebook/magics.py", "{str(ended)}"): "a RankEndedError's text, as a UsageError",
     ("config.py", "{'; '.join((f'{name}: {text}' for name, text in problems.items()))}"): (
@@ -175,7 +175,7 @@ PASSED_ON: dict[tuple[str, str], str] = {
     ("runtime/checkpoint/contents.py", "{path}: {error}"): (
         "a data loader's resume error, with the checkpoint file named"
     ),
-    ("runtime/workers/node_worker.py", "{self.store.get(_ABORT).decode()}"): (
+    ("worker/process/node_worker.py", "{self.store.get(_ABORT).decode()}"): (
         "the two-nodes-with-one-node_rank message another node wrote to the store"
     ),
 }

@@ -12,9 +12,9 @@ import pytest
 
 from nb_accel.launch.failures import whereabouts
 from nb_accel.launch.failures.whereabouts import Frame, in_own_code, parse_stacks
-from nb_accel.runtime.reporting import collective_trail
-from nb_accel.runtime.reporting.collective_trail import LastCollective
-from nb_accel.runtime.reporting.stacks import MAIN_THREAD
+from nb_accel.worker.reporting import collective_trail
+from nb_accel.worker.reporting.collective_trail import LastCollective
+from nb_accel.worker.reporting.stacks import MAIN_THREAD
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -14,9 +14,9 @@ import pytest
 
 from nb_accel.launch.plan import LaunchPlan
 from nb_accel.launch.xla.settings import xla_worker_settings
-from nb_accel.runtime.workers import import_hooks, trainer_support
-from nb_accel.runtime.workers.import_hooks import waiting_hooks, when_imported
-from nb_accel.runtime.workers.trainer_support import charted_logs, set_up_training_arguments
+from nb_accel.worker.process import import_hooks, trainer_support
+from nb_accel.worker.process.import_hooks import waiting_hooks, when_imported
+from nb_accel.worker.process.trainer_support import charted_logs, set_up_training_arguments
 
 
 def _package(folder: Path, name: str, body: str) -> None:

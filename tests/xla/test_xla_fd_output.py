@@ -28,7 +28,7 @@ from nb_accel import Accelerator, WorkerDiedError, notebook_launcher
 from nb_accel._messages import Output
 from nb_accel.launch.views.view import NullView, register_view_factory, view_factory
 from nb_accel.launch.xla.output import ProcessOutputs
-from nb_accel.runtime.workers.process_fds import set_process_pipes, write_to_process_pipes
+from nb_accel.worker.process.process_fds import set_process_pipes, write_to_process_pipes
 
 #: What the XLA runtime writes before it aborts its process on a failed check.
 CHECK_FAILED = "F0000 00:00:1700000000.000000  4242 tpu_client.cc:99] Check failed: chips_ok\n"

@@ -2,7 +2,7 @@
 
 When a launch fails, the other ranks stop as usual; the rank of the root cause (its own
 exception) waits instead, paused, with the frames where it raised
-(:func:`~nb_accel.runtime.debugging.post_mortem.wait_for_post_mortem`). :class:`KeptRank` is
+(:func:`~nb_accel.worker.debugging.post_mortem.wait_for_post_mortem`). :class:`KeptRank` is
 the kernel's hold on it: :meth:`KeptRank.debug` opens the debugger there (its prompts in the
 notebook), and :meth:`KeptRank.release` stops and reaps it. It is released when the post-mortem
 ends, when the next launch or ``%%distributed`` cell starts, when another failure is kept, or

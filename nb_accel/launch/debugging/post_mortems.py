@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-from ...runtime.debugging.breakpoints import DebuggerQuit
+from ...worker.debugging.breakpoints import DebuggerQuit
 from ..failures.failure_log import FailureLog
 from ..failures.verdict import judge
 

@@ -4,7 +4,7 @@ While a prompt is open the kernel's prompt clock says so in the folder of each l
 keeps one (:func:`prompt_clock`), and each follower of the prompts hears when one opens
 and closes (:func:`follow_prompts`: a launch across hosts tells its node processes): the ranks
 leave the time out of their collective timeout
-(:mod:`~nb_accel.runtime.debugging.prompt_clock`)."""
+(:mod:`~nb_accel.worker.debugging.prompt_clock`)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from ..._messages import Answer, Prompt, encode_command
-from ...runtime.debugging.prompt_clock import CLOCK_FILE, PromptClock
+from ...worker.debugging.prompt_clock import CLOCK_FILE, PromptClock
 from ..views.stall import note_prompt_time
 
 __all__ = [

@@ -16,7 +16,7 @@ from ...errors import (
     WorkerFailure,
     is_peer_loss,
 )
-from ...runtime.transfer.pickling import loads
+from ...worker.transfer.pickling import loads
 
 __all__ = [
     "failure_from_event",

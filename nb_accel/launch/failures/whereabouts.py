@@ -1,6 +1,6 @@
 """Where each rank is: its Python stacks, taken without stopping it, and said in one line.
 
-:func:`take_stacks` signals the ranks (:data:`~nb_accel.runtime.reporting.stacks.STACK_SIGNAL`)
+:func:`take_stacks` signals the ranks (:data:`~nb_accel.worker.reporting.stacks.STACK_SIGNAL`)
 and reads what each one's ``faulthandler`` wrote to its stack file. :meth:`RankStack.summary`
 says where the main thread is in the user's code: ``at `stuck_here` (Cell In[3], line 4) ←
 `train` (line 8), inside torch``; :meth:`RankStack.text` gives every thread's frames.
@@ -17,15 +17,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ...runtime.reporting.collective_trail import (
+from ...worker.reporting.collective_trail import (
     ABORT,
     ASK,
     LastCollective,
     answer_file,
     request_file,
 )
-from ...runtime.reporting.stacks import MAIN_THREAD, STACK_SIGNAL, stack_file
-from ...runtime.transfer.code_files import LIBRARY_ROOTS
+from ...worker.reporting.stacks import MAIN_THREAD, STACK_SIGNAL, stack_file
+from ...worker.transfer.code_files import LIBRARY_ROOTS
 
 __all__ = [
     "Frame",

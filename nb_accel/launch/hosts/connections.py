@@ -22,8 +22,8 @@ from typing import Any
 
 from ..._messages import CellDone, Event, Failure, decode
 from ...errors import LaunchError, WorkerFailure
-from ...runtime.debugging.breakpoints import PROMPTS_VARIABLE
-from ...runtime.transfer.segments import INLINE_ENV
+from ...worker.debugging.breakpoints import PROMPTS_VARIABLE
+from ...worker.transfer.segments import INLINE_ENV
 from ..debugging.prompts import follow_prompts, unfollow_prompts
 from ..launchers.dispatch import TICK_S
 from ..multinode.restarts import worker_deaths

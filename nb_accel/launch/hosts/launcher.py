@@ -19,7 +19,7 @@ from typing import Any, ClassVar
 
 from ..._messages import Prompt
 from ...errors import LaunchError
-from ...runtime.transfer.pickling import Pickled
+from ...worker.transfer.pickling import Pickled
 from ..debugging.prompts import answer_prompt
 from ..launchers.backend import LaunchBackend
 from ..launchers.dispatch import TICK_S

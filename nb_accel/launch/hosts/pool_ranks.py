@@ -19,8 +19,8 @@ from typing import Any
 
 from ..._messages import Event, Started
 from ...errors import LaunchError
-from ...runtime.transfer.pickling import Pickled
-from ...runtime.workers.pool_worker import serve
+from ...worker.process.pool_worker import serve
+from ...worker.transfer.pickling import Pickled
 from ..failures.whereabouts import STACK_WAIT_S, RankStack
 from ..launchers.dispatch import TICK_S
 from ..multinode.node_events import NodeHooks

@@ -35,7 +35,7 @@ from typing import Any
 
 from ..._messages import TrackerRun, decode
 from ...errors import LaunchError
-from ...runtime.debugging.prompt_clock import CLOCK_FILE, CLOCK_VARIABLE, PromptClock
+from ...worker.debugging.prompt_clock import CLOCK_FILE, CLOCK_VARIABLE, PromptClock
 from ..failures.whereabouts import abort_collectives, take_stacks
 from ..launchers.left_open_runs import OpenRuns, end_runs_left_open
 from ..multinode.launcher import agent_run

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from ...errors import LaunchError, is_peer_loss
-from ...runtime.transfer.pickling import loads
+from ...worker.transfer.pickling import loads
 from ..failures.failure_log import FailureLog
 from ..failures.whereabouts import RankStack, stacks_note
 

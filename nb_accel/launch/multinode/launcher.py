@@ -36,10 +36,10 @@ from typing import Any, ClassVar
 from ..._messages import TrackerRun
 from ..._openmp import release_openmp_threads
 from ...errors import LaunchError
-from ...runtime.debugging.breakpoints import PROMPTS_VARIABLE
-from ...runtime.transfer.segments import SHARE_DIR_ENV
-from ...runtime.workers.node_worker import NodeWorkerArgs, global_rank, node_worker_main
-from ...runtime.workers.spec import Payload
+from ...worker.debugging.breakpoints import PROMPTS_VARIABLE
+from ...worker.process.node_worker import NodeWorkerArgs, global_rank, node_worker_main
+from ...worker.process.spec import Payload
+from ...worker.transfer.segments import SHARE_DIR_ENV
 from ..launchers.backend import LaunchBackend
 from ..launchers.outcome import launch_outcome
 from ..payload import sealed

@@ -15,7 +15,7 @@ import signal
 from collections.abc import Iterable
 
 from ...errors import WorkerFailure
-from ...runtime.workers.node_worker import global_rank
+from ...worker.process.node_worker import global_rank
 from ..failures.failure_log import FailureLog
 from ..failures.verdict import died_failure, judge
 

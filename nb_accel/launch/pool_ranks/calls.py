@@ -1,6 +1,6 @@
 """A launch's call as a pool sends it to its ranks: the function and its arguments (sealed
 already), with what each rank of this machine takes on from the kernel first (see
-:mod:`~nb_accel.runtime.warm.call`)."""
+:mod:`~nb_accel.worker.warm.call`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import sys
 from collections.abc import Mapping
 
 from ..._messages import Call
-from ...runtime.warm.call import kernel_rng_state
+from ...worker.warm.call import kernel_rng_state
 
 __all__ = ["call_command"]
 

@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from functools import partial
 
 from ..._messages import CellDone, Event, Output, Prompt
-from ...runtime.transfer.pickling import Pickled, segments_of
-from ...runtime.transfer.segments import remove_segment
+from ...worker.transfer.pickling import Pickled, segments_of
+from ...worker.transfer.segments import remove_segment
 from ..debugging.prompts import answer_prompt
 from ..failures.whereabouts import RankStack
 from ..launchers.dispatch import EventDispatcher

@@ -13,9 +13,9 @@ import shutil
 import signal
 
 from ..._messages import Event
-from ...runtime.transfer.pickling import Pickled
-from ...runtime.transfer.sent_buffers import SentBuffers
-from ...runtime.workers.pool_worker import serve
+from ...worker.process.pool_worker import serve
+from ...worker.transfer.pickling import Pickled
+from ...worker.transfer.sent_buffers import SentBuffers
 from ..debugging.prompts import prompt_clock
 from ..failures.whereabouts import RankStack, abort_collectives, take_stacks
 from ..payload import LaunchPayload, launch_payload

@@ -6,8 +6,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from ..._messages import CellDone
-from ...runtime.transfer.pickling import loads, segments_of
-from ...runtime.transfer.segments import remove_segment
+from ...worker.transfer.pickling import loads, segments_of
+from ...worker.transfer.segments import remove_segment
 
 __all__ = ["discard_values", "load_value"]
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from ..._messages import Output, Started, TrackerRun, decode
 from ...errors import WorkerDiedError
-from ...runtime.transfer.pickling import Pickled
+from ...worker.transfer.pickling import Pickled
 from ..launchers.backend import LaunchBackend
 from ..launchers.dispatch import DispatchHooks, EventDispatcher
 from ..launchers.outcome import failure_outcome, load_result
@@ -78,7 +78,7 @@ class XlaLauncher(LaunchBackend):
 
     def __init__(self, spec: LaunchSpec, call: LaunchCall) -> None:
         from ...runtime.xla.device_type import XlaDevices, import_xla
-        from ...runtime.xla.worker import run_xla_worker
+        from ...worker.xla.main import run_xla_worker
 
         devices = spec.device
         assert isinstance(devices, XlaDevices), "an XLA launch runs on XLA devices"
@@ -110,8 +110,8 @@ class XlaLauncher(LaunchBackend):
 
     def start(self) -> None:
         """Hand the workers their pipes, and run ``xmp.spawn`` in its thread."""
-        from ...runtime.workers.process_fds import set_process_pipes
-        from ...runtime.xla.worker import SharedWriter, set_launch_pipe
+        from ...worker.process.process_fds import set_process_pipes
+        from ...worker.xla.main import SharedWriter, set_launch_pipe
 
         set_launch_pipe(SharedWriter(self._writer, self._context.Lock()))
         set_process_pipes(self._outputs.pipes())
@@ -162,8 +162,8 @@ class XlaLauncher(LaunchBackend):
     def stop(self, graceful: bool = False) -> None:
         """Stop the workers if they still run (``xmp.spawn`` then returns), take the pipes
         back and show what the workers wrote last."""
-        from ...runtime.workers.process_fds import set_process_pipes
-        from ...runtime.xla.worker import set_launch_pipe
+        from ...worker.process.process_fds import set_process_pipes
+        from ...worker.xla.main import set_launch_pipe
 
         if self._spawner.is_alive():  # interrupted: stop the workers; xmp.spawn then returns
             stop_processes(new_children(self._before))

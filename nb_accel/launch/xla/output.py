@@ -4,7 +4,7 @@
 pipes as it starts it. Instead :class:`ProcessOutputs` makes one
 :class:`~nb_accel.launch.captured.CapturedOutput` per worker *process* (not per rank) before the
 launch; every worker inherits them all and makes its own pair its file descriptors 1 and 2
-(:mod:`nb_accel.runtime.workers.process_fds`). What the TPU runtime's C++ code, ``os.write``,
+(:mod:`nb_accel.worker.process.process_fds`). What the TPU runtime's C++ code, ``os.write``,
 programs a worker starts and ``faulthandler`` write there reaches the cell, prefixed with the
 process's rank.
 
@@ -26,7 +26,7 @@ from multiprocessing.process import BaseProcess
 
 from ..._messages import Output
 from ...errors import WorkerFailure
-from ...runtime.workers.process_fds import ProcessPipes
+from ...worker.process.process_fds import ProcessPipes
 from ..captured import CapturedOutput
 from ..failures.verdict import died_failure, rank_list
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ...runtime.workers.accelerate_env import accelerate_environment
+from ...worker.process.accelerate_env import accelerate_environment
 from ..plan import LaunchPlan
 from ..workers import sharding_env
 

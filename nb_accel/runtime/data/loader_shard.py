@@ -66,7 +66,7 @@ class DataLoaderStateMixin:
         total_dataset_length: length of the whole dataset (all processes together).
     """
 
-    #: Returned from a launched function it is refused (see ``runtime/workers/returns.py``).
+    #: Returned from a launched function it is refused (see ``worker/process/returns.py``).
     _nb_accel_worker_only = (
         "return the data or what you computed from it; a loader prepared in the kernel's "
         "next launch shards the data again"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from ..reporting.reporter import Reporter, current_reporter, numeric_values
+from ..sinks import RankSink, current_sink
 from .base import GeneralTracker
 
 __all__ = ["LiveChartTracker"]
@@ -26,7 +26,7 @@ class LiveChartTracker(GeneralTracker):
 
     Always on: ``Accelerator.log`` feeds it with or without other trackers. Numbers and
     one-element tensors are drawn (nested dicts as ``outer/inner``); a tensor is not read on
-    the training thread (see :mod:`~nb_accel.runtime.reporting.reporter`). Outside a launch it
+    the training thread. Outside a launch it
     does nothing.
     """
 
@@ -35,14 +35,12 @@ class LiveChartTracker(GeneralTracker):
     main_process_only = False
 
     @property
-    def tracker(self) -> Reporter | None:
-        """This process's reporter (``None`` outside a launch)."""
-        return current_reporter()
+    def tracker(self) -> RankSink | None:
+        """This rank's way to the kernel (``None`` outside a launch)."""
+        return current_sink()
 
     def log(self, values: dict[str, Any], step: int | None = None, **kwargs: Any) -> None:
-        """Hand the drawable values to the reporter."""
-        reporter = current_reporter()
-        if reporter is not None:
-            numbers = numeric_values(_flat(values))
-            if numbers:
-                reporter.log(numbers, step)
+        """Hand the values to the worker, which draws those it can."""
+        sink = current_sink()
+        if sink is not None:
+            sink.log(_flat(values), step)

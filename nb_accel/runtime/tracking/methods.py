@@ -12,7 +12,7 @@ import os
 from typing import Any
 
 from ..options import ProjectConfiguration
-from ..reporting.reporter import current_reporter
+from ..sinks import current_sink
 from ..state import PartialState
 from .base import GeneralTracker
 from .live_chart import LiveChartTracker
@@ -25,11 +25,11 @@ __all__ = ["TrackingMethods"]
 def show_where(line: str) -> None:
     """Tell the user where a tracker writes: in a launch, a line the launch view keeps on
     show; elsewhere, a printed line."""
-    reporter = current_reporter()
-    if reporter is None:
+    sink = current_sink()
+    if sink is None:
         print(f"nb_accel: {line}", flush=True)
     else:
-        reporter.note(line)
+        sink.note(line)
 
 
 class TrackingMethods:

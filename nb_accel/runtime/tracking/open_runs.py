@@ -14,7 +14,7 @@ import traceback
 
 from ..._messages import TrackerRun
 from ..rank_local import RankLocal
-from ..reporting.channel import current_channel
+from ..sinks import current_sink
 from .base import GeneralTracker
 
 __all__ = ["finish_open_trackers", "finish_tracker", "remember_tracker"]
@@ -24,18 +24,18 @@ _open: RankLocal[list[tuple[GeneralTracker, TrackerRun | None]]] = RankLocal(lis
 
 
 def _tell_kernel(event: TrackerRun | None) -> None:
-    channel = current_channel()
-    if event is not None and channel is not None:
-        channel.send(event)
+    sink = current_sink()
+    if event is not None and sink is not None:
+        sink.tell(event)
 
 
 def remember_tracker(tracker: GeneralTracker) -> None:
     """Note a started tracker, and tell the kernel of its run."""
     reference = tracker._run_reference()
-    channel = current_channel()
+    sink = current_sink()
     event = None
-    if reference is not None and channel is not None:
-        event = TrackerRun(channel.rank, str(tracker.name), *reference)
+    if reference is not None and sink is not None:
+        event = TrackerRun(sink.rank, str(tracker.name), *reference)
     _open.get().append((tracker, event))
     _tell_kernel(event)
 

@@ -37,7 +37,7 @@ class AcceleratedOptimizer(torch.optim.Optimizer):
         device: where the model's parameters live.
     """
 
-    #: Returned from a launched function it is refused (see ``runtime/workers/returns.py``).
+    #: Returned from a launched function it is refused (see ``worker/process/returns.py``).
     _nb_accel_worker_only = (
         "return `optimizer.state_dict()` and load it into a new optimizer with `load_state_dict`"
     )

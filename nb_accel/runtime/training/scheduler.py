@@ -31,7 +31,7 @@ class AcceleratedScheduler:
         split_batches: whether prepared loaders split batches across processes.
     """
 
-    #: Returned from a launched function it is refused (see ``runtime/workers/returns.py``).
+    #: Returned from a launched function it is refused (see ``worker/process/returns.py``).
     _nb_accel_worker_only = "return `scheduler.state_dict()` instead"
 
     def __init__(

@@ -1,0 +1,304 @@
+"""Worker main of a multi-node launch: a process that torch's elastic agent started on a node.
+
+The elastic agent (in the kernel of each node) starts the workers, runs the rendezvous and
+restarts the group after a failure; it hands each worker ``LOCAL_RANK``, ``WORLD_SIZE`` and the
+address of its store (``MASTER_ADDR``/``MASTER_PORT``). The worker then does what a single-node
+worker does: it connects back to its kernel (a Unix socket, authenticated), relays its output
+and progress there, joins the process group, runs the function and reports the outcome.
+
+Global ranks follow ``node_rank``: node ``k`` holds ranks ``k * n`` to ``k * n + n - 1``, so
+rank 0 is always on the node launched with ``node_rank=0``. Before joining the group every
+worker claims its rank in the store, which turns two nodes launched with the same
+``node_rank`` into a clear error instead of a hang. A failing rank also writes its failure
+into the store (unless it is itself a lost connection or a timeout, which only follow another
+failure), so the ranks on other nodes that fail because it went away report the original
+error (its type, rank and host) rather than a lost connection.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import pickle
+import socket
+import time
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import partial
+from multiprocessing.connection import Client, Connection
+from typing import Any
+
+import torch.distributed as dist
+
+from ..._messages import Failure
+from ...errors import LaunchError, is_peer_loss
+from ...runtime.device_types import device_type
+from ...runtime.device_types.group_backends import cpu_collectives_only
+from ..debugging.deadline import stop_watching
+from ..debugging.prompt_clock import CLOCK_VARIABLE
+from ..reporting.channel import EventChannel, current_channel
+from . import rank_group
+from .accelerate_env import accelerate_environment
+from .fd_forwarder import forward_file_descriptors
+from .lifecycle import RankStart, live_as_rank, send_flushed
+from .outcomes import Outcome, deadline_failure, failure_event
+from .rank_group import OwnDeadline, bound_device, leave_process_group, use_rank_device
+from .spec import Payload, unpack_payload
+from .trainer_support import set_up_training_arguments
+
+__all__ = ["NodeWorkerArgs", "node_worker_main", "global_rank"]
+
+#: How long a rank whose collective broke waits for another rank's failure to show up.
+PEER_FAILURE_WAIT_S = 2.0
+_FIRST_FAILURE = "first_failure"
+_ABORT = "abort"
+
+
+@dataclass(frozen=True)
+class NodeWorkerArgs:
+    """What every worker of one node needs (plain data: it is pickled for ``spawn``).
+
+    Attributes:
+        address: the kernel's listening socket.
+        authkey: the secret a worker proves it belongs to this launch with.
+        node_rank: this node's number.
+        num_nodes: the number of nodes.
+        backend: ``"gloo"``, ``"nccl"``, or ``"cuda:nccl,cpu:gloo"`` (FSDP on GPUs).
+        device_type: the device type's registered name (``"cpu"``, ``"cuda"``).
+        timeout_s: bound on every collective, in seconds.
+        mixed_precision: ``"no"``, ``"bf16"`` or ``"fp16"``.
+        payload: the cloudpickled ``(function, args, kwargs)`` (or the call itself, for
+            workers forked from the process that holds it).
+        env: extra environment variables set before anything else.
+    """
+
+    address: str
+    authkey: bytes
+    node_rank: int
+    num_nodes: int
+    backend: str
+    device_type: str
+    timeout_s: float
+    mixed_precision: str
+    payload: Payload
+    env: dict[str, str] = field(default_factory=dict)
+
+
+def global_rank(node_rank: int, local_rank: int, per_node: int) -> int:
+    """The rank of ``local_rank`` on node ``node_rank`` when every node runs ``per_node``."""
+    return node_rank * per_node + local_rank
+
+
+def _env_int(name: str) -> int:
+    value = os.environ.get(name)
+    if value is None:
+        raise RuntimeError(f"{name} is not set: this function runs under torch's elastic agent")
+    return int(value)
+
+
+class _Node:
+    """Where this worker stands: its ranks, its host, and the store of its attempt."""
+
+    def __init__(self, args: NodeWorkerArgs) -> None:
+        self.args = args
+        self.local_rank = _env_int("LOCAL_RANK")
+        self.per_node = _env_int("LOCAL_WORLD_SIZE")
+        self.world_size = _env_int("WORLD_SIZE")
+        # the attempt's number, the same on every node (the agent gives it: torch's differs)
+        restarts = args.env.get("TORCHELASTIC_RESTART_COUNT")
+        self.attempt = int(restarts or os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+        self.rank = global_rank(args.node_rank, self.local_rank, self.per_node)
+        self.host = socket.gethostname()
+        self.store: Any = None
+
+    def environment(self) -> dict[str, str]:
+        """The variables a single-node worker sets too, with this node's ranks."""
+        variables = {
+            "RANK": str(self.rank),
+            "GROUP_RANK": str(self.args.node_rank),
+            "NODE_RANK": str(self.args.node_rank),
+            "ROLE_RANK": str(self.rank),
+            "ROLE_WORLD_SIZE": str(self.world_size),
+            "NB_ACCEL_LAUNCHED": "1",
+            "NB_ACCEL_MIXED_PRECISION": self.args.mixed_precision,
+            "NB_ACCEL_BACKEND": self.args.backend,
+            **accelerate_environment(device_type(self.args.device_type), self.args.mixed_precision),
+        }
+        variables.update(self.args.env)
+        return variables
+
+    def connect_store(self) -> None:
+        """The elastic agent's store for this attempt, under a prefix of our own; its waits
+        (NCCL's exchange of its communicator's id among them) allow the launch's timeout."""
+        timeout = timedelta(seconds=self.args.timeout_s)
+        tcp = dist.TCPStore(
+            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, False, timeout
+        )
+        self.store = dist.PrefixStore(f"nb_accel/attempt_{self.attempt}", tcp)
+
+    def check_layout(self) -> None:
+        """Fail clearly when the nodes disagree on their numbers or sizes."""
+        expected = self.per_node * self.args.num_nodes
+        if self.world_size != expected:
+            raise RuntimeError(
+                f"the rendezvous formed a group of {self.world_size} processes, but "
+                f"{self.args.num_nodes} nodes of {self.per_node} make {expected}: launch every "
+                "node with the same num_processes and num_nodes"
+            )
+
+    def claim_rank(self) -> None:
+        """Claim this rank in the store and wait until every rank is claimed."""
+        me = f"{self.host} (pid {os.getpid()})"
+        owner = self.store.compare_set(f"rank/{self.rank}", "", me).decode()
+        if owner != me:
+            message = (
+                f"two nodes were launched with node_rank={self.args.node_rank} ({owner} and "
+                f"{me}): give each node its own node_rank, from 0 to {self.args.num_nodes - 1}"
+            )
+            self.store.set(_ABORT, message)
+            raise ValueError(message)
+        claimed = self.store.add("claimed", 1)
+        deadline = time.monotonic() + self.args.timeout_s
+        while claimed < self.world_size:
+            if self.store.check([_ABORT]):
+                raise ValueError(self.store.get(_ABORT).decode())
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"only {claimed} of {self.world_size} ranks started within "
+                    f"{self.args.timeout_s:g} s"
+                )
+            time.sleep(0.005)
+            claimed = self.store.add("claimed", 0)
+
+    def join_group(self) -> None:
+        """Join the process group with this node's global rank. A worker whose node keeps a
+        prompt clock (a launch across hosts) keeps its collective timeout itself, the time at
+        the kernel's prompts left out."""
+        use_rank_device(self.args.device_type, self.local_rank, self.per_node)
+        channel = current_channel()
+        report = None if channel is None else partial(_report_timeout, self, channel)
+        deadline = OwnDeadline(self.args.timeout_s, os.environ.get(CLOCK_VARIABLE, ""), report)
+        dist.init_process_group(
+            self.args.backend,
+            store=dist.PrefixStore("group", self.store),
+            rank=self.rank,
+            world_size=self.world_size,
+            timeout=deadline.group_timeout(),
+            device_id=bound_device(self.args.device_type, self.local_rank),
+        )
+        deadline.start()
+        if cpu_collectives_only(self.args.backend):
+            dist.barrier()
+            deadline.connected()
+
+    def publish_failure(self, failure: Failure) -> None:
+        """Record ``failure`` as the launch's first unless another rank's came first."""
+        if self.store is None:
+            return
+        try:
+            self.store.compare_set(_FIRST_FAILURE, "", pickle.dumps(failure))
+        except Exception:  # noqa: BLE001 - the store may be gone with its node
+            pass
+
+    def peer_failure(self, wait_s: float) -> Failure | None:
+        """Another rank's failure recorded in the store (waiting up to ``wait_s`` for one)."""
+        if self.store is None:
+            return None
+        deadline = time.monotonic() + wait_s
+        try:
+            while True:
+                if self.store.check([_FIRST_FAILURE]):
+                    failure = pickle.loads(self.store.get(_FIRST_FAILURE))
+                    return failure if failure.rank != self.rank else None
+                if time.monotonic() >= deadline:
+                    return None
+                time.sleep(0.02)
+        except Exception:  # noqa: BLE001 - the store may be gone with its node
+            return None
+
+
+def _report_timeout(
+    node: _Node, channel: EventChannel, message: str, where: str, stack: str
+) -> None:
+    """Past the rank's own deadline: report the timeout, marked with the host."""
+    failure = deadline_failure(node.rank, message, where, stack)
+    send_flushed(channel, _with_host(failure, node.host))
+
+
+def _is_knock_on(failure: Failure) -> bool:
+    """True for a failure that usually follows another rank's (a lost peer, a timed-out
+    collective): the same judgement as the kernel's."""
+    return failure.is_timeout or is_peer_loss(failure.message)
+
+
+def _failure(node: _Node, exc: BaseException, own_files: tuple[str, ...]) -> Failure:
+    """What to report for ``exc``: another rank's original failure when this one only
+    followed from it (a lost connection), else this rank's own, marked with its host."""
+    own = _with_host(failure_event(node.rank, exc, own_files), node.host)
+    first = node.peer_failure(PEER_FAILURE_WAIT_S if _is_knock_on(own) else 0.0)
+    if first is not None and first.type_name == "builtins.KeyboardInterrupt":
+        stopped = LaunchError(
+            f"rank {first.rank} (host {first.host}) was interrupted: its node's launch was "
+            "stopped, so the ranks here stopped too"
+        )
+        return _with_host(failure_event(first.rank, stopped), first.host)
+    return first if first is not None else own
+
+
+def _with_host(failure: Failure, host: str) -> Failure:
+    """``failure`` marked with the host its rank ran on."""
+    return dataclasses.replace(failure, host=host)
+
+
+def _settle(node: _Node, outcome: Outcome) -> Outcome:
+    """This rank's own failure marked with its host and, when it may be the root cause,
+    relayed to the other ranks through the store."""
+    if isinstance(outcome, Failure) and outcome.rank == node.rank:
+        outcome = _with_host(outcome, node.host)
+        if not _is_knock_on(outcome):  # only a possible root cause is relayed to the others
+            node.publish_failure(outcome)
+    return outcome
+
+
+def _connect(node: _Node) -> Connection:
+    """Connect to this node's kernel: its file descriptors 1 and 2 (C++ and CUDA output,
+    ``os.write``, programs) through a forwarder, and the event channel's connection."""
+    args = node.args
+    forwarder = Client(args.address, family="AF_UNIX", authkey=args.authkey)
+    forward_file_descriptors(forwarder, node.rank)
+    forwarder.close()  # the forwarder's own now
+    return Client(args.address, family="AF_UNIX", authkey=args.authkey)
+
+
+def _run_function(node: _Node) -> Any:
+    function, fargs, fkwargs = unpack_payload(node.args.payload)
+    node.check_layout()
+    node.connect_store()
+    node.claim_rank()
+    node.join_group()
+    set_up_training_arguments()  # 🤗 TrainingArguments made in the kernel: this rank's devices
+    return function(*fargs, **fkwargs)
+
+
+def node_worker_main(args: NodeWorkerArgs) -> None:
+    """Run the launch's function as one rank of a multi-node group (elastic's entrypoint).
+
+    Returns ``None`` on success (the result travels to the kernel over the event channel);
+    on failure it reports and ends the process with exit code 1, which the elastic agent sees
+    as this worker's failure (and restarts the group when restarts are left).
+    """
+    node = _Node(args)
+    start = RankStart(node.rank, node.environment(), attempt=node.attempt, own_process_group=False)
+    channel, outcome = live_as_rank(
+        start,
+        lambda: _connect(node),
+        lambda: _run_function(node),
+        own_files=(__file__, rank_group.__file__),
+        explain=lambda exc, files: _failure(node, exc, files),
+        settle=lambda outcome: _settle(node, outcome),
+    )
+    stop_watching()
+    channel.close()
+    if isinstance(outcome, Failure):
+        os._exit(1)
+    leave_process_group()
