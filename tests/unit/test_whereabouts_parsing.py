@@ -106,7 +106,7 @@ def _dump(main_frames: list[str], other: list[str] | None = None) -> str:
     )
 
 
-WORKER = Path(whereabouts.__file__).parents[2] / "runtime" / "workers" / "entrypoint.py"
+WORKER = Path(whereabouts.__file__).parents[2] / "worker" / "process" / "entrypoint.py"
 USER = '  File "/home/me/train.py", line 30 in train\n'
 WORKER_FRAME = f'  File "{WORKER}", line 10 in main\n'
 

@@ -54,9 +54,9 @@ _THREAD = re.compile(r"^(Current thread|Thread) 0x([0-9a-fA-F]+) ")
 _FRAME = re.compile(r'^\s+File "(.*)", line (\d+) in (.*)$')
 
 _PACKAGE_ROOT = str(Path(__file__).resolve().parents[2])
-#: The worker's own code: frames older than its outermost one are the kernel's (a forked
-#: worker's stack still holds the frames it was forked in).
-_WORKER_ROOT = os.path.join(_PACKAGE_ROOT, "runtime")
+#: The worker's own code and the library it runs: frames older than the outermost of them are
+#: the kernel's (a forked worker's stack still holds the frames it was forked in).
+_WORKER_ROOTS = tuple(os.path.join(_PACKAGE_ROOT, name) + os.sep for name in ("worker", "runtime"))
 
 
 @dataclass(frozen=True)
@@ -269,7 +269,7 @@ def parse_stacks(rank: int, header: str, dump: str) -> RankStack:
 def _in_the_worker(frames: list[Frame]) -> list[Frame]:
     """``frames`` (innermost first) up to the worker's outermost own frame: older ones were
     inherited from the kernel by fork."""
-    own = [i for i, f in enumerate(frames) if f.path.startswith(_WORKER_ROOT + os.sep)]
+    own = [i for i, f in enumerate(frames) if f.path.startswith(_WORKER_ROOTS)]
     return frames[: own[-1] + 1] if own else frames
 
 
@@ -356,7 +356,7 @@ def _whole(stack: RankStack) -> bool:
     if stack.main is None:
         return False
     frames = stack.main.frames
-    return bool(frames) and frames[-1].path.startswith(_WORKER_ROOT + os.sep)
+    return bool(frames) and frames[-1].path.startswith(_WORKER_ROOTS)
 
 
 def abort_collectives(folder: str, ranks: list[int]) -> None:
