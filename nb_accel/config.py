@@ -15,11 +15,14 @@ import dataclasses
 import math
 import os
 import tempfile
+from collections.abc import Collection
 from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
 import yaml
+
+from ._registry import Registry
 
 __all__ = [
     "CHOICES",
@@ -34,14 +37,22 @@ __all__ = [
     "save_config",
 ]
 
-#: Every sharding strategy, by name, with the class implementing it (``"module:Class"``, a
-#: module of ``nb_accel.runtime.sharding``, which the runtime's registry loads): the one list
-#: the saved configuration, the launch and the Accelerator go by. A new strategy is its module
-#: and one line here.
-SHARDING_STRATEGIES: dict[str, str] = {
-    "ddp": "nb_accel.runtime.sharding.ddp:DataParallelStrategy",
-    "fsdp2": "nb_accel.runtime.sharding.fsdp2:FullyShardedStrategy",
-}
+#: Every sharding strategy, by name: the one registry the saved configuration, the launch and
+#: the Accelerator go by (``runtime/sharding/registry.py`` reads it as ``STRATEGIES``). The
+#: built-in ones are their classes as ``"module:Class"``, modules of ``nb_accel.runtime.sharding``
+#: loaded on first use: a new strategy is its module and one line here, an
+#: ``nb_accel.sharding_strategies`` entry point, or a ``register_sharding_strategy`` call.
+SHARDING_STRATEGIES: Registry[Any] = Registry(
+    "sharding strategy",
+    plural="sharding strategies",
+    built_in={
+        "ddp": "nb_accel.runtime.sharding.ddp:DataParallelStrategy",
+        "fsdp2": "nb_accel.runtime.sharding.fsdp2:FullyShardedStrategy",
+    },
+    group="nb_accel.sharding_strategies",
+    load="nb_accel.runtime.sharding.registry:checked_strategy",
+    in_workers=True,
+)
 #: Other names a strategy is known by (``"fsdp"``: what earlier releases saved, and Accelerate's
 #: own word), read as the name they stand for wherever a strategy is named.
 SHARDING_ALIASES: dict[str, str] = {"fsdp": "fsdp2"}
@@ -50,10 +61,10 @@ SHARDING_ALIASES: dict[str, str] = {"fsdp": "fsdp2"}
 #: order: the saved fields, ``notebook_launcher``'s ``parallelism_config`` keys, the form's rows.
 MESH_SIZES = ("dp_replicate_size", "dp_shard_size", "cp_size", "tp_size")
 
-#: Allowed values of the fields that take one of a few.
-CHOICES: dict[str, tuple[Any, ...]] = {
+#: Allowed values of the fields that take one of a few (the strategies: those registered too).
+CHOICES: dict[str, Collection[Any]] = {
     "mixed_precision": ("no", "bf16", "fp16"),
-    "sharding": tuple(SHARDING_STRATEGIES),
+    "sharding": SHARDING_STRATEGIES,
     "start_method": (None, "fork", "spawn", "forkserver"),
     "rdzv_backend": ("c10d",),
 }

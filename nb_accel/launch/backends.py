@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from .._registry import Registry
 from .debugging.kept_rank import release_kept_rank
 from .hosts.launcher import HostsLauncher
 from .launchers.backend import LaunchBackend
@@ -23,6 +24,7 @@ from .xla.launcher import XlaLauncher
 
 __all__ = [
     "BUILT_IN",
+    "LAUNCH_BACKENDS",
     "backend_for",
     "launch",
     "launch_backends",
@@ -41,27 +43,42 @@ BUILT_IN: tuple[type[LaunchBackend], ...] = (
     SingleNodeLauncher,
 )
 
-_registered: list[type[LaunchBackend]] = []
+
+def _backend(name: str, found: object) -> type[LaunchBackend]:
+    """The backend ``found``, checked (``name``: what it is registered or declared as)."""
+    del name
+    if not (isinstance(found, type) and issubclass(found, LaunchBackend)):
+        raise TypeError(f"{found!r} is not a LaunchBackend subclass")
+    return found
+
+
+#: Every backend by name, in the order they are asked: registered (newest first), declared by
+#: installed packages (``nb_accel.launch_backends`` entry points), :data:`BUILT_IN`.
+LAUNCH_BACKENDS: Registry[type[LaunchBackend]] = Registry(
+    "launch backend",
+    built_in={backend.name: backend for backend in BUILT_IN},
+    group="nb_accel.launch_backends",
+    load=_backend,
+)
 
 
 def register_launch_backend(backend: type[LaunchBackend]) -> None:
     """Make ``backend`` a way of running launches: asked whether it runs a spec before the
     backends registered earlier and the built-in ones."""
-    if not (isinstance(backend, type) and issubclass(backend, LaunchBackend)):
-        raise TypeError(f"{backend!r} is not a LaunchBackend subclass")
-    unregister_launch_backend(backend)
-    _registered.insert(0, backend)
+    checked = _backend("", backend)
+    LAUNCH_BACKENDS.register(checked.name, checked)
 
 
 def unregister_launch_backend(backend: type[LaunchBackend]) -> None:
     """Forget a backend :func:`register_launch_backend` added (the built-in ones stay)."""
-    if backend in _registered:
-        _registered.remove(backend)
+    for name, registered in LAUNCH_BACKENDS.registered().items():
+        if registered is backend:
+            LAUNCH_BACKENDS.unregister(name)
 
 
 def launch_backends() -> list[type[LaunchBackend]]:
     """Every backend, in the order they are asked."""
-    return [*_registered, *BUILT_IN]
+    return list(LAUNCH_BACKENDS.values())
 
 
 def backend_for(spec: LaunchSpec) -> type[LaunchBackend]:

@@ -39,7 +39,6 @@ from .._messages import (
     encode_command,
 )
 from ..errors import LaunchError, WorkerDiedError
-from ..runtime.device_types.group_backends import uses_nccl
 from ..worker.transfer.pickling import pickle_sharing
 from .debugging.kept_rank import release_kept_rank
 from .debugging.post_mortems import forget_post_mortem, offer_post_mortem, raising_ranks
@@ -298,7 +297,7 @@ class WorkerPool(Launcher):
                     group,
                     running,
                     self.where,
-                    uses_nccl(self.plan.backend),
+                    self.plan.device.detached_collectives(self.plan.backend),
                     functools.partial(self._release, group, failed),
                     INTERRUPT_GRACE_S,
                     interrupt=until is None,

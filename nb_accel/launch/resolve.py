@@ -188,7 +188,7 @@ def _mesh(sizes: dict[str, int], world_size: int, sharding: str, device: DeviceT
             f"groups, and the ranks of a launch on {device.label}s join none: leave it out "
             "there, or pass cpu=True"
         )
-    return make_mesh_plan(sizes, world_size, sharding == sharding_for_fsdp(True), device.name)
+    return make_mesh_plan(sizes, world_size, sharding == sharding_for_fsdp(True), device)
 
 
 def _check_sharding_runs_on(

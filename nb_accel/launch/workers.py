@@ -8,8 +8,9 @@ from collections.abc import Sequence
 
 from .. import _env
 from .._openmp import release_openmp_threads
+from .._registry import registered_env
 from ..runtime.device_types import DEVICE_TYPE_VARIABLE
-from ..runtime.sharding import strategy_class
+from ..runtime.sharding import SHARDING_VARIABLE, strategy_class
 from ..worker.debugging.breakpoints import PROMPTS_VARIABLE
 from ..worker.process.spec import Payload, WorkerArgs
 from ..worker.transfer.segments import SHARE_DIR_ENV
@@ -31,7 +32,9 @@ def sharding_env(sharding: str) -> dict[str, str]:
 def worker_env(plan: LaunchPlan, single_node: bool = True) -> dict[str, str]:
     """Environment variables every worker of ``plan`` sets: its device type's name and what
     that type adds; on one node, the backends' sockets kept on the loopback interface; the
-    sharding as :func:`sharding_env` says; the device mesh, as Accelerate's variables."""
+    sharding strategy's name and what :func:`sharding_env` says; the device mesh, as
+    Accelerate's variables; where the kernel's registered plug-ins can be imported from (for
+    workers that do not inherit them: ``nb_accel/_registry.py``)."""
     env: dict[str, str] = {}
     loopback = _env.loopback_interface() if single_node else None
     if loopback:
@@ -43,7 +46,9 @@ def worker_env(plan: LaunchPlan, single_node: bool = True) -> dict[str, str]:
     env.update(plan.device.worker_env())
     if plan.gradient_accumulation_steps != 1:
         env["NB_ACCEL_GRADIENT_ACCUMULATION_STEPS"] = str(plan.gradient_accumulation_steps)
+    env[SHARDING_VARIABLE] = plan.sharding
     env.update(sharding_env(plan.sharding))
+    env.update(registered_env())
     env.update(plan.mesh.worker_env())
     env.update(plan.worker_env)
     return env

@@ -199,15 +199,14 @@ class Accelerator(
         self.state.device_mesh = None
         if parallelism is not None:
             sharded = self.state.fsdp_plugin is not None
-            device_type = self.state.device.type
-            fit_to_run(parallelism, self.state.num_processes, sharded, device_type)
+            fit_to_run(parallelism, self.state.num_processes, sharded, self.state.device_type)
             if self.state.num_processes > 1:  # every process builds it: its groups are made
-                self.state.device_mesh = parallelism.get_device_mesh(device_type)
+                self.state.device_mesh = parallelism.get_device_mesh(self.state.device.type)
         self.state.parallelism_config = parallelism
         apply_process_group_options(init_handler)
         self._partial = PartialState()
         self._note_unsharded()
-        check_precision_for_device(self.state.mixed_precision, self.device)
+        check_precision_for_device(self.state.mixed_precision, self.device, self.state.device_type)
         self.dataloader_config = _loader_config(
             dataloader_config,
             split_batches=split_batches,

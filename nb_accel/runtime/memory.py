@@ -30,8 +30,7 @@ import torch.distributed as dist
 from torch.distributed.constants import default_pg_timeout
 
 from ..errors import is_peer_loss
-from .device_types import device_types
-from .device_types.group_backends import uses_nccl
+from .device_types import device_types, rank_device_type
 from .groups.remaking import (
     abort_process_group,
     command_scope,
@@ -135,7 +134,9 @@ class BatchAgreement:
         it ran out of memory (an NCCL collective does not fail when a peer drops its
         communicator). Gloo ranks need no watcher: the peer's connections close."""
         self.aborted = False
-        if not uses_nccl(self._origin.backend):
+        origin = self._origin
+        devices = rank_device_type(origin.backend, origin.world_size, cpu=False)
+        if not devices.detached_collectives(origin.backend):
             return
         self._stop.clear()
         self._watcher = threading.Thread(

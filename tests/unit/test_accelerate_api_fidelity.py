@@ -475,21 +475,24 @@ def test_what_nb_accel_does_not_run_is_refused_before_training(
     sizes: dict[str, int], device: str, sharded: bool, refused: str, kind: type[Exception]
 ) -> None:
     from nb_accel.parallelism_config import ParallelismConfig
+    from nb_accel.runtime.device_types import device_type
     from nb_accel.runtime.parallelism import fit_to_run
 
     config = ParallelismConfig(**sizes)  # describing the layout is fine
     with pytest.raises(kind, match=refused):
-        fit_to_run(config, 2, sharded=sharded, device_type=device)
+        fit_to_run(config, 2, sharded=sharded, device_type=device_type(device))
 
 
 def test_tensor_parallelism_alone_fits_a_run() -> None:
     from nb_accel.parallelism_config import ParallelismConfig
+    from nb_accel.runtime.device_types import device_type
     from nb_accel.runtime.parallelism import fit_to_run
 
+    cpu, gpus = device_type("cpu"), device_type("cuda")
     config = ParallelismConfig(tp_size=2, dp_shard_size=2)
-    fit_to_run(config, 4, sharded=True, device_type="cpu")
-    fit_to_run(ParallelismConfig(tp_size=2), 2, sharded=False, device_type="cpu")
-    fit_to_run(ParallelismConfig(cp_size=2, dp_shard_size=2), 4, sharded=True, device_type="cuda")
+    fit_to_run(config, 4, sharded=True, device_type=cpu)
+    fit_to_run(ParallelismConfig(tp_size=2), 2, sharded=False, device_type=cpu)
+    fit_to_run(ParallelismConfig(cp_size=2, dp_shard_size=2), 4, sharded=True, device_type=gpus)
     assert config.total_size == 4
 
 

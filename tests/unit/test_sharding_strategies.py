@@ -52,7 +52,7 @@ def test_every_registered_strategy_implements_the_interface(name: str) -> None:
 
 
 def test_the_configuration_and_the_launch_name_the_registered_strategies() -> None:
-    assert tuple(STRATEGIES) == CHOICES["sharding"]
+    assert tuple(STRATEGIES) == tuple(CHOICES["sharding"])
     assert DEFAULT in STRATEGIES and Config().sharding == DEFAULT
     assert {sharding_for_fsdp(True), sharding_for_fsdp(False)} <= set(STRATEGIES)
     for name in STRATEGIES:

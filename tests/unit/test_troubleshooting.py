@@ -49,10 +49,10 @@ NOT_USER_FACING: dict[tuple[str, str], str] = {
     ("notebook/compat_shell.py", "probe"): (
         "an exception formatted once, never raised, to see whether IPython shows its notes"
     ),
-    ("_messages.py", "unexpected message on the event channel"): (
+    ("_messages/events.py", "unexpected message on the event channel"): (
         "the kernel decodes events only its own workers send"
     ),
-    ("_messages.py", "unexpected message from the kernel"): (
+    ("_messages/commands.py", "unexpected message from the kernel"): (
         "a worker decodes messages only its own kernel sends"
     ),
     ("launch/failures/user_errors.py", "the exception to render is neither"): (
@@ -82,12 +82,6 @@ NOT_USER_FACING: dict[tuple[str, str], str] = {
     ),
     ("runtime/rank_local.py", "no rank's stream is attached yet"): (
         "the worker attaches its streams before any user code runs"
-    ),
-    ("runtime/sharding/registry.py", "is not a ShardingStrategy"): (
-        "checks nb_accel's own table of strategies when it is imported"
-    ),
-    ("runtime/sharding/registry.py", "calls itself"): (
-        "checks nb_accel's own table of strategies when it is imported"
     ),
     ("worker/process/entrypoint.py", "worker received unexpected start-up data"): (
         "a spawned worker reads what its own launcher wrote to it"

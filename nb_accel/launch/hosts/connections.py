@@ -20,7 +20,19 @@ import time
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from ..._messages import CellDone, Event, Failure, decode
+from ..._messages import (
+    AgentEnded,
+    CellDone,
+    Event,
+    Failure,
+    Forwarded,
+    Hello,
+    NodeJob,
+    PromptState,
+    StopNode,
+    Versions,
+    decode,
+)
 from ...errors import LaunchError, WorkerFailure
 from ...worker.debugging.breakpoints import PROMPTS_VARIABLE
 from ...worker.transfer.segments import INLINE_ENV
@@ -30,18 +42,7 @@ from ..multinode.restarts import worker_deaths
 from ..placement.hosts import HostPlan
 from ..plan import LaunchPlan
 from ..workers import worker_env
-from .protocol import (
-    AgentEnded,
-    Forwarded,
-    Hello,
-    NodeJob,
-    PromptState,
-    StopNode,
-    Versions,
-    local_versions,
-    receive,
-    send,
-)
+from .protocol import local_versions, receive, send
 
 __all__ = ["GRACEFUL_STOP_S", "HELLO_WAIT_S", "HOST_STOP_GRACE_S", "HostNodes", "NodeChannel"]
 

@@ -5,7 +5,7 @@ every worker's events back over its channel.
 The kernel starts the node processes, reads each one's hello and checks its versions against
 its own before anything else starts; host 0's free port (on the address the others reach it
 at) becomes the c10d rendezvous, which host 0's agent listens on. Then each host gets its
-:class:`~.protocol.NodeJob` (the function and its arguments travel in it: no shared
+:class:`~nb_accel._messages.NodeJob` (the function and its arguments travel in it: no shared
 filesystem is needed). The workers' events go to one dispatcher, as if they were this
 machine's: results in rank order, failures judged across hosts (each names its host). When the
 launch fails or is interrupted, or the kernel goes away, every host stops its workers.
@@ -17,7 +17,7 @@ import time
 from functools import partial
 from typing import Any, ClassVar
 
-from ..._messages import Prompt
+from ..._messages import AgentEnded, AgentRestarting, Forwarded, Prompt, StopNode, ToWorker
 from ...errors import LaunchError
 from ...worker.transfer.pickling import Pickled
 from ..debugging.prompts import answer_prompt
@@ -30,7 +30,6 @@ from ..payload import LaunchPayload, launch_payload
 from ..request import LaunchCall
 from ..spec import LaunchSpec
 from .connections import GRACEFUL_STOP_S, HOST_STOP_GRACE_S, HostNodes, NodeChannel
-from .protocol import AgentEnded, AgentRestarting, Forwarded, StopNode, ToWorker
 
 __all__ = ["HostsLauncher"]
 

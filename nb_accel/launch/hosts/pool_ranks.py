@@ -3,11 +3,11 @@
 Each host runs a node process (as a launch across hosts does) whose elastic agent starts that
 host's ranks once, running the pool's command loop. Every command, interrupt and question
 goes through the node process: it writes the command to the worker's connection
-(:class:`~.protocol.ToWorker`), turns the kernel's interrupt into a SIGINT there
-(:class:`~.protocol.SignalWorker`) and reads the ranks' stacks and memory on its host
-(:class:`~.protocol.AskWorkers`). The kernel names each rank's connection by the number its
-node gave it, learnt from the rank's ``Started`` event. A rank that dies ends its host's agent,
-which stops that host's ranks: the pool is then stopped, to be restarted.
+(:class:`~nb_accel._messages.ToWorker`), turns the kernel's interrupt into a SIGINT there
+(:class:`~nb_accel._messages.SignalWorker`) and reads the ranks' stacks and memory on its host
+(:class:`~nb_accel._messages.AskWorkers`). The kernel names each rank's connection by the
+number its node gave it, learnt from the rank's ``Started`` event. A rank that dies ends its
+host's agent, which stops that host's ranks: the pool is then stopped, to be restarted.
 """
 
 from __future__ import annotations
@@ -17,7 +17,16 @@ import signal
 import time
 from typing import Any
 
-from ..._messages import Event, Started
+from ..._messages import (
+    AgentEnded,
+    AskWorkers,
+    Event,
+    Forwarded,
+    SignalWorker,
+    Started,
+    ToWorker,
+    WorkersAnswer,
+)
 from ...errors import LaunchError
 from ...worker.process.pool_worker import serve
 from ...worker.transfer.pickling import Pickled
@@ -30,7 +39,6 @@ from ..plan import LaunchPlan
 from ..pool_ranks.interface import CellOutput, PoolRanks, RankStatus
 from ..views.view import LaunchView, NullView
 from .connections import GRACEFUL_STOP_S, HOST_STOP_GRACE_S, HostNodes, NodeChannel
-from .protocol import AgentEnded, AskWorkers, Forwarded, SignalWorker, ToWorker, WorkersAnswer
 
 __all__ = ["HostRanks", "start_host_ranks"]
 

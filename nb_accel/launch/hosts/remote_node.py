@@ -2,20 +2,20 @@
 (``python -m nb_accel.launch.hosts.remote_node``), it runs torch's elastic agent for this
 host's ranks and sends everything back over its standard output.
 
-It says hello (versions, a free port), takes the :class:`~.protocol.NodeJob`, meets the other
-hosts at the c10d rendezvous and runs the workers as a multi-node launch does; every frame a
-worker sends is forwarded to the kernel unread, so the kernel judges the launch as a whole. A
-:class:`~.protocol.StopNode`, or the end of the channel (the kernel stopped, died, or the
-connection dropped), stops the agent, which stops the workers.
+It says hello (versions, a free port), takes the :class:`~nb_accel._messages.NodeJob`, meets
+the other hosts at the c10d rendezvous and runs the workers as a multi-node launch does; every
+frame a worker sends is forwarded to the kernel unread, so the kernel judges the launch as a
+whole. A :class:`~nb_accel._messages.StopNode`, or the end of the channel (the kernel stopped,
+died, or the connection dropped), stops the agent, which stops the workers.
 
 While its workers run it keeps the prompt clock they read (the kernel says when its prompts
-open and close, :class:`~.protocol.PromptState`), so that time at a prompt leaves their
-collective timeout.
+open and close, :class:`~nb_accel._messages.PromptState`), so that time at a prompt leaves
+their collective timeout.
 
 For a pool spread over hosts the kernel also writes to its workers through this process
-(:class:`~.protocol.ToWorker`), has it signal them (:class:`~.protocol.SignalWorker`: the
-kernel's interrupt) and asks it what only this host can see (:class:`~.protocol.AskWorkers`:
-their stacks, their memory).
+(:class:`~nb_accel._messages.ToWorker`), has it signal them
+(:class:`~nb_accel._messages.SignalWorker`: the kernel's interrupt) and asks it what only this
+host can see (:class:`~nb_accel._messages.AskWorkers`: their stacks, their memory).
 """
 
 from __future__ import annotations
@@ -33,16 +33,7 @@ import threading
 from multiprocessing.connection import Connection
 from typing import Any
 
-from ..._messages import TrackerRun, decode
-from ...errors import LaunchError
-from ...worker.debugging.prompt_clock import CLOCK_FILE, CLOCK_VARIABLE, PromptClock
-from ..failures.whereabouts import abort_collectives, take_stacks
-from ..launchers.left_open_runs import OpenRuns, end_runs_left_open
-from ..multinode.launcher import agent_run
-from ..multinode.node_events import WorkerListener
-from ..processes import resident_mb
-from ..scratch import make_scratch_dir
-from .protocol import (
+from ..._messages import (
     AgentEnded,
     AgentRestarting,
     AskWorkers,
@@ -52,12 +43,19 @@ from .protocol import (
     SignalWorker,
     StopNode,
     ToWorker,
+    TrackerRun,
     WorkersAnswer,
-    hello,
-    receive,
-    send,
-    stdio_channel,
+    decode,
 )
+from ...errors import LaunchError
+from ...worker.debugging.prompt_clock import CLOCK_FILE, CLOCK_VARIABLE, PromptClock
+from ..failures.whereabouts import abort_collectives, take_stacks
+from ..launchers.left_open_runs import OpenRuns, end_runs_left_open
+from ..multinode.launcher import agent_run
+from ..multinode.node_events import WorkerListener
+from ..processes import resident_mb
+from ..scratch import make_scratch_dir
+from .protocol import hello, receive, send, stdio_channel
 
 __all__ = ["main"]
 

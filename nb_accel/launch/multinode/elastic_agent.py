@@ -11,7 +11,7 @@ differences a notebook needs:
   and nothing of the agent outlives the call: a later launch on the same port gets a fresh
   rendezvous store;
 - right after each rendezvous, before any worker starts, the nodes show each other their
-  :class:`~nb_accel.launch.multinode.node_addresses.NodeCard` through the rendezvous store: a node
+  :class:`~nb_accel._messages.NodeCard` through the rendezvous store: a node
   that could not meet the others (a loopback address for another machine) says why, every node
   stops with that message, and otherwise the workers get the interface for their sockets;
 - the rendezvous store and the store the workers share listen on one address each (the
@@ -27,11 +27,12 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from ..._messages import NodeCard
 from ...errors import LaunchError
 from ...runtime.device_types.cuda_facts import fork_safe_cuda_queries
 from ..placement.nodes import NodePlan
 from .network import rendezvous_listener, split_endpoint
-from .node_addresses import NodeCard, NodeNetwork
+from .node_addresses import NodeNetwork
 
 __all__ = ["EXIT_BARRIER_S", "OnRestart", "launch_config", "run_agent"]
 

@@ -17,13 +17,11 @@ that name means that machine itself, and the workers wait there for ever. So her
 
 from __future__ import annotations
 
-import dataclasses
-import json
 import os
 import socket
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 
+from ..._messages import NodeCard
 from ...runtime.device_types.group_backends import uses_gloo
 from .network import (
     addresses_of,
@@ -39,34 +37,6 @@ __all__ = ["NodeCard", "NodeNetwork", "SOCKET_VARIABLES"]
 
 #: The variables naming the interface of the backends' sockets, set for the workers.
 SOCKET_VARIABLES = ("GLOO_SOCKET_IFNAME", "NCCL_SOCKET_IFNAME")
-
-
-@dataclass(frozen=True)
-class NodeCard:
-    """What a node shows the others after the rendezvous.
-
-    Attributes:
-        node_rank: its ``node_rank``.
-        address: the address it advertised to torch's rendezvous.
-        host: its host name.
-        stack: its network stack (:func:`~nb_accel.launch.multinode.network.network_stack`).
-        endpoint: its ``rdzv_endpoint``, as it was given there.
-    """
-
-    node_rank: int
-    address: str
-    host: str
-    stack: str | None
-    endpoint: str
-
-    def encode(self) -> str:
-        """The card as text, for the rendezvous store."""
-        return json.dumps(dataclasses.asdict(self))
-
-    @classmethod
-    def decode(cls, text: str | bytes) -> NodeCard:
-        """The card :meth:`encode` wrote."""
-        return cls(**json.loads(text))
 
 
 def _resolved(name: str, addresses: Sequence[str]) -> str:

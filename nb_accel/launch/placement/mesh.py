@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ...config import MESH_SIZES, Config
+from ...runtime.device_types import DeviceType
 from ...runtime.parallelism import ParallelismConfig, fit_to_run
 
 __all__ = ["MeshPlan", "make_mesh_plan", "mesh_sizes"]
@@ -79,9 +80,9 @@ def mesh_sizes(given: object, config: Config) -> dict[str, int]:
 
 
 def make_mesh_plan(
-    sizes: Mapping[str, int], world_size: int, sharded: bool, device_type: str
+    sizes: Mapping[str, int], world_size: int, sharded: bool, device_type: DeviceType
 ) -> MeshPlan:
-    """The mesh of ``sizes`` for a launch of ``world_size`` ranks on ``device_type`` devices
+    """The mesh of ``sizes`` for a launch of ``world_size`` ranks on ``device_type``'s devices
     (``sharded``: its models are sharded with FSDP2), refused here when the workers'
     ``Accelerator()`` would refuse it."""
     if all(size == 1 for size in sizes.values()):

@@ -11,8 +11,17 @@ from collections.abc import Callable
 from typing import Protocol
 
 from ..._messages import Report
+from ..._registry import Registry
 
-__all__ = ["LaunchView", "NullView", "ViewFactory", "register_view_factory", "view_factory"]
+__all__ = [
+    "VIEW_FACTORIES",
+    "LaunchView",
+    "NullView",
+    "ViewFactory",
+    "register_view_factory",
+    "unregister_view_factory",
+    "view_factory",
+]
 
 
 class LaunchView(Protocol):
@@ -79,15 +88,28 @@ class NullView:
 #: multi-node launch passes ``first_rank=`` too (the rank of the node's first row).
 ViewFactory = Callable[..., LaunchView | None]
 
-_factory: ViewFactory | None = None
+#: The view factories by name, the newest registered first: a launch's view is made by the
+#: first (the notebook front end registers one as ``"front end"``); none: the text view.
+VIEW_FACTORIES: Registry[ViewFactory] = Registry("view factory", plural="view factories")
+
+#: The name :func:`register_view_factory` registers under unless told otherwise.
+_FRONT_END = "front end"
 
 
-def register_view_factory(factory: ViewFactory | None) -> None:
-    """Use ``factory`` to make each launch's view (the notebook front end registers one)."""
-    global _factory  # noqa: PLW0603 - one front end per process
-    _factory = factory
+def register_view_factory(factory: ViewFactory | None, name: str = _FRONT_END) -> None:
+    """Use ``factory`` to make each launch's view (the notebook front end registers one), in
+    place of the one registered as ``name`` before it (None: forget that one)."""
+    if factory is None:
+        VIEW_FACTORIES.unregister(name)
+    else:
+        VIEW_FACTORIES.register(name, factory)
+
+
+def unregister_view_factory(name: str = _FRONT_END) -> None:
+    """Forget the factory registered as ``name``."""
+    VIEW_FACTORIES.unregister(name)
 
 
 def view_factory() -> ViewFactory | None:
-    """The registered factory, if any."""
-    return _factory
+    """The factory registered last, if any."""
+    return next(iter(VIEW_FACTORIES.values()), None)

@@ -14,7 +14,6 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from ..device_types.group_backends import uses_nccl
 from ..state import PartialState
 from .wire import HEADER_BYTES, Header, Prepared, aligned, pack_into, unpack
 
@@ -26,7 +25,7 @@ TAG = 0x6E62
 
 def _comm_device() -> torch.device:
     state = PartialState()
-    return state.device if uses_nccl(state.backend) else torch.device("cpu")
+    return state.device_type.collective_device(state.backend, state.device)
 
 
 class _Buffers:

@@ -12,8 +12,7 @@ import torch
 import torch.distributed as dist
 
 from ..device_backends.choice import named_device_backend
-from ..device_types import rank_device_type
-from ..device_types.group_backends import uses_nccl
+from ..device_types import DeviceType, rank_device_type
 from ..state import PartialState
 
 __all__ = [
@@ -27,7 +26,8 @@ __all__ = [
 
 
 class RNGType(str, enum.Enum):
-    """A random number generator that :func:`synchronize_rng_states` can synchronise."""
+    """A random number generator that :func:`synchronize_rng_states` can synchronise
+    (``CUDA``, Accelerate's name for it: the rank's device's own generator)."""
 
     TORCH = "torch"
     CUDA = "cuda"
@@ -59,16 +59,23 @@ def set_seed(seed: int, device_specific: bool = False, deterministic: bool = Fal
     if named_device_backend() is not None:  # a launch's own devices (XLA) have a generator
         PartialState().device_backend.seed_device(seed)
     else:  # the rank's device type, for a generator torch.manual_seed does not reach
-        rank_device_type(None, 1, cpu=False).seed(seed)
+        _rank_devices().seed(seed)
     if deterministic:
         torch.use_deterministic_algorithms(True)
+
+
+def _rank_devices() -> DeviceType:
+    """The rank's device type: its state's once that is built; else the one its launch named,
+    or this process's (without building the state, which could make a process group)."""
+    shared = PartialState._shared_state
+    built = shared.get("device_type") if shared.get("initialized") else None
+    return built if isinstance(built, DeviceType) else rank_device_type(None, 1, cpu=False)
 
 
 def _broadcast_state(state: torch.Tensor) -> torch.Tensor:
     """Process 0's generator state, on every process."""
     partial = PartialState()
-    device = partial.device if uses_nccl(partial.backend) else torch.device("cpu")
-    moved = state.to(device)
+    moved = state.to(partial.device_type.collective_device(partial.backend, partial.device))
     dist.broadcast(moved, src=0)
     return moved.cpu()
 
@@ -78,9 +85,10 @@ def synchronize_rng_state(
 ) -> None:
     """Give this process the state that process 0's generator of kind ``rng_type`` has.
 
-    ``"torch"``: torch's default CPU generator; ``"cuda"``: the current CUDA device's generator
-    (skipped without CUDA); ``"generator"``: ``generator`` (skipped when ``None``); ``"xla"``:
-    not available in this build, skipped. A no-op on a single process.
+    ``"torch"``: torch's default CPU generator; ``"cuda"``: the rank's (current) device's own
+    generator, as its device type gives it (the GPU's; skipped on devices without one, the
+    CPU's included); ``"generator"``: ``generator`` (skipped when ``None``); ``"xla"``: not
+    available in this build, skipped. A no-op on a single process.
     """
     kind = RNGType(rng_type if rng_type is not None else RNGType.TORCH)
     partial = PartialState()
@@ -88,8 +96,11 @@ def synchronize_rng_state(
         return
     if kind == RNGType.TORCH:
         torch.set_rng_state(_broadcast_state(torch.get_rng_state()))
-    elif kind == RNGType.CUDA and torch.cuda.is_available():
-        torch.cuda.set_rng_state(_broadcast_state(torch.cuda.get_rng_state()))
+    elif kind == RNGType.CUDA:
+        devices = partial.device_type
+        device_state = devices.rng_state()
+        if device_state is not None:
+            devices.set_rng_state(_broadcast_state(device_state))
     elif kind == RNGType.GENERATOR and generator is not None:
         generator.set_state(_broadcast_state(generator.get_state()))
 
@@ -106,15 +117,17 @@ def capture_rng_states() -> dict[str, Any]:
     """This process's global random number generators' states, as plain data and tensors.
 
     Python's ``random``, NumPy's global generator (when NumPy has been imported), torch's CPU
-    generator and, when CUDA is already initialised, every CUDA device's generator. The result
-    holds only numbers, strings and tensors, so it loads back with ``weights_only=True``.
+    generator and, under the name of the rank's device type, what that type saves of its
+    devices' generators (on GPUs, once CUDA is initialised, every GPU's). The result holds only
+    numbers, strings and tensors, so it loads back with ``weights_only=True``.
     """
     version, internal, gauss = random.getstate()
+    devices = _rank_devices()
     states: dict[str, Any] = {
         "python": {"version": version, "state": torch.tensor(internal), "gauss": gauss},
         "torch": torch.get_rng_state(),
         "numpy": None,
-        "cuda": None,
+        devices.name: devices.saved_rng_states(),
     }
     numpy = sys.modules.get("numpy")
     if numpy is not None:
@@ -126,8 +139,6 @@ def capture_rng_states() -> dict[str, Any]:
             "has_gauss": int(has_gauss),
             "cached_gaussian": float(cached),
         }
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        states["cuda"] = torch.cuda.get_rng_state_all()
     return states
 
 
@@ -151,11 +162,7 @@ def restore_rng_states(states: dict[str, Any]) -> None:
                 numpy_state["cached_gaussian"],
             )
         )
-    cuda = states.get("cuda")
-    if cuda is not None and torch.cuda.is_available():
-        if len(cuda) != torch.cuda.device_count():
-            raise ValueError(
-                f"the saved random states cover {len(cuda)} CUDA devices; this process sees "
-                f"{torch.cuda.device_count()}"
-            )
-        torch.cuda.set_rng_state_all(cuda)
+    devices = _rank_devices()
+    device_states = states.get(devices.name)
+    if device_states is not None:  # saved on devices of the rank's type
+        devices.restore_rng_states(device_states)

@@ -14,36 +14,63 @@ from __future__ import annotations
 import os
 from collections.abc import Callable
 
-from ..plugins import DEVICE_BACKENDS, load_declared
+from ..._registry import Registry
+from ..plugins import DEVICE_BACKENDS
 from .base import DeviceBackend, Rank
 from .torch_distributed import TorchDistributedBackend
 
-__all__ = ["BACKEND_VARIABLE", "register_device_backend", "named_device_backend", "choose"]
+__all__ = [
+    "BACKEND_VARIABLE",
+    "DEVICE_BACKEND_REGISTRY",
+    "register_device_backend",
+    "unregister_device_backend",
+    "named_device_backend",
+    "choose",
+]
 
 #: The environment variable that names a worker's backend.
 BACKEND_VARIABLE = "NB_ACCEL_BACKEND"
 
-_registered: dict[str, Callable[[Rank], DeviceBackend]] = {}
+#: What a backend is made by.
+Factory = Callable[[Rank], DeviceBackend]
 
 
-def register_device_backend(name: str, factory: Callable[[Rank], DeviceBackend]) -> None:
+def _factory(name: str, found: object) -> Factory:
+    """A declared backend: what makes it (a ``DeviceBackend`` subclass or a function)."""
+    if not callable(found):
+        raise TypeError(f"device backend {name!r}: {found!r} cannot make a backend")
+    return found
+
+
+#: The device backends by name: registered, declared (``nb_accel.device_backends`` entry points,
+#: XLA's among them); torch.distributed's serves every other name.
+DEVICE_BACKEND_REGISTRY: Registry[Factory] = Registry(
+    "device backend", group=DEVICE_BACKENDS, load=_factory, in_workers=True
+)
+_registered = DEVICE_BACKEND_REGISTRY  # the name tests patch
+
+
+def register_device_backend(name: str, factory: Factory) -> None:
     """Make ``factory`` build the device backend of the workers whose ``NB_ACCEL_BACKEND`` is
     ``name`` (it is called with the state the backend serves)."""
-    _registered[name] = factory
+    DEVICE_BACKEND_REGISTRY.register(name, factory)
+
+
+def unregister_device_backend(name: str) -> None:
+    """Forget the backend :func:`register_device_backend` put under ``name``."""
+    DEVICE_BACKEND_REGISTRY.unregister(name)
 
 
 def named_device_backend() -> str | None:
     """The device backend this process's environment names, if one is registered or declared
     under that name (``None``: torch.distributed's)."""
     name = os.environ.get(BACKEND_VARIABLE)
-    if name and name not in _registered:
-        declared = load_declared(DEVICE_BACKENDS, name)  # a DeviceBackend subclass or factory
-        if callable(declared):
-            _registered[name] = declared
-    return name if name in _registered else None
+    return name if name and name in DEVICE_BACKEND_REGISTRY else None
 
 
 def choose(rank: Rank) -> DeviceBackend:
     """The device backend of the state ``rank`` (built once, when the state is)."""
     name = named_device_backend()
-    return _registered[name](rank) if name is not None else TorchDistributedBackend(rank)
+    if name is None:
+        return TorchDistributedBackend(rank)
+    return DEVICE_BACKEND_REGISTRY[name](rank)

@@ -3,8 +3,8 @@ GPU, collectives through NCCL, devices counted by NVML so that the kernel can st
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import ClassVar
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar
 
 import torch
 
@@ -12,7 +12,7 @@ from ..cuda_origin import first_cuda_call
 from ..enums import DistributedType
 from . import cuda_facts, nvml
 from .gpu_advice import advise
-from .group_backends import with_cpu_backend
+from .group_backends import uses_nccl, with_cpu_backend
 from .interface import DeviceAdvice, DeviceType, FirstUse
 
 __all__ = ["CudaDevices"]
@@ -27,6 +27,7 @@ class CudaDevices(DeviceType):
     runtime: ClassVar[str] = "CUDA"
     first_calls: ClassVar[str] = ".cuda(), .to('cuda'), torch.cuda.*"
     tracks_first_use: ClassVar[bool] = True
+    context_parallel: ClassVar[bool] = True
 
     def visible_count(self) -> int:
         """NVML's count (or, where NVML cannot count, a forked child's)."""
@@ -76,3 +77,69 @@ class CudaDevices(DeviceType):
         cached, and asking would initialise it)."""
         if cuda_facts.cuda_initialized():
             torch.cuda.empty_cache()
+
+    def rng_state(self) -> torch.Tensor | None:
+        """The current GPU's generator state (``None`` where CUDA is not available)."""
+        return torch.cuda.get_rng_state() if torch.cuda.is_available() else None
+
+    def set_rng_state(self, state: torch.Tensor) -> None:
+        """Give the current GPU's generator ``state``."""
+        torch.cuda.set_rng_state(state)
+
+    def saved_rng_states(self) -> list[torch.Tensor] | None:
+        """Every GPU's generator state, once this process has initialised CUDA (before, they
+        are still to be seeded, and asking would initialise it)."""
+        if torch.cuda.is_available() and torch.cuda.is_initialized():
+            return list(torch.cuda.get_rng_state_all())
+        return None
+
+    def restore_rng_states(self, states: list[torch.Tensor]) -> None:
+        """Every GPU's generator state, where CUDA is available; a ``ValueError`` when the
+        states are for another number of GPUs."""
+        if not torch.cuda.is_available():
+            return
+        if len(states) != torch.cuda.device_count():
+            raise ValueError(
+                f"the saved random states cover {len(states)} CUDA devices; this process sees "
+                f"{torch.cuda.device_count()}"
+            )
+        torch.cuda.set_rng_state_all(states)
+
+    def collective_device(self, backend: str | None, device: torch.device) -> torch.device:
+        """``device`` under NCCL (it reduces CUDA tensors only), else the CPU."""
+        return device if uses_nccl(backend) else torch.device("cpu")
+
+    def detached_collectives(self, backend: str | None) -> bool:
+        """True under NCCL: its collectives run on the GPU's streams, and its flight recorder
+        says which finished."""
+        return uses_nccl(backend)
+
+    def copy_to_host(self, tensor: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None] | None]:
+        """Copy ``tensor`` into pinned host memory on a stream of its own, made to wait for the
+        caller's current stream and the GPU's default stream (``tensor`` may have been computed
+        on either); ``tensor``'s memory is marked in use by that stream, so that freeing it
+        cannot hand it to new work before the copy ran. What is returned to call waits for an
+        event recorded after the copy: neither the caller nor the reader queues behind the
+        GPU's other work."""
+        copier = _copy_stream(tensor.device)
+        current = torch.cuda.current_stream(tensor.device)
+        copier.wait_stream(current)
+        default = torch.cuda.default_stream(tensor.device)
+        if current != default:
+            copier.wait_stream(default)
+        copy = torch.empty(tensor.shape, dtype=tensor.dtype, pin_memory=True)
+        with torch.cuda.stream(copier):
+            copy.copy_(tensor, non_blocking=True)
+        tensor.record_stream(copier)
+        return copy, copier.record_event().synchronize
+
+
+#: The stream each GPU's tensors are copied to the host on (made on first use).
+_copy_streams: dict[torch.device, Any] = {}
+
+
+def _copy_stream(device: torch.device) -> Any:
+    stream = _copy_streams.get(device)
+    if stream is None:
+        stream = _copy_streams[device] = torch.cuda.Stream(device)
+    return stream

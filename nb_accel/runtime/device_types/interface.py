@@ -4,8 +4,11 @@ The kernel's launch plan asks a :class:`DeviceType` what it needs before any pro
 how many devices are visible (without initialising them), how many ranks a node runs, the
 process group's backend, how the launch is titled, which start methods still work, what to
 advise and which variables every rank gets. Inside a worker the same type gives the rank its
-device, makes it current, binds the process group to it, seeds its generator and empties its
-cache. Nothing else in nb_accel asks which device type it has.
+device, makes it current, binds the process group to it, seeds its generator, gives and takes
+its generators' states, says which mixed precisions it runs, where a collective's bookkeeping
+tensors go and whether its collectives must be aborted for a failed peer, copies a logged
+tensor off it without waiting, and empties its cache. Nothing else in nb_accel asks which
+device type it has.
 
 A type is one subclass; :mod:`.registry` holds them by :attr:`DeviceType.name`.
 """
@@ -13,13 +16,14 @@ A type is one subclass; :mod:`.registry` holds them by :attr:`DeviceType.name`.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import ClassVar
 
 import torch
 
 from ..enums import DistributedType
+from .group_backends import backend_for
 
 __all__ = ["DeviceAdvice", "DeviceType", "FirstUse"]
 
@@ -74,6 +78,8 @@ class DeviceType(ABC):
     precisions: ClassVar[tuple[str, ...] | None] = None
     #: The start methods its workers can have (``None``: every one the platform offers).
     start_methods: ClassVar[tuple[str, ...] | None] = None
+    #: True when torch's context parallelism (``ParallelismConfig(cp_size=...)``) runs on it.
+    context_parallel: ClassVar[bool] = False
 
     # --- the kernel's side --------------------------------------------------------------------
 
@@ -169,3 +175,47 @@ class DeviceType(ABC):
 
     def empty_cache(self) -> None:  # noqa: B027 - most devices cache nothing
         """Give the memory the device's allocator caches back (``free_memory``)."""
+
+    def supports_precision(self, precision: str) -> bool:
+        """True when an ``Accelerator`` on these devices runs ``mixed_precision=precision``
+        (one of :attr:`precisions`; fp16 needs torch's float16 autocast and a ``GradScaler``
+        for the device)."""
+        return self.precisions is None or precision in self.precisions
+
+    def rng_state(self) -> torch.Tensor | None:
+        """The state of the rank's (current) device's own random generator, for
+        ``synchronize_rng_state``; ``None``: it has none apart from torch's CPU generator."""
+        return None
+
+    def set_rng_state(self, state: torch.Tensor) -> None:  # noqa: B027 - no generator by default
+        """Give the rank's (current) device's generator ``state`` (:meth:`rng_state`'s)."""
+
+    def saved_rng_states(self) -> list[torch.Tensor] | None:
+        """Every one of these devices' generator states, for a checkpoint; ``None``: nothing to
+        save (no generator of their own, or none in use in this process)."""
+        return None
+
+    def restore_rng_states(self, states: list[torch.Tensor]) -> None:  # noqa: B027
+        """Give these devices' generators the states :meth:`saved_rng_states` returned (nothing
+        to do by default: there was nothing to save)."""
+
+    def collective_device(self, backend: str | None, device: torch.device) -> torch.device:
+        """Where a rank on ``device`` puts small tensors it exchanges through a group made as
+        ``backend`` (generator states, the dispatcher's messages): ``device`` where the group
+        runs collectives on these devices, else the CPU."""
+        return device if backend_for(backend, self.name) is not None else torch.device("cpu")
+
+    def detached_collectives(self, backend: str | None) -> bool:
+        """True when a group made as ``backend`` runs its collectives on these devices apart
+        from the Python call that issued them (NCCL on GPUs): a rank waiting in one is not
+        freed when a failed peer's connections close, so it must be aborted, and only the
+        backend says whether one finished. False by default: the call itself waits, and fails
+        with the connection."""
+        del backend
+        return False
+
+    def copy_to_host(self, tensor: torch.Tensor) -> tuple[torch.Tensor, Callable[[], None] | None]:
+        """Start copying ``tensor`` (detached, on one of these devices) where it can be read
+        later without the caller waiting for the device now: the copy, and what to call before
+        reading it (``None``: nothing). By default a clone, where it is."""
+        return tensor.clone(), None

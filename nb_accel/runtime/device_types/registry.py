@@ -15,13 +15,15 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
-from ..plugins import DEVICE_TYPES, declared, load_declared
+from ..._registry import Registry
+from ..plugins import DEVICE_TYPES
 from .cpu import CPU_VARIABLE, CpuDevices
 from .cuda import CudaDevices
 from .group_backends import backends_by_device
 from .interface import DeviceType
 
 __all__ = [
+    "DEVICE_TYPE_REGISTRY",
     "DEVICE_TYPE_VARIABLE",
     "choose_device_type",
     "device_type",
@@ -35,53 +37,48 @@ __all__ = [
 #: The variable a launch sets in its ranks: the name of the device type they run on.
 DEVICE_TYPE_VARIABLE = "NB_ACCEL_DEVICE_TYPE"
 
-#: The device types nb_accel brings in this folder, by name, considered after those registered
-#: and those installed packages declare (the XLA type among them: ``pyproject.toml``).
-_BUILT_IN: dict[str, type[DeviceType]] = {"cuda": CudaDevices, "cpu": CpuDevices}
 
-#: Types registered at run time, considered before the others (newest first).
-_registered: dict[str, DeviceType] = {}
-_made: dict[str, DeviceType] = {}
+def _made(name: str, found: object) -> DeviceType:
+    """The device type a declared or built-in class stands for, made without arguments."""
+    if not (isinstance(found, type) and issubclass(found, DeviceType)):
+        raise TypeError(f"device type {name!r}: {found!r} is not a DeviceType subclass")
+    return found()
+
+
+#: Every device type by name, in the order a launch considers them: registered (newest first),
+#: declared by an installed package (the ``nb_accel.device_types`` entry points: XLA's among
+#: them, ``pyproject.toml``), then those of this folder; declared and built-in ones are made on
+#: first use.
+DEVICE_TYPE_REGISTRY: Registry[DeviceType] = Registry(
+    "device type",
+    built_in={"cuda": CudaDevices, "cpu": CpuDevices},
+    group=DEVICE_TYPES,
+    load=_made,
+    in_workers=True,
+)
 
 
 def register_device_type(device: DeviceType) -> None:
     """Make ``device`` a device type launches can run on, under ``device.name``; it is
     considered before the types registered earlier, the declared and the built-in ones."""
-    _registered.pop(device.name, None)
-    _registered[device.name] = device
+    DEVICE_TYPE_REGISTRY.register(device.name, device)
 
 
 def unregister_device_type(name: str) -> None:
     """Forget the device type registered as ``name`` (a declared or built-in one stays)."""
-    _registered.pop(name, None)
-
-
-def _made_once(name: str) -> DeviceType | None:
-    """The declared or built-in type ``name``, made on first use; ``None`` when there is none."""
-    if name not in _made:
-        found = _BUILT_IN.get(name) or load_declared(DEVICE_TYPES, name)
-        if not (isinstance(found, type) and issubclass(found, DeviceType)):
-            return None
-        _made[name] = found()
-    return _made[name]
+    DEVICE_TYPE_REGISTRY.unregister(name)
 
 
 def device_types() -> list[DeviceType]:
     """Every device type, in the order a launch considers them: registered, declared by an
     installed package (the ``nb_accel.device_types`` entry points), built in."""
-    later = [*declared(DEVICE_TYPES), *_BUILT_IN]
-    names = [*reversed(_registered), *(n for n in later if n not in _registered)]
-    return [device_type(name) for name in dict.fromkeys(names)]
+    return list(DEVICE_TYPE_REGISTRY.values())
 
 
 def device_type(name: str) -> DeviceType:
     """The device type registered, declared or built in as ``name``; a ``ValueError`` naming
     the others if none is."""
-    found = _registered.get(name) or _made_once(name)
-    if found is None:
-        known = ", ".join(repr(n) for n in [*_registered, *declared(DEVICE_TYPES), *_BUILT_IN])
-        raise ValueError(f"no device type is named {name!r}; the device types are {known}")
-    return found
+    return DEVICE_TYPE_REGISTRY[name]
 
 
 def choose_device_type(

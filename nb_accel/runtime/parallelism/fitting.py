@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..device_types import DeviceType
 from .config import ParallelismConfig
 
 __all__ = ["fit_to_run", "mesh_rank"]
@@ -16,9 +17,9 @@ def mesh_rank(mesh: Any, dimension: str) -> int:
 
 
 def fit_to_run(
-    config: ParallelismConfig, num_processes: int, sharded: bool, device_type: str
+    config: ParallelismConfig, num_processes: int, sharded: bool, device_type: DeviceType
 ) -> None:
-    """Check ``config`` against a run of ``num_processes`` on ``device_type`` devices, before
+    """Check ``config`` against a run of ``num_processes`` on ``device_type``'s devices, before
     any training. A configuration left at 1 gets the dimension that runs (``dp_shard`` when
     the models are ``sharded``, else ``dp_replicate``) set to ``num_processes``; any other
     product must equal it. What nb_accel does not run is refused here."""
@@ -35,11 +36,11 @@ def fit_to_run(
             "(Ulysses), which nb_accel does not run; use cp_size for torch's context "
             "parallelism, or leave sp_size at 1"
         )
-    if config.cp_enabled and device_type != "cuda":
+    if config.cp_enabled and not device_type.context_parallel:
         raise ValueError(
             f"ParallelismConfig(cp_size={config.cp_size}): torch's context parallelism runs on "
-            f"CUDA GPUs only, and this run is on {device_type!r} devices: leave cp_size at 1 "
-            "there"
+            f"CUDA GPUs only, and this run is on {device_type.name!r} devices: leave cp_size at "
+            "1 there"
         )
     if config.tp_enabled and sharded and not config.dp_shard_enabled:
         raise ValueError(

@@ -5,6 +5,7 @@ of models held in parts that both use (``parts.py``) and the one list of them by
 
 from .registry import (
     DEFAULT,
+    SHARDING_VARIABLE,
     STRATEGIES,
     choose_strategy,
     default_strategy,
@@ -18,6 +19,7 @@ from .strategy import ModelSetup, ShardingStrategy
 
 __all__ = [
     "DEFAULT",
+    "SHARDING_VARIABLE",
     "STRATEGIES",
     "ModelSetup",
     "ShardingStrategy",

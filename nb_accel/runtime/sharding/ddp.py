@@ -55,9 +55,10 @@ class DataParallelStrategy(StateDictsInParts, ShardingStrategy):
 
     @classmethod
     def from_options(cls, options: Mapping[str, Any]) -> ShardingStrategy | None:
-        """Always (the default, asked for by no option)."""
-        del options
-        return cls()
+        """When the launch named it (``options["sharding"]``); data parallel itself is also the
+        default, which no option needs to ask for. A subclass under a name of its own is thus
+        chosen in the ranks of the launches that name it, and nowhere else."""
+        return cls() if options.get("sharding") == cls.name else None
 
     def wraps(self, model: torch.nn.Module, setup: ModelSetup) -> bool:
         """Several processes on CPUs or GPUs, and parameters to train."""

@@ -1,27 +1,31 @@
-"""The sharding strategies, by name: the one list the Accelerator, the launch plan and the saved
-configuration's names go by. A new strategy is a module implementing
-:class:`~nb_accel.runtime.sharding.strategy.ShardingStrategy` and one line in
-:data:`nb_accel.config.SHARDING_STRATEGIES`, from which :data:`STRATEGIES` is loaded, or one
+"""The sharding strategies, by name: the one registry the Accelerator, the launch plan and the
+saved configuration's names go by (:data:`nb_accel.config.SHARDING_STRATEGIES`, read here as
+:data:`STRATEGIES`). A new strategy is a module implementing
+:class:`~nb_accel.runtime.sharding.strategy.ShardingStrategy` and one line there, or one
 :func:`register_sharding_strategy` call at run time. Names are compared here only: the launch,
-the magics and the form ask :func:`sharding_name` and :func:`sharding_for_fsdp`."""
+the magics and the form ask :func:`sharding_name` and :func:`sharding_for_fsdp`; a launch names
+its strategy in its ranks' :data:`SHARDING_VARIABLE`, and :func:`choose_strategy` takes it."""
 
 from __future__ import annotations
 
 import contextlib
-import importlib
+import os
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, cast
 
 import torch
 
-from ...config import CHOICES, SHARDING_ALIASES, SHARDING_STRATEGIES
+from ..._registry import Registry
+from ...config import SHARDING_ALIASES, SHARDING_STRATEGIES
 from .ddp import DataParallelStrategy
 from .fsdp2 import FullyShardedStrategy
 from .strategy import ShardingStrategy
 
 __all__ = [
     "DEFAULT",
+    "SHARDING_VARIABLE",
     "STRATEGIES",
+    "checked_strategy",
     "choose_strategy",
     "default_strategy",
     "no_sync",
@@ -35,23 +39,23 @@ __all__ = [
     "worker_only_advice",
 ]
 
+#: The variable a launch sets in its ranks: the name of the strategy it runs with.
+SHARDING_VARIABLE = "NB_ACCEL_SHARDING"
 
-def _load(name: str, where: str) -> type[ShardingStrategy]:
-    """The strategy class at ``where`` (``"module:Class"``), registered as ``name``."""
-    module, _, attribute = where.partition(":")
-    found = getattr(importlib.import_module(module), attribute)
+
+def checked_strategy(name: str, found: object) -> type[ShardingStrategy]:
+    """``found``, a strategy class declared or built in as ``name``, checked."""
     if not (isinstance(found, type) and issubclass(found, ShardingStrategy)):
-        raise TypeError(f"sharding strategy {name!r}: {where} is not a ShardingStrategy")
+        raise TypeError(f"sharding strategy {name!r}: {found!r} is not a ShardingStrategy")
     if found.name != name:
-        raise TypeError(f"sharding strategy {name!r}: {where} calls itself {found.name!r}")
+        raise TypeError(f"sharding strategy {name!r}: {found!r} calls itself {found.name!r}")
     return found
 
 
-#: Every strategy, by the name the launch and the configuration use (the list itself is
+#: Every strategy, by the name the launch and the configuration use, in the order they are
+#: asked: registered (newest first), declared, built in (the same registry as
 #: :data:`nb_accel.config.SHARDING_STRATEGIES`).
-STRATEGIES: dict[str, type[ShardingStrategy]] = {
-    name: _load(name, where) for name, where in SHARDING_STRATEGIES.items()
-}
+STRATEGIES = cast(Registry[type[ShardingStrategy]], SHARDING_STRATEGIES)
 
 #: The strategy without options: data parallel (on one process, models as they are).
 DEFAULT = DataParallelStrategy.name
@@ -63,7 +67,7 @@ def sharding_name(name: object) -> str:
     key = name.lower() if isinstance(name, str) else name
     key = SHARDING_ALIASES.get(key, key) if isinstance(key, str) else key
     if not isinstance(key, str) or key not in STRATEGIES:
-        names = ", ".join(repr(n) for n in STRATEGIES)
+        names = ", ".join(repr(n) for n in sorted(STRATEGIES))  # the same order every time
         raise ValueError(f"sharding={name!r} is not valid; use one of {names}")
     return key
 
@@ -82,28 +86,28 @@ def sharding_for_fsdp(fsdp: bool) -> str:
 
 def register_sharding_strategy(strategy: type[ShardingStrategy]) -> None:
     """Make ``strategy`` a sharding strategy launches, the magics, the saved configuration and
-    the Accelerator can name, as ``strategy.name``."""
+    the Accelerator can name, as ``strategy.name``: a launch that names it has its ranks'
+    ``Accelerator()`` choose it (see :func:`choose_strategy`)."""
     if not (isinstance(strategy, type) and issubclass(strategy, ShardingStrategy)):
         raise TypeError(f"{strategy!r} is not a ShardingStrategy subclass")
-    STRATEGIES[strategy.name] = strategy
-    SHARDING_STRATEGIES[strategy.name] = f"{strategy.__module__}:{strategy.__qualname__}"
-    CHOICES["sharding"] = tuple(SHARDING_STRATEGIES)
+    STRATEGIES.register(strategy.name, strategy)
 
 
 def unregister_sharding_strategy(name: str) -> None:
     """Forget a strategy :func:`register_sharding_strategy` added (the built-in ones stay)."""
-    if name in (DEFAULT, FullyShardedStrategy.name):
-        return
-    STRATEGIES.pop(name, None)
-    SHARDING_STRATEGIES.pop(name, None)
-    CHOICES["sharding"] = tuple(SHARDING_STRATEGIES)
+    STRATEGIES.unregister(name)
 
 
 def choose_strategy(options: Mapping[str, Any]) -> ShardingStrategy:
     """The strategy the Accelerator's ``options`` ask for (e.g. ``fsdp_plugin``: FSDP2), else
-    the default."""
-    for name, strategy in STRATEGIES.items():
-        chosen = None if name == DEFAULT else strategy.from_options(options)
+    the default. Each is asked with ``options["sharding"]``, the strategy the launch named in
+    :data:`SHARDING_VARIABLE`, that one first: a registered strategy needs no variable of its
+    own to be chosen in the ranks of a launch that names it."""
+    named = os.environ.get(SHARDING_VARIABLE) or None
+    asked = {"sharding": named, **options}
+    first = [named] if named is not None and named != DEFAULT else []
+    for name in dict.fromkeys([*first, *STRATEGIES]):
+        chosen = None if name == DEFAULT else STRATEGIES[name].from_options(asked)
         if chosen is not None:
             return chosen
     return default_strategy()

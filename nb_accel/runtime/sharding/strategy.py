@@ -101,7 +101,8 @@ class ShardingStrategy(abc.ABC):
     @abc.abstractmethod
     def from_options(cls, options: Mapping[str, Any]) -> ShardingStrategy | None:
         """This strategy, when the Accelerator's sharding ``options`` (``fsdp_plugin``, ...)
-        ask for it; None when they do not."""
+        ask for it; None when they do not. ``options["sharding"]`` is the name of the strategy
+        the launch named (None outside a launch): that one is asked first."""
 
     def distributed_type(self, kind: DistributedType) -> DistributedType:
         """What ``AcceleratorState.distributed_type`` reports under this strategy on a process

@@ -13,6 +13,7 @@ import os
 import warnings
 from typing import Any
 
+from ..._registry import Registry
 from ..enums import LoggerType
 from .base import GeneralTracker
 from .hosted_trackers import ClearMLTracker, CometMLTracker, SwanLabTracker, TrackioTracker
@@ -29,7 +30,8 @@ __all__ = [
     "register_tracker_class",
 ]
 
-LOGGER_TYPE_TO_CLASS: dict[str, type[GeneralTracker]] = {
+#: The trackers nb_accel brings, by name (each imports its library only when it starts).
+_BUILT_IN: dict[str, type[GeneralTracker]] = {
     "tensorboard": TensorBoardTracker,
     "wandb": WandBTracker,
     "mlflow": MLflowTracker,
@@ -40,8 +42,25 @@ LOGGER_TYPE_TO_CLASS: dict[str, type[GeneralTracker]] = {
     "dvclive": DVCLiveTracker,
     "swanlab": SwanLabTracker,
 }
-"""Tracker classes by name: the built-in ones and those registered with
-:func:`register_tracker_class`."""
+
+
+def _tracker_class(name: str, found: object) -> type[GeneralTracker]:
+    """A declared or built-in tracker class, checked."""
+    if not (isinstance(found, type) and issubclass(found, GeneralTracker)):
+        raise TypeError(f"tracker {name!r}: {found!r} is not a GeneralTracker subclass")
+    return found
+
+
+LOGGER_TYPE_TO_CLASS: Registry[type[GeneralTracker]] = Registry(
+    "tracker",
+    built_in=_BUILT_IN,
+    group="nb_accel.trackers",
+    load=_tracker_class,
+    in_workers=True,
+)
+"""Tracker classes by name: those registered with :func:`register_tracker_class` (newest
+first), those installed packages declare (``nb_accel.trackers`` entry points), the built-in
+ones; read as a mapping, as Accelerate's dict of the same name."""
 
 #: A built-in tracker's library: (module, distribution) pairs any of which will do, the pip
 #: package to name, and nb_accel's extra that installs it.
@@ -107,7 +126,7 @@ def register_tracker_class(tracker_class: type[GeneralTracker]) -> None:
             f"{tracker_class.name!r}",
             stacklevel=2,
         )
-    LOGGER_TYPE_TO_CLASS[str(tracker_class.name)] = tracker_class
+    LOGGER_TYPE_TO_CLASS.register(str(tracker_class.name), tracker_class)
 
 
 def _missing(name: str) -> MissingTrackerLibraryError:
@@ -178,6 +197,3 @@ def _all_installed(logging_dir: str | os.PathLike[str] | None) -> list[str | Gen
             continue
         found.append(name)
     return found
-
-
-_BUILT_IN = dict(LOGGER_TYPE_TO_CLASS)

@@ -9,11 +9,11 @@ from typing import Any
 
 import torch
 
+from ..device_types import DeviceType
 from ..state import AcceleratorState, PartialState
 from ..tree import recursively_apply
 
 __all__ = [
-    "FP16_DEVICE_TYPES",
     "check_precision_for_device",
     "autocast_context",
     "make_grad_scaler",
@@ -29,16 +29,16 @@ __all__ = [
 _DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 
 
-#: The devices fp16 mixed precision runs on: autocast in float16 with a ``GradScaler`` there.
-FP16_DEVICE_TYPES = ("cuda", "cpu")
-
-
-def check_precision_for_device(mixed_precision: str, device: torch.device) -> None:
-    """Raise ``ValueError`` for a precision this device cannot run (fp16 off CUDA and the CPU)."""
-    if mixed_precision == "fp16" and device.type not in FP16_DEVICE_TYPES:
+def check_precision_for_device(
+    mixed_precision: str, device: torch.device, device_type: DeviceType
+) -> None:
+    """Raise ``ValueError`` for a precision the rank's ``device`` (of ``device_type``) cannot
+    run, as its type says (fp16 on XLA devices): see
+    :meth:`~nb_accel.runtime.device_types.DeviceType.supports_precision`."""
+    if not device_type.supports_precision(mixed_precision):
         raise ValueError(
-            f"mixed_precision='fp16' runs on CUDA GPUs or the CPU, but this process runs on "
-            f"{device.type}; use mixed_precision='bf16', or 'no'"
+            f"mixed_precision={mixed_precision!r} does not run on {device_type.label}s (this "
+            f"process runs on {device.type}); use mixed_precision='bf16', or 'no'"
         )
 
 

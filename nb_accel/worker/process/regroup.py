@@ -30,7 +30,7 @@ from torch.distributed import distributed_c10d as c10d
 
 from ..._messages import Release, Settle
 from ...errors import is_peer_loss
-from ...runtime.device_types.group_backends import uses_nccl
+from ...runtime.device_types import rank_device_type
 from ...runtime.groups.remaking import (
     NEEDED_FOR,
     GroupOrigin,
@@ -95,11 +95,19 @@ def release_process_group(release: Release) -> None:
         _release()
 
 
+def _collectives_detached() -> bool:
+    """Whether this rank's group runs its collectives apart from the call that waits (NCCL's:
+    see :meth:`~nb_accel.runtime.device_types.DeviceType.detached_collectives`)."""
+    backend = dist.get_backend()
+    devices = rank_device_type(backend, dist.get_world_size(), cpu=False)
+    return devices.detached_collectives(backend)
+
+
 def abort_for_failed_peer() -> None:
     """Abort this rank's NCCL process group while its main thread waits in a collective that a
     failed rank will never join (called from another thread: NCCL's abort is made for that).
     A gloo rank is freed by the failed rank's own abort, so nothing is done there."""
-    if not dist.is_initialized() or not uses_nccl(dist.get_backend()):
+    if not dist.is_initialized() or not _collectives_detached():
         return
     _aborted_for_peer.set()
     _release()
@@ -133,7 +141,7 @@ def free_for_deadline(message: str, collective: str, stack: str) -> None:
     _expired[:] = [(message, collective, stack)]
     if not dist.is_initialized():
         return
-    if uses_nccl(dist.get_backend()):
+    if _collectives_detached():
         _release()
     else:
         shut_down_group_sockets()

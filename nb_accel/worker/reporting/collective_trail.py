@@ -23,7 +23,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from ...runtime.device_types.group_backends import uses_nccl
+from ...runtime.device_types import device_types
+from ...runtime.device_types.group_backends import backends_by_device
 
 __all__ = [
     "collective_in_flight",
@@ -60,6 +61,13 @@ _DEFAULT_GROUPS = frozenset({"default_pg", "undefined", ""})
 Abort = Callable[[], None]
 
 
+def _runs_detached(backend: str) -> bool:
+    """Whether a group made as ``backend`` runs collectives apart from Python on a device type
+    it serves (asked of the types by the backend alone: the kernel asks too)."""
+    served = backends_by_device(backend)
+    return any(d.detached_collectives(backend) for d in device_types() if d.name in served)
+
+
 @dataclass(frozen=True)
 class LastCollective:
     """The newest collective of a rank's flight recorder.
@@ -88,7 +96,7 @@ class LastCollective:
         """Whether the rank is known to wait for it still. NCCL runs collectives apart from
         Python and says when they finish; a gloo rank waits inside its Python call, which its
         stack shows instead."""
-        return uses_nccl(self.backend) and self.state != "completed"
+        return self.state != "completed" and _runs_detached(self.backend)
 
     def describe(self) -> str:
         """``all_reduce #3``, with its group and whether it finished where that is known (a

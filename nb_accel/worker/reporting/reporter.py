@@ -16,11 +16,13 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from ..._messages import BarState, MetricPoint, Report
+from ...runtime.device_types import DeviceType, device_type
 from ...runtime.rank_local import RankLocal
 from .channel import EventChannel, current_channel
 
@@ -39,53 +41,39 @@ __all__ = [
 REPORT_INTERVAL_S = 0.125
 
 
+def _devices_of(tensor: torch.Tensor) -> DeviceType | None:
+    """The device type of the device ``tensor`` is on (``None``: none is registered)."""
+    try:
+        return device_type(tensor.device.type)
+    except ValueError:
+        return None
+
+
 class DeferredValue:
     """A logged one-element tensor, copied (without waiting for the GPU) and read later.
 
-    A CUDA tensor is copied into pinned host memory on a stream of the reporter's own, made to
-    wait for the logging thread's current stream and the device's default stream (the tensor
-    may have been computed on either), and the tensor's memory is marked in use by that stream
-    so that freeing it on the training thread cannot hand it to new work before the copy ran.
-    The read waits for an event recorded after the copy and reads host memory: neither the
-    training thread nor the reporter's queues behind the training's GPU work.
+    Its device type copies it (:meth:`~nb_accel.runtime.device_types.DeviceType.copy_to_host`):
+    a GPU's into pinned host memory on a stream of its own, so that neither the training
+    thread nor the reporter queues behind the training's GPU work; the read waits for that
+    copy only.
     """
 
     __slots__ = ("_ready", "tensor")
 
     def __init__(self, tensor: torch.Tensor) -> None:
         source = tensor.detach()
-        self._ready: Any = None
-        if not source.is_cuda:
+        devices = _devices_of(source)
+        self._ready: Callable[[], None] | None = None
+        if devices is None:
             self.tensor = source.clone()
-            return
-        copier = _copy_stream(source.device)
-        current = torch.cuda.current_stream(source.device)
-        copier.wait_stream(current)
-        default = torch.cuda.default_stream(source.device)
-        if current != default:
-            copier.wait_stream(default)
-        self.tensor = torch.empty(source.shape, dtype=source.dtype, pin_memory=True)
-        with torch.cuda.stream(copier):
-            self.tensor.copy_(source, non_blocking=True)
-        source.record_stream(copier)
-        self._ready = copier.record_event()
+        else:
+            self.tensor, self._ready = devices.copy_to_host(source)
 
     def read(self) -> float:
         """The value (waits for the device to have computed it)."""
         if self._ready is not None:
-            self._ready.synchronize()
+            self._ready()
         return float(self.tensor.item())
-
-
-#: The stream each CUDA device's logged tensors are copied on (made on first use).
-_copy_streams: dict[torch.device, Any] = {}
-
-
-def _copy_stream(device: torch.device) -> Any:
-    stream = _copy_streams.get(device)
-    if stream is None:
-        stream = _copy_streams[device] = torch.cuda.Stream(device)
-    return stream
 
 
 #: A logged value as recorded: a number, or a tensor read when its report is sent.
