@@ -194,10 +194,10 @@ class Registry(Mapping[str, T], Generic[T]):
     def _loaded_item(self, source: str, name: str, value: object) -> T:
         key = (source, name, value if isinstance(value, str) else "")
         if key not in self._loaded:
-            if isinstance(value, str):
+            if source == "declared":  # an entry point (whichever metadata library made it)
+                value = cast(EntryPoint, value).load()
+            elif isinstance(value, str):
                 value = load_dotted(value)
-            elif isinstance(value, EntryPoint):
-                value = value.load()
             load = self._load
             if isinstance(load, str):
                 load = self._load = cast(Callable[[str, object], T], load_dotted(load))
