@@ -12,100 +12,10 @@ Every name is importable from here (``from nb_accel._messages import Started``).
 
 from __future__ import annotations
 
-from .commands import (
-    Answer,
-    Call,
-    Command,
-    Debug,
-    Execute,
-    Interrupt,
-    KernelMessage,
-    Pull,
-    Push,
-    Release,
-    Settle,
-    Stop,
-    decode_command,
-    encode_command,
-)
-from .events import (
-    BarState,
-    CellDone,
-    Event,
-    Failure,
-    MetricPoint,
-    Output,
-    Prompt,
-    Report,
-    Result,
-    Started,
-    TrackerRun,
-    decode,
-    encode,
-)
-from .hosts import (
-    AgentEnded,
-    AgentRestarting,
-    AskWorkers,
-    Forwarded,
-    FromNode,
-    Hello,
-    NodeJob,
-    PromptState,
-    SignalWorker,
-    StopNode,
-    ToNode,
-    ToWorker,
-    Versions,
-    WorkersAnswer,
-)
-from .nodes import NodeCard
+from . import commands, events, hosts, nodes
+from .commands import *  # noqa: F403 - the catalogue is the channels' modules together
+from .events import *  # noqa: F403
+from .hosts import *  # noqa: F403
+from .nodes import *  # noqa: F403
 
-__all__ = [
-    # worker -> kernel
-    "BarState",
-    "CellDone",
-    "Event",
-    "Failure",
-    "MetricPoint",
-    "Output",
-    "Prompt",
-    "Report",
-    "Result",
-    "Started",
-    "TrackerRun",
-    "decode",
-    "encode",
-    # kernel -> worker
-    "Answer",
-    "Call",
-    "Command",
-    "Debug",
-    "Execute",
-    "Interrupt",
-    "KernelMessage",
-    "Pull",
-    "Push",
-    "Release",
-    "Settle",
-    "Stop",
-    "decode_command",
-    "encode_command",
-    # kernel <-> a host's node process
-    "AgentEnded",
-    "AgentRestarting",
-    "AskWorkers",
-    "Forwarded",
-    "FromNode",
-    "Hello",
-    "NodeJob",
-    "PromptState",
-    "SignalWorker",
-    "StopNode",
-    "ToNode",
-    "ToWorker",
-    "Versions",
-    "WorkersAnswer",
-    # node <-> node
-    "NodeCard",
-]
+__all__ = [*events.__all__, *commands.__all__, *hosts.__all__, *nodes.__all__]

@@ -84,7 +84,7 @@ class RecordingBackend(DeviceBackend):
 @pytest.fixture
 def recording(monkeypatch: pytest.MonkeyPatch) -> Iterator[Callable[[], RecordingBackend]]:
     """The recording backend registered and named by the environment; states start afresh."""
-    monkeypatch.setitem(choice._registered, "recording", RecordingBackend)
+    monkeypatch.setitem(choice.DEVICE_BACKEND_REGISTRY, "recording", RecordingBackend)
     monkeypatch.setenv(choice.BACKEND_VARIABLE, "recording")
     RecordingBackend.built.clear()
     reset_all_states()
