@@ -1,40 +1,40 @@
-"""Watching a worker group: events and process exits together, results or the first failure.
+"""Watching the worker processes of this machine: their events and exits together.
 
-The loop blocks on the workers' connections, their exit sentinels and the pipes of their file
-descriptors 1 and 2 (:mod:`.captured`) at once, so a result, an exception, a death or a line a
-library wrote is seen the moment it happens; a worker's death is judged with the last words it
-wrote there (NCCL's watchdog's, say). Whatever ends the wait (success, failure,
-KeyboardInterrupt), :meth:`WorkerGroup.stop` leaves no process behind, and closes every pipe,
-connection and process handle the group holds itself: nothing waits for the garbage collector.
+:class:`WorkerGroup` is the process side of this machine's ranks (a launch's and a pool's:
+:mod:`~nb_accel.launch.pool_ranks.local`); the one driver
+(:mod:`~nb_accel.launch.driver.driver`) runs their commands to the outcome. Each look blocks
+on the workers' connections, their exit sentinels and the pipes of their file descriptors 1
+and 2 (:mod:`.captured`) at once, so a result, an exception, a death or a line a library wrote
+is seen the moment it happens; a worker's death is judged with the last words it wrote there
+(NCCL's watchdog's, say). Whatever ends the launch (success, failure, KeyboardInterrupt),
+:meth:`WorkerGroup.stop` leaves no process behind, and closes every pipe, connection and
+process handle the group holds itself: nothing waits for the garbage collector.
 """
 
 from __future__ import annotations
 
 import select
-import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
 
 from .._messages import Output, Prompt, TrackerRun, decode
 from .debugging.kept_rank import KeptRank
-from .debugging.post_mortems import offer_post_mortem, raising_ranks
+from .debugging.post_mortems import offer_post_mortem
 from .debugging.prompts import answer_prompt
 from .failures.failure_log import FailureLog
 from .failures.verdict import died_failure
-from .failures.whereabouts import RankStack, stacks_note, take_stacks, where_lines
+from .failures.whereabouts import RankStack, take_stacks
 from .launchers.dispatch import DispatchHooks, EventDispatcher
-from .launchers.outcome import launch_outcome
 from .launchers.stopping import EXIT_GRACE_S, stop_processes
 from .processes import WorkerProcess
-from .views.stall import Location, locating
 from .views.view import LaunchView
 
 __all__ = ["WorkerGroup"]
 
 
 class WorkerGroup(DispatchHooks):
-    """The workers of one launch, watched together until all return or one fails.
+    """The worker processes of one launch or pool on this machine, watched together.
 
     Their events go to an :class:`~nb_accel.launch.launchers.dispatch.EventDispatcher`
     (:attr:`events`); what a worker wrote to its file descriptors is shown before each change
@@ -144,9 +144,6 @@ class WorkerGroup(DispatchHooks):
         if worker.rank not in self.events.results and worker.rank not in self._failures.ranks:
             self._failures.add(died_failure(worker.rank, worker.pid, worker.poll(), last_words))
 
-    def _settled(self, rank: int) -> bool:
-        return rank in self.events.results or rank in self._failures.ranks or rank in self._exited
-
     def _watch_once(self, timeout: float | None) -> None:
         by_fd: dict[Any, WorkerProcess] = {}
         pipes: dict[int, WorkerProcess] = {}
@@ -172,55 +169,13 @@ class WorkerGroup(DispatchHooks):
             if worker.poll() is not None:
                 self._note_exit(worker)
 
-    def wait(self) -> list[Any] | BaseException:
-        """Block until every rank returned or one failed.
-
-        Returns the ranks' values in rank order, or the exception that the caller should raise
-        (the group is stopped already then).
-        """
-        try:
-            with locating(self._where_one):
-                return self._wait()
-        except KeyboardInterrupt as interrupt:
-            running = [r for r in range(self.world_size) if not self._settled(r)]
-            stacks = self.where(running) if running else {}
-            if stacks and hasattr(interrupt, "add_note"):  # where the ranks were, before they stop
-                interrupt.add_note("Interrupted while:\n" + "\n".join(where_lines(stacks, "was")))
-                if note := stacks_note(stacks):
-                    interrupt.add_note(note)
-            raise
-
-    def _wait(self) -> list[Any] | BaseException:
-        first_failure: float | None = None
-        results = self.events.results
-        while True:
-            if all(self._settled(r) for r in range(self.world_size)) and (
-                self._failures or len(results) == self.world_size
-            ):
-                break
-            remaining: float | None = None
-            if self._failures:
-                if first_failure is None:
-                    first_failure = time.monotonic()
-                remaining = first_failure + self._failures.collect_window - time.monotonic()
-                if remaining <= 0:
-                    break
-            self._watch_once(remaining)
-        ranks = range(self.world_size)
-        outcome = launch_outcome(
-            results, self._failures, ranks, self.world_size, self._timeout_s, self.where
-        )
-        if isinstance(outcome, BaseException):
-            self._keep_for_debugging(outcome)
-            self.stop()
-        return outcome
-
-    def _keep_for_debugging(self, error: BaseException) -> None:
-        """Keep the root cause's rank, waiting with its frames, for ``%debug`` (where the
-        launch's workers wait for it, and that rank raised an exception of its own)."""
+    def keep_for_debugging(self, error: BaseException, ranks: list[int]) -> None:
+        """Keep the first of ``ranks`` (the root cause's, which raised ``error``'s exception)
+        waiting with its frames for ``%debug``, where the launch's workers wait for it
+        (``post_mortem_s``) and it still runs; it is then not stopped with the others."""
         if self._post_mortem_s <= 0:
             return
-        for rank in raising_ranks(self._failures)[:1]:  # the root cause's
+        for rank in ranks[:1]:
             worker = self.workers[rank]
             if rank not in self._exited and worker.poll() is None:
                 self._kept = worker
@@ -235,10 +190,6 @@ class WorkerGroup(DispatchHooks):
             return {}
         pids = {rank: self.workers[rank].pid for rank in ranks if rank not in self._exited}
         return take_stacks(self._folder, pids, collectives=True)
-
-    def _where_one(self, rank: int) -> Location | None:
-        stack = self.where([rank]).get(rank) if 0 <= rank < self.world_size else None
-        return Location(stack.summary(), stack.text()) if stack is not None else None
 
     def stop(self, graceful: bool = False) -> None:
         """Stop every worker and reap it: SIGTERM, a short grace, then SIGKILL; then close

@@ -19,7 +19,7 @@ from shown_rows import ShownRows
 
 from nb_accel import notebook_launcher, stop_workers
 from nb_accel.errors import CollectiveTimeoutError
-from nb_accel.launch import pool as pool_module
+from nb_accel.launch.driver import driver as driver_module
 from nb_accel.launch.pool import WorkerPool
 from nb_accel.launch.pool_ranks.values import load_value
 
@@ -141,7 +141,7 @@ raise ValueError("rank 0 gave up")
 def test_a_late_rank_that_ignores_its_interrupt_has_the_pool_stopped(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(pool_module, "INTERRUPT_GRACE_S", 2.0)  # the pool's grace, shortened
+    monkeypatch.setattr(driver_module, "INTERRUPT_GRACE_S", 2.0)  # the driver's grace, shortened
     pool = WorkerPool(2, cpu=True, timeout=10 * TEST_TIMEOUT_S)
     pool.start()
     try:

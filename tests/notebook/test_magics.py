@@ -172,7 +172,8 @@ def test_ranks_that_no_interrupt_reaches_are_named_and_the_pool_stopped() -> Non
     with running_kernel() as (manager, client):
         _ok(
             client,
-            "%load_ext nb_accel\nimport nb_accel.launch.pool as pool\npool.INTERRUPT_GRACE_S = 2",
+            "%load_ext nb_accel\nimport nb_accel.launch.driver.driver as driver\n"
+            "driver.INTERRUPT_GRACE_S = 2",
         )
         _ok(client, "%%distributed -n 2\n" + SAY_WHEN_RECEIVING)
         interrupted = _interrupted(manager, client, BOTH_IN_A_COLLECTIVE)
@@ -263,7 +264,7 @@ def test_an_interrupt_that_reaches_a_rank_still_reading_the_cell_stops_it_there(
     pool lives on with its namespaces."""
     with running_kernel() as (manager, client):
         _ok(client, "%load_ext nb_accel")
-        _ok(client, "import nb_accel.launch.pool\nnb_accel.launch.pool.INTERRUPT_GRACE_S = 5")
+        _ok(client, "import nb_accel.launch.driver.driver as driver\ndriver.INTERRUPT_GRACE_S = 5")
         _ok(client, "%%distributed -n 2\nimport os\npid = os.getpid()\nnote = 'kept'")
         _ok(client, "%%distributed -o pids\npid")
         pids = ast.literal_eval(_ok(client, "print(pids)").stdout.strip())

@@ -119,9 +119,9 @@ NOT_USER_FACING: dict[tuple[str, str], str] = {
 #: module (``""``: wherever it is traced to) and their whole text; each with where the text
 #: comes from (quoted on the page where it is made, when it is nb_accel's).
 PASSED_ON: dict[tuple[str, str], str] = {
-    ("launch/pool.py", "{REBUILT_NOTE}"): "the constant of launch/pool_ranks/notes.py",
-    ("launch/pool.py", "{STOPPED_NOTE}"): "the constant of launch/pool_ranks/notes.py",
-    ("launch/pool.py", "{replaced_note(dead, pids, took, ran)}"): (
+    ("launch/driver/driver.py", "{REBUILT_NOTE}"): "the constant of launch/pool_ranks/notes.py",
+    ("launch/driver/driver.py", "{STOPPED_NOTE}"): "the constant of launch/pool_ranks/notes.py",
+    ("launch/driver/driver.py", "{replaced_note(dead, pids, took, ran)}"): (
         "what launch/pool_ranks/notes.py's replaced_note says"
     ),
     ("notebook/magic_flags.py", "{message} ({'; '.join(hints)})"): (

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..._messages import (
     AgentEnded,
+    AgentRestarting,
     AskWorkers,
     Event,
     Forwarded,
@@ -52,11 +53,19 @@ class HostRanks(NodeHooks, PoolRanks):
     Args:
         plan: the pool's plan.
         hosts: the hosts and how they are reached.
+        view: the launch view told of the ranks' events (a pool's is each command's).
+        max_restarts: how many times the hosts' agents may restart the ranks (a pool's: none).
     """
 
-    def __init__(self, plan: LaunchPlan, hosts: HostPlan) -> None:
+    def __init__(
+        self,
+        plan: LaunchPlan,
+        hosts: HostPlan,
+        view: LaunchView | None = None,
+        max_restarts: int = 0,
+    ) -> None:
         self.output = CellOutput()
-        NodeHooks.__init__(self, self.output, NullView())
+        NodeHooks.__init__(self, self.output, view or NullView(), max_restarts)
         self._plan = plan
         self._hosts = HostNodes(plan, hosts)
         per_host = plan.num_processes
@@ -109,6 +118,9 @@ class HostRanks(NodeHooks, PoolRanks):
             self.events.handle(node.event(message), (node.index, message.sender))
         elif isinstance(message, WorkersAnswer):
             self._answers[message.request] = message.value
+        elif isinstance(message, AgentRestarting):  # a launch's ranks, restarted there
+            per_host = self._plan.num_processes
+            self.agent_restarting(node.index, message.attempt, message.died, per_host, node.host)
         elif isinstance(message, AgentEnded):
             reported = self.failures.ranks | set(self.done)
             for failure in self._hosts.deaths(node, reported, self.stderr_tail):
@@ -222,6 +234,13 @@ class HostRanks(NodeHooks, PoolRanks):
     def seal(self, pickled: Pickled) -> bytes:
         """Big buffers inside the bytes: the hosts cannot map this machine's memory."""
         return pickled.seal(None)
+
+    def stop_hosts(self, grace_s: float) -> None:
+        """Tell every host to stop, give them ``grace_s``, then cut their channels."""
+        try:
+            self._hosts.stop(grace_s)
+        finally:
+            self.events.close()  # its hooks are these ranks: a cycle otherwise
 
     def stop(self, graceful: bool = False) -> None:
         """Give the hosts time to end on their own (with ``graceful``), then stop them."""

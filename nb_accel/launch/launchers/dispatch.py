@@ -52,6 +52,10 @@ class DispatchHooks:
         reported for another rank marks that sender as stopped by it."""
         return None
 
+    def ended(self, event: Result | Failure) -> None:
+        """A rank's function ended: its result or failure, once recorded (a launch's ranks
+        reply to their first command so)."""
+
     def other(self, event: Event, sender: Any) -> None:
         """An event the dispatcher does not know (a pool's ``CellDone``)."""
 
@@ -135,8 +139,10 @@ class EventDispatcher:
         elif isinstance(event, Result):
             self.results[event.rank] = event.data
             self.view.returned(event.rank)
+            self._hooks.ended(event)
         elif isinstance(event, Failure):
             self._failed(event, self._hooks.rank_of(sender))
+            self._hooks.ended(event)
         else:
             self._hooks.other(event, sender)
 

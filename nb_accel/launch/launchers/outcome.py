@@ -2,12 +2,13 @@
 
 The exception is the root cause's (a worker's own exception, its death, a collective timeout),
 with the ranks it brought down named as stopped by it and what the other ranks did (``rank 1
-had already returned``) where it explains the failure; every launcher builds it here.
+had already returned``) where it explains the failure; the one driver
+(:mod:`~nb_accel.launch.driver.driver`) builds it here for every way of running ranks.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from ...errors import LaunchError, is_peer_loss
@@ -15,7 +16,7 @@ from ...worker.transfer.pickling import loads
 from ..failures.failure_log import FailureLog
 from ..failures.whereabouts import RankStack, stacks_note
 
-__all__ = ["RETURNED", "failure_outcome", "launch_outcome", "load_result"]
+__all__ = ["CAME_LATE", "RETURNED", "failure_outcome", "load_result"]
 
 #: What a rank that returned before the failure is said to have done.
 RETURNED = "had already returned"
@@ -70,31 +71,3 @@ def failure_outcome(
     if (note := stacks_note(where or {})) and hasattr(error, "add_note"):
         error.add_note(note)
     return error
-
-
-def launch_outcome(
-    results: Mapping[int, bytes],
-    failures: FailureLog,
-    ranks: Sequence[int],
-    world_size: int,
-    timeout_s: float,
-    where: Callable[[list[int]], Mapping[int, RankStack]] | None = None,
-) -> list[Any] | BaseException:
-    """``ranks``' results in rank order, or the exception when any rank failed.
-
-    Args:
-        results: pickled results by rank.
-        failures: the launch's failures.
-        ranks: the ranks whose results are returned (this node's, in a multi-node launch).
-        world_size: ranks in the launch.
-        timeout_s: the launch's collective timeout.
-        where: called with the ranks still running after a collective timed out: where each
-            one is (its stacks), said in the timeout's error.
-    """
-    if failures:
-        returned = [rank for rank in ranks if rank in results]
-        unfinished = [rank for rank in ranks if rank not in results]
-        running = [rank for rank in unfinished if rank not in failures.ranks]
-        stacks = where(running) if where and running and failures.timeout_ranks else None
-        return failure_outcome(failures, world_size, timeout_s, returned, unfinished, where=stacks)
-    return [load_result(rank, results[rank]) for rank in ranks]

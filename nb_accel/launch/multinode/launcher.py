@@ -24,24 +24,20 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import functools
-import logging
-import os
 import secrets
 import shutil
-import signal
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ..._messages import TrackerRun
-from ..._openmp import release_openmp_threads
-from ...errors import LaunchError
 from ...worker.debugging.breakpoints import PROMPTS_VARIABLE
 from ...worker.process.node_worker import NodeWorkerArgs, global_rank, node_worker_main
 from ...worker.process.spec import Payload
 from ...worker.transfer.segments import SHARE_DIR_ENV
+from ..driver.driver import RankDriver
 from ..launchers.backend import LaunchBackend
-from ..launchers.outcome import launch_outcome
+from ..launchers.outcome import load_result
 from ..payload import sealed
 from ..placement.nodes import NodePlan
 from ..plan import LaunchPlan
@@ -53,7 +49,7 @@ from ..workers import worker_env
 from .elastic_agent import OnRestart, launch_config, run_agent
 from .node_addresses import NodeNetwork
 from .node_events import NodeEvents, NodeView
-from .restarts import with_restarts, worker_deaths
+from .node_ranks import NodeRanks
 
 __all__ = ["NodesLauncher", "agent_run", "with_env"]
 
@@ -63,89 +59,6 @@ _ELASTIC_LOGGERS = (
     "torch.distributed.launcher",
     "torch.multiprocessing",
 )
-
-
-@contextlib.contextmanager
-def _kernel_untouched() -> Iterator[None]:
-    """Give back what the elastic agent changes in the calling process: its signal handlers,
-    an environment variable, and the level of its (chatty) loggers."""
-    handlers = {name: signal.getsignal(getattr(signal, name)) for name in _SIGNALS}
-    variable = os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE")
-    names = [
-        name
-        for name in [*_ELASTIC_LOGGERS, *logging.root.manager.loggerDict]
-        if name.startswith(_ELASTIC_LOGGERS)
-    ]
-    levels = {name: logging.getLogger(name).level for name in names}
-    for name in names:
-        logging.getLogger(name).setLevel(logging.CRITICAL)
-    try:
-        yield
-    finally:
-        for name, handler in handlers.items():
-            if handler is not None:
-                signal.signal(getattr(signal, name), handler)
-        if variable is None:
-            os.environ.pop("TORCHELASTIC_SIGNALS_TO_HANDLE", None)
-        else:
-            os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = variable
-        for name, level in levels.items():
-            logging.getLogger(name).setLevel(level)
-
-
-def _rendezvous_error(error: Exception, nodes: NodePlan, started: bool) -> LaunchError:
-    """The error a rendezvous problem is raised as, saying what to do about it (``started``:
-    the workers had started, so the rendezvous was reached before)."""
-    name = type(error).__name__
-    where = f"the rendezvous at {nodes.rdzv_endpoint}"
-    detail = str(error).replace(" See inner exception for details.", "")  # none is attached
-    if started:
-        text = (
-            f"node {nodes.node_rank} lost {where} while its workers ran ({detail}): node 0 "
-            "(which hosts it) stopped or failed; see node 0's output for why"
-        )
-    elif "Timeout" in name:
-        text = (
-            f"not every node joined {where} within {nodes.rdzv_timeout:g} s (rdzv_timeout): run "
-            f"the launch on all {nodes.num_nodes} nodes (node_rank 0 to {nodes.num_nodes - 1}), "
-            "with the same num_nodes, num_processes, rdzv_endpoint and rdzv_id"
-        )
-    elif "Closed" in name:
-        text = f"{where} was closed by another node (it stopped or failed): launch on all again"
-    elif nodes.node_rank == 0:
-        text = (
-            f"node 0 could not host {where} ({detail}): rdzv_endpoint must be this machine's "
-            "address and a free port"
-        )
-    else:
-        text = (
-            f"node {nodes.node_rank} could not reach {where} ({detail}): node 0's launch hosts "
-            "it, so start that first (right after a failed launch, give node 0 a moment to "
-            "finish), check the address, and make sure the port is open between the machines; "
-            f"a node waits for it up to rdzv_timeout ({nodes.rdzv_timeout:g} s)"
-        )
-    return LaunchError(text)
-
-
-def _outcome(
-    events: NodeEvents, failures: dict[int, Any] | None, plan: LaunchPlan, nodes: NodePlan
-) -> list[Any] | BaseException:
-    """This node's ranks' results, or the exception to raise (with what ended the attempts
-    before, when the group was restarted)."""
-    world = plan.num_processes * nodes.num_nodes
-    ranks = [global_rank(nodes.node_rank, i, plan.num_processes) for i in range(plan.num_processes)]
-    log = events.failures
-    if failures:  # workers that died without reporting (the agent's process failures)
-        died = [(f.local_rank, f.pid, f.exitcode) for f in failures.values()]
-        reported = log.ranks | set(events.results) | log.stopped_ranks
-        tails = events.stderr_tail
-        for record in worker_deaths(nodes.node_rank, died, plan.num_processes, reported, tails):
-            log.add(record)
-    if not log and not all(rank in events.results for rank in ranks):
-        return LaunchError("the workers ended without reporting a result")
-    outcome = launch_outcome(events.results, log, ranks, world, plan.timeout_s)
-    with_restarts(outcome, events.restarts, log)
-    return outcome
 
 
 def _on_this_machine(nodes: NodePlan) -> NodePlan:
@@ -227,9 +140,8 @@ class NodesLauncher(LaunchBackend):
         super().__init__(spec, call)
         self._plan = spec.plan
         self._nodes = spec.nodes
-        self._events: NodeEvents | None = None
+        self._ranks: NodeRanks | None = None
         self._log_dir: str | None = None
-        self._run: Callable[[], Any] | None = None
         self._left_open: list[TrackerRun] = []
         self._helpers = contextlib.ExitStack()
 
@@ -244,65 +156,37 @@ class NodesLauncher(LaunchBackend):
         first = global_rank(nodes.node_rank, 0, plan.num_processes)
         node_view = NodeView(self.view, first, plan.num_processes)
         events = NodeEvents(self.printer, node_view, authkey, nodes.max_restarts)
-        self._events = events
+        self._ranks = ranks = NodeRanks(events, self.printer, plan, nodes)
         self._log_dir = make_scratch_dir("nodes")
         payload = sealed(self.payload, self._log_dir)  # big buffers in this node's folder
         # the kernel answers their prompts (input(), breakpoints), on the events' thread
         env = {**worker_env(plan, single_node=not nodes.multi_node), PROMPTS_VARIABLE: "1"}
         on_restart = functools.partial(_tell_restart, events, nodes.node_rank, plan.num_processes)
-        self._run = agent_run(
+        ranks.agent_run = agent_run(
             plan, nodes, events.address, authkey, payload, env, self._log_dir, on_restart
         )
 
     def wait(self) -> list[Any] | BaseException:
         """Meet the other nodes, run this node's workers (restarting the group while
         ``max_restarts`` allows) and return their results or the exception to raise (a
-        worker's own, or a :class:`LaunchError` for the rendezvous)."""
-        assert self._events is not None and self._run is not None, "start() first"
-        from torch.distributed.elastic.multiprocessing.api import SignalException
-        from torch.distributed.elastic.rendezvous.api import RendezvousError
-
-        events = self._events
-        failures: dict[int, Any] | None = None
-        outcome: list[Any] | BaseException | None = None
-        interrupted = False
+        worker's own, or a :class:`LaunchError` for the rendezvous): the agent runs them, the
+        one driver gives the outcome, as for every launch."""
+        assert self._ranks is not None, "start() first"
+        plan, nodes = self._plan, self._nodes
+        driver = RankDriver(
+            self._ranks,
+            plan.num_processes * nodes.num_nodes,
+            plan.timeout_s,
+            plan.device.detached_collectives(plan.backend),
+            give_up=lambda why: None,  # the agent stops this node's ranks after it
+        )
         try:
-            if self._plan.start_method == "fork":
-                release_openmp_threads()  # see nb_accel._openmp
-            with _kernel_untouched():
-                result = self._run()
-            failures = dict(result.failures) if result.is_failed() else None
-            del result
-        except SignalException as stopped:
-            if stopped.sigval != signal.SIGINT:
-                raise
-            interrupted = True
-        except KeyboardInterrupt:  # while waiting for the rendezvous
-            interrupted = True
-        except LaunchError as problem:  # the nodes cannot meet: raised on every node at once
-            outcome = problem
-        except RendezvousError as problem:
-            outcome = self._lost(problem)
+            outcome = driver.run_started(self.view, self._ranks.targets)
         finally:
             self.stop()  # every event heard before the outcome is made
-        if interrupted:  # raised here, so it keeps none of the agent's frames (and its store)
-            raise KeyboardInterrupt
-        if outcome is None:
-            outcome = _outcome(events, failures, self._plan, self._nodes)
-        return outcome
-
-    def _lost(self, problem: Exception) -> BaseException:
-        """The error for a rendezvous ``problem``; a failure that came before it (it went
-        while restarting after the failure) wins, with a note."""
-        assert self._events is not None
-        events = self._events
-        lost = _rendezvous_error(problem, self._nodes, events.workers_started)
-        failed = _outcome(events, None, self._plan, self._nodes) if events.failures else None
-        if not isinstance(failed, BaseException):
-            return lost
-        if hasattr(failed, "add_note"):  # Python 3.11+
-            failed.add_note(f"Restarting afterwards failed: {lost}")
-        return failed
+        if isinstance(outcome, BaseException):
+            return outcome
+        return [load_result(rank, reply.value or b"") for rank, reply in sorted(outcome.items())]
 
     def runs_left_open(self) -> list[TrackerRun]:
         """The tracker runs this node's ranks opened and were not heard ending (the other
@@ -312,12 +196,10 @@ class NodesLauncher(LaunchBackend):
     def stop(self, graceful: bool = False) -> None:
         """Stop listening for the workers (the elastic agent has stopped them) and remove
         the agent's scratch folder."""
-        events, self._events = self._events, None
-        self._run = None  # the agent's run holds the events (it tells them of restarts)
-        if events is not None:
-            events.close()
-            events.events.close()  # its hooks are the listener: a cycle otherwise
-            self._left_open = list(events.events.open_runs.values())
+        ranks = self._ranks
+        if ranks is not None:
+            ranks.close_events()
+            self._left_open = list(ranks.events.open_runs.values())
         if self._log_dir is not None:
             shutil.rmtree(self._log_dir, ignore_errors=True)
             self._log_dir = None

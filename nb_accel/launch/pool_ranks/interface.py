@@ -14,9 +14,11 @@ from dataclasses import dataclass
 from functools import partial
 
 from ..._messages import CellDone, Event, Output, Prompt
+from ...errors import WorkerFailure
 from ...worker.transfer.pickling import Pickled, segments_of
 from ...worker.transfer.segments import remove_segment
 from ..debugging.prompts import answer_prompt
+from ..failures.failure_log import FailureLog
 from ..failures.whereabouts import RankStack
 from ..launchers.dispatch import EventDispatcher
 from ..views.output import OutputPrinter
@@ -89,6 +91,68 @@ class PoolRanks(ABC):
     place_of: Callable[[int], str] | None = None
     #: Whether a rank that died can be replaced by a new process (:meth:`replace`).
     replaces_dead_ranks: bool = False
+    #: Whether the ranks outlive their command (warm workers, a pool); ``False``: they run one
+    #: command, the function they were started with, and are stopped after it (a launch).
+    keeps: bool = True
+    #: What a rank that finished the command is said to have done, when another failed.
+    finished_as: str = "finished the cell"
+
+    def collect_window(self, targets: list[int], dead: list[int]) -> float:
+        """How long after the first failure of the current command to wait for the others'
+        (:attr:`~nb_accel.launch.failures.failure_log.FailureLog.collect_window`; none after
+        a death, which is a cause)."""
+        if dead:
+            return 0.0
+        log = FailureLog()
+        for rank in targets:
+            if rank in self.done and (failure := self.done[rank].failure) is not None:
+                log.add_event(failure)
+        return log.collect_window
+
+    def command_failures(
+        self, targets: list[int], stopped: list[int], view: LaunchView | None
+    ) -> FailureLog:
+        """The current command's failures, shown on ``view``: how each dead rank died, then
+        the failures the ``targets`` replied with, in the order they arrived (but the
+        interrupts of the ``stopped`` ranks, freed after another's failure)."""
+        log = FailureLog(view)  # the root cause shown failed, its knock-on failures stopped
+        dead = self.dead_ranks()
+        records: list[WorkerFailure] = list(self.events.failures.records)
+        for record in records:
+            if record.rank in dead:
+                log.add(record)
+        for reply in self.done.values():  # in the order they arrived
+            if reply.failure is not None and reply.rank not in stopped:
+                log.add_event(reply.failure)
+        return log
+
+    def restarting(self) -> bool:
+        """Whether the ranks are being restarted after a failure (torch's elastic agents do,
+        within ``max_restarts``): their failures so far are not the command's outcome."""
+        return False
+
+    def hear_out(self) -> None:
+        """The command's outcome is known: have the ranks that are stopped after it end, and
+        take in what they report meanwhile (a death their host's agent noticed last). Kept
+        ranks, and ranks the kernel hears directly, need not."""
+        return None
+
+    def unexplained_end(self) -> BaseException | None:
+        """Once the ranks are heard out, what went wrong without a failure of any rank (a
+        host's node ended on a problem, the process that ran the ranks raised); ``None``:
+        nothing did."""
+        return None
+
+    def add_history(self, error: BaseException, failures: FailureLog) -> None:
+        """Add to the command's ``error`` what the ranks went through before the attempt
+        that ended with ``failures`` (restarts, and what caused each)."""
+        del error, failures
+
+    def keep_for_debugging(self, error: BaseException, ranks: list[int]) -> None:
+        """Where the ranks are stopped after their command: keep the first of ``ranks`` (those
+        that raised ``error``'s exceptions) waiting with its frames, for ``%debug``. Kept
+        ranks need not: the post-mortem is a command of theirs."""
+        del error, ranks
 
     def take_reply(self, event: Event) -> None:
         """Keep ``event`` if it is a reply to the current command; answer a rank's debugger

@@ -19,14 +19,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 from ..._messages import CellDone, Failure, Interrupt, encode_command
-from ..failures.failure_log import FailureLog
 from ..failures.whereabouts import RankStack, in_own_code, stacks_note, where_lines
 from .interface import PoolRanks
 
 __all__ = [
     "RECHECK_S",
     "LateRanks",
-    "collect_window",
     "free_late",
     "send_interrupts",
     "stuck_interrupt",
@@ -48,7 +46,7 @@ class LateRanks:
         deadline: when the interrupted ranks must have stopped (``time.monotonic()``); ``None``
             until the late ranks are freed.
         window_ends: when the failures so far have had their window to arrive
-            (:func:`collect_window`); ``None`` before the first.
+            (:meth:`~.interface.PoolRanks.collect_window`); ``None`` before the first.
     """
 
     interrupted: list[int] = field(default_factory=list)
@@ -80,19 +78,6 @@ class LateRanks:
 def was_interrupted(failure: Failure | None) -> bool:
     """Whether ``failure`` is a ``KeyboardInterrupt``."""
     return failure is not None and failure.type_name == "builtins.KeyboardInterrupt"
-
-
-def collect_window(group: PoolRanks, targets: list[int], dead: list[int]) -> float:
-    """How long after the first failure of the current command to wait for the others'
-    (:attr:`~nb_accel.launch.failures.failure_log.FailureLog.collect_window`; none after a
-    death, which is a cause)."""
-    if dead:
-        return 0.0
-    log = FailureLog()
-    for rank in targets:
-        if rank in group.done and (failure := group.done[rank].failure) is not None:
-            log.add_event(failure)
-    return log.collect_window
 
 
 def free_late(

@@ -42,6 +42,9 @@ class LocalRanks(WorkerGroup, PoolRanks):
         helpers: what the start method holds open (closed when the ranks stop).
         payload: what every worker runs (the command loop), for the ranks started later.
         clock: the pool's prompt clock file.
+        view: the launch view told of the ranks' events (a pool's is each command's).
+        post_mortem_s: how long a launch's rank that raised waits for ``%debug``
+            (:meth:`~nb_accel.launch.supervisor.WorkerGroup.keep_for_debugging`).
     """
 
     replaces_dead_ranks = True
@@ -54,9 +57,19 @@ class LocalRanks(WorkerGroup, PoolRanks):
         helpers: contextlib.ExitStack,
         payload: LaunchPayload | None = None,
         clock: str = "",
+        view: LaunchView | None = None,
+        post_mortem_s: float = 0.0,
     ) -> None:
         self.output = CellOutput()
-        super().__init__(workers, self.output, plan.timeout_s, flush_output=self.output.flush_due)
+        super().__init__(
+            workers,
+            self.output,
+            plan.timeout_s,
+            view,
+            flush_output=self.output.flush_due,
+            folder=folder,
+            post_mortem_s=post_mortem_s,
+        )
         self._plan = plan
         self._store = folder
         self._helpers = helpers
@@ -166,12 +179,19 @@ class LocalRanks(WorkerGroup, PoolRanks):
         self._sent.settle(data)
 
     def stop(self, graceful: bool = False) -> None:
-        """Stop and reap every worker, then remove the pool's folder."""
+        """Stop and reap every worker, then remove the ranks' folder (once the rank kept for
+        ``%debug`` is let go, if one is: its process group's store is in it, and torch's file
+        store waits out the timeout on every use once its file is gone)."""
+        if self._stopped:
+            return
         try:
             super().stop(graceful=graceful)
         finally:
             self._sent.close()
-            shutil.rmtree(self._store, ignore_errors=True)
+            if self.kept_rank is not None:
+                self.kept_rank.remove_with_it(self._store)
+            else:
+                shutil.rmtree(self._store, ignore_errors=True)
             self._helpers.close()
 
 

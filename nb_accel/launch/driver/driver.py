@@ -1,0 +1,411 @@
+"""The one place a command runs on ranks to its outcome, wherever the ranks live.
+
+Every way of running ranks comes here: a cold launch (its function is the command its ranks
+were started with, and they are stopped after it), a warm launch and a ``%%distributed`` cell
+(commands sent to kept ranks). The ranks are a
+:class:`~nb_accel.launch.pool_ranks.interface.PoolRanks`: processes of this machine, or ranks on
+hosts driven through their node processes. :class:`RankDriver` waits for every rank's reply;
+after the first failure it gives the others the failures' window to arrive, then deals with
+the ranks still running (kept ranks are freed and keep their namespaces: see
+:mod:`~nb_accel.launch.pool_ranks.late`; ranks that are stopped after the command are located
+first, for the error to say where they were); it answers the kernel's interrupt; it gives the
+verdict (:func:`~nb_accel.launch.launchers.outcome.failure_outcome`), offers the post-mortem,
+and replaces a kept rank that died. Whether the ranks outlive the command is the ranks' to say
+(:attr:`~nb_accel.launch.pool_ranks.interface.PoolRanks.keeps`); the rest is written once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import sys
+import time
+from collections.abc import Callable, Mapping, Sequence
+
+from ..._messages import CellDone, Command, Debug, Release, Settle, encode_command
+from ...errors import LaunchError, WorkerDiedError
+from ..debugging.post_mortems import offer_post_mortem, raising_ranks
+from ..failures.whereabouts import RankStack, stacks_note, where_lines
+from ..launchers.outcome import failure_outcome
+from ..pool_ranks.interface import PoolRanks
+from ..pool_ranks.late import LateRanks, free_late, send_interrupts, stuck_interrupt
+from ..pool_ranks.notes import REBUILT_NOTE, STOPPED_NOTE, replaced_note
+from ..pool_ranks.values import discard_values, load_value
+from ..views.output import OutputPrinter
+from ..views.stall import Location, locating
+from ..views.view import LaunchView, NullView
+
+__all__ = ["INTERRUPT_GRACE_S", "RankDriver", "checked_targets"]
+
+#: How long interrupted ranks (by the user, or as another failed) may take to stop (seconds).
+INTERRUPT_GRACE_S = 10.0
+
+
+class RankDriver:
+    """Runs commands on one started set of ranks, one at a time, each to its outcome.
+
+    Args:
+        ranks: the ranks, started.
+        world_size: how many there are.
+        timeout_s: the collective timeout, quoted in timeout errors and given to a
+            :class:`~nb_accel._messages.Settle`.
+        detached_collectives: whether a rank's collectives run apart from its code (NCCL's):
+            those of a rank freed after another's failure are aborted too.
+        give_up: stops the ranks for good, given why (a kept rank died, or did not stop after
+            an interrupt); the driver raises the error that says so next.
+    """
+
+    def __init__(
+        self,
+        ranks: PoolRanks,
+        world_size: int,
+        timeout_s: float,
+        detached_collectives: bool,
+        give_up: Callable[[str], None],
+    ) -> None:
+        self.ranks = ranks
+        self.world_size = world_size
+        self._timeout_s = timeout_s
+        self._detached = detached_collectives
+        self._give_up = give_up
+        self._cell = 0
+        self._unsettled = False  # a command failed or was interrupted since the last Settle
+        self._debugging = False  # the command running is a post-mortem
+        self._replacing = False  # dead ranks are being replaced (a death now gives up)
+        self._waiting_for: list[int] = []  # the ranks the current command was sent to
+        self._late = LateRanks()  # the current command's ranks freed after another's failure
+        #: The current command's view.
+        self.view: LaunchView = NullView()
+
+    # -- the ranks' first command: a cold launch's function ------------------------------
+
+    def run_started(
+        self, view: LaunchView, targets: list[int] | None = None
+    ) -> dict[int, CellDone] | BaseException:
+        """Wait for the command the ranks were started with (a launch's function: command 0)
+        to end on ``targets`` (every rank; a node's, in a launch over several nodes each
+        driven from its own kernel); their replies by rank, or the exception for its
+        failures."""
+        group = self.ranks
+        targets = list(range(self.world_size)) if targets is None else targets
+        self._waiting_for, self.view, self._late = targets, view, LateRanks()
+        try:
+            self._wait(group, targets, view, None)
+        except KeyboardInterrupt as interrupt:
+            self._interrupted(group, targets, view, interrupt)
+            raise
+        return self._outcome(group, targets, view)
+
+    # -- commands sent to kept ranks ----------------------------------------------------
+
+    def run(
+        self,
+        make_command: Callable[[int], Command | Settle],
+        targets: list[int],
+        *,
+        all_output: bool = False,
+        prefix_output: bool = True,
+        view: LaunchView | None = None,
+    ) -> dict[int, CellDone]:
+        """Send ``make_command(cell)`` to ``targets`` and wait until each has done it.
+
+        Output of the first target (of every target with ``all_output``) is written as it
+        arrives. A failure on any rank is raised in the kernel as for a launch (original type,
+        ranks named, identical failures grouped) and the ranks stay up.
+        """
+        if self._unsettled:
+            self._settle()
+        group = self.ranks
+        self._cell += 1
+        group.cell, group.done = self._cell, {}
+        output = group.output
+        output.printer.flush()  # anything printed between two commands
+        printer = OutputPrinter(
+            len(targets) if all_output else 1, prefix_output, view=view, place_of=group.place_of
+        )
+        output.printer, output.shown = printer, None if all_output else targets[0]
+        data = encode_command(make_command(self._cell))
+        for rank in targets:
+            try:
+                group.send(rank, data)
+            except OSError:  # the worker has just died: say so (once the others are done)
+                group.note_exits()
+                if not group.replaces_dead_ranks or self._replacing:
+                    self._died()
+        self._waiting_for, self.view, self._late = targets, printer.view, LateRanks()
+        try:
+            self._wait(group, targets, printer.view, None)
+        except KeyboardInterrupt as interrupt:
+            self._interrupted(group, targets, printer.view, interrupt)
+            raise
+        finally:
+            printer.flush()  # what the command printed, before its outcome is told
+        outcome = self._outcome(group, targets, printer.view)
+        if isinstance(outcome, BaseException):
+            try:
+                raise outcome
+            finally:  # the traceback keeps this frame: it must not hold the error
+                del outcome
+        return outcome
+
+    def wait(self) -> dict[int, CellDone] | BaseException:
+        """Wait until every rank the current command went to has done it; their replies by
+        rank, or the exception for the command's failures."""
+        self.check_alive(note_exits=False)
+        self._wait(self.ranks, self._waiting_for, self.view, None)
+        return self._outcome(self.ranks, self._waiting_for, self.view)
+
+    def debug(self, rank: int, failed_cell: int) -> None:
+        """Open the debugger on rank ``rank``'s frames where command ``failed_cell`` raised,
+        its prompts answered in the notebook; returns when the user quits or continues."""
+        self._debugging = True
+        try:
+            self.run(lambda cell: Debug(cell, failed_cell), [rank], prefix_output=False)
+        finally:
+            self._debugging = False
+
+    def check_alive(self, note_exits: bool = True) -> None:
+        """Raise the death of a rank that died since the last command (replaced first, where
+        the ranks can be)."""
+        if note_exits:
+            self.ranks.note_exits()
+        if self.ranks.dead_ranks():
+            self._died()
+
+    # -- waiting ------------------------------------------------------------------------
+
+    def _wait(
+        self, group: PoolRanks, targets: list[int], view: LaunchView | None, until: float | None
+    ) -> bool:
+        with locating(self._where_one):
+            return self._wait_for_replies(group, targets, view, until)
+
+    def _wait_for_replies(
+        self, group: PoolRanks, targets: list[int], view: LaunchView | None, until: float | None
+    ) -> bool:
+        """Wait for every target's reply; False when ``until`` passed first.
+
+        Once a target failed or died and the failures had their window to arrive, the targets
+        still running are dealt with: kept ranks are freed as :mod:`~..pool_ranks.late` says
+        (not interrupted again while the user's interrupt is on its way to each: ``until`` is
+        then set); ranks stopped after the command are left to the outcome, which locates them.
+        """
+        while True:
+            dead = group.dead_ranks()
+            if dead and group.keeps and (not group.replaces_dead_ranks or self._replacing):
+                self._died()
+            now, late = time.monotonic(), self._late
+            if group.restarting():  # the failures so far are an earlier attempt's
+                late.window_ends = None
+                failed = []
+            else:
+                if all(rank in group.done or rank in dead for rank in targets):
+                    break  # a dead rank is replaced once the others are done
+                failed = [r for r in targets if r in group.done and group.done[r].failure]
+                failed += [r for r in targets if r in dead]
+            if failed and late.window_ends is None:
+                late.window_ends = now + group.collect_window(targets, dead)
+            if late.window_ends is not None and late.deadline is None and now >= late.window_ends:
+                if not group.keeps:
+                    break  # the outcome locates the ranks still running; the stop ends them
+                running = [r for r in targets if r not in group.done and r not in dead]
+                late = self._late = free_late(
+                    group,
+                    running,
+                    self._where,
+                    self._detached,
+                    functools.partial(self._release, group, failed),
+                    INTERRUPT_GRACE_S,
+                    interrupt=until is None,
+                )
+            if stuck := late.stuck(group.done, now):
+                self._stop_stuck(stuck, INTERRUPT_GRACE_S, "after another rank failed")
+            remaining = None if until is None else until - now
+            if remaining is not None and remaining <= 0:
+                return False
+            if (wake := late.wake(group.done, now)) is not None:
+                remaining = wake if remaining is None else min(remaining, wake)
+            group.watch(view, remaining)
+        return True
+
+    def _where(self, ranks: list[int], collectives: bool = True) -> Mapping[int, RankStack]:
+        return self.ranks.stacks(ranks, collectives) if ranks else {}
+
+    def _where_one(self, rank: int) -> Location | None:
+        stack = self._where([rank]).get(rank) if 0 <= rank < self.world_size else None
+        return Location(stack.summary(), stack.text()) if stack is not None else None
+
+    # -- interrupts ---------------------------------------------------------------------
+
+    def _interrupted(
+        self,
+        group: PoolRanks,
+        targets: list[int],
+        view: LaunchView | None,
+        interrupt: KeyboardInterrupt,
+    ) -> None:
+        """The kernel was interrupted while ``targets`` ran the command: kept ranks are
+        interrupted and given their grace to stop; ranks that are stopped after the command
+        are located first, for the interrupt to say where each was."""
+        if group.keeps:
+            self._unsettled = True
+            self._interrupt(group, targets, view)
+            return
+        dead = group.dead_ranks()
+        running = [r for r in targets if r not in group.done and r not in dead]
+        stacks = self._where(running)
+        if stacks and hasattr(interrupt, "add_note"):  # where the ranks were, before they stop
+            interrupt.add_note("Interrupted while:\n" + "\n".join(where_lines(stacks, "was")))
+            if note := stacks_note(stacks):
+                interrupt.add_note(note)
+
+    def _interrupt(self, group: PoolRanks, targets: list[int], view: LaunchView | None) -> None:
+        send_interrupts(group, targets)
+        deadline = time.monotonic() + INTERRUPT_GRACE_S
+        while True:
+            try:
+                finished = self._wait(group, targets, view, deadline)
+                break
+            except KeyboardInterrupt:  # a second interrupt: the grace period still applies
+                if self._given_up:  # unless it is a dead rank's error (the ranks stopped)
+                    raise
+                continue
+        if not finished:
+            stuck = [rank for rank in targets if rank not in group.done]
+            self._stop_stuck(stuck, INTERRUPT_GRACE_S, "from the notebook")
+
+    _given_up = False
+
+    def _stop_stuck(self, stuck: list[int], grace: float, after: str) -> None:
+        """Give up the ranks, and raise that ``stuck`` ignored an interrupt (sent ``after``)."""
+        stacks = self._where(stuck)
+        self._stop(f"rank(s) {stuck} did not stop after an interrupt")
+        interrupt = stuck_interrupt(stuck, stacks, grace, after)
+        try:
+            raise interrupt
+        finally:  # the traceback keeps this frame: it must not hold the interrupt
+            del interrupt
+
+    def _stop(self, why: str) -> None:
+        self._given_up = True
+        self._give_up(why)
+
+    # -- after a failure ----------------------------------------------------------------
+
+    def _release(self, group: PoolRanks, ranks: list[int]) -> None:
+        """Have ``ranks`` (done with the current command) abort their process group."""
+        self._unsettled = True  # the next command first makes a new group
+        data = encode_command(Release(group.cell))
+        for rank in ranks:
+            with contextlib.suppress(OSError):  # a worker that died is noticed by the loop
+                group.send(rank, data)
+
+    def _settle(self) -> None:
+        """Have the workers rebuild their process group if a collective was left unmatched or
+        a rank released its group."""
+        self._unsettled = False
+        try:
+            done = self.run(
+                lambda cell: Settle(cell, self._timeout_s), list(range(self.world_size))
+            )
+        except Exception as error:
+            if hasattr(error, "add_note"):
+                error.add_note("(while checking the process group after the previous cell failed)")
+            raise
+        issued = load_value(done[0])
+        if issued is not None:
+            print(REBUILT_NOTE, file=sys.stderr)
+
+    def _died(self) -> None:
+        group = self.ranks
+        error = group.died(self.world_size, self._timeout_s)
+        if group.replaces_dead_ranks and not self._replacing:  # between two commands
+            self._replace(group, group.dead_ranks(), error, ran=False)
+            try:
+                raise error
+            finally:  # the traceback keeps this frame: it must not hold the error
+                del error
+        self._stop(f"{type(error).__name__}: {str(error).splitlines()[0]}")
+        if isinstance(error, (WorkerDiedError, LaunchError)) and hasattr(error, "add_note"):
+            error.add_note(STOPPED_NOTE)
+        try:
+            raise error
+        finally:  # the traceback keeps this frame: it must not hold the error
+            del error
+
+    def _outcome(
+        self, group: PoolRanks, targets: list[int], view: LaunchView | None = None
+    ) -> dict[int, CellDone] | BaseException:
+        late = self._late
+        where: dict[int, RankStack] = {}
+        if not group.keeps:  # the ranks still running, located before they are stopped
+            dead = group.dead_ranks()
+            running = [r for r in targets if r not in group.done and r not in dead]
+            if running and group.command_failures(targets, [], view).timeout_ranks:
+                where = dict(self._where(running))
+            group.hear_out()  # their last reports join the failures
+        done = {rank: group.done[rank] for rank in targets if rank in group.done}
+        dead = group.dead_ranks()
+        stopped = [r for r in targets if r in done and late.stopped_by_failure(done[r])]
+        log = group.command_failures(targets, stopped, view)
+        finished = [r for r, d in done.items() if d.failure is None]
+        if not log:
+            problem = group.unexplained_end()
+            if problem is None and len(finished) == len(targets):
+                return done
+            return problem or group.died(self.world_size, self._timeout_s)  # without a word
+        self._unsettled = True
+        discard_values(done.values())  # nobody will load them
+        if group.keeps:  # the ranks freed after the failure, where they were then
+            unfinished = stopped
+            where = {r: late.stacks[r] for r in stopped if r in late.stacks}
+        else:
+            unfinished = [r for r in targets if r not in finished]
+        error = failure_outcome(
+            log,
+            self.world_size,
+            self._timeout_s,
+            finished,
+            unfinished,
+            finished_as=group.finished_as,
+            where=where if log.timeout_ranks else None,
+        )
+        group.add_history(error, log)
+        if not group.keeps:
+            group.keep_for_debugging(error, raising_ranks(log))
+        elif dead:
+            self._replace(group, dead, error, ran=True)
+        elif not self._debugging:  # %debug opens where the ranks raised
+            opener = functools.partial(self.debug, failed_cell=group.cell)
+            offer_post_mortem(error, raising_ranks(log), opener, self)
+        return error
+
+    def _replace(self, group: PoolRanks, dead: list[int], error: BaseException, ran: bool) -> None:
+        """Start a new process in place of each of the ``dead`` ranks and make the process
+        group anew with the others; ``error`` (the ranks' death, ``ran``: during the command,
+        else before it) is told what was lost. A rank that dies meanwhile gives up the ranks."""
+        started = time.monotonic()
+        self._replacing = True
+        try:
+            pids = group.replace(dead, self._cell + 1)
+            self._unsettled = False
+            survivors = [rank for rank in range(self.world_size) if rank not in dead]
+            self.run(lambda cell: Settle(cell, self._timeout_s), survivors)
+        finally:
+            self._replacing = False
+        took = time.monotonic() - started
+        if hasattr(error, "add_note"):
+            error.add_note(replaced_note(dead, pids, took, ran))
+
+
+def checked_targets(ranks: Sequence[int] | None, world_size: int) -> list[int]:
+    """``ranks`` sorted, every rank when ``None``; a ``ValueError`` names those outside the
+    ``world_size`` ranks."""
+    chosen = sorted(set(range(world_size) if ranks is None else ranks))
+    bad = [r for r in chosen if not 0 <= r < world_size]
+    if bad or not chosen:
+        raise ValueError(
+            f"ranks {bad or list(ranks or [])} are not in this pool of {world_size} "
+            f"(ranks 0 to {world_size - 1})"
+        )
+    return chosen

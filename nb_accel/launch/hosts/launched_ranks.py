@@ -1,0 +1,144 @@
+"""A launch's ranks across hosts: each host's node process runs torch's elastic agent for its
+ranks, started with the launch's function (their one command), and forwards their events.
+
+They are the hosts' ranks as a pool's are (:class:`~.pool_ranks.HostRanks`), run by the same
+driver (:mod:`~nb_accel.launch.driver.driver`). What differs is said here: a rank replies with
+its result or failure; the agents may restart the ranks after a failure (``max_restarts``),
+and until the last attempt a failure is not the outcome; the failures' window is longer, as
+reports come through each host's node (and a worker's death is known once its host's agent
+noticed it); once the outcome is known every host is told to stop and heard out.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..._messages import CellDone, Failure, Result, Started, StopNode
+from ...errors import LaunchError
+from ..failures.failure_log import FailureLog
+from ..launchers.dispatch import TICK_S
+from ..launchers.outcome import RETURNED
+from ..multinode.elastic_agent import EXIT_BARRIER_S
+from ..multinode.restarts import with_restarts
+from ..placement.hosts import HostPlan
+from ..plan import LaunchPlan
+from ..views.output import OutputPrinter
+from ..views.view import LaunchView
+from .connections import GRACEFUL_STOP_S
+from .pool_ranks import HostRanks
+
+__all__ = ["HOSTS_COLLECT_WINDOW_S", "HOSTS_EXPLAIN_WINDOW_S", "LaunchedHostRanks"]
+
+#: After the first failure, how long to keep listening for the other ranks' reports: longer
+#: than on one machine (:data:`~nb_accel.launch.failures.failure_log.COLLECT_WINDOW_S`), as
+#: they come through each host's node.
+HOSTS_COLLECT_WINDOW_S = 0.5
+#: The same while every failure so far looks like a consequence (a lost connection): the
+#: cause may still be on its way (a worker's death is known once its host's agent noticed it).
+HOSTS_EXPLAIN_WINDOW_S = 5.0
+
+
+class LaunchedHostRanks(HostRanks):
+    """The ranks of one launch across ``hosts``, ``plan.num_processes`` on each.
+
+    Args:
+        plan: the launch's plan.
+        hosts: the hosts and how they are reached.
+        printer: writes the workers' output; its view is the launch's.
+    """
+
+    keeps = False
+    finished_as = RETURNED
+
+    def __init__(self, plan: LaunchPlan, hosts: HostPlan, printer: OutputPrinter) -> None:
+        super().__init__(plan, hosts, printer.view, hosts.agent.max_restarts)
+        self.output.printer = printer
+        self._max_restarts = hosts.agent.max_restarts
+        self.cell = 0  # the function the ranks were started with
+
+    def start_with(self, payload: bytes) -> None:
+        """Start every host's node process, check their versions, and send each its job:
+        ``payload`` (the pickled call) on its ranks."""
+        self._hosts.start(payload)
+
+    def started(self, event: Started, sender: Any) -> None:
+        """A rank started; one of a newer attempt (the agents restarted the ranks) starts the
+        command afresh."""
+        newer = event.attempt > self.attempt
+        super().started(event, sender)
+        if newer:
+            self.done = {}
+
+    def ended(self, event: Result | Failure) -> None:
+        """A rank's reply to its command: its result, or its failure (a failure another rank
+        relays for it counts as its reply too, as its first)."""
+        if isinstance(event, Result):
+            self.done[event.rank] = CellDone(event.rank, self.cell, value=event.data)
+        elif event.rank not in self.done:
+            self.done[event.rank] = CellDone(event.rank, self.cell, failure=event)
+
+    def dead_ranks(self) -> list[int]:
+        """The ranks of a host whose agent ended (or whose channel did) without a reply."""
+        return [rank for rank in super().dead_ranks() if rank not in self.done]
+
+    def restarting(self) -> bool:
+        """Whether the agents will restart the ranks after this attempt's failures: attempts
+        are left, no host is broken, and some host still runs."""
+        nodes = self._hosts.nodes
+        return (
+            self.attempt < self._max_restarts
+            and not self._hosts.broken()
+            and any(node.open and node.ended is None for node in nodes)
+        )
+
+    def collect_window(self, targets: list[int], dead: list[int]) -> float:
+        """:data:`HOSTS_COLLECT_WINDOW_S` once a cause is known or a host broke, else
+        :data:`HOSTS_EXPLAIN_WINDOW_S`."""
+        if self.failures.has_cause or self._hosts.broken():
+            return HOSTS_COLLECT_WINDOW_S
+        return HOSTS_EXPLAIN_WINDOW_S
+
+    def command_failures(
+        self, targets: list[int], stopped: list[int], view: LaunchView | None
+    ) -> FailureLog:
+        """This attempt's failures as they arrived, on the launch's view all along."""
+        return self.failures
+
+    def hear_out(self) -> None:
+        """Read until every host has ended: on its own once every rank returned (its agent
+        waits for the other hosts' first, up to ``EXIT_BARRIER_S``), else told to stop now,
+        for at most :data:`GRACEFUL_STOP_S` more; the deaths each agent saw join the
+        failures."""
+        nodes = self._hosts.nodes
+        wait_s = GRACEFUL_STOP_S
+        if all(r in self.done and not self.done[r].failure for r in range(self.world_size)):
+            wait_s += EXIT_BARRIER_S
+        else:
+            for node in nodes:
+                if node.open and node.ended is None:
+                    node.tell(StopNode())
+        deadline = time.monotonic() + wait_s
+        while any(node.open for node in nodes) and time.monotonic() < deadline:
+            self._pump(min(TICK_S, max(0.0, deadline - time.monotonic())))
+        self.output.printer.flush()
+
+    def died(self, world_size: int, timeout_s: float) -> BaseException:
+        """The failures, else what :meth:`unexplained_end` says."""
+        if self.failures:
+            return self.failures.exception(world_size, {}, timeout_s)
+        return self.unexplained_end() or LaunchError("the workers ended without reporting a result")
+
+    def unexplained_end(self) -> BaseException | None:
+        """A host that ended on a problem (or has not ended), when no rank failed."""
+        nodes = self._hosts.nodes
+        problems = [node for node in nodes if node.ended is None or node.ended.problem]
+        if problems:
+            return LaunchError(self._hosts.problem(problems[0]))
+        if not all(rank in self.done for rank in range(self.world_size)):
+            return LaunchError("the workers ended without reporting a result")
+        return None
+
+    def add_history(self, error: BaseException, failures: FailureLog) -> None:
+        """The restarts before the last attempt, and what caused each."""
+        with_restarts(error, self.restarts, failures)
