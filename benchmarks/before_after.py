@@ -46,7 +46,7 @@ FIGURES = {
     ],
     "late_rank": [
         (f"late rank, {style}: to the error, s", rf"^{style}\s+([\d.]+)\s")
-        for style in ("cold launch", "warm launch", "pool cell")
+        for style in ("cold launch", "warm launch", "pool cell", "agent launch")
     ],
 }
 COMMANDS = {

@@ -124,6 +124,31 @@ def test_an_exception_comes_back_with_its_type_rank_and_host(
     assert machines.processes() == []
 
 
+def late_on_rank_three() -> None:
+    if dist.get_rank() == 3:
+        time.sleep(600)  # its own code: only the launch's stop ends it
+    dist.all_reduce(torch.ones(1))
+
+
+def test_a_late_rank_on_a_host_is_named_where_it_was(machines: SshMachines) -> None:
+    """Rank 3 is still in its own code when the others time out: its host is asked where it
+    is before it is stopped; the launch ends at the timeout."""
+    with pytest.raises(CollectiveTimeoutError) as info:
+        notebook_launcher(
+            late_on_rank_three,
+            num_processes=2,
+            cpu=True,
+            hosts=["node0", "node1"],
+            ssh_config=machines.ssh_config,
+            timeout=3,
+        )
+    message = str(info.value)
+    assert "Rank 3 did not arrive (was still running, at `late_on_rank_three` (" in message
+    sleep_line = late_on_rank_three.__code__.co_firstlineno + 2
+    assert f"test_hosts_ssh.py, line {sleep_line})" in message, message
+    assert machines.processes() == []
+
+
 def killed_on_rank_two() -> None:
     import os
     import signal

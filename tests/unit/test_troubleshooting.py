@@ -43,6 +43,19 @@ MIN_FRAGMENT = 12
 #: ``{...}`` as in the f-string): checks of what nb_accel's own processes and calls hand each
 #: other, each with why no user input reaches it.
 NOT_USER_FACING: dict[tuple[str, str], str] = {
+    ("launch/multinode/node_ranks.py", "the launch's elastic agent was not made"): (
+        "the launcher makes the agent's run in start(), before the driver looks at the ranks"
+    ),
+    ("launch/multinode/node_ranks.py", "take no commands"): (
+        "the driver sends commands only to ranks that outlive their command (keeps)"
+    ),
+    ("launch/xla/ranks.py", "take no commands"): (
+        "the driver sends commands only to ranks that outlive their command (keeps)"
+    ),
+    ("launch/xla/ranks.py", "the XLA workers ended without reporting a result"): (
+        "asked only when no rank failed and not every rank returned, which unexplained_end "
+        "answers first"
+    ),
     ("notebook/compat_widgets.py", "is not one of the view's colours"): (
         "the views colour their texts only with the palette's colours"
     ),

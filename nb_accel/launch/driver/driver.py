@@ -338,10 +338,10 @@ class RankDriver:
     ) -> dict[int, CellDone] | BaseException:
         late = self._late
         where: dict[int, RankStack] = {}
-        if not group.keeps:  # the ranks still running, located before they are stopped
-            dead = group.dead_ranks()
-            running = [r for r in targets if r not in group.done and r not in dead]
-            if running and group.command_failures(targets, [], view).timeout_ranks:
+        if not group.keeps:  # the ranks that neither replied nor failed, located before
+            failures = group.command_failures(targets, [], view)  # they are stopped
+            running = [r for r in targets if r not in group.done and r not in failures.ranks]
+            if running and failures.timeout_ranks:
                 where = dict(self._where(running))
             group.hear_out()  # their last reports join the failures
         done = {rank: group.done[rank] for rank in targets if rank in group.done}

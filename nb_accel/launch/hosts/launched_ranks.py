@@ -28,8 +28,12 @@ from ..views.view import LaunchView
 from .connections import GRACEFUL_STOP_S
 from .pool_ranks import HostRanks
 
-__all__ = ["HOSTS_COLLECT_WINDOW_S", "HOSTS_EXPLAIN_WINDOW_S", "LaunchedHostRanks"]
+__all__ = ["AGENT_STOP_S", "HOSTS_COLLECT_WINDOW_S", "HOSTS_EXPLAIN_WINDOW_S", "LaunchedHostRanks"]
 
+#: How long torch's elastic agent gives its workers to end on ``SIGTERM`` before it kills them
+#: (``LocalElasticAgent._shutdown``'s default): a worker blocked in a collective cannot run its
+#: handler, so a host told to stop may take that long.
+AGENT_STOP_S = 30.0
 #: After the first failure, how long to keep listening for the other ranks' reports: longer
 #: than on one machine (:data:`~nb_accel.launch.failures.failure_log.COLLECT_WINDOW_S`), as
 #: they come through each host's node.
@@ -107,14 +111,15 @@ class LaunchedHostRanks(HostRanks):
 
     def hear_out(self) -> None:
         """Read until every host has ended: on its own once every rank returned (its agent
-        waits for the other hosts' first, up to ``EXIT_BARRIER_S``), else told to stop now,
-        for at most :data:`GRACEFUL_STOP_S` more; the deaths each agent saw join the
-        failures."""
+        waits for the other hosts' first, up to ``EXIT_BARRIER_S``), else told to stop now
+        (its agent gives its workers up to :data:`AGENT_STOP_S` to end); the deaths each
+        agent saw join the failures. A host that has not ended :data:`GRACEFUL_STOP_S` after
+        that is cut off by the stop."""
         nodes = self._hosts.nodes
-        wait_s = GRACEFUL_STOP_S
         if all(r in self.done and not self.done[r].failure for r in range(self.world_size)):
-            wait_s += EXIT_BARRIER_S
+            wait_s = EXIT_BARRIER_S + GRACEFUL_STOP_S
         else:
+            wait_s = AGENT_STOP_S + GRACEFUL_STOP_S
             for node in nodes:
                 if node.open and node.ended is None:
                     node.tell(StopNode())

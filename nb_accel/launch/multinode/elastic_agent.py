@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import time
 import weakref
 from collections.abc import Callable
@@ -34,11 +35,15 @@ from ..placement.nodes import NodePlan
 from .network import rendezvous_listener, split_endpoint
 from .node_addresses import NodeNetwork
 
-__all__ = ["EXIT_BARRIER_S", "OnRestart", "launch_config", "run_agent"]
+__all__ = ["EXIT_BARRIER_S", "BeforeStop", "OnRestart", "launch_config", "run_agent"]
 
 #: Told, as the agent restarts its workers, the attempt they start (``TORCHELASTIC_RESTART_COUNT``)
 #: and the workers of the attempt before that ended, as ``(local rank, pid, exit code)``.
 OnRestart = Callable[[int, list[tuple[int, int, int]]], None]
+#: Told, when the agent is about to stop its workers after the failure it will not restart
+#: them for, the workers still running then: their process ids by global rank (so that the
+#: kernel can say where each was).
+BeforeStop = Callable[[dict[int, int]], None]
 
 #: How long a node whose workers have finished waits for the other nodes (seconds).
 EXIT_BARRIER_S = 30.0
@@ -184,6 +189,7 @@ def _agent_class() -> type:
             make_args: Callable[[dict[str, str]], tuple[Any, ...]],
             wait_s: float,
             on_restart: OnRestart | None,
+            before_stop: BeforeStop | None = None,
             **options: Any,
         ) -> None:
             super().__init__(**options)
@@ -191,6 +197,7 @@ def _agent_class() -> type:
             self._make_args = make_args
             self._wait_s = wait_s
             self._on_restart = on_restart
+            self._before_stop = before_stop
             self._ended: list[tuple[int, int, int]] = []
             self._rounds = 0
 
@@ -200,12 +207,32 @@ def _agent_class() -> type:
             _meet(worker_group, self._network, self._make_args, self._wait_s, self._rounds)
 
         def _monitor_workers(self, worker_group: Any) -> Any:
+            if self._before_stop is not None and self._remaining_restarts <= 0:
+                self._before_last_stop(worker_group)
             result = super()._monitor_workers(worker_group)
             self._ended = [
                 (failure.local_rank, failure.pid, failure.exitcode)
                 for failure in result.failures.values()
             ]
             return result
+
+        def _before_last_stop(self, worker_group: Any) -> None:
+            """Once a worker has failed and no restart is left, tell ``before_stop`` of the
+            workers still running, before the agent's look at them stops them (the failed
+            worker is looked at without being reaped: the agent still sees it end)."""
+            running: dict[int, int] = {}
+            failed = False
+            for worker in worker_group.workers:
+                if not isinstance(worker.id, int):
+                    return  # not started yet
+                ended = _ended_unreaped(worker.id)
+                if ended is None:
+                    running[worker.global_rank] = worker.id
+                else:
+                    failed = failed or ended
+            if failed and running and self._before_stop is not None:
+                before_stop, self._before_stop = self._before_stop, None  # once
+                before_stop(running)
 
         def _restart_workers(self, worker_group: Any) -> None:
             if self._on_restart is not None:
@@ -214,6 +241,18 @@ def _agent_class() -> type:
             super()._restart_workers(worker_group)
 
     return NodeAgent
+
+
+def _ended_unreaped(pid: int) -> bool | None:
+    """Whether the child process ``pid`` has ended on a failure (not exit code 0), looked at
+    without reaping it; ``None`` while it runs (or if it is no child of this process)."""
+    try:
+        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+    except ChildProcessError:
+        return None
+    if info is None:
+        return None
+    return not (info.si_code == os.CLD_EXITED and info.si_status == 0)
 
 
 def _store_server(address: str, port: int, timeout_s: float | None = None) -> Any:
@@ -282,12 +321,14 @@ def run_agent(
     hosts_store: bool,
     network: NodeNetwork,
     on_restart: OnRestart | None = None,
+    before_stop: BeforeStop | None = None,
 ) -> Any:
     """Run this node's agent until its workers are done; the agent's ``RunResult``.
 
     ``make_args(env)`` gives the entrypoint's arguments with ``env`` (variables for the
     workers, chosen after the rendezvous) added to them; ``on_restart`` is told of each
-    restart of the workers (see :data:`OnRestart`).
+    restart of the workers (see :data:`OnRestart`); ``before_stop`` of the workers still
+    running when the agent stops them after its last failure (see :data:`BeforeStop`).
 
     After a failure the rendezvous is closed, so the other nodes' agents stop waiting for a
     restart; after a success only the node that hosts the store closes it (the others would
@@ -326,6 +367,7 @@ def run_agent(
         make_args,
         float(config.rdzv_configs["read_timeout"]),
         on_restart,
+        before_stop,
         spec=spec,
         logs_specs=config.logs_specs,
         start_method=config.start_method,

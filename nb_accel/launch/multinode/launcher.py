@@ -46,7 +46,7 @@ from ..request import LaunchCall
 from ..scratch import make_scratch_dir
 from ..spec import LaunchSpec
 from ..workers import worker_env
-from .elastic_agent import OnRestart, launch_config, run_agent
+from .elastic_agent import BeforeStop, OnRestart, launch_config, run_agent
 from .node_addresses import NodeNetwork
 from .node_events import NodeEvents, NodeView
 from .node_ranks import NodeRanks
@@ -80,6 +80,7 @@ def agent_run(
     env: dict[str, str],
     log_dir: str,
     on_restart: OnRestart | None = None,
+    before_stop: BeforeStop | None = None,
 ) -> Callable[[], Any]:
     """This node's agent run, ready to start: it meets the other nodes, then runs this node's
     workers, which report to ``address`` (authenticated with ``authkey``) and write their
@@ -101,7 +102,14 @@ def agent_run(
     config = launch_config(nodes, plan.num_processes, plan.start_method, log_dir, network.address)
     make_args = functools.partial(with_env, args)
     return functools.partial(
-        run_agent, config, node_worker_main, make_args, nodes.node_rank == 0, network, on_restart
+        run_agent,
+        config,
+        node_worker_main,
+        make_args,
+        nodes.node_rank == 0,
+        network,
+        on_restart,
+        before_stop,
     )
 
 
@@ -162,8 +170,9 @@ class NodesLauncher(LaunchBackend):
         # the kernel answers their prompts (input(), breakpoints), on the events' thread
         env = {**worker_env(plan, single_node=not nodes.multi_node), PROMPTS_VARIABLE: "1"}
         on_restart = functools.partial(_tell_restart, events, nodes.node_rank, plan.num_processes)
+        located = functools.partial(ranks.locate, self._log_dir)
         ranks.agent_run = agent_run(
-            plan, nodes, events.address, authkey, payload, env, self._log_dir, on_restart
+            plan, nodes, events.address, authkey, payload, env, self._log_dir, on_restart, located
         )
 
     def wait(self) -> list[Any] | BaseException:

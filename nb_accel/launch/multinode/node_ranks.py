@@ -24,7 +24,7 @@ from ..._openmp import release_openmp_threads
 from ...errors import LaunchError
 from ...worker.transfer.pickling import Pickled
 from ..failures.failure_log import FailureLog
-from ..failures.whereabouts import RankStack
+from ..failures.whereabouts import RankStack, take_stacks
 from ..launchers.outcome import RETURNED
 from ..placement.nodes import NodePlan
 from ..plan import LaunchPlan
@@ -145,6 +145,8 @@ class NodeRanks(PoolRanks):
         self._ran = False
         self._agent_failures: dict[int, Any] = {}
         self._problem: LaunchError | None = None
+        self._stopped_at: dict[int, RankStack] = {}
+        self._last_events: NodeEvents | None = None
 
     def watch(self, view: LaunchView | None, timeout: float | None) -> None:
         """The first look runs the agent to its end (the workers' events are heard on the
@@ -219,8 +221,6 @@ class NodeRanks(PoolRanks):
                 log.add(record)
             self._agent_failures = {}
 
-    _last_events: NodeEvents | None = None
-
     def close_events(self) -> None:
         """Stop listening for the workers (the agent has stopped them); once."""
         events, self._node_events = self._node_events, None
@@ -268,9 +268,15 @@ class NodeRanks(PoolRanks):
     def note_exits(self) -> None:
         """Nothing: the agent sees the workers end."""
 
+    def locate(self, folder: str, running: dict[int, int]) -> None:
+        """Where each of the ``running`` workers (pid by rank) is, taken before the agent
+        stops them after its last failure (they answer in ``folder``), for the outcome."""
+        self._stopped_at = take_stacks(folder, running, collectives=True)
+
     def stacks(self, ranks: list[int], collectives: bool) -> dict[int, RankStack]:
-        """None: by the time the driver asks, the agent has stopped the workers."""
-        return {}
+        """Where each of ``ranks`` was when the agent stopped it (the driver asks once the
+        agent has ended)."""
+        return {rank: self._stopped_at[rank] for rank in ranks if rank in self._stopped_at}
 
     def abort_collectives(self, ranks: list[int]) -> None:
         """Nothing: the agent stops the workers."""
