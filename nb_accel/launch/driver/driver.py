@@ -72,6 +72,7 @@ class RankDriver:
         self._unsettled = False  # a command failed or was interrupted since the last Settle
         self._debugging = False  # the command running is a post-mortem
         self._replacing = False  # dead ranks are being replaced (a death now gives up)
+        self._given_up = False  # the ranks were stopped for good
         self._waiting_for: list[int] = []  # the ranks the current command was sent to
         self._late = LateRanks()  # the current command's ranks freed after another's failure
         #: The current command's view.
@@ -273,8 +274,6 @@ class RankDriver:
         if not finished:
             stuck = [rank for rank in targets if rank not in group.done]
             self._stop_stuck(stuck, INTERRUPT_GRACE_S, "from the notebook")
-
-    _given_up = False
 
     def _stop_stuck(self, stuck: list[int], grace: float, after: str) -> None:
         """Give up the ranks, and raise that ``stuck`` ignored an interrupt (sent ``after``)."""
