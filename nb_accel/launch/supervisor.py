@@ -19,8 +19,8 @@ from multiprocessing.connection import wait
 from typing import Any
 
 from .._messages import Output, Prompt, TrackerRun, decode
-from .debugging.kept_rank import KeptRank
-from .debugging.post_mortems import offer_post_mortem
+from .debugging.kept_rank import KeptRank, waiting_note
+from .debugging.post_mortems import in_ipython, offer_post_mortem
 from .debugging.prompts import answer_prompt
 from .failures.failure_log import FailureLog
 from .failures.verdict import died_failure
@@ -181,6 +181,9 @@ class WorkerGroup(DispatchHooks):
                 self._kept = worker
                 kept = self.kept_rank = KeptRank(worker, self._post_mortem_s)
                 offer_post_mortem(error, [rank], kept.debug, kept)
+                if in_ipython() and hasattr(error, "add_note"):
+                    error.add_note(waiting_note(rank, self._post_mortem_s))
+                kept.let_go_unless_raised(error)
                 return
 
     def where(self, ranks: list[int]) -> dict[int, RankStack]:

@@ -302,3 +302,26 @@ def test_a_kept_rank_that_never_shows_the_debugger_is_said_and_stopped() -> None
         assert prompts == []
         assert "did not open the debugger within 3 s" in run.stderr + run.evalue
         assert run_cell(client, f"print({CHILDREN})").stdout.strip() == "[]"
+
+
+def test_a_caught_launch_error_leaves_no_rank_waiting() -> None:
+    """The cell catches the launch's error: the rank kept for ``%debug`` is let go as the cell
+    ends; one whose error reaches the notebook waits, and its error says for how long."""
+    with running_kernel() as (_, client):
+        caught = run_cell(
+            client,
+            COLD_LAUNCH.replace(
+                "notebook_launcher(train, args=(3,), num_processes=2)",
+                "try:\n    notebook_launcher(train, args=(3,), num_processes=2)\n"
+                "except ValueError as error:\n    print('caught:', error)",
+            ),
+        )
+        assert caught.status == "ok" and "caught: bad weights" in caught.stdout
+        assert run_cell(client, f"print({CHILDREN})").stdout.strip() == "[]"
+        failed = run_cell(client, COLD_LAUNCH)
+        shown = "\n".join(failed.traceback)
+        assert "Rank 1 waits for it up to 10 min (the saved setting post_mortem_wait)" in shown
+        kept = run_cell(client, f"print({CHILDREN})")  # a cell after it: the rank still waits
+        assert kept.stdout.strip() != "[]"
+        run, prompts = run_answering(client, "%debug", ["p weights", "q"])
+        assert prompts == ["(Pdb rank 1) "] * 2 and "tensor([0., 3., 6., 9.])" in run.stdout

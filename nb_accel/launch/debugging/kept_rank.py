@@ -13,16 +13,19 @@ passes. Nothing of it outlives the kernel.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import shutil
 import sys
+from collections.abc import Callable
 from multiprocessing.connection import wait
+from typing import Any
 
 from ..._messages import Debug, Output, Prompt, Stop, decode, encode_command
 from ..launchers.stopping import EXIT_GRACE_S, stop_processes
 from ..processes import WorkerProcess
 from .prompts import answer_prompt
 
-__all__ = ["KeptRank", "RankEndedError", "release_kept_rank"]
+__all__ = ["KeptRank", "RankEndedError", "release_kept_rank", "waiting_note"]
 
 
 class RankEndedError(RuntimeError):
@@ -34,6 +37,17 @@ _held: dict[str, KeptRank] = {}
 #: How long the kept rank has to show the debugger once asked (it waits idle for exactly
 #: that: its first words take milliseconds); a rank that says nothing by then is stopped.
 FIRST_WORDS_S = 30.0
+
+
+def waiting_note(rank: int, wait_s: float) -> str:
+    """What the error of a launch whose rank ``rank`` is kept for ``%debug`` says of the wait
+    (``wait_s``: how long the rank waits)."""
+    minutes = f"{wait_s / 60:g} min" if wait_s >= 60 else f"{wait_s:g} s"
+    return (
+        f"Rank {rank} waits for it up to {minutes} (the saved setting post_mortem_wait), "
+        "holding its memory; it is let go at the end of this cell if the error is caught "
+        "there, and by the next launch or cell."
+    )
 
 
 class KeptRank:
@@ -50,6 +64,7 @@ class KeptRank:
         self._wait_s = wait_s
         self._released = False
         self._folders: list[str] = []
+        self._after_the_cell: Callable[[Any], None] | None = None
         release_kept_rank()  # one at a time: the previous failure's goes
         _held["rank"] = self
         atexit.register(self.release)
@@ -99,6 +114,29 @@ class KeptRank:
             elif isinstance(event, Prompt):
                 answer_prompt(event, sys.stdout.flush, worker.conn.send_bytes)
 
+    def let_go_unless_raised(self, error: BaseException) -> None:
+        """In IPython: once the cell that ran the launch ends, let the rank go unless that
+        cell ended with ``error`` (then ``%debug`` can reach it); an error the cell caught, or
+        another one, leaves nothing waiting."""
+        shell = _shell()
+        if shell is None:
+            return
+
+        def after_the_cell(result: Any) -> None:
+            self._forget_the_cell()
+            if getattr(result, "error_in_exec", None) is not error:
+                self.release()
+
+        self._after_the_cell = after_the_cell
+        shell.events.register("post_run_cell", after_the_cell)
+
+    def _forget_the_cell(self) -> None:
+        after, self._after_the_cell = self._after_the_cell, None
+        shell = _shell()
+        if after is not None and shell is not None:
+            with contextlib.suppress(ValueError):  # not registered any more
+                shell.events.unregister("post_run_cell", after)
+
     def remove_with_it(self, folder: str) -> None:
         """Remove ``folder`` when the rank is released, not before (the launch's folder: the
         rank's process group keeps using the store in it)."""
@@ -110,6 +148,7 @@ class KeptRank:
     def release(self) -> None:
         """Stop and reap the kept rank and close what the kernel holds of it; twice is fine."""
         atexit.unregister(self.release)
+        self._forget_the_cell()
         if self._released:
             return
         self._released = True
@@ -129,6 +168,12 @@ class KeptRank:
             for folder in self._folders:
                 shutil.rmtree(folder, ignore_errors=True)
             self._folders.clear()
+
+
+def _shell() -> Any:
+    """The IPython shell this kernel runs, or ``None``."""
+    ipython = sys.modules.get("IPython")
+    return ipython.get_ipython() if ipython is not None else None
 
 
 def release_kept_rank() -> None:
