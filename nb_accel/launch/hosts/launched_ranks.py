@@ -14,7 +14,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from ..._messages import CellDone, Failure, Result, Started, StopNode
+from ..._messages import Failure, Result, Started, StopNode
 from ...errors import LaunchError
 from ..failures.failure_log import FailureLog
 from ..launchers.dispatch import TICK_S
@@ -23,6 +23,7 @@ from ..multinode.elastic_agent import EXIT_BARRIER_S
 from ..multinode.restarts import with_restarts
 from ..placement.hosts import HostPlan
 from ..plan import LaunchPlan
+from ..pool_ranks.interface import reply_of_outcome
 from ..views.output import OutputPrinter
 from ..views.view import LaunchView
 from .connections import GRACEFUL_STOP_S
@@ -77,10 +78,7 @@ class LaunchedHostRanks(HostRanks):
     def ended(self, event: Result | Failure) -> None:
         """A rank's reply to its command: its result, or its failure (a failure another rank
         relays for it counts as its reply too, as its first)."""
-        if isinstance(event, Result):
-            self.done[event.rank] = CellDone(event.rank, self.cell, value=event.data)
-        elif event.rank not in self.done:
-            self.done[event.rank] = CellDone(event.rank, self.cell, failure=event)
+        reply_of_outcome(self.done, self.cell, event)
 
     def dead_ranks(self) -> list[int]:
         """The ranks of a host whose agent ended (or whose channel did) without a reply."""

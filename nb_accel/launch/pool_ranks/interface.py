@@ -13,7 +13,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 
-from ..._messages import CellDone, Event, Output, Prompt
+from ..._messages import CellDone, Event, Failure, Output, Prompt, Result
 from ...errors import WorkerFailure
 from ...worker.transfer.pickling import Pickled, segments_of
 from ...worker.transfer.segments import remove_segment
@@ -24,7 +24,7 @@ from ..launchers.dispatch import EventDispatcher
 from ..views.output import OutputPrinter
 from ..views.view import LaunchView
 
-__all__ = ["CellOutput", "PoolRanks", "RankStatus"]
+__all__ = ["CellOutput", "PoolRanks", "RankStatus", "reply_of_outcome"]
 
 
 @dataclass(frozen=True)
@@ -71,6 +71,15 @@ class CellOutput:
     def flush(self) -> None:
         """See :meth:`OutputPrinter.flush`."""
         self.printer.flush()
+
+
+def reply_of_outcome(done: dict[int, CellDone], cell: int, event: Result | Failure) -> None:
+    """Keep a launched rank's result or failure in ``done`` as its reply to command ``cell``
+    (a failure another rank relays for it counts too, as its first)."""
+    if isinstance(event, Result):
+        done[event.rank] = CellDone(event.rank, cell, value=event.data)
+    elif event.rank not in done:
+        done[event.rank] = CellDone(event.rank, cell, failure=event)
 
 
 class PoolRanks(ABC):

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import contextlib
 
-from ..._messages import CellDone, Failure, Result
+from ..._messages import Failure, Result
 from ..failures.failure_log import FailureLog
 from ..launchers.outcome import RETURNED
 from ..plan import LaunchPlan
 from ..processes import WorkerProcess
 from ..views.output import OutputPrinter
 from ..views.view import LaunchView
+from .interface import reply_of_outcome
 from .local import LocalRanks
 
 __all__ = ["LaunchedRanks"]
@@ -64,10 +65,7 @@ class LaunchedRanks(LocalRanks):
     def ended(self, event: Result | Failure) -> None:
         """A rank's reply to its command: its result, or its failure (a failure another rank
         relays for it counts as its reply too, as its first)."""
-        if isinstance(event, Result):
-            self.done[event.rank] = CellDone(event.rank, self.cell, value=event.data)
-        elif event.rank not in self.done:
-            self.done[event.rank] = CellDone(event.rank, self.cell, failure=event)
+        reply_of_outcome(self.done, self.cell, event)
 
     def dead_ranks(self) -> list[int]:
         """Ranks whose worker ended without a reply (its death is among the failures)."""

@@ -15,7 +15,7 @@ from concurrent.futures.process import BrokenProcessPool
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
-from ..._messages import CellDone, Failure, Output, Result, Started, decode
+from ..._messages import Failure, Output, Result, Started, decode
 from ...errors import WorkerDiedError
 from ...worker.transfer.pickling import Pickled
 from ..failures.failure_log import FailureLog
@@ -23,7 +23,7 @@ from ..failures.whereabouts import RankStack
 from ..launchers.dispatch import DispatchHooks, EventDispatcher
 from ..launchers.outcome import RETURNED
 from ..launchers.stopping import stop_processes
-from ..pool_ranks.interface import CellOutput, PoolRanks, RankStatus
+from ..pool_ranks.interface import CellOutput, PoolRanks, RankStatus, reply_of_outcome
 from ..views.output import OutputPrinter
 from ..views.view import LaunchView
 from .output import ProcessOutputs
@@ -84,10 +84,7 @@ class XlaRanks(DispatchHooks, PoolRanks):
 
     def ended(self, event: Result | Failure) -> None:
         """A rank's reply to its command: its result, or its failure."""
-        if isinstance(event, Result):
-            self.done[event.rank] = CellDone(event.rank, self.cell, value=event.data)
-        elif event.rank not in self.done:
-            self.done[event.rank] = CellDone(event.rank, self.cell, failure=event)
+        reply_of_outcome(self.done, self.cell, event)
 
     def rank_of(self, sender: Any) -> int | None:
         """Unknown: the ranks share one pipe."""
