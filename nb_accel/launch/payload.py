@@ -35,21 +35,74 @@ def _name_of(function: Callable[..., Any]) -> str:
     return getattr(function, "__qualname__", None) or repr(function)
 
 
+def _travels(value: Any) -> bool:
+    """Whether cloudpickle can pickle ``value``."""
+    try:
+        cloudpickle.dumps(value)
+    except Exception:  # noqa: BLE001 - any pickling error means "cannot travel"
+        return False
+    return True
+
+
+def _names_used(code: types.CodeType) -> Iterator[str]:
+    """The global names ``code`` and the code nested in it (inner functions, lambdas,
+    comprehensions) refer to, in order of first use."""
+    yield from code.co_names
+    for constant in code.co_consts:
+        if isinstance(constant, types.CodeType):
+            yield from _names_used(constant)
+
+
+def _what_refers(function: types.FunctionType) -> Iterator[tuple[str, Any]]:
+    """What ``function`` refers to and cloudpickle sends with it, by how the user wrote it:
+    the globals it uses, the variables it closes over, its defaults."""
+    seen: set[str] = set()
+    for name in _names_used(function.__code__):
+        if name in function.__globals__ and name not in seen:
+            seen.add(name)
+            yield f"the global `{name}`", function.__globals__[name]
+    cells = function.__closure__ or ()
+    for name, cell in zip(function.__code__.co_freevars, cells, strict=False):
+        with contextlib.suppress(ValueError):  # an empty cell sends nothing
+            yield f"the variable `{name}` from an enclosing function", cell.cell_contents
+    defaults = function.__defaults__ or ()
+    positional = function.__code__.co_varnames[: function.__code__.co_argcount]
+    for name, value in zip(positional[len(positional) - len(defaults) :], defaults, strict=True):
+        yield f"the default of `{name}`", value
+    for name, value in (function.__kwdefaults__ or {}).items():
+        yield f"the default of `{name}`", value
+
+
+def _culprit_inside(function: Any, seen: set[int]) -> tuple[str, list[str]] | None:
+    """What ``function`` refers to that cannot be pickled (in words), and the functions it is
+    reached through, ``function`` first; ``None`` when none of it is the reason."""
+    if not isinstance(function, types.FunctionType) or id(function) in seen:
+        return None
+    seen.add(id(function))
+    for what, value in _what_refers(function):
+        if _travels(value):
+            continue
+        inner = _culprit_inside(value, seen)
+        if inner is not None:
+            return inner[0], [_name_of(function), *inner[1]]
+        return f"{what} (a {type(value).__name__})", [_name_of(function)]
+    return None
+
+
 def _culprit(function: Callable[..., Any], args: Sequence[Any], kwargs: Mapping[str, Any]) -> str:
     """Which part of the payload cannot be pickled, in words."""
-    try:
-        cloudpickle.dumps(function)
-    except Exception:  # noqa: BLE001 - any pickling error means "cannot travel"
+    if not _travels(function):
+        inside = _culprit_inside(function, set())
+        if inside is not None:
+            what, through = inside
+            via = f" (through {', '.join(map(repr, through[1:]))})" if len(through) > 1 else ""
+            return f"{what}, which {through[0]!r} uses{via},"
         return f"the function {_name_of(function)!r} (or something it refers to)"
     for index, value in enumerate(args):
-        try:
-            cloudpickle.dumps(value)
-        except Exception:  # noqa: BLE001 - any pickling error means "cannot travel"
+        if not _travels(value):
             return f"args[{index}] (a {type(value).__name__})"
     for key, value in kwargs.items():
-        try:
-            cloudpickle.dumps(value)
-        except Exception:  # noqa: BLE001 - any pickling error means "cannot travel"
+        if not _travels(value):
             return f"kwargs[{key!r}] (a {type(value).__name__})"
     return "the payload"
 

@@ -19,6 +19,7 @@ from typing import Any
 from ..worker.process.entrypoint import run_worker
 from ..worker.process.spec import WorkerArgs
 from .captured import CapturedOutput
+from .failures.oom import oom_kills
 
 __all__ = ["START_METHODS", "WorkerProcess", "resident_mb", "start_worker"]
 
@@ -47,6 +48,9 @@ class WorkerProcess:
         self._exitcode: int | None = None  # kept when the handle is closed
         self._closed = False
         self._pidfd: int | None = None
+        #: The machine's count of out-of-memory kills when the worker was started: what a
+        #: ``SIGKILL`` was is told by whether it rose (:mod:`~.failures.oom`).
+        self.oom_kills_at_start = oom_kills()
         if hasattr(os, "pidfd_open"):
             try:
                 self._pidfd = os.pidfd_open(pid)

@@ -23,6 +23,7 @@ from .debugging.kept_rank import KeptRank, waiting_note
 from .debugging.post_mortems import in_ipython, offer_post_mortem
 from .debugging.prompts import answer_prompt
 from .failures.failure_log import FailureLog
+from .failures.oom import oom_verdict
 from .failures.verdict import died_failure
 from .failures.whereabouts import RankStack, take_stacks
 from .launchers.dispatch import DispatchHooks, EventDispatcher
@@ -142,7 +143,10 @@ class WorkerGroup(DispatchHooks):
                 self.events.on_output(event)
             last_words = worker.captured.last_words
         if worker.rank not in self.events.results and worker.rank not in self._failures.ranks:
-            self._failures.add(died_failure(worker.rank, worker.pid, worker.poll(), last_words))
+            oom_killed = oom_verdict(worker.oom_kills_at_start)
+            self._failures.add(
+                died_failure(worker.rank, worker.pid, worker.poll(), last_words, None, oom_killed)
+            )
 
     def _watch_once(self, timeout: float | None) -> None:
         by_fd: dict[Any, WorkerProcess] = {}

@@ -16,6 +16,7 @@ import torch.distributed as dist
 from resumable_training import train
 
 from nb_accel import notebook_launcher
+from nb_accel.errors import WorkerDiedError
 
 
 def _attempt() -> int:
@@ -80,6 +81,22 @@ def test_the_error_says_what_ended_the_attempts_before_it() -> None:
     assert (
         "The worker group was restarted 1 time (max_restarts=1) before this failure: attempt 1 "
         "ended when rank 1 was killed by SIGKILL." in notes
+    )
+
+
+def killed_every_time() -> None:
+    dist.barrier()
+    if dist.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+
+
+@pytest.mark.timeout(120)
+def test_a_kill_on_the_last_attempt_is_not_blamed_on_memory() -> None:
+    with pytest.raises(WorkerDiedError) as info:
+        notebook_launcher(killed_every_time, num_processes=2, max_restarts=1)
+    assert "rank 1" in str(info.value) and "was killed by SIGKILL (not by the out-of-memory" in (
+        str(info.value)
     )
 
 

@@ -94,6 +94,44 @@ def test_debug_after_a_failed_warm_launch_and_another_rank() -> None:
         assert "rank 7 did not raise" in wrong.stderr + wrong.evalue
 
 
+WARM_LAUNCH_LEFT_WAITING = """
+import torch
+import torch.distributed as dist
+from nb_accel import notebook_launcher
+
+def train(scale):
+    weights = torch.arange(4.0) * scale
+    if dist.get_rank() == 1:
+        raise ValueError(f"bad weights {weights.sum().item()}")
+    dist.barrier()  # rank 0 waits here: rank 1's failure frees it, and the group is broken
+    return 0
+
+notebook_launcher(train, args=(3,), num_processes=2, reuse_workers=True)
+"""
+
+ALL_REDUCE = """
+def total():
+    value = torch.ones(1)
+    dist.all_reduce(value)
+    return value.item()
+
+notebook_launcher(total, num_processes=2, reuse_workers=True)
+"""
+
+
+def test_debug_after_a_warm_launch_left_a_rank_waiting_says_nothing_of_cells() -> None:
+    with running_kernel() as (_, client):
+        failed = run_cell(client, WARM_LAUNCH_LEFT_WAITING)
+        assert failed.ename == "ValueError"
+        run, prompts = run_answering(client, "%debug", ["p weights.sum().item()", "q"])
+        assert prompts == ["(Pdb rank 1) "] * 2 and "18.0" in run.stdout
+        assert "process group" not in run.stderr, run.stderr  # the debugger needs no group
+        again = run_cell(client, ALL_REDUCE)  # the next launch remakes the group, and says so
+        assert again.status == "ok" and "[2.0, 2.0]" in str(again.results), again
+        assert "The process group was remade after the previous failure" in again.stderr
+        assert "cell" not in again.stderr
+
+
 def test_debug_after_an_ordinary_error_is_ipythons() -> None:
     with running_kernel() as (_, client):
         run_cell(client, "import nb_accel\nlocal = 41")

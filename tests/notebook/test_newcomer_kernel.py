@@ -137,3 +137,33 @@ def test_a_distributed_cell_or_pull_with_ddps_names_is_warned_of_too() -> None:
     assert 'rank 0 returned a state dict whose keys all carry "module."' in cell.stderr
     assert pulled.status == "ok" and "returned" not in pulled.stderr
     assert 'rank 1 returned a state dict whose keys all carry "module."' in (pulled_wrapped.stderr)
+
+
+UNPICKLABLE_GLOBAL = """
+import threading
+log_lock = threading.Lock()
+
+def log(text):
+    with log_lock:
+        print(text)
+
+def train():
+    log("started")
+
+notebook_launcher(train, num_processes=2, start_method="spawn")
+"""
+
+
+@pytest.mark.timeout(120)
+def test_under_spawn_a_global_that_cannot_travel_is_named() -> None:
+    with running_kernel() as (_manager, client):
+        run_cell(client, SETUP)
+        run = run_cell(client, UNPICKLABLE_GLOBAL)
+        children = run_cell(client, "import psutil\nlen(psutil.Process().children())")
+    assert run.ename == "TypeError", run
+    assert (
+        "cannot send the global `log_lock` (a lock), which 'train' uses (through 'log'), "
+        "to the workers"
+    ) in run.evalue
+    assert "create them inside the launched function instead" in run.evalue
+    assert children.results[0]["text/plain"] == "0"  # nothing was started

@@ -112,9 +112,11 @@ class RankDriver:
 
         Output of the first target (of every target with ``all_output``) is written as it
         arrives. A failure on any rank is raised in the kernel as for a launch (original type,
-        ranks named, identical failures grouped) and the ranks stay up.
+        ranks named, identical failures grouped) and the ranks stay up. The process group
+        is remade first after a failure, unless the command opens the debugger (its frames
+        are those of the failure: the group is remade for the next command).
         """
-        if self._unsettled:
+        if self._unsettled and not self._debugging:
             self._settle()
         group = self.ranks
         self._cell += 1
@@ -309,7 +311,7 @@ class RankDriver:
             )
         except Exception as error:
             if hasattr(error, "add_note"):
-                error.add_note("(while checking the process group after the previous cell failed)")
+                error.add_note("(while remaking the process group after the previous failure)")
             raise
         issued = load_value(done[0])
         if issued is not None:
@@ -368,6 +370,7 @@ class RankDriver:
             unfinished,
             finished_as=group.finished_as,
             where=where if log.timeout_ranks else None,
+            kept=group.keeps,
         )
         group.add_history(error, log)
         if not group.keeps:

@@ -133,10 +133,13 @@ class FailureLog:
                 self._shown[rank] = shown
                 (view.stopped if shown[0] == "stopped" else view.failed)(rank, shown[1])
 
-    def exception(self, world_size: int, status: dict[int, str], timeout_s: float) -> BaseException:
+    def exception(
+        self, world_size: int, status: dict[int, str], timeout_s: float, kept: bool = False
+    ) -> BaseException:
         """The exception the kernel raises for these failures (see
-        :func:`~nb_accel.launch.failures.verdict.build_exception`)."""
+        :func:`~nb_accel.launch.failures.verdict.build_exception`; ``kept``: the ranks outlive
+        the failure)."""
         stopped = self.stopped_ranks - self.ranks
         return build_exception(
-            self.records, self.timeout_ranks, world_size, status, timeout_s, stopped
+            self.records, self.timeout_ranks, world_size, status, timeout_s, stopped, kept
         )

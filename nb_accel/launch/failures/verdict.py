@@ -93,20 +93,49 @@ def _watchdog_failure(rank: int, pid: int, exitcode: int, last_words: str) -> Wo
     return WorkerFailure(rank, WATCHDOG, message, "", signal_name="SIGABRT", exitcode=exitcode)
 
 
+#: What a ``SIGKILL`` is said to be, by whether the out-of-memory killer's count of kills on
+#: the worker's machine rose while it ran (``None``: unknown, a guess is said).
+SIGKILL_HINTS: dict[bool | None, str] = {
+    True: (
+        " (the out-of-memory killer: this machine's count of out-of-memory kills rose while "
+        "it ran; use smaller batches, fewer ranks or fewer DataLoader workers)"
+    ),
+    False: (
+        " (not by the out-of-memory killer, whose count of kills did not change: something "
+        "sent it SIGKILL, such as `kill -9` or a job scheduler)"
+    ),
+    None: (
+        " (perhaps the out-of-memory killer, a guess: `dmesg` on its machine says; else "
+        "something sent it SIGKILL, such as `kill -9` or a job scheduler)"
+    ),
+}
+
+
 def died_failure(
-    rank: int, pid: int, exitcode: int | None, last_words: str = "", host: str | None = None
+    rank: int,
+    pid: int,
+    exitcode: int | None,
+    last_words: str = "",
+    host: str | None = None,
+    oom_killed: bool | None = None,
 ) -> WorkerFailure:
     """The record for a worker that ended without reporting.
 
     ``last_words``: the end of what it wrote to its stderr; a worker that NCCL's watchdog
     aborted is recorded with the watchdog's reason (:func:`is_watchdog_timeout` tells a
     collective's timeout). ``host``: the machine it ran on, in a launch across hosts.
+    ``oom_killed``: whether the out-of-memory killer killed a process on its machine while
+    it ran (:func:`~nb_accel.launch.failures.oom.oom_verdict`; ``None``: unknown), which
+    tells what a ``SIGKILL`` was.
     """
-    record = _died(rank, pid, exitcode, last_words, f" on {host}" if host else "")
+    on = f" on {host}" if host else ""
+    record = _died(rank, pid, exitcode, last_words, on, oom_killed)
     return dataclasses.replace(record, host=host) if host else record
 
 
-def _died(rank: int, pid: int, exitcode: int | None, last_words: str, on: str) -> WorkerFailure:
+def _died(
+    rank: int, pid: int, exitcode: int | None, last_words: str, on: str, oom_killed: bool | None
+) -> WorkerFailure:
     if exitcode is not None and exitcode < 0:
         if -exitcode == signal.SIGABRT and last_words:
             record = _watchdog_failure(rank, pid, exitcode, last_words)
@@ -117,7 +146,7 @@ def _died(rank: int, pid: int, exitcode: int | None, last_words: str, on: str) -
         except ValueError:
             name = f"signal {-exitcode}"
         hint = {
-            "SIGKILL": " (often the out-of-memory killer: check `dmesg`, or use smaller batches)",
+            "SIGKILL": SIGKILL_HINTS[oom_killed],
             "SIGSEGV": " (a crash in native code)",
             "SIGBUS": " (often a full /dev/shm: use fewer DataLoader workers)",
         }.get(name, "")
@@ -271,6 +300,7 @@ def build_exception(
     status: dict[int, str],
     timeout_s: float,
     stopped: Iterable[int] = (),
+    kept: bool = False,
 ) -> BaseException:
     """Choose the root cause among ``ordered`` (arrival order) and build the exception to raise.
 
@@ -282,6 +312,8 @@ def build_exception(
         timeout_s: the launch's collective timeout.
         stopped: ranks that ended because of the failure without an error of their own
             (named with the ranks whose errors were consequences).
+        kept: whether the ranks outlive the failure (a pool's): those it stopped were only
+            interrupted, and are said to keep their variables.
     """
     verdict = judge(ordered, timeout_ranks)
     root, first = verdict.root, verdict.root[0]
@@ -289,7 +321,7 @@ def build_exception(
     summary = _others_summary(verdict.others)
     if verdict.timed_out:
         return _timeout_error(root, world_size, status, timeout_s)
-    knock_on = _knock_on(verdict, stopped)
+    knock_on = _knock_on(verdict, stopped, kept)
     if first.signal_name or first.type_name == "exit":  # a watchdog's abort too
         text = first.message + (f" (same on {rank_list(ranks)})" if len(ranks) > 1 else "")
         text += "".join("\n" + part for part in (knock_on, summary) if part)
@@ -312,9 +344,10 @@ def build_exception(
     return _decorate(error, root, note, ordered)
 
 
-def _knock_on(verdict: Verdict, stopped: Iterable[int] = ()) -> str:
+def _knock_on(verdict: Verdict, stopped: Iterable[int] = (), kept: bool = False) -> str:
     """A line naming the ranks that stopped because of the root cause (their errors, a lost
-    connection or a timeout, are not shown)."""
+    connection or a timeout, are not shown); ``kept``: their processes live on, only their
+    work was interrupted."""
     failed_on_their_own = {f.rank for group in verdict.others for f in group}
     ranks = sorted(
         ({f.rank for f in verdict.consequences} | set(stopped))
@@ -324,4 +357,10 @@ def _knock_on(verdict: Verdict, stopped: Iterable[int] = ()) -> str:
     if not ranks:
         return ""
     verb = "was" if len(ranks) == 1 else "were"
+    if kept:
+        their = "its" if len(ranks) == 1 else "their"
+        return (
+            f"{rank_list(ranks).capitalize()} {verb} interrupted by this failure "
+            f"and kept {their} variables."
+        )
     return f"{rank_list(ranks).capitalize()} {verb} stopped by this failure."

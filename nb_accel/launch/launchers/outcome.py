@@ -45,6 +45,7 @@ def failure_outcome(
     unfinished: Iterable[int] = (),
     finished_as: str = RETURNED,
     where: Mapping[int, RankStack] | None = None,
+    kept: bool = False,
 ) -> BaseException:
     """The exception for ``failures`` (there is at least one), the launch being over.
 
@@ -58,6 +59,8 @@ def failure_outcome(
         finished_as: what the finished ranks are said to have done.
         where: where unfinished ranks were (their stacks), by rank: each one's summary is
             said with its status, and every thread's frames in a note.
+        kept: whether the ranks outlive the failure (a pool's, a warm launch's): those it
+            stopped were interrupted and kept their variables.
     """
     unfinished = list(unfinished)
     failures.settle(unfinished)
@@ -67,7 +70,7 @@ def failure_outcome(
     for record in failures.records:  # a lost peer after a timeout: the timed-out rank let go
         late = is_peer_loss(record.message)
         status.setdefault(record.rank, CAME_LATE if late else f"failed with {record.first_line}")
-    error = failures.exception(world_size, status, timeout_s)
+    error = failures.exception(world_size, status, timeout_s, kept)
     if (note := stacks_note(where or {})) and hasattr(error, "add_note"):
         error.add_note(note)
     return error

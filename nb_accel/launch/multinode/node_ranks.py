@@ -24,6 +24,7 @@ from ..._openmp import release_openmp_threads
 from ...errors import LaunchError
 from ...worker.transfer.pickling import Pickled
 from ..failures.failure_log import FailureLog
+from ..failures.oom import oom_kills, oom_verdict
 from ..failures.whereabouts import RankStack, take_stacks
 from ..launchers.outcome import RETURNED
 from ..placement.nodes import NodePlan
@@ -136,6 +137,7 @@ class NodeRanks(PoolRanks):
         self.output.printer = printer
         self._plan = plan
         self._nodes = nodes
+        self._oom_kills_at_start = oom_kills()  # what a worker's SIGKILL was is told by it
         self.agent_run: Callable[[], Any] | None = None
         per_node = plan.num_processes
         #: This node's ranks (their results are the launch's value here).
@@ -217,7 +219,10 @@ class NodeRanks(PoolRanks):
             events = self._last_events
             tails = events.stderr_tail if events is not None else {}
             per_node = self._plan.num_processes
-            for record in worker_deaths(self._nodes.node_rank, died, per_node, reported, tails):
+            oom_killed = oom_verdict(self._oom_kills_at_start)
+            for record in worker_deaths(
+                self._nodes.node_rank, died, per_node, reported, tails, oom_killed=oom_killed
+            ):
                 log.add(record)
             self._agent_failures = {}
 

@@ -35,16 +35,19 @@ def worker_deaths(
     reported: set[int],
     stderr_tail: dict[int, str],
     host: str | None = None,
+    oom_killed: bool | None = None,
 ) -> list[WorkerFailure]:
     """Records for node ``node_rank``'s workers that ``died`` without reporting, given as the
     agent has them (``(local rank, pid, exit code)``): not those in ``reported``, nor those
-    their agent stopped after another failure; each judged with the end of its stderr."""
+    their agent stopped after another failure; each judged with the end of its stderr (and
+    ``oom_killed``: whether the node's out-of-memory killer killed meanwhile, if known)."""
     found = []
     for local_rank, pid, exitcode in died:
         rank = global_rank(node_rank, local_rank, per_node)
         if rank in reported or exitcode in STOPPED_CODES:
             continue
-        found.append(died_failure(rank, pid, exitcode, stderr_tail.get(rank, ""), host=host))
+        last_words = stderr_tail.get(rank, "")
+        found.append(died_failure(rank, pid, exitcode, last_words, host, oom_killed))
     return found
 
 
