@@ -7,7 +7,7 @@ TORCH_PIN := torch==2.13.0
 # The Accelerate release the compatibility lane runs the tests of (and the benchmarks compare with).
 ACCELERATE_PIN := accelerate==1.15.0
 
-.PHONY: setup test-setup hosts-setup demo lab docs test test-install lint test-accelerate test-xla test-trackers \
+.PHONY: setup test-setup hosts-setup demo lab docs test test-docs test-install lint test-accelerate test-xla test-trackers \
 	test-browser test-colab test-kaggle test-classic chromium screenshots bench clean
 
 # What the notebooks need (make demo, make lab): the package and its notebook extra.
@@ -34,7 +34,11 @@ demo: setup
 # package lists, Binder's files) are a lane of their own: make test-install; the linters (ruff,
 # mypy) are make lint.
 test: test-setup hosts-setup
-	$(BIN)/python -m pytest -m "not fresh_env and not lint"
+	$(BIN)/python -m pytest -m "not fresh_env and not lint and not docs_code"
+
+# The documentation's code blocks, run as written in a real kernel, page by page.
+test-docs: test-setup
+	$(BIN)/python -m pytest -m docs_code tests/notebook/test_docs_code.py
 
 test-install: test-setup
 	$(BIN)/python -m pytest -m fresh_env tests/packaging tests/binder
@@ -99,7 +103,7 @@ PY_VERSION_TESTS := tests/multiproc/test_launch.py tests/multiproc/test_failures
 # 7.34, ipywidgets 7.7.1: the unit and notebook folders (every notebook among them) and the
 # multi-process tests where Python versions differ.
 test-colab:
-	venv=$$($(LANE_ENV) colab) && $$venv/bin/python -m pytest -m "not lint" tests/unit \
+	venv=$$($(LANE_ENV) colab) && $$venv/bin/python -m pytest -m "not lint and not docs_code" tests/unit \
 		tests/notebook $(PY_VERSION_TESTS)
 
 # Colab's front end's stack in a browser: the classic Notebook 6.5.7 with ipywidgets 7.7.1 draws

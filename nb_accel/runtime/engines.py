@@ -1,5 +1,6 @@
-"""Accelerate's classes for the engines nb_accel does not run: DeepSpeed, Megatron-LM, tensor
-parallelism and FP8 training. They import where Accelerate has them, so that code naming them
+"""Accelerate's classes for the engines nb_accel does not run: DeepSpeed, Megatron-LM, FP8
+training, and the older tensor parallelism plugin (tensor parallelism itself runs through
+``ParallelismConfig(tp_size=n)``). They import where Accelerate has them, so that code naming them
 loads; making one raises ``NotImplementedError`` saying what nb_accel runs instead.
 """
 
@@ -27,11 +28,23 @@ def refuse_engines(**engines: Any) -> None:
     ``NotImplementedError`` for the first one given (not None)."""
     for name, value in engines.items():
         if value is not None:
-            raise NotImplementedError(
-                f"{name} is not supported by nb_accel; it runs DistributedDataParallel or "
-                "FSDP2 (remove the argument, or pass fsdp_plugin=FullyShardedDataParallel"
-                "Plugin() to shard the model)"
-            )
+            instead = _INSTEAD_OF.get(name, _ENGINES_INSTEAD)
+            raise NotImplementedError(f"{name} is not supported by nb_accel; {instead}")
+
+
+#: What a refused engine's parameter says nb_accel runs instead.
+_ENGINES_INSTEAD = (
+    "it runs DistributedDataParallel or FSDP2 (remove the argument, or pass "
+    "fsdp_plugin=FullyShardedDataParallelPlugin() to shard the model)"
+)
+
+#: What to pass instead of an engine's parameter, where that is not :data:`_ENGINES_INSTEAD`.
+_INSTEAD_OF: dict[str, str] = {
+    "torch_tp_plugin": (
+        "lay tensor parallelism out with parallelism_config=ParallelismConfig(tp_size=N) "
+        "instead (the FSDP guide's tensor parallelism section has a whole example)"
+    ),
+}
 
 
 class _Refused:
@@ -65,10 +78,11 @@ class MegatronLMPlugin(_Refused):
 
 
 class TorchTensorParallelPlugin(_Refused):
-    """Accelerate's tensor parallelism plugin. nb_accel does not run tensor parallelism:
-    making one raises ``NotImplementedError``."""
+    """Accelerate's older tensor parallelism plugin: making one raises ``NotImplementedError``
+    naming ``ParallelismConfig(tp_size=n)``, through which nb_accel runs tensor parallelism."""
 
-    _engine = "tensor parallelism"
+    _engine = "this plugin"
+    _instead = "lay tensor parallelism out with ParallelismConfig(tp_size=N) instead"
 
 
 class FP8RecipeKwargs(_Refused):
