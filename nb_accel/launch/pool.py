@@ -13,7 +13,9 @@ Kernel → Interrupt while a command runs sends SIGINT to the workers, which rai
 (stuck in a collective, say) is named and the pool is stopped, to be restarted. After a failed
 or interrupted command, the next one is preceded by a
 :class:`~nb_accel._messages.Settle`: a collective left unmatched would pair with the
-next cell's, so the workers then rebuild their process group.
+next cell's, so the workers then rebuild their process group. A rank that died is replaced by
+a new process (the driver does it), and the error that says so also names the variables the
+other ranks hold that the new one lacks (:func:`~.pool_ranks.notes.lacking_note`).
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from .._messages import CellDone, Command, Execute, Pull, Push, Settle, Stop, encode_command
@@ -39,6 +41,7 @@ from .plan import LaunchPlan, show_notes
 from .pool_ranks.calls import call_command
 from .pool_ranks.interface import PoolRanks, RankStatus
 from .pool_ranks.local import start_local_ranks
+from .pool_ranks.notes import NAMES_CODE, lacking_names, lacking_note
 from .pool_ranks.values import load_value
 from .resolve import resolve_pool_spec
 from .spec import LaunchSpec
@@ -71,6 +74,7 @@ class WorkerPool(Launcher):
         self._group: PoolRanks | None = None
         self._driver: RankDriver | None = None
         self._environ_at_start: dict[str, str] = {}
+        self._launching = False  # a launch's call runs: the namespaces are not its concern
         #: Why the workers stopped on their own (a rank died, ...); "" while they run.
         self.stopped_because = ""
 
@@ -171,9 +175,42 @@ class WorkerPool(Launcher):
 
     def _ranks(self) -> PoolRanks:
         """The started ranks, alive (a death since the last command is raised first)."""
-        self._driver_or_fail().check_alive()
+        with self._naming_lost_variables():
+            self._driver_or_fail().check_alive()
         assert self._group is not None, "started"
         return self._group
+
+    @contextlib.contextmanager
+    def _naming_lost_variables(self) -> Iterator[None]:
+        """Add to the error raised inside, where ranks were replaced meanwhile, what
+        :meth:`_name_lost_variables` says."""
+        if self._group is not None:
+            self._group.take_new_ranks()  # replaced outside this (a debugger's command): told
+        try:
+            yield
+        except BaseException as error:
+            self._name_lost_variables(error)
+            raise
+
+    def _name_lost_variables(self, error: BaseException) -> None:
+        """Where ranks were replaced since the pool last asked (``error`` says they died): note
+        on ``error`` which of their variables the other ranks hold that the new ranks lack,
+        asked of every rank. Unsaid when the question fails (the ranks stopped meanwhile)."""
+        group, driver = self._group, self._driver
+        new = group.take_new_ranks() if group is not None else []
+        if self._launching or not new or driver is None or not self.running:
+            return
+        if not hasattr(error, "add_note"):
+            return
+        ranks = list(range(self.world_size))
+        try:
+            done = driver.run(lambda cell: Execute(cell, NAMES_CODE, want_value=True), ranks)
+            held = {rank: load_value(reply) for rank, reply in done.items()}
+        except Exception:  # noqa: BLE001 - the error being raised says what matters
+            if group is not None:
+                group.take_new_ranks()  # replaced while asking: that error told it, unraised
+            return
+        error.add_note(lacking_note(new, lacking_names(held, new)))
 
     def _driver_or_fail(self) -> RankDriver:
         if self._driver is None:
@@ -203,20 +240,26 @@ class WorkerPool(Launcher):
         """
         release_kept_rank()  # a launch's rank kept for %debug: this cell comes after
         driver = self._driver_or_fail()
-        driver.check_alive()
-        return driver.run(
-            make_command,
-            checked_targets(ranks, self.world_size),
-            all_output=all_output,
-            prefix_output=prefix_output,
-            view=view,
-        )
+        with self._naming_lost_variables():
+            driver.check_alive()
+            return driver.run(
+                make_command,
+                checked_targets(ranks, self.world_size),
+                all_output=all_output,
+                prefix_output=prefix_output,
+                view=view,
+            )
 
     def wait(self) -> dict[int, CellDone] | BaseException:
         """Wait until every rank the current command went to has done it; returns their
         replies by rank, or the exception for the command's failures (a worker's death is
         raised, the pool stopped)."""
-        return self._driver_or_fail().wait()
+        driver = self._driver_or_fail()
+        with self._naming_lost_variables():
+            outcome = driver.wait()
+        if isinstance(outcome, BaseException):
+            self._name_lost_variables(outcome)
+        return outcome
 
     def debug(self, rank: int, failed_cell: int) -> None:
         """Open the debugger on rank ``rank``'s frames where command ``failed_cell`` raised,
@@ -261,18 +304,27 @@ class WorkerPool(Launcher):
         """Run ``function(*args, **kwargs)`` on every rank as a launch would, and return each
         rank's value in rank order (see :mod:`~nb_accel.worker.warm.call` for what
         each rank takes on from the kernel first); ``options`` as for :meth:`run`. The call
-        travels cloudpickled, big tensors and arrays through shared memory, written once."""
-        group = self._ranks()
-        with own_module_by_value(function, elsewhere=self.hosts is not None):
-            data = group.seal(pickle_sharing((function, tuple(args), dict(kwargs or {}))))
-        local = None if self.hosts is not None else self._environ_at_start
-        command = functools.partial(
-            call_command, data=data, environ_at_start=local, start_method=self.plan.start_method
-        )
+        travels cloudpickled, big tensors and arrays through shared memory, written once. A
+        rank replaced meanwhile is not told what variables it lacks: a launch uses none (its
+        residents are built again when first used)."""
+        self._launching = True
         try:
-            done = self.run(command, **options)
-        finally:  # every rank has mapped its segments (or will not)
-            group.settle(data)
+            group = self._ranks()
+            with own_module_by_value(function, elsewhere=self.hosts is not None):
+                data = group.seal(pickle_sharing((function, tuple(args), dict(kwargs or {}))))
+            local = None if self.hosts is not None else self._environ_at_start
+            command = functools.partial(
+                call_command,
+                data=data,
+                environ_at_start=local,
+                start_method=self.plan.start_method,
+            )
+            try:
+                done = self.run(command, **options)
+            finally:  # every rank has mapped its segments (or will not)
+                group.settle(data)
+        finally:
+            self._launching = False
         return [load_value(d) for _, d in sorted(done.items())]
 
     def pull(self, name: str, ranks: Sequence[int] | None = None) -> list[Any]:

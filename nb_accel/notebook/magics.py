@@ -14,11 +14,16 @@ worker keeps across cells, preloaded with ``accelerator``, ``rank`` and ``world_
 The line magic manages the pool and moves values: ``%distributed start -n 2``, ``stop``,
 ``restart``, ``status``, ``where`` (every rank's stack, each thread's), ``push a b`` (kernel
 variables to every worker), ``pull name`` (a per-rank list).
+
+A cell whose ``-n`` differs from the running pool's restarts it with that many processes,
+saying so; the other flags that say what the workers are are refused when they differ, naming
+the ``%distributed restart`` that applies them.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import functools
 import re
 import sys
@@ -32,15 +37,19 @@ from IPython.core.magic import Magics, line_cell_magic, magics_class
 from IPython.core.magic_arguments import argument, magic_arguments
 
 from .._messages import CellDone, Report
+from ..config import load_config
 from ..launch.debugging.kept_rank import RankEndedError
 from ..launch.debugging.post_mortems import last_post_mortem
 from ..launch.failures.user_errors import for_the_user, meant_for_the_user
 from ..launch.pool import WorkerPool
 from ..launch.pool_ranks.values import load_value
 from ..launch.resolve import resolve_spec
+from ..launch.spec import LaunchSpec
 from ..launch.views.state_dict_note import show_wrapped_state_dicts
 from ..launch.views.view import LaunchView
 from ..launch.warm.kept import keep_pool, kept_pool, stop_workers
+from ..runtime.device_types import choose_device_type
+from ..runtime.device_types.cpu import CpuDevices
 from . import compat_shell
 from .debug_magic import install_debug_magic
 from .launch_view import notebook_view
@@ -50,6 +59,8 @@ from .tracebacks import check_syntax, show_cell_syntax_errors
 __all__ = [
     "DistributedMagics",
     "load_ipython_extension",
+    "one_process_note",
+    "resized_note",
     "stop_pool",
     "unload_ipython_extension",
 ]
@@ -184,6 +195,37 @@ def _cell_file(shell: Any, cell: str) -> str:
     return compat_shell.cache_cell(shell, cell, _running_cell_number(shell))
 
 
+def one_process_note(spec: LaunchSpec) -> str:
+    """How the line that starts a pool of ``spec`` ends when the pool runs one process on the
+    CPU only because nothing asked for more (no ``-n``, no saved ``num_processes``): why, and
+    how to have more; ``""`` otherwise."""
+    plan = spec.plan
+    if (
+        spec.hosts is not None
+        or plan.device_type != CpuDevices.name
+        or plan.num_processes != 1
+        or spec.request.num_processes is not None
+        or load_config().num_processes is not None
+    ):
+        return ""
+    gpus = choose_device_type(False, own_launchers=False).name != CpuDevices.name
+    why = "it runs on the CPU" if gpus else "this machine has no GPU"
+    return (
+        f": 1 process because {why} and no -n was given; %%distributed -n 4 starts 4, or save "
+        "num_processes (the config form's Processes) to change the default"
+    )
+
+
+def resized_note(old: int, new: int, flag: str) -> str:
+    """The line a cell whose ``flag`` (``-n 4``) asks for another number of processes than
+    the running pool's prints as it restarts the pool: ``old`` ranks, now ``new``."""
+    had = f"{old} process{'es' if old != 1 else ''}"
+    return (
+        f"The pool had {had}; restarting it with {new} for {flag} (the variables its ranks "
+        "held are lost)"
+    )
+
+
 def stop_pool() -> None:
     """Stop the kernel's pool, if any: the warm workers, shared with
     ``notebook_launcher(..., reuse_workers=True)`` (see :func:`~nb_accel.stop_workers`)."""
@@ -220,7 +262,7 @@ class DistributedMagics(Magics):  # type: ignore[misc]
     def _start(self, pool: WorkerPool) -> WorkerPool:
         pool.start()
         keep_pool(pool)
-        print(f"Started {pool.describe()} for %%distributed")
+        print(f"Started {pool.describe()} for %%distributed{one_process_note(pool.spec)}")
         return pool
 
     def _existing_pool(self) -> WorkerPool:
@@ -234,24 +276,28 @@ class DistributedMagics(Magics):  # type: ignore[misc]
         return pool
 
     def _running_pool(self, args: argparse.Namespace) -> WorkerPool:
-        """The kernel's pool, started with the flags' settings on first use; a flag the running
-        pool differs in is refused, saying how to restart with it."""
+        """The kernel's pool, started with the flags' settings on first use. Another ``-n``
+        than the running pool's restarts it with that many processes, saying so; any other
+        flag the running pool differs in is refused, saying how to restart with it."""
         pool = self.pool
         given = pool_options(args)
         if pool is None:
             return self._start(WorkerPool(**given))
         if not pool.running:
             raise UsageError("the pool has stopped (a rank died): %distributed restart")
-        for name, value in given.items():
-            wanted = resolve_spec(pool.spec.with_options(**{name: value}), pool=True)
-            differs = pool.spec.shape.differences(wanted.shape)
-            if differs:
-                flag = flag_text(self.distributed.parser, name, value)
-                raise UsageError(
-                    f"the pool runs with {', '.join(differs)}; %distributed restart {flag} "
-                    "starts one with the new setting"
-                )
-        return pool
+        wanted = resolve_spec(pool.spec.with_options(**given), pool=True)
+        shape, parser = pool.spec.shape, self.distributed.parser
+        if wanted.shape == shape:
+            return pool
+        flags = " ".join(flag_text(parser, name, value) for name, value in given.items())
+        if dataclasses.replace(wanted.shape, ranks_per_node=shape.ranks_per_node) != shape:
+            raise UsageError(
+                f"the pool runs with {', '.join(shape.differences(wanted.shape))}; "
+                f"%distributed restart {flags} starts one with the new setting"
+            )
+        print(resized_note(pool.world_size, wanted.world_size, flags), file=sys.stderr)
+        self._stop()  # the old workers are gone before the new ones start
+        return self._start(WorkerPool(spec=wanted))
 
     @magic_arguments()
     @argument("--ranks", help="run on these ranks only, e.g. 0 or 0,1 (default: all)")

@@ -42,6 +42,7 @@ NOT_RUN = {
     "text": "output, shown",
 }
 
+
 @dataclass(frozen=True)
 class Block:
     """One fenced code block: its page, its line there, its language and its source."""

@@ -167,3 +167,28 @@ def test_under_spawn_a_global_that_cannot_travel_is_named() -> None:
     ) in run.evalue
     assert "create them inside the launched function instead" in run.evalue
     assert children.results[0]["text/plain"] == "0"  # nothing was started
+
+
+SAME_WARNING_ON_EVERY_RANK = """
+from nb_accel import FullyShardedDataParallelPlugin
+
+def train():
+    plugin = FullyShardedDataParallelPlugin(cpu_offload=True)  # nothing to offload on a CPU
+    accelerator = Accelerator(fsdp_plugin=plugin)
+    model = accelerator.prepare(torch.nn.Linear(4, 4))
+    return accelerator.process_index
+
+notebook_launcher(train, num_processes=2)
+"""
+
+
+@pytest.mark.timeout(120)
+def test_a_warning_every_rank_would_give_is_said_once_at_the_users_line() -> None:
+    with running_kernel() as (_manager, client):
+        run_cell(client, SETUP)
+        run = run_cell(client, SAME_WARNING_ON_EVERY_RANK)
+    assert run.status == "ok", run
+    said = "FSDPOptionWarning: FullyShardedDataParallelPlugin(cpu_offload): no effect"
+    assert run.stderr.count(said) == 1, run.stderr  # rank 1 would say the same
+    assert "model = accelerator.prepare(torch.nn.Linear(4, 4))" in run.stderr  # the user's line
+    assert "nb_accel/" not in run.stderr, run.stderr

@@ -513,11 +513,12 @@ NOT_PROVIDED: dict[tuple[str, str], str] = {
     ),
 }
 #: Documented classes of engines nb_accel does not run: they import, and making one raises
-#: ``NotImplementedError`` (as passing their parameter to ``Accelerator`` does).
+#: ``NotImplementedError`` (as passing their parameter to ``Accelerator`` does); the older tensor
+#: parallelism plugin names ``ParallelismConfig(tp_size=N)``, through which tensor parallelism runs.
 REFUSED_WHEN_MADE = {
     "DeepSpeedPlugin": "DeepSpeed",
     "MegatronLMPlugin": "Megatron-LM",
-    "TorchTensorParallelPlugin": "tensor parallelism",
+    "TorchTensorParallelPlugin": "this plugin",
     "FP8RecipeKwargs": "FP8 training",
 }
 

@@ -233,6 +233,11 @@ class PoolRanks(ABC):
         Only where :attr:`replaces_dead_ranks` says so."""
         raise NotImplementedError
 
+    def take_new_ranks(self) -> list[int]:
+        """The ranks :meth:`replace` started anew since the last call (forgotten here): the
+        pool asks the others which of their variables these lack."""
+        return []
+
     @abstractmethod
     def stop(self, graceful: bool) -> None:
         """Stop every rank (they were sent ``Stop``; with ``graceful`` they get time to end

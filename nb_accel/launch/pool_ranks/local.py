@@ -78,6 +78,7 @@ class LocalRanks(WorkerGroup, PoolRanks):
         self._sent = SentBuffers(folder)
         self.done = {}
         self.cell = -1
+        self._new_ranks: list[int] = []  # replaced since the pool last asked
 
     def other(self, event: Event, sender: object) -> None:
         """Keep the current command's replies."""
@@ -163,7 +164,13 @@ class LocalRanks(WorkerGroup, PoolRanks):
                 self._exited.discard(worker.rank)
                 self._pollers.pop(worker.rank, None)
         self.events.new_attempt()
+        self._new_ranks.extend(worker.rank for worker in started)
         return [worker.pid for worker in started]
+
+    def take_new_ranks(self) -> list[int]:
+        """The ranks replaced since the last call."""
+        new, self._new_ranks = sorted(set(self._new_ranks)), []
+        return new
 
     def died(self, world_size: int, timeout_s: float) -> BaseException:
         """The dead ranks' failures, as one exception."""

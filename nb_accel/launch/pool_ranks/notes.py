@@ -100,5 +100,5 @@ def lacking_note(new: Sequence[int], lacking: Mapping[str, Sequence[int]]) -> st
     )
     return (
         f"{which[0].upper()}{which[1:]} {'is new: it lacks' if one else 'are new: they lack'} "
-        f"{held}; run the cells that define them again."
+        f"{held}; run the cells that define {'it' if len(lacking) == 1 else 'them'} again."
     )

@@ -57,7 +57,7 @@ def _users_level() -> int:
     """The ``stacklevel`` (counted from :func:`say_once`'s own ``warnings.warn``) of the
     first frame outside nb_accel: the user's line that led here."""
     level, frame = 1, sys._getframe(1)
-    while frame is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+    while frame.f_code.co_filename.startswith(_PACKAGE) and frame.f_back is not None:
         level, frame = level + 1, frame.f_back
     return level
 

@@ -14,8 +14,11 @@ from __future__ import annotations
 
 import ast
 import linecache
+import re
 import signal
 import time
+import types
+from collections.abc import Mapping
 from typing import Any
 
 from ..._messages import (
@@ -54,7 +57,23 @@ from .regroup import (
 )
 from .returns import check_returnable, dumps_result
 
-__all__ = ["run_code", "serve"]
+__all__ = ["run_code", "serve", "user_names"]
+
+#: The names IPython gives a namespace of its own (``_``, ``_i3``, ``_3``, ``In``, ...), which
+#: a cell may have pushed or copied into a worker's.
+_IPYTHON_NAMES = re.compile(r"_+|_i+|_i?\d+|_[oid]h|In|Out|exit|quit|get_ipython")
+
+
+def user_names(namespace: Mapping[str, Any]) -> list[str]:
+    """The user's variables in ``namespace`` (a worker's), in the order they were first set:
+    modules, dunder names and IPython's own names left out."""
+    return [
+        name
+        for name, value in namespace.items()
+        if not (name.startswith("__") and name.endswith("__"))
+        and not _IPYTHON_NAMES.fullmatch(name)
+        and not isinstance(value, types.ModuleType)
+    ]
 
 
 def run_code(code: str, namespace: dict[str, Any], filename: str) -> Any:
