@@ -100,6 +100,8 @@ def test_a_killed_worker_is_replaced_and_restart_brings_a_fresh_pool() -> None:
         shown = "\n".join(killed.traceback)
         assert "Rank 1 died and was replaced by a new process" in shown
         assert "The variables rank 1 held are gone" in shown
+        assert "Rank 0 was interrupted by this failure and kept its variables." in shown
+        assert "stopped by this failure" not in shown  # rank 0 lives on, with its state
         # the pool is whole again at once: rank 0 kept its variable, rank 1's is gone
         whole = "%%distributed -o found\nimport torch, torch.distributed as dist\n"
         whole += "t = torch.ones(1)\ndist.all_reduce(t)\n(t.item(), 'kept' in globals())"
