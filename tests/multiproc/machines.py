@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+import system_features
 from own_folders import on_machine
 
 #: The machines' networks are ``10.213.N.0/24``, N chosen free per instance (runs side by side
@@ -45,10 +46,9 @@ def run(*command: str) -> subprocess.CompletedProcess[str]:
 
 def unavailable(reason: str) -> None:
     """Skip the test, saying ``reason``: the machines cannot be made here; in CI (``CI`` set),
-    where they must be, fail instead. Every test that needs machines skips through this."""
-    if os.environ.get("CI"):
-        pytest.fail(f"{reason} (CI is set: the machines must be made)")
-    pytest.skip(reason)
+    where they must be, fail instead (the rule of :mod:`system_features`). Every test that
+    needs machines skips through this."""
+    system_features.unavailable(reason)
 
 
 def require(tools: list[str], files: list[str]) -> None:

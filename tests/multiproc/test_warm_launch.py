@@ -18,6 +18,7 @@ import pytest
 import torch
 import torch.distributed as dist
 from markers import interrupt_when_marked
+from system_features import needs_write_tracking
 
 import nb_accel
 from nb_accel import Accelerator, WorkerDiedError, notebook_launcher, resident
@@ -273,6 +274,7 @@ def backing_file_and_sum(tensor: torch.Tensor) -> tuple[str, float]:
 
 
 def test_a_kernel_tensor_travels_once_while_unchanged_and_is_never_stale() -> None:
+    needs_write_tracking()  # else every launch writes it again, which another test holds
     weights = torch.arange(1 << 20, dtype=torch.float64)  # 8 MB
     first = _warm(backing_file_and_sum, weights)
     again = _warm(backing_file_and_sum, weights)
@@ -289,3 +291,20 @@ def test_a_kernel_tensor_travels_once_while_unchanged_and_is_never_stale() -> No
         assert after[0] == after[1] and after[0][1] == float(weights.sum())  # never stale
         assert after[0][0] not in seen  # written again
         seen.add(after[0][0])
+
+
+def test_a_shared_tensor_written_by_another_process_is_never_stale() -> None:
+    weights = torch.arange(1 << 20, dtype=torch.float64).share_memory_()  # 8 MB, shared
+    first = _warm(backing_file_and_sum, weights)
+    assert first[0][1] == float(weights.sum())
+    pid = os.fork()  # a child writes through its own mapping of the same memory
+    if pid == 0:
+        try:
+            weights.numpy()[:] += 1.0  # NumPy: a forked child must not start torch's threads
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert float(weights.sum()) == first[0][1] + weights.numel()  # the kernel sees the write
+    after = _warm(backing_file_and_sum, weights)
+    assert [sums for _, sums in after] == [float(weights.sum())] * 2  # and so do the workers

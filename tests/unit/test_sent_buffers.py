@@ -1,17 +1,23 @@
 """Big buffers sent again to the same workers: a buffer's segment is kept while its memory is
 unwritten (Linux's write tracking tells), and written again after any change, however it was
-made; without write tracking every command writes its own segments."""
+made; a buffer in memory that another process or mapping can write (every kind of shared
+memory) is written every time; without write tracking every command writes its own segments.
+The tests that need write tracking skip only where this machine cannot have it, never in CI
+(:mod:`system_features`)."""
 
 from __future__ import annotations
 
 import gc
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from multiprocessing import resource_sharer, resource_tracker, shared_memory
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+import torch.multiprocessing
+from system_features import needs_write_tracking
 
 from nb_accel.worker.transfer import sent_buffers
 from nb_accel.worker.transfer.pickling import loads, pickle_sharing, segments_of
@@ -21,23 +27,18 @@ from nb_accel.worker.transfer.write_watch import WriteWatch, open_write_watch
 pytestmark = pytest.mark.timeout(60)
 
 
-def _tracking_available() -> bool:
-    watch = open_write_watch()
-    if watch is None:
-        return False
-    watch.close()
-    return True
+@pytest.fixture
+def tracking() -> None:
+    """The test needs write tracking: it skips only where this machine cannot have it (never
+    in CI), judged from the system, not from the code under test."""
+    needs_write_tracking()
 
 
-# Machines of the project's CI have write tracking: there these tests must run.
-needs_tracking = pytest.mark.skipif(
-    not os.environ.get("CI") and not _tracking_available(),
-    reason="this kernel has no write tracking (userfaultfd + PAGEMAP_SCAN, Linux 6.7+)",
-)
+needs_tracking = pytest.mark.usefixtures("tracking")
 
 
 @pytest.fixture
-def watch() -> Iterator[WriteWatch]:
+def watch(tracking: None) -> Iterator[WriteWatch]:
     opened = open_write_watch()
     assert opened is not None, "write tracking is not available on this machine"
     try:
@@ -189,3 +190,150 @@ def test_bytes_sharing_a_page_with_other_objects_are_compared(
         assert segments_of(data) != segments_of(again) and np.array_equal(loads(data), part)
         sent.settle(data)
         again = data
+
+
+@needs_tracking
+def test_the_least_recently_sent_segment_goes_first(tmp_path: Path) -> None:
+    buffers = SentBuffers(str(tmp_path), budget=20 << 20)
+    one, two, three = (np.full(1 << 20, float(i)) for i in range(3))  # 8 MB each
+    try:
+        files = {}
+        for name, value in (("one", one), ("two", two), ("one", one)):  # one sent again last
+            data = buffers.seal(pickle_sharing(value))
+            buffers.settle(data)
+            files[name] = segments_of(data)[0]
+        assert len(set(files.values())) == 2  # one's segment was kept and named again
+        data = buffers.seal(pickle_sharing(three))
+        buffers.settle(data)
+        # 24 MB > 20 MB: two goes, sent before one's second sending
+        assert sorted(map(str, tmp_path.iterdir())) == sorted([files["one"], *segments_of(data)])
+    finally:
+        buffers.close()
+
+
+def _fork_and_run(write: Callable[[], None]) -> None:
+    """Run ``write`` in a forked child (its own page tables, the same shared memory)."""
+    pid = os.fork()
+    if pid == 0:  # the child: write, then leave without running the parent's cleanups
+        try:
+            write()
+        finally:
+            os._exit(0)
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+#: One kind of shared memory: made in a folder, it gives the object to send, a write to it
+#: through another mapping or process, and a cleanup.
+SharedKind = Callable[[Path], tuple[object, Callable[[], None], Callable[[], None]]]
+
+
+def _share_memory_tensor(folder: Path) -> tuple[object, Callable[[], None], Callable[[], None]]:
+    shared = torch.zeros(1 << 20, dtype=torch.float64).share_memory_()  # 8 MB
+    return shared, lambda: _fork_and_run(lambda: _add_one(shared)), lambda: None
+
+
+def _add_one(tensor: torch.Tensor) -> None:
+    """Add 1 to every element through NumPy (a forked child must not start torch's threads)."""
+    tensor.detach().numpy()[:] += 1.0
+
+
+def _queue_tensor(folder: Path) -> tuple[object, Callable[[], None], Callable[[], None]]:
+    sharer_was_running = resource_sharer._resource_sharer._listener is not None
+    original = torch.zeros(1 << 20, dtype=torch.float64)
+    queue = torch.multiprocessing.get_context("fork").Queue()
+    queue.put(original)  # moved to shared memory; the received tensor maps it again
+    received = queue.get(timeout=30)
+    queue.close()
+    queue.join_thread()
+
+    def close() -> None:
+        if not sharer_was_running:  # the thread that passed the memory's descriptor
+            resource_sharer.stop(timeout=10)
+
+    return received, lambda: _add_one(original), close
+
+
+def _shared_memory_block(folder: Path) -> tuple[object, Callable[[], None], Callable[[], None]]:
+    tracker_was_running = resource_tracker._resource_tracker._pid is not None
+    block = shared_memory.SharedMemory(create=True, size=8 << 20)
+    other = shared_memory.SharedMemory(name=block.name)  # a second mapping of the same block
+    array = np.ndarray(1 << 20, dtype=np.float64, buffer=block.buf)
+    array[:] = 0.0
+    writer = np.ndarray(1 << 20, dtype=np.float64, buffer=other.buf)
+
+    def write() -> None:
+        writer[:] += 1.0
+
+    def close() -> None:
+        nonlocal array, writer
+        del array, writer
+        other.close()
+        block.close()
+        block.unlink()
+        if not tracker_was_running:  # the process that would unlink what a crash left
+            resource_tracker._resource_tracker._stop()
+
+    return array, write, close
+
+
+def _file_memmap(folder: Path) -> tuple[object, Callable[[], None], Callable[[], None]]:
+    path = folder / "mapped.bin"  # as a /dev/shm file's mapping: another mapping writes it
+    array = np.memmap(path, dtype=np.float64, mode="w+", shape=(1 << 20,))
+    writer = np.memmap(path, dtype=np.float64, mode="r+", shape=(1 << 20,))
+
+    def write() -> None:
+        writer[:] += 1.0
+        writer.flush()
+
+    def close() -> None:
+        nonlocal array, writer
+        array._mmap.close()  # type: ignore[attr-defined]
+        writer._mmap.close()  # type: ignore[attr-defined]
+        del array, writer
+        path.unlink()
+
+    return array, write, close
+
+
+def _hogwild_model(folder: Path) -> tuple[object, Callable[[], None], Callable[[], None]]:
+    model = torch.nn.Linear(1024, 1024, bias=False).share_memory()  # 4 MB of weights
+    return (
+        model.weight.detach(),
+        lambda: _fork_and_run(lambda: _add_one(model.weight)),
+        lambda: None,
+    )
+
+
+SHARED_KINDS: dict[str, SharedKind] = {
+    "share_memory_": _share_memory_tensor,
+    "torch.multiprocessing queue": _queue_tensor,
+    "multiprocessing.shared_memory": _shared_memory_block,
+    "file memmap": _file_memmap,
+    "hogwild model": _hogwild_model,
+}
+
+
+@needs_tracking
+@pytest.mark.parametrize("kind", SHARED_KINDS)
+def test_shared_memory_written_elsewhere_is_never_stale(kind: str, tmp_path: Path) -> None:
+    folder = tmp_path / "segments"
+    folder.mkdir()
+    value, write_elsewhere, close = SHARED_KINDS[kind](tmp_path)
+    buffers = SentBuffers(str(folder))
+    try:
+        first = buffers.seal(pickle_sharing((value,)))
+        buffers.settle(first)
+        assert list(folder.iterdir()) == []  # memory others can write is never kept
+        write_elsewhere()  # through another mapping or another process's page tables
+        again = buffers.seal(pickle_sharing((value,)))
+        (loaded,) = loads(again)
+        expected = value.numpy() if isinstance(value, torch.Tensor) else value
+        assert np.array_equal(np.asarray(loaded), np.asarray(expected)), kind  # the new bytes
+        assert float(np.asarray(loaded).sum()) > 0
+        buffers.settle(again)
+        del loaded
+    finally:
+        buffers.close()
+        close()
+    assert list(folder.iterdir()) == []

@@ -6,9 +6,14 @@ own segment file in the workers' folder and keeps it after the command, watched 
 (:mod:`.write_watch`): the next command that sends the same memory, unwritten, names the same
 file instead of writing another. A buffer written in any way since (an in-place ``add_``, a
 NumPy view, a ``read()`` into it), or freed, is written again: the workers never see stale
-bytes. A segment is kept while its buffer is unchanged and alive in the kernel, the least
-recently sent dropped first once the kept segments pass :data:`KEEP_FRACTION` of the machine's
-memory; nothing is kept without write tracking (:func:`~.write_watch.open_write_watch`).
+bytes. Only buffers in memory no other process or mapping can write (private anonymous
+mappings: :mod:`.mappings`) are kept; a buffer in shared memory (``share_memory_()``, a
+``torch.multiprocessing`` queue's tensor, ``multiprocessing.shared_memory``, a ``/dev/shm``
+memmap, a Hogwild model's parameters) is written every time, since a write through another
+mapping of it is not seen. A segment is kept while its buffer is unchanged and alive in the
+kernel, the least recently sent dropped first once the kept segments pass
+:data:`KEEP_FRACTION` of the machine's memory; nothing is kept without write tracking
+(:func:`~.write_watch.open_write_watch`).
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ from pickle import PickleBuffer
 
 import numpy as np
 
+from .mappings import only_this_process_writes
 from .pickling import Pickled, Place, seal_placed, segments_of
 from .segments import remove_segment, write_segment
 from .write_watch import WriteWatch, open_write_watch
@@ -143,7 +149,12 @@ class SentBuffers:
         watch = self._write_watch()
         fresh = _Kept(address, nbytes, *_edges(address, nbytes), path="")
         # Watched before it is copied: a write during or after the copy counts next time.
-        watched = watch is not None and (fresh.pages[1] == 0 or watch.watch(*fresh.pages))
+        # Memory another process or mapping could write is never kept: its writes go unseen.
+        watched = (
+            watch is not None
+            and only_this_process_writes(address, nbytes)
+            and (fresh.pages[1] == 0 or watch.watch(*fresh.pages))
+        )
         written = write_segment(self._folder, [buffer])
         if written is None:  # no room: make some with the segments this command does not use
             for other in [k for k in self._kept.values() if k.path not in self._sealing]:
