@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 from jupyter_client.blocking import BlockingKernelClient
-from kernel_driver import cell_messages, running_kernel, start_cell
+from kernel_driver import cell_messages, run_cell, running_kernel, start_cell
 
 LINES = 3000
 
@@ -69,3 +69,29 @@ def test_output_printed_before_a_failure_comes_before_the_error() -> None:
         assert "error" in kinds
         text = stream_text(messages[: kinds.index("error")], "stdout")
         assert "[rank 0] before the error" in text and "[rank 1] before the error" in text
+
+
+LOGGING_SET_UP_IN_THE_KERNEL = """
+import logging
+logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+import torch.distributed as dist
+from nb_accel import notebook_launcher
+
+def train():
+    print("printed by", dist.get_rank())
+    logging.getLogger("mine").warning("logged by %d", dist.get_rank())
+
+notebook_launcher(train, num_processes=2, reuse_workers=WARM)
+"""
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("warm", [False, True], ids=["cold", "warm"])
+def test_a_kernel_log_handler_writes_each_ranks_records_as_its_output(warm: bool) -> None:
+    source = LOGGING_SET_UP_IN_THE_KERNEL.replace("WARM", str(warm))
+    with running_kernel() as (_, client):
+        run = run_cell(client, source)
+    assert run.status == "ok", run
+    for rank in (0, 1):  # prefixed by its rank, as what it printed is
+        assert f"[rank {rank}] WARNING mine: logged by {rank}\n" in run.stderr, run.stderr
+    assert "\nWARNING mine" not in "\n" + run.stderr  # none bypassed the rank's relay

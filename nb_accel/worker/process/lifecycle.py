@@ -42,6 +42,7 @@ from ..debugging.post_mortem import keep_failure
 from ..reporting.channel import EventChannel, set_current_channel
 from ..reporting.collective_trail import answer_collective_requests, enable_flight_recorder
 from ..reporting.foreign_bars import report_plain_bars
+from ..reporting.log_handlers import follow_streams
 from ..reporting.relay import RelayStream
 from ..reporting.reporter import flush_reporter
 from ..reporting.sink import install_sink
@@ -197,8 +198,11 @@ def open_channel(conn: Connection, start: RankStart) -> EventChannel:
     set_current_channel(channel)
     install_sink(channel)  # the library's way to the kernel
     install_prompts(channel)  # input() and breakpoints ask in the notebook, where it answers
+    inherited = sys.stdout, sys.stderr
     install_stream("stdout", RelayStream(channel, "stdout", 1))
     install_stream("stderr", RelayStream(channel, "stderr", 2))
+    moved = {id(old): new for old, new in zip(inherited, (sys.stdout, sys.stderr), strict=True)}
+    follow_streams({key: new for key, new in moved.items() if key != id(new)})
     report_plain_bars()  # tqdm bars of every kind: rows of the launch view, not text
     support_trainer()  # 🤗 Trainer: logs in the live chart, tqdm progress
     channel.send(Started(start.rank, os.getpid(), start.attempt))
