@@ -190,6 +190,7 @@ def test_the_lanes_ci_runs_install_the_package_as_users_get_it() -> None:
         "make test-xla",
         "make test-trackers",
         "make test-browser",
+        "make test-docs",
         "make docs",
     ]
     makefile = (ROOT / "Makefile").read_text()
