@@ -61,6 +61,8 @@ class WorkerFailure:
             (``InitProcessGroupKwargs``), when it replaced the launch's; else ``None``.
         collective: for a collective timeout, the collective the rank was in
             (``"all_reduce #3"``), when torch's flight recorder knew it; else ``None``.
+        at_prompt: for a collective timeout the rank's own deadline found, whether one of the
+            kernel's prompts (another rank's debugger or ``input()``) was open then.
     """
 
     rank: int
@@ -73,6 +75,7 @@ class WorkerFailure:
     host: str | None = None
     timeout_s: float | None = None
     collective: str | None = None
+    at_prompt: bool = False
 
     @property
     def short_type(self) -> str:

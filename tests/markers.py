@@ -105,3 +105,42 @@ def when_marked(folder: Path, ranks: int, action: Callable[[], None]) -> Iterato
 def interrupt_when_marked(folder: Path, ranks: int = 2) -> contextlib.AbstractContextManager[None]:
     """:func:`when_marked` sending this process SIGINT, as Kernel -> Interrupt does."""
     return when_marked(folder, ranks, lambda: os.kill(os.getpid(), signal.SIGINT))
+
+
+@contextlib.contextmanager
+def interrupted_unless_done(what: str, timeout_s: float) -> Iterator[None]:
+    """Run the block; if it has not ended within ``timeout_s``, interrupt it (SIGINT, as
+    Kernel -> Interrupt does: a launch or pool in it stops its ranks) and fail with an
+    ``AssertionError`` saying that ``what`` (what the block waits for) did not happen, and what
+    the interrupt said. A bound against hanging, well under the test's own timeout: never a
+    timing the test relies on."""
+    lock = threading.Lock()
+    done = threading.Event()
+    sent: list[bool] = []
+
+    def watch() -> None:
+        if done.wait(timeout_s):
+            return
+        with lock:  # the block cannot end meanwhile: the interrupt lands inside it
+            if not done.is_set():
+                sent.append(True)
+                os.kill(os.getpid(), signal.SIGINT)
+
+    watcher = threading.Thread(target=watch, name="interrupted-unless-done", daemon=True)
+    watcher.start()
+    try:
+        try:
+            yield
+        finally:
+            with lock:
+                done.set()
+    except KeyboardInterrupt as interrupt:
+        if not sent:
+            raise
+        said = f", saying: {interrupt}" if str(interrupt) else ""
+        raise AssertionError(
+            f"{what} did not happen within {timeout_s:.0f} s; interrupted then{said}"
+        ) from interrupt
+    finally:
+        done.set()
+        watcher.join()

@@ -64,7 +64,9 @@ class Failure:
     machine of a multi-node launch the rank ran on (empty on a single node). ``timeout_s`` is
     the collective timeout the function itself chose (``InitProcessGroupKwargs``), when it
     replaced the launch's. ``collective`` says, for a timeout, which collective the rank was in
-    (``"all_reduce #3"``, from torch's flight recorder; empty when unknown).
+    (``"all_reduce #3"``, from torch's flight recorder; empty when unknown). ``at_prompt``: for
+    a timeout the rank's own deadline found, whether one of the kernel's prompts (a rank's
+    debugger or ``input()``) was open then, as the rank's prompt clock said.
     """
 
     rank: int
@@ -76,6 +78,7 @@ class Failure:
     host: str = ""
     timeout_s: float | None = None
     collective: str = ""
+    at_prompt: bool = False
 
 
 @dataclass(frozen=True)
@@ -162,10 +165,14 @@ class TrackerRun:
 @dataclass(frozen=True)
 class Prompt:
     """The rank's debugger waits for a line: the kernel asks for it with ``text`` as the prompt
-    (in the notebook's input box) and sends it back as an :class:`Answer`."""
+    (in the notebook's input box) and sends it back as an :class:`Answer`. ``debugger``: pdb's
+    prompt (else ``input()``'s); ``where``: the frame the rank waits in, as ``(file, line,
+    function)`` (pdb's current frame, or the caller of ``input()``), when known."""
 
     rank: int
     text: str
+    debugger: bool = False
+    where: tuple[str, int, str] | None = None
 
 
 Event = Started | Output | Result | Failure | Report | CellDone | TrackerRun | Prompt

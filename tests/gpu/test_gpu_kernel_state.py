@@ -271,7 +271,7 @@ def test_a_queued_nccl_collective_does_not_pair_with_the_next_cell(tmp_path: Pat
     )
     assert done.returncode == 0, done.stdout + done.stderr
     assert "interrupted" in done.stdout and "sums: [3.0, 3.0]" in done.stdout
-    assert "The process group was rebuilt" in done.stderr
+    assert "The process group was remade" in done.stderr
 
 
 TENSOR_AFTER_IMPORT = """

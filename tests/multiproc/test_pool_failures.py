@@ -8,6 +8,7 @@ the failed rank releasing its process group, or the test fails; the timeout neve
 from __future__ import annotations
 
 import pytest
+from markers import interrupted_unless_done
 from shown_rows import ShownRows
 
 from nb_accel.errors import WorkerDiedError, WorkerFailure, is_peer_loss
@@ -17,6 +18,9 @@ from nb_accel.launch.pool_ranks.values import load_value
 #: The test's own bound (seconds); the pool's collective timeout is ten times that.
 TEST_TIMEOUT_S = 60
 COLLECTIVE_TIMEOUT_S = 10 * TEST_TIMEOUT_S
+#: How long a killed rank's replacement may take to join the others, cell and all (seconds): a
+#: bound against hanging, leaving the interrupt's grace within the test's own.
+REPLACED_S = 20
 
 CELL = """
 import torch
@@ -85,14 +89,18 @@ def test_a_killed_rank_is_replaced_and_the_others_keep_their_variables(start_met
     try:
         pool.execute("kept = rank")
         before = [status.pid for status in pool.status()]
-        with pytest.raises(
-            WorkerDiedError, match=r"rank 1 \(pid \d+\) was killed by SIGKILL"
-        ) as info:
-            pool.execute(KILLED_IN_A_COLLECTIVE, view=shown)
-        assert pool.running  # whole again, with a new process for rank 1
-        after = [status.pid for status in pool.status()]
-        assert after[0] == before[0] and after[2] == before[2] and after[1] != before[1]
-        done = pool.execute(WHOLE_AGAIN, want_value=True)
+        # The new rank 1 waits for the others to make the process group anew with it: until
+        # they do, it answers nothing (the cell's error waits for it, and so does the next).
+        joined = "the new rank 1 joining the process group the others make anew"
+        with interrupted_unless_done(joined, REPLACED_S):
+            with pytest.raises(
+                WorkerDiedError, match=r"rank 1 \(pid \d+\) was killed by SIGKILL"
+            ) as info:
+                pool.execute(KILLED_IN_A_COLLECTIVE, view=shown)
+            assert pool.running  # whole again, with a new process for rank 1
+            after = [status.pid for status in pool.status()]
+            assert after[0] == before[0] and after[2] == before[2] and after[1] != before[1]
+            done = pool.execute(WHOLE_AGAIN, want_value=True)
         values = [load_value(reply) for _, reply in sorted(done.items())]
         where = pool.where()  # the new process's stacks, under its own main thread
         assert sorted(where) == [0, 1, 2] and all(s.idle for s in where.values()), where

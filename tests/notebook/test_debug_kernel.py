@@ -32,6 +32,11 @@ notebook_launcher(train, args=(3,), num_processes=2)
 
 CHILDREN = "sorted(p.pid for p in psutil.Process().children(recursive=True))"
 
+#: In the kept rank's debugger: its group's store (a file store in the launch's folder) waits
+#: 5 s at most, instead of the launch's timeout, for a file that is gone; then the probe.
+STORE_WAITS_5_S = "p store.set_timeout(__import__('datetime').timedelta(seconds=5))"
+STORE_PROBE = "p ('store', store.check(['x']))"
+
 pytestmark = pytest.mark.timeout(240)
 
 FAILING_CELL = """%%distributed -n 2
@@ -149,11 +154,14 @@ def test_a_cold_launch_keeps_the_raising_rank_for_debug_and_then_nothing() -> No
         kept = run_cell(client, f"print({CHILDREN})")
         assert kept.stdout.count(",") == 0 and kept.stdout.strip() != "[]"  # rank 1 only
         run, prompts = run_answering(
-            client, "%debug", ["p weights", "where", "p ('store', store.check(['x']))", "q"]
+            client, "%debug", ["p weights", "where", STORE_WAITS_5_S, STORE_PROBE, "q"]
         )
-        assert prompts == ["(Pdb rank 1) "] * 4, run.stderr
+        assert prompts == ["(Pdb rank 1) "] * 5, run.stderr
         assert "tensor([0., 3., 6., 9.])" in run.stdout
-        assert "('store', False)" in run.stdout  # its group's store is still there
+        assert "('store', False)" in run.stdout, (  # its group's store is still there
+            "the kept rank's process-group store did not answer: the launch's folder was "
+            f"removed before the rank was let go\n{run.stdout}"
+        )
         assert "pool_worker" not in run.stdout and "entrypoint" not in run.stdout
         assert run_cell(client, f"print({CHILDREN})").stdout.strip() == "[]"  # ended with it
         again = run_cell(client, "%debug")  # its frames are gone: said, not IPython's debugger

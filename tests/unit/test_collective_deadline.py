@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from nb_accel.worker.debugging.deadline import CollectiveDeadline
-from nb_accel.worker.debugging.prompt_clock import prompt_seconds, write_prompt_clock
+from nb_accel.worker.debugging.prompt_clock import prompt_open, prompt_seconds, write_prompt_clock
 from nb_accel.worker.reporting.collective_trail import LastCollective
 
 ALL_REDUCE = LastCollective(op="all_reduce", sequence=2, backend="gloo")
@@ -88,9 +88,12 @@ def test_time_at_the_kernels_prompts_is_left_out(tmp_path: Path) -> None:
 def test_the_prompt_clock_file(tmp_path: Path) -> None:
     clock = str(tmp_path / "prompt-clock")
     assert prompt_seconds(clock, 10.0) == 0.0  # no file: no prompt was ever open
+    assert not prompt_open(clock)
     write_prompt_clock(clock, 3.5, None)
     assert prompt_seconds(clock, 10.0) == 3.5
+    assert not prompt_open(clock)
     write_prompt_clock(clock, 3.5, 8.0)
     assert prompt_seconds(clock, 10.0) == 5.5
+    assert prompt_open(clock)  # one is open now (a deadline passing then says so)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["prompt-clock"]  # replaced whole
     write_prompt_clock(str(tmp_path / "gone" / "prompt-clock"), 1.0, None)  # no folder: quiet

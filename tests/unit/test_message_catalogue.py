@@ -42,7 +42,7 @@ SAMPLES: dict[type, Any] = {
     events.Report: events.Report(0, (BAR,), ((3, {"loss": 0.1}),), 12.5, ("mlflow: ./mlruns",)),
     events.CellDone: events.CellDone(1, 7, value_repr="<lock>", failure=FAILURE),
     events.TrackerRun: events.TrackerRun(0, "mlflow", "run-1", "file:///tmp/mlruns", open=False),
-    events.Prompt: events.Prompt(1, "(Pdb) "),
+    events.Prompt: events.Prompt(1, "(Pdb) ", debugger=True, where=("/src/train.py", 9, "train")),
     commands.Execute: commands.Execute(3, "x + 1", want_value=True, name="In[3]", value_ranks=(0,)),
     commands.Push: commands.Push(4, b"pushed"),
     commands.Pull: commands.Pull(5, "x"),

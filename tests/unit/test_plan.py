@@ -91,7 +91,11 @@ def test_unpicklable_closure_is_named(capsys: pytest.CaptureFixture[str]) -> Non
     def uses_generator() -> int:
         return next(generator)
 
-    with pytest.raises(TypeError, match="the function 'test_unpicklable_closure_is_named"):
+    with pytest.raises(
+        TypeError,
+        match="cannot send the variable `generator` from an enclosing function "
+        r"\(a generator\), which 'test_unpicklable_closure_is_named.<locals>.uses_generator' uses",
+    ):
         notebook_launcher(uses_generator, num_processes=2, start_method="spawn")
     _assert_nothing_launched(capsys)
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Mapping, Sequence
 from ..._messages import CellDone, Command, Debug, Release, Settle, encode_command
 from ...errors import LaunchError, WorkerDiedError
 from ..debugging.post_mortems import offer_post_mortem, raising_ranks
+from ..debugging.prompts import prompts_shown, prompts_since
 from ..failures.whereabouts import RankStack, stacks_note, where_lines
 from ..launchers.outcome import failure_outcome
 from ..pool_ranks.interface import PoolRanks
@@ -75,6 +76,7 @@ class RankDriver:
         self._given_up = False  # the ranks were stopped for good
         self._waiting_for: list[int] = []  # the ranks the current command was sent to
         self._late = LateRanks()  # the current command's ranks freed after another's failure
+        self._prompts_from = prompts_shown()  # those shown since are the current command's
         #: The current command's view.
         self.view: LaunchView = NullView()
 
@@ -136,6 +138,7 @@ class RankDriver:
                 if not group.replaces_dead_ranks or self._replacing:
                     self._died()
         self._waiting_for, self.view, self._late = targets, printer.view, LateRanks()
+        self._prompts_from = prompts_shown()
         try:
             self._wait(group, targets, printer.view, None)
         except KeyboardInterrupt as interrupt:
@@ -371,6 +374,7 @@ class RankDriver:
             finished_as=group.finished_as,
             where=where if log.timeout_ranks else None,
             kept=group.keeps,
+            prompts={r: p.status() for r, p in prompts_since(self._prompts_from).items()},
         )
         group.add_history(error, log)
         if not group.keeps:

@@ -50,6 +50,7 @@ def failure_from_event(event: Failure) -> tuple[WorkerFailure, bool]:
         host=event.host or None,
         timeout_s=event.timeout_s,
         collective=event.collective or None,
+        at_prompt=event.at_prompt,
     ), event.is_timeout
 
 

@@ -2,7 +2,7 @@
 
 The exception is the root cause's (a worker's own exception, its death, a collective timeout),
 with the ranks it brought down named as stopped by it and what the other ranks did (``rank 1
-had already returned``) where it explains the failure; the one driver
+had already returned``, ``was at a pdb prompt``) where it explains the failure; the one driver
 (:mod:`~nb_accel.launch.driver.driver`) builds it here for every way of running ranks.
 """
 
@@ -46,6 +46,7 @@ def failure_outcome(
     finished_as: str = RETURNED,
     where: Mapping[int, RankStack] | None = None,
     kept: bool = False,
+    prompts: Mapping[int, str] | None = None,
 ) -> BaseException:
     """The exception for ``failures`` (there is at least one), the launch being over.
 
@@ -61,6 +62,10 @@ def failure_outcome(
             said with its status, and every thread's frames in a note.
         kept: whether the ranks outlive the failure (a pool's, a warm launch's): those it
             stopped were interrupted and kept their variables.
+        prompts: the ranks that showed a prompt during the command, each with the last one it
+            showed (``was at a pdb prompt, at ...``): what each that did not fail on its own is
+            said to have done when a rank's timeout passed while a prompt was open (what it did
+            once answered, returning or coming late, is not what the others waited for).
     """
     unfinished = list(unfinished)
     failures.settle(unfinished)
@@ -70,6 +75,9 @@ def failure_outcome(
     for record in failures.records:  # a lost peer after a timeout: the timed-out rank let go
         late = is_peer_loss(record.message)
         status.setdefault(record.rank, CAME_LATE if late else f"failed with {record.first_line}")
+    if prompts and any(record.at_prompt for record in failures.records):
+        own = {record.rank for record in failures.records if not is_peer_loss(record.message)}
+        status.update((rank, said) for rank, said in prompts.items() if rank not in own)
     error = failures.exception(world_size, status, timeout_s, kept)
     if (note := stacks_note(where or {})) and hasattr(error, "add_note"):
         error.add_note(note)

@@ -23,7 +23,7 @@ from types import FrameType
 from typing import Any
 
 from ..reporting.channel import EventChannel
-from .remote_pdb import ChannelPdb, ask_kernel
+from .remote_pdb import ChannelPdb, ask_kernel, frame_place
 
 __all__ = ["PROMPTS_VARIABLE", "DebuggerQuit", "install_prompts", "quit_explained"]
 
@@ -106,7 +106,8 @@ class _Prompts:
         sys.stdout.flush()
         sys.stderr.flush()
         rank = self.channel.rank
-        line = ask_kernel(self.channel, f"[rank {rank}] {prompt}")
+        caller = frame_place(sys._getframe(1))
+        line = ask_kernel(self.channel, f"[rank {rank}] {prompt}", where=caller)
         if line is None:
             raise EOFError(
                 f"input() on rank {rank} got no answer: the notebook's front end takes no "

@@ -28,7 +28,7 @@ from types import FrameType
 
 from ...runtime.process_group import FAR_TIMEOUT, keep_own_deadline
 from ..reporting.collective_trail import LastCollective, collective_in_flight
-from .prompt_clock import prompt_seconds
+from .prompt_clock import prompt_open, prompt_seconds
 
 __all__ = [
     "FAR_TIMEOUT",
@@ -42,8 +42,9 @@ __all__ = [
 ]
 
 #: Called once when a collective outlasts the timeout: the message, the collective (``all_reduce
-#: #3``) and the waiting thread's stack (the user's frames).
-Expired = Callable[[str, str, str], None]
+#: #3``), the waiting thread's stack (the user's frames), and whether one of the kernel's
+#: prompts was open then (a rank sat at its debugger or ``input()``).
+Expired = Callable[[str, str, str, bool], None]
 
 #: Pending collectives as the flight recorder has them (replaced in tests).
 Pending = Callable[[], "tuple[int, LastCollective] | None"]
@@ -123,8 +124,9 @@ class CollectiveDeadline:
                     f"Timed out after {seconds} s waiting in {found.describe()} (the "
                     "launch's collective timeout)"
                 )
+                at_prompt = prompt_open(self._clock)
                 try:
-                    self.expired(message, found.describe(), self._waiting_stack())
+                    self.expired(message, found.describe(), self._waiting_stack(), at_prompt)
                 except Exception:  # noqa: BLE001 - the group went meanwhile: keep watching
                     continue
 

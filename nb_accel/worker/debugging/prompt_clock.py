@@ -18,7 +18,14 @@ import contextlib
 import os
 import time
 
-__all__ = ["CLOCK_FILE", "CLOCK_VARIABLE", "PromptClock", "prompt_seconds", "write_prompt_clock"]
+__all__ = [
+    "CLOCK_FILE",
+    "CLOCK_VARIABLE",
+    "PromptClock",
+    "prompt_open",
+    "prompt_seconds",
+    "write_prompt_clock",
+]
 
 #: The clock's file name in a launch's folder.
 CLOCK_FILE = "prompt-clock"
@@ -60,14 +67,26 @@ def write_prompt_clock(path: str, closed_s: float, open_since: float | None) -> 
         os.replace(staging, path)
 
 
-def prompt_seconds(path: str, now: float | None = None) -> float:
-    """Seconds the kernel's prompts have been open in all up to ``now`` (``time.monotonic()``);
-    0 when the file is missing or unreadable (no prompt was ever open)."""
+def _read(path: str) -> tuple[float, float]:
+    """The clock's seconds before the current prompt and since when that one is open (-1:
+    none is); ``(0, -1)`` when the file is missing or unreadable (no prompt was ever open)."""
     try:
         with open(path, encoding="ascii") as file:
             closed, since = (float(part) for part in file.read().split())
     except (OSError, ValueError):
-        return 0.0
+        return 0.0, -1.0
+    return closed, since
+
+
+def prompt_seconds(path: str, now: float | None = None) -> float:
+    """Seconds the kernel's prompts have been open in all up to ``now`` (``time.monotonic()``);
+    0 when the file is missing or unreadable (no prompt was ever open)."""
+    closed, since = _read(path)
     if since < 0:
         return closed
     return closed + max(0.0, (time.monotonic() if now is None else now) - since)
+
+
+def prompt_open(path: str) -> bool:
+    """Whether one of the kernel's prompts is open now, as the clock at ``path`` says."""
+    return _read(path)[1] >= 0

@@ -10,17 +10,32 @@ terminal; the prompt names the rank.
 from __future__ import annotations
 
 import pdb
+from collections.abc import Callable
+from types import FrameType
 
 from ..._messages import Answer, Output, Prompt, decode_command
 from ..reporting.channel import EventChannel
 
-__all__ = ["ChannelPdb", "PromptStream", "ask_kernel", "pdb_prompt"]
+__all__ = ["ChannelPdb", "PromptStream", "Where", "ask_kernel", "frame_place", "pdb_prompt"]
+
+#: A frame as a prompt names it: its file, line and function.
+Where = tuple[str, int, str]
 
 
-def ask_kernel(channel: EventChannel, prompt: str) -> str | None:
+def frame_place(frame: FrameType | None) -> Where | None:
+    """Where ``frame`` is, for a :class:`~nb_accel._messages.Prompt` (``None``: unknown)."""
+    if frame is None:
+        return None
+    return frame.f_code.co_filename, frame.f_lineno, frame.f_code.co_name
+
+
+def ask_kernel(
+    channel: EventChannel, prompt: str, debugger: bool = False, where: Where | None = None
+) -> str | None:
     """The line typed in the notebook at ``prompt`` (``None``: the kernel has none to give,
-    as at the end of a file)."""
-    channel.send(Prompt(channel.rank, prompt))
+    as at the end of a file); ``debugger``: pdb asks, at ``where`` (else ``input()``, called
+    there)."""
+    channel.send(Prompt(channel.rank, prompt, debugger, where))
     try:
         answer = decode_command(channel.receive())
     except EOFError:  # the kernel has gone
@@ -39,10 +54,14 @@ class PromptStream:
 
     Args:
         channel: the rank's event channel.
+        where: the frame the debugger is at when it reads a line (for the prompt to say).
     """
 
-    def __init__(self, channel: EventChannel) -> None:
+    def __init__(
+        self, channel: EventChannel, where: Callable[[], Where | None] = lambda: None
+    ) -> None:
         self._channel = channel
+        self._where = where
         self._pending = ""
 
     def write(self, text: str) -> int:
@@ -64,7 +83,7 @@ class PromptStream:
         """The next line the notebook's user types (``""`` when there is none: pdb's end of
         input, which ends the debugger)."""
         prompt, self._pending = self._pending, ""
-        line = ask_kernel(self._channel, prompt)
+        line = ask_kernel(self._channel, prompt, debugger=True, where=self._where())
         return "" if line is None else line + "\n"  # "": the end of input
 
     def isatty(self) -> bool:
@@ -90,7 +109,7 @@ class ChannelPdb(_standard_pdb()):  # type: ignore[misc]
     """
 
     def __init__(self, channel: EventChannel, skip: tuple[str, ...] = ()) -> None:
-        stream = PromptStream(channel)
+        stream = PromptStream(channel, lambda: frame_place(getattr(self, "curframe", None)))
         super().__init__(
             stdin=stream,  # type: ignore[arg-type]
             stdout=stream,  # type: ignore[arg-type]

@@ -39,8 +39,10 @@ from .trainer_support import reached_by, set_up_training_arguments
 __all__ = ["run_worker", "spawn_main", "failure_event", "result_event"]
 
 
-def _report_timeout(channel: EventChannel, rank: int, message: str, where: str, stack: str) -> None:
-    send_flushed(channel, deadline_failure(rank, message, where, stack))
+def _report_timeout(
+    channel: EventChannel, rank: int, message: str, where: str, stack: str, at_prompt: bool
+) -> None:
+    send_flushed(channel, deadline_failure(rank, message, where, stack, at_prompt))
 
 
 def _init_process_group(args: WorkerArgs) -> None:

@@ -218,10 +218,10 @@ class _Node:
 
 
 def _report_timeout(
-    node: _Node, channel: EventChannel, message: str, where: str, stack: str
+    node: _Node, channel: EventChannel, message: str, where: str, stack: str, at_prompt: bool
 ) -> None:
     """Past the rank's own deadline: report the timeout, marked with the host."""
-    failure = deadline_failure(node.rank, message, where, stack)
+    failure = deadline_failure(node.rank, message, where, stack, at_prompt)
     send_flushed(channel, _with_host(failure, node.host))
 
 

@@ -76,10 +76,13 @@ def failure_event(rank: int, exc: BaseException, own_files: tuple[str, ...] = ()
     )
 
 
-def deadline_failure(rank: int, message: str, collective: str, stack: str) -> Failure:
+def deadline_failure(
+    rank: int, message: str, collective: str, stack: str, at_prompt: bool = False
+) -> Failure:
     """The :class:`Failure` of rank ``rank`` waiting in ``collective`` past the launch's
     timeout, as :class:`~nb_accel.worker.debugging.deadline.CollectiveDeadline` finds it
-    (``stack``: where the rank waits)."""
+    (``stack``: where the rank waits; ``at_prompt``: one of the kernel's prompts was open
+    then)."""
     data = _pickled(TimeoutError(message))
     return Failure(
         rank=rank,
@@ -90,6 +93,7 @@ def deadline_failure(rank: int, message: str, collective: str, stack: str) -> Fa
         is_timeout=True,
         timeout_s=applied_timeout_s(),
         collective=collective,
+        at_prompt=at_prompt,
     )
 
 

@@ -185,8 +185,8 @@ def _outcome(channel: EventChannel, command: _Work, space: dict[str, Any]) -> tu
         release_broken_group(error)
     stopped = isinstance(error, KeyboardInterrupt)
     if expired is not None and not stopped:  # our abort's words are a consequence
-        message, collective, stack = expired
-        failure = deadline_failure(channel.rank, message, collective, stack)
+        message, collective, stack, at_prompt = expired
+        failure = deadline_failure(channel.rank, message, collective, stack, at_prompt)
     elif error is not None:
         failure = failure_event(channel.rank, error, (__file__,))
     else:

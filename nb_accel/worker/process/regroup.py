@@ -76,9 +76,10 @@ _released: list[GroupOrigin] = []
 #: Set when the kernel aborted this rank's collectives because a peer failed.
 _aborted_for_peer = threading.Event()
 
-#: The rank's own deadline passed in a collective: its message, the collective, and the stack
-#: of the thread that waited (set by the deadline's thread, taken by the main thread).
-_expired: list[tuple[str, str, str]] = []
+#: The rank's own deadline passed in a collective: its message, the collective, the stack of
+#: the thread that waited, and whether a prompt of the kernel was open then (set by the
+#: deadline's thread, taken by the main thread).
+_expired: list[tuple[str, str, str, bool]] = []
 
 
 def _release() -> None:
@@ -133,12 +134,12 @@ def take_abort_for_peer(error: BaseException) -> BaseException:
     return aborted
 
 
-def free_for_deadline(message: str, collective: str, stack: str) -> None:
+def free_for_deadline(message: str, collective: str, stack: str, at_prompt: bool) -> None:
     """Past the rank's own collective deadline (called on the deadline's thread): note the
     timeout for :func:`take_deadline` and free the main thread's wait (NCCL: abort the
     communicator; gloo: shut the group's connections down, see
     :mod:`~nb_accel.runtime.groups.sockets`)."""
-    _expired[:] = [(message, collective, stack)]
+    _expired[:] = [(message, collective, stack, at_prompt)]
     if not dist.is_initialized():
         return
     if _collectives_detached():
@@ -156,10 +157,10 @@ def release_broken_group(error: BaseException) -> None:
         _release()
 
 
-def take_deadline() -> tuple[str, str, str] | None:
+def take_deadline() -> tuple[str, str, str, bool] | None:
     """After a command: the timeout the rank's own deadline found meanwhile (its message, the
-    collective and where the rank waited), or ``None``. A group whose wait was freed is
-    released; the next :class:`Settle` makes a new one."""
+    collective, where the rank waited, and whether a prompt was open then), or ``None``. A
+    group whose wait was freed is released; the next :class:`Settle` makes a new one."""
     if not _expired:
         return None
     found = _expired.pop()
