@@ -118,3 +118,32 @@ def test_a_killed_rank_is_replaced_and_the_others_keep_their_variables(start_met
     assert shown.rows[0] == ("stopped", "rank 1 failed")
     # the new rank 1 joined the group; its namespace and residents start afresh
     assert values == [(3.0, True, 1), (3.0, False, 0), (3.0, True, 1)]
+
+
+RAISES_AFTER_PREPARE = """
+import torch
+import torch.distributed as dist
+from nb_accel import Accelerator
+accelerator = Accelerator(cpu=True)
+model = accelerator.prepare(torch.nn.Linear(4, 1))  # DDP: it holds the process group
+if rank == 1:
+    raise ValueError("rank 1 gave up")
+dist.all_reduce(torch.ones(1))  # rank 0 waits here until rank 1's release frees it
+"""
+
+
+@pytest.mark.timeout(TEST_TIMEOUT_S)
+def test_a_failed_rank_whose_group_a_model_holds_still_frees_the_others() -> None:
+    pool = WorkerPool(2, cpu=True, timeout=COLLECTIVE_TIMEOUT_S)
+    pool.start()
+    try:
+        freed = (
+            "rank 0 freed from its all_reduce by rank 1's failure (a DDP model holding the group)"
+        )
+        with interrupted_unless_done(freed, 20), pytest.raises(ValueError) as info:
+            pool.execute(RAISES_AFTER_PREPARE)
+        notes = "\n".join(info.value.__notes__)
+        assert "Rank 0 was interrupted by this failure and kept its variables." in notes, notes
+        assert pool.execute("rank", want_value=True)  # the pool goes on
+    finally:
+        pool.stop()

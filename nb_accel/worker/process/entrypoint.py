@@ -29,9 +29,9 @@ from .rank_group import OwnDeadline, bound_device, leave_process_group, use_rank
 from .regroup import (
     GroupOrigin,
     Settle,
-    abort_process_group,
     join_process_group,
     keep_root_store,
+    let_go_of_process_group,
 )
 from .spec import WorkerArgs, unpack_payload
 from .trainer_support import reached_by, set_up_training_arguments
@@ -126,7 +126,7 @@ def run_worker(
     ok = isinstance(outcome, Result)
     if not ok and args.post_mortem_s > 0 and has_failure():
         try:
-            abort_process_group()  # the ranks waiting for this one fail at once
+            let_go_of_process_group()  # the ranks waiting for this one fail at once
             wait_for_post_mortem(channel, args.post_mortem_s)
         except StopRequested:  # the kernel let it go
             pass

@@ -84,9 +84,11 @@ _expired: list[tuple[str, str, str, bool]] = []
 
 def _release() -> None:
     """Abort this rank's process group, keeping what the next :class:`Settle` makes it anew
-    from."""
+    from. Its gloo connections are shut down first: the group may still be held (a model
+    prepared with DDP holds it), and a held group's connections outlive its abort, leaving
+    the ranks that wait for this one in a collective waiting until their timeout."""
     _released[:] = [current_group()]
-    abort_process_group()
+    let_go_of_process_group()
 
 
 def release_process_group(release: Release) -> None:
