@@ -7,7 +7,7 @@ TORCH_PIN := torch==2.13.0
 # The Accelerate release the compatibility lane runs the tests of (and the benchmarks compare with).
 ACCELERATE_PIN := accelerate==1.15.0
 
-.PHONY: setup test-setup hosts-setup demo lab docs test test-docs test-install lint test-accelerate test-xla test-trackers \
+.PHONY: setup test-setup hosts-setup demo lab docs test test-docs test-chaos test-install lint test-accelerate test-xla test-trackers \
 	test-browser test-colab test-kaggle test-classic chromium screenshots bench clean
 
 # What the notebooks need (make demo, make lab): the package and its notebook extra.
@@ -34,11 +34,16 @@ demo: setup
 # package lists, Binder's files) are a lane of their own: make test-install; the linters (ruff,
 # mypy) are make lint.
 test: test-setup hosts-setup
-	$(BIN)/python -m pytest -m "not fresh_env and not lint and not docs_code"
+	$(BIN)/python -m pytest -m "not fresh_env and not lint and not docs_code and not chaos"
 
 # The documentation's code blocks, run as written in a real kernel, page by page.
 test-docs: test-setup
 	$(BIN)/python -m pytest -m docs_code tests/notebook/test_docs_code.py
+
+# The chaos campaign: every style of running ranks with every fault, in a real kernel, the
+# invariants checked after each (tests/chaos/); benchmarks/chaos.py runs many at random.
+test-chaos: test-setup
+	$(BIN)/python -m pytest -m chaos tests/chaos
 
 test-install: test-setup
 	$(BIN)/python -m pytest -m fresh_env tests/packaging tests/binder
@@ -103,7 +108,7 @@ PY_VERSION_TESTS := tests/multiproc/test_launch.py tests/multiproc/test_failures
 # 7.34, ipywidgets 7.7.1: the unit and notebook folders (every notebook among them) and the
 # multi-process tests where Python versions differ.
 test-colab:
-	venv=$$($(LANE_ENV) colab) && $$venv/bin/python -m pytest -m "not lint and not docs_code" tests/unit \
+	venv=$$($(LANE_ENV) colab) && $$venv/bin/python -m pytest -m "not lint and not docs_code and not chaos" tests/unit \
 		tests/notebook $(PY_VERSION_TESTS)
 
 # Colab's front end's stack in a browser: the classic Notebook 6.5.7 with ipywidgets 7.7.1 draws

@@ -1,0 +1,415 @@
+"""Run one chaos scenario in a real Jupyter kernel and check the invariants after it.
+
+The kernel is the user's: it saves a configuration (a short collective timeout, no rank kept
+for ``%debug``), defines the training function, runs the scenario's cell in its style, with
+its fault, answering any prompt as a user would (``c``), interrupting or killing the kernel at
+the scenario's moment; then it runs a clean cell in the same style, stops its workers, and the
+runner looks at what is left. Every invariant broken is said with what was seen, so that a
+seed that broke one tells its story.
+"""
+
+from __future__ import annotations
+
+import os
+import queue
+import signal
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from jupyter_client import KernelManager
+from jupyter_client.blocking import BlockingKernelClient
+from notebook_code import CONFIG, FUNCTIONS, RANKS, TIMEOUT_S, fault_cell, follow_up_cell, plan_of
+from scenarios import Scenario
+
+__all__ = ["INVARIANTS", "Outcome", "bound_of", "run_scenario"]
+
+#: What must hold after every scenario.
+INVARIANTS = (
+    "ends in time",  # within the timeout + 5 s of a wait, 5 s of another fault, 2 s of an interrupt
+    "names the fault",  # the error names the faulty rank and what happened
+    "resumes exactly",  # a max_restarts run ends where a clean run ends
+    "pool keeps namespaces",  # the pool's other ranks keep their variables
+    "next run works",  # a clean run in the same kernel works
+    "nothing left",  # no process, /dev/shm entry or scratch file; the kernel's threads
+    "no orphans",  # a killed kernel leaves no worker behind
+)
+#: Past the collective timeout, how long a fault's cell may take to end (a fault that is not a
+#: wait: past the fault itself).
+END_MARGIN_S = 5.0
+#: The faults that leave the other ranks waiting until the collective timeout.
+WAITS = ("sigstop", "stuck-own", "stuck-collective")
+#: How long an interrupted cell may take to end.
+INTERRUPT_BOUND_S = 2.0
+#: The runner's own bound on one cell: past it the cell is interrupted and counted as a hang.
+CELL_CAP_S = 90.0
+#: What others keep in the scratch folder on purpose: the kernel's cell files, torch's caches.
+OTHERS = ("ipykernel_", "torchinductor_")
+#: How long the workers of a killed kernel get to end.
+ORPHAN_WAIT_S = 15.0
+
+
+@dataclass
+class CellEnd:
+    """How a cell ended: its status, error, output, and when (monotonic seconds)."""
+
+    status: str = ""
+    ename: str = ""
+    evalue: str = ""
+    traceback: str = ""
+    stdout: str = ""
+    stderr: str = ""
+    result: str = ""
+    ended_at: float = 0.0
+    prompts: int = 0
+    capped: bool = False
+
+
+@dataclass
+class Outcome:
+    """What a scenario did: the invariants it broke (with what was seen), and how long its
+    fault took to end its cell (from the fault, or the interrupt)."""
+
+    scenario: Scenario
+    broken: dict[str, str] = field(default_factory=dict)
+    seconds_to_end: float | None = None
+
+    def fail(self, invariant: str, seen: str) -> None:
+        """Count ``invariant`` broken, ``seen`` saying how."""
+        self.broken.setdefault(invariant, seen[:2000])
+
+
+@contextmanager
+def _kernel(folder: Path) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+    scratch = folder / "scratch"
+    scratch.mkdir()
+    manager = KernelManager(kernel_name="python3")
+    manager.start_kernel(cwd=str(folder), env={**os.environ, "TMPDIR": str(scratch)})
+    client = manager.client()
+    client.start_channels()
+    try:
+        client.wait_for_ready(timeout=60)
+        yield manager, client
+    finally:
+        client.stop_channels()
+        if manager.is_alive():
+            manager.shutdown_kernel(now=False)
+        else:
+            manager.cleanup_resources()
+
+
+def _run(
+    client: BlockingKernelClient,
+    code: str,
+    manager: KernelManager | None = None,
+    marker: Path | None = None,
+    action: str = "",
+) -> tuple[CellEnd, float | None]:
+    """Run ``code``; answer prompts with ``c``. With ``marker`` and ``action`` (``interrupt``,
+    ``kill``), do that to the kernel once ``marker`` exists (as the cell starts when it is
+    None);
+    return how the cell ended and when the marker was seen (or the action done)."""
+    msg_id = client.execute(code, allow_stdin=True, store_history=False, stop_on_error=False)
+    end, seen_at = CellEnd(), None
+    started = time.monotonic()
+    acted = not action
+    while True:
+        if not acted and marker is not None and marker.exists():
+            seen_at = time.monotonic()
+            _act(manager, action)
+            acted = True
+        if action == "kill" and acted:
+            end.ended_at = time.monotonic()
+            return end, seen_at
+        if not end.capped and time.monotonic() - started > CELL_CAP_S:
+            end.capped = True
+            assert manager is not None
+            manager.interrupt_kernel()
+        if time.monotonic() - started > CELL_CAP_S + 30:
+            end.status, end.ended_at = "hung", time.monotonic()
+            return end, seen_at
+        _answer_prompts(client, end)
+        try:
+            message = client.get_iopub_msg(timeout=0.05)
+        except queue.Empty:
+            continue
+        if message["parent_header"].get("msg_id") != msg_id:
+            continue
+        kind, content = message["msg_type"], message["content"]
+        if not acted and marker is None and kind == "status":  # the cell has started
+            seen_at = time.monotonic()
+            _act(manager, action)
+            acted = True
+        if kind == "stream":
+            setattr(end, content["name"], getattr(end, content["name"]) + content["text"])
+        elif kind == "execute_result":
+            end.result = content["data"].get("text/plain", "")
+        elif kind == "error":
+            end.ename, end.evalue = content["ename"], content["evalue"]
+            end.traceback = "\n".join(content["traceback"])
+        elif kind == "status" and content["execution_state"] == "idle":
+            end.ended_at = time.monotonic()
+            end.status = "error" if end.ename else "ok"
+            return end, seen_at
+
+
+def _answer_prompts(client: BlockingKernelClient, end: CellEnd) -> None:
+    while True:
+        try:
+            client.get_stdin_msg(timeout=0)
+        except queue.Empty:
+            return
+        end.prompts += 1
+        client.input("c")
+
+
+def _act(manager: KernelManager | None, action: str) -> None:
+    assert manager is not None
+    if action == "interrupt":
+        manager.interrupt_kernel()
+    elif action == "kill":
+        pid = manager.provisioner.process.pid  # type: ignore[union-attr]
+        os.kill(pid, signal.SIGKILL)
+
+
+def _kernel_process(manager: KernelManager) -> psutil.Process:
+    return psutil.Process(manager.provisioner.process.pid)  # type: ignore[union-attr]
+
+
+def _shm() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except OSError:
+        return set()
+
+
+def _worker_pids(marks: Path) -> set[int]:
+    return {int(path.name.split("-")[2]) for path in marks.glob("pid-*")}
+
+
+def _expect_error(outcome: Outcome, end: CellEnd) -> None:
+    """The error of a fault's cell names the faulty rank and what happened."""
+    scenario = outcome.scenario
+    rank, fault, text = scenario.rank, scenario.fault, end.evalue + "\n" + end.traceback
+    wanted: dict[str, tuple[str, list[str]]] = {
+        "raise": ("ValueError", [f"chaos on rank {rank}", f"Raised on rank {rank} of"]),
+        "sigkill": ("WorkerDiedError", [f"rank {rank}", "SIGKILL"]),
+        "sigstop": ("CollectiveTimeoutError", [f"Rank {rank} did not arrive"]),
+        "stuck-own": ("CollectiveTimeoutError", [f"Rank {rank} did not arrive"]),
+        "stuck-collective": ("", [f"ank {rank}"]),
+        "breakpoint-and-raise": ("ValueError", [f"chaos on rank {1 - rank}"]),
+    }
+    if fault not in wanted:
+        return
+    ename, pieces = wanted[fault]
+    if end.status != "error" or (ename and end.ename != ename):
+        outcome.fail("names the fault", f"{end.status} {end.ename}: {end.evalue}")
+        return
+    missing = [piece for piece in pieces if piece not in text]
+    if missing:
+        outcome.fail("names the fault", f"{end.ename} lacks {missing}: {text}")
+
+
+def _results(end: CellEnd) -> Any:
+    """The ranks' results a cell printed (a launch) or stored (``-o``), as Python values."""
+    import ast
+
+    line = end.stdout.strip().splitlines()[-1] if end.stdout.strip() else ""
+    try:
+        return ast.literal_eval(line)
+    except (ValueError, SyntaxError):
+        return None
+
+
+def run_scenario(scenario: Scenario, folder: Path) -> Outcome:
+    """Run ``scenario`` in a fresh kernel under ``folder``; what it broke."""
+    outcome = Outcome(scenario)
+    marks, checkpoints = folder / "marks", folder / "checkpoints"
+    marks.mkdir()
+    shm_before = _shm()
+    with _kernel(folder) as (manager, client):
+        kernel = _kernel_process(manager)
+        setup = CONFIG.format(config=str(folder / "config.json"), timeout=TIMEOUT_S) + FUNCTIONS
+        ready, _ = _run(client, setup)
+        assert ready.status == "ok", ready
+        if scenario.style == "cell":
+            started, _ = _run(client, f"%%distributed -n {RANKS}\n{FUNCTIONS}\nkept = rank")
+            assert started.status == "ok", started
+        if scenario.style == "warm":  # the workers are warm when the fault strikes
+            clean = plan_of(None, str(folder / "warm-up"), str(checkpoints / "warm-up"))
+            (folder / "warm-up").mkdir()
+            warmed, _ = _run(client, follow_up_cell("warm", clean), manager)
+            assert warmed.status == "ok", warmed
+        threads_before = _threads(client)
+        plan = plan_of(scenario, str(marks), str(checkpoints))
+        marker = marks / f"step-{scenario.rank}-{scenario.step}-0"  # the first attempt's
+        action, at = "", marker
+        if scenario.fault == "interrupt":
+            action = "interrupt"
+            at = {
+                "start-up": marks / "launching",
+                "mid-run": marker,
+                "teardown": marks / f"end-{scenario.rank}",
+            }[scenario.moment]  # type: ignore[assignment]
+        elif scenario.fault == "kernel-killed":
+            action = "kill"
+        end, seen_at = _run(client, fault_cell(scenario, plan), manager, at, action)
+        if scenario.fault == "kernel-killed":
+            _check_orphans(outcome, marks)
+            return outcome
+        if seen_at is None and marker.exists():
+            seen_at = marker.stat().st_mtime - time.time() + time.monotonic()
+        clean_plan = plan_of(None, str(marks), str(checkpoints / "clean"))
+        follow_started = time.monotonic()
+        follow, _ = _run(client, follow_up_cell(scenario.style, clean_plan), manager)
+        # a run that restarts runs once more, whole, after the fault
+        again = follow.ended_at - follow_started if scenario.style == "restarts" else 0.0
+        _check_end(outcome, end, seen_at, again)
+        _check_fault(outcome, end)
+        if scenario.style == "cell" and follow.status == "ok":  # the values -o stored
+            shown, _ = _run(client, "print(chaos_result)", manager)
+            follow.stdout += shown.stdout
+        _check_follow_up(outcome, end, follow)
+        stopped, _ = _run(client, "from nb_accel import stop_workers\nstop_workers()", manager)
+        if stopped.status != "ok":
+            outcome.fail("nothing left", f"stop_workers(): {stopped.ename}: {stopped.evalue}")
+        _check_nothing_left(outcome, kernel, threads_before, _threads(client))
+    _check_no_files_left(outcome, folder, shm_before, kernel.pid)  # the kernel's own go at exit
+    return outcome
+
+
+def bound_of(fault: str) -> float:
+    """How long after ``fault`` its cell may take to end: a rank that waits (frozen, stuck)
+    is given up at the collective timeout; any other fault ends the cell at once."""
+    if fault == "interrupt":
+        return INTERRUPT_BOUND_S
+    return TIMEOUT_S + END_MARGIN_S if fault in WAITS else END_MARGIN_S
+
+
+def _check_end(outcome: Outcome, end: CellEnd, seen_at: float | None, again: float) -> None:
+    scenario = outcome.scenario
+    if end.capped or end.status == "hung":
+        outcome.fail("ends in time", f"the cell did not end within {CELL_CAP_S:.0f} s")
+        return
+    if seen_at is None:
+        return
+    took = end.ended_at - seen_at
+    outcome.seconds_to_end = took
+    bound = bound_of(scenario.fault) + again
+    if took > bound:
+        outcome.fail("ends in time", f"{took:.1f} s after the fault (bound {bound:.0f} s)")
+
+
+def _check_fault(outcome: Outcome, end: CellEnd) -> None:
+    scenario = outcome.scenario
+    if scenario.style == "restarts" and scenario.fault not in ("interrupt",):
+        if end.status != "ok":
+            outcome.fail("resumes exactly", f"{end.ename}: {end.evalue}")
+        return
+    if scenario.fault == "interrupt":
+        if end.status == "error" and end.ename != "KeyboardInterrupt":
+            outcome.fail("names the fault", f"interrupted: {end.ename}: {end.evalue}")
+        return
+    if scenario.fault == "print-flood":
+        if end.status != "ok":
+            outcome.fail("names the fault", f"a flood ended in {end.ename}: {end.evalue}")
+        return
+    _expect_error(outcome, end)
+
+
+def _check_follow_up(outcome: Outcome, end: CellEnd, follow: CellEnd) -> None:
+    scenario = outcome.scenario
+    if follow.status != "ok":
+        outcome.fail("next run works", f"{follow.ename}: {follow.evalue}")
+        return
+    results = _results(follow)
+    if scenario.style == "cell":
+        cell_results = _cell_results(follow)
+        if cell_results is None:
+            outcome.fail("next run works", f"no results: {follow.stdout!r}")
+            return
+        kept = [held for held, _ in cell_results]
+        replaced = {scenario.rank} if scenario.fault in ("sigkill",) else set()
+        wrong = [r for r, held in enumerate(kept) if held != (r not in replaced)]
+        if wrong:
+            outcome.fail("pool keeps namespaces", f"'kept' held per rank: {kept}")
+        return
+    if not isinstance(results, list) or len(results) != RANKS or results[0] != results[1]:
+        outcome.fail("next run works", f"results {follow.stdout[-500:]!r}")
+        return
+    if scenario.style == "restarts" and scenario.fault != "interrupt" and end.status == "ok":
+        resumed = _results(end)
+        if resumed != results:
+            outcome.fail("resumes exactly", f"resumed {resumed} but a clean run gives {results}")
+
+
+def _cell_results(follow: CellEnd) -> list[tuple[bool, list[float]]] | None:
+    """A pool's follow-up values (``print(chaos_result)`` after the cell), one per rank."""
+    results = _results(follow)
+    return results if isinstance(results, list) and len(results) == RANKS else None
+
+
+#: Lists the kernel's threads but pyzmq's own (its garbage collector starts with big messages).
+THREADS = (
+    "import threading as _threading\n"
+    "print(sorted(f'{t.name} ({t.ident})' for t in _threading.enumerate() "
+    "if not type(t).__module__.startswith('zmq')))"
+)
+
+
+def _threads(client: BlockingKernelClient) -> list[str]:
+    """The kernel's threads (pyzmq's left out), by name and ident."""
+    import ast
+
+    listed, _ = _run(client, THREADS)
+    return list(ast.literal_eval(listed.stdout.strip() or "[]"))
+
+
+def _check_nothing_left(
+    outcome: Outcome, kernel: psutil.Process, threads_before: list[str], threads: list[str]
+) -> None:
+    deadline = time.monotonic() + 10
+    while kernel.children(recursive=True) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    left = [(p.pid, p.name()) for p in kernel.children(recursive=True)]
+    if left:
+        outcome.fail("nothing left", f"processes of the kernel: {left}")
+    new_threads = sorted(set(threads) - set(threads_before))
+    if new_threads:
+        outcome.fail("nothing left", f"the kernel's threads: {new_threads} new")
+
+
+def _check_no_files_left(outcome: Outcome, folder: Path, shm: set[str], kernel: int) -> None:
+    new_shm = sorted(name for name in _shm() - shm if f"-{kernel}-" in name)  # its folders
+    if new_shm:
+        outcome.fail("nothing left", f"/dev/shm: {new_shm}")
+    scratch = [p.name for p in (folder / "scratch").iterdir() if not p.name.startswith(OTHERS)]
+    if scratch:
+        outcome.fail("nothing left", f"scratch: {scratch}")
+
+
+def _check_orphans(outcome: Outcome, marks: Path) -> None:
+    pids = _worker_pids(marks)
+    deadline = time.monotonic() + ORPHAN_WAIT_S
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        alive = {pid for pid in pids if psutil.pid_exists(pid) and _running(pid)}
+        time.sleep(0.05)
+    if alive:
+        outcome.fail("no orphans", f"workers {sorted(alive)} outlived their killed kernel")
+        for pid in alive:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

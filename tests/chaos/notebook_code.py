@@ -1,0 +1,161 @@
+"""The notebook code of the chaos campaign's scenarios: the training function every style runs
+(a few steps of a small model, checkpointed each step, resumed after a restart), the fault it
+makes on one rank at one step, and the cells that run it in each style."""
+
+from __future__ import annotations
+
+from scenarios import RANKS, STEPS, Scenario
+
+__all__ = [
+    "CONFIG",
+    "FUNCTIONS",
+    "MB_PRINTED",
+    "POOL_START",
+    "TIMEOUT_S",
+    "fault_cell",
+    "follow_up_cell",
+    "plan_of",
+]
+
+#: The collective timeout of every scenario's launch (and pool): longer than a fault that is
+#: not a wait may take to end its cell, so that a cell that waits for it instead is seen.
+TIMEOUT_S = 8.0
+#: What a flooding rank prints, in megabytes.
+MB_PRINTED = 20
+
+#: The kernel's saved configuration (``{config}``: its file): the pool's timeout, the CPU, and
+#: no rank kept for ``%debug`` (nobody debugs here).
+CONFIG = """
+import os
+from nb_accel.config import Config, save_config
+os.environ["NB_ACCEL_CONFIG_FILE"] = {config!r}
+save_config(Config(timeout={timeout}, cpu=True, post_mortem_wait=0), {config!r})
+%load_ext nb_accel
+"""
+
+#: Defines ``chaos_train(plan)`` and what it needs (in the kernel, and in a pool's ranks).
+FUNCTIONS = """
+import os, pathlib, signal, sys, time
+import torch
+import torch.distributed as dist
+from nb_accel import Accelerator, ProjectConfiguration, notebook_launcher
+
+class ChaosProgress:
+    def __init__(self):
+        self.step = 0
+    def state_dict(self):
+        return {"step": self.step}
+    def load_state_dict(self, state):
+        self.step = state["step"]
+
+def chaos_strike(plan, rank):
+    fault = plan["fault"]
+    if fault == "raise":
+        raise ValueError(f"chaos on rank {rank}")
+    if fault == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    if fault == "sigstop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    if fault == "stuck-own":
+        while True:
+            time.sleep(0.05)
+    if fault == "stuck-collective":
+        dist.recv(torch.zeros(1), src=1 - rank)  # nobody sends it
+    if fault == "breakpoint-and-raise":
+        breakpoint()
+    if fault == "print-flood":
+        line = "x" * 1023 + "\\n"
+        for _ in range(plan["mb"] * 1024):
+            sys.stdout.write(line)
+        sys.stdout.flush()
+
+def chaos_train(plan):
+    project = ProjectConfiguration(
+        project_dir=plan["checkpoints"], automatic_checkpoint_naming=True, total_limit=2
+    )
+    accelerator = Accelerator(cpu=True, project_config=project)
+    rank = accelerator.process_index
+    marks = pathlib.Path(plan["marks"])
+    (marks / f"pid-{rank}-{os.getpid()}").touch()
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    optimizer = torch.optim.SGD(model.parameters(), lr=0.1)
+    model, optimizer = accelerator.prepare(model, optimizer)
+    progress = ChaosProgress()
+    accelerator.register_for_checkpointing(progress)
+    attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
+    if attempt > 0:
+        accelerator.load_state()
+    data = torch.arange(32.0).reshape(8, 4) / 32
+    other = 1 - rank
+    while progress.step < plan["steps"]:
+        step = progress.step
+        (marks / f"step-{rank}-{step}-{attempt}").touch()
+        if attempt == 0 and step == plan["step"]:
+            if rank == plan["rank"]:
+                chaos_strike(plan, rank)
+            elif plan["fault"] == "breakpoint-and-raise":
+                raise ValueError(f"chaos on rank {rank}")
+        loss = model(data[rank::2]).pow(2).mean()
+        accelerator.backward(loss)
+        optimizer.step()
+        optimizer.zero_grad()
+        progress.step += 1
+        if plan["checkpoint"]:
+            accelerator.save_state()
+    (marks / f"end-{rank}").touch()
+    return accelerator.unwrap_model(model).weight.flatten().tolist()  # exact: compared bit for bit
+"""
+
+
+def plan_of(scenario: Scenario | None, marks: str, checkpoints: str) -> dict[str, object]:
+    """What ``chaos_train`` is told: the fault (none for a clean run), where, and where to
+    leave markers and checkpoints."""
+    return {
+        "fault": scenario.fault if scenario else "none",
+        "rank": scenario.rank if scenario else -1,
+        "step": scenario.step if scenario else -1,
+        "steps": STEPS,
+        "marks": marks,
+        "checkpoints": checkpoints,
+        "checkpoint": bool(scenario and scenario.style == "restarts") or scenario is None,
+        "mb": MB_PRINTED,
+    }
+
+
+def _launch(style: str, plan: dict[str, object]) -> str:
+    options = {
+        "cold-fork": 'start_method="fork"',
+        "cold-spawn": 'start_method="spawn"',
+        "warm": "reuse_workers=True",
+        "restarts": "max_restarts=1",
+    }[style]
+    return (
+        f"pathlib.Path({plan['marks']!r}, 'launching').touch()\n"
+        f"chaos_result = notebook_launcher(chaos_train, args=({plan!r},), "
+        f"num_processes={RANKS}, timeout={TIMEOUT_S}, {options})\nprint(chaos_result)"
+    )
+
+
+def fault_cell(scenario: Scenario, plan: dict[str, object]) -> str:
+    """The cell that runs ``scenario``'s fault."""
+    if scenario.style == "cell":  # the start-up marker: the pool is already started
+        return (
+            f"%%distributed -o chaos_result\npathlib.Path({plan['marks']!r}, 'launching').touch()"
+            f"\nchaos_train({plan!r})"
+        )
+    return _launch(scenario.style, plan)
+
+
+def follow_up_cell(style: str, plan: dict[str, object]) -> str:
+    """A clean run in the same style after the scenario: it must work."""
+    if style == "cell":  # the functions defined again: a replaced rank lacks them
+        return (
+            f"%%distributed -o chaos_result\nexec({FUNCTIONS!r})\n"
+            f"('kept' in globals(), chaos_train({plan!r}))"
+        )
+    return _launch(style, plan)
+
+
+#: The first cell of a pool: ``chaos_train`` and a variable the ranks must keep.
+POOL_START = f"%%distributed -n {RANKS}\nexec(FUNCTIONS_SOURCE)\nkept = rank"

@@ -1,0 +1,73 @@
+"""The chaos campaign's scenarios: each drawn from a seed, as a style of running ranks, a fault,
+the rank it strikes and the moment it strikes at; the same seed always gives the same
+scenario, so that a scenario that broke an invariant is one command to reproduce."""
+
+from __future__ import annotations
+
+import itertools
+import random
+from dataclasses import dataclass
+
+__all__ = ["FAULTS", "STYLES", "Scenario", "covering_seeds", "draw"]
+
+#: The ways of running ranks the campaign covers, in this kernel's machine.
+STYLES = ("cold-fork", "cold-spawn", "warm", "cell", "restarts")
+
+#: The faults, as the worker (or the runner, for ``interrupt`` and ``kernel-killed``) makes them.
+FAULTS = (
+    "raise",  # the rank raises
+    "sigkill",  # the rank is killed
+    "sigstop",  # the rank is frozen, not dead
+    "stuck-own",  # the rank loops in its own code
+    "stuck-collective",  # the rank waits in a receive no other rank sends to
+    "interrupt",  # the kernel is interrupted, at start-up, mid-run or teardown
+    "breakpoint-and-raise",  # the rank sits at a breakpoint() prompt while another raises
+    "print-flood",  # the rank prints a great deal (MB_PRINTED)
+    "kernel-killed",  # the kernel itself is killed while the workers run
+)
+
+#: Faults that cannot happen in a style: a ``max_restarts`` run restarts after a rank's
+#: death or error (its faults end in a resumed run), but has no pool to keep.
+NOT_IN: dict[str, tuple[str, ...]] = {}
+
+#: The training steps every scenario's ranks take; a fault strikes at one of them.
+STEPS = 6
+#: The number of ranks.
+RANKS = 2
+#: The moments an interrupt can strike: before the workers start, at a step, or as they return.
+INTERRUPT_MOMENTS = ("start-up", "mid-run", "teardown")
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One scenario: ``style`` of running ranks, ``fault`` on ``rank`` at ``step`` (for an
+    interrupt, ``moment`` says when), drawn from ``seed``."""
+
+    seed: int
+    style: str
+    fault: str
+    rank: int
+    step: int
+    moment: str
+
+    def __str__(self) -> str:
+        where = self.moment if self.fault == "interrupt" else f"rank {self.rank}, step {self.step}"
+        return f"seed {self.seed}: {self.style} / {self.fault} ({where})"
+
+
+def draw(seed: int, style: str | None = None, fault: str | None = None) -> Scenario:
+    """The scenario of ``seed`` (its style and fault drawn too, unless given)."""
+    chance = random.Random(seed)
+    chosen_style = chance.choice(STYLES)
+    chosen_fault = chance.choice(FAULTS)
+    rank = chance.randrange(RANKS)
+    step = chance.randrange(1, STEPS)
+    moment = chance.choice(INTERRUPT_MOMENTS)
+    return Scenario(seed, style or chosen_style, fault or chosen_fault, rank, step, moment)
+
+
+def covering_seeds() -> list[Scenario]:
+    """A fixed set of scenarios covering every style and fault pair once (their seeds fixed:
+    the pair's place in the list), each rank and step as its seed draws it."""
+    pairs = itertools.product(STYLES, FAULTS)
+    return [draw(index, style, fault) for index, (style, fault) in enumerate(pairs)]
