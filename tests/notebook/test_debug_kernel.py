@@ -333,7 +333,7 @@ from nb_accel import notebook_launcher
 kept_rank.FIRST_WORDS_S = 3.0
 
 def train():
-    entrypoint.abort_process_group = lambda: time.sleep(600)  # it hangs on its way to pdb
+    entrypoint.let_go_of_process_group = lambda: time.sleep(600)  # it hangs on its way to pdb
     raise ValueError("stuck")
 
 notebook_launcher(train, num_processes=1)
