@@ -28,6 +28,18 @@ START_METHODS = ("fork", "spawn", "forkserver")
 _SPAWN_CODE = "from nb_accel.worker.process.entrypoint import spawn_main; spawn_main()"
 
 
+def process_frozen(pid: int) -> bool:
+    """Whether process ``pid`` is stopped (SIGSTOP, Ctrl-Z, a debugger holding it): it runs no
+    code, acts on no signal but SIGKILL (a SIGTERM waits until it is continued), and answers
+    nothing. ``False`` where the system does not say (no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state in (b"T", b"t")
+
+
 class WorkerProcess:
     """A started worker: its rank, pid, event connection, an exit sentinel and the pipes its
     file descriptors 1 and 2 write to (``captured``)."""
@@ -73,6 +85,10 @@ class WorkerProcess:
         if isinstance(self._handle, subprocess.Popen):
             return self._handle.poll()
         return self._handle.exitcode  # type: ignore[no-any-return]
+
+    def frozen(self) -> bool:
+        """Whether the process is stopped (see :func:`process_frozen`)."""
+        return process_frozen(self.pid)
 
     def signal(self, signum: int) -> None:
         """Send ``signum`` to the worker's whole process group (falls back to the worker)."""

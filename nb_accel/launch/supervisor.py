@@ -14,6 +14,7 @@ process handle the group holds itself: nothing waits for the garbage collector.
 from __future__ import annotations
 
 import select
+import signal
 from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
@@ -24,7 +25,7 @@ from .debugging.post_mortems import in_ipython, offer_post_mortem
 from .debugging.prompts import answer_prompt
 from .failures.failure_log import FailureLog
 from .failures.oom import oom_verdict
-from .failures.verdict import died_failure
+from .failures.verdict import died_failure, frozen_failure
 from .failures.whereabouts import RankStack, take_stacks
 from .launchers.dispatch import DispatchHooks, EventDispatcher
 from .launchers.stopping import EXIT_GRACE_S, stop_processes
@@ -74,6 +75,7 @@ class WorkerGroup(DispatchHooks):
         self.events = EventDispatcher(on_output, view, self, flush_output)
         self._timeout_s = timeout_s
         self._exited: set[int] = set()
+        self._ended_frozen: set[int] = set()  # frozen ranks the kernel ended itself
         self._open = {w.rank: w for w in workers}
         self._pollers: dict[int, select.poll] = {}
         self._stopped = False
@@ -143,6 +145,9 @@ class WorkerGroup(DispatchHooks):
                 self.events.on_output(event)
             last_words = worker.captured.last_words
         if worker.rank not in self.events.results and worker.rank not in self._failures.ranks:
+            if worker.rank in self._ended_frozen:
+                self._failures.add(frozen_failure(worker.rank, worker.pid))
+                return
             oom_killed = oom_verdict(worker.oom_kills_at_start)
             self._failures.add(
                 died_failure(worker.rank, worker.pid, worker.poll(), last_words, None, oom_killed)
@@ -190,12 +195,28 @@ class WorkerGroup(DispatchHooks):
                 kept.let_go_unless_raised(error)
                 return
 
+    def frozen(self, ranks: list[int]) -> list[int]:
+        """Those of ``ranks`` whose process is stopped (SIGSTOP, Ctrl-Z)."""
+        return [r for r in ranks if r not in self._exited and self.workers[r].frozen()]
+
+    def end_frozen(self, ranks: list[int]) -> None:
+        """End the frozen ``ranks`` (SIGKILL: the only signal a stopped process takes); their
+        death is recorded as a frozen rank's, not a kill's."""
+        for rank in ranks:
+            self._ended_frozen.add(rank)
+            self.workers[rank].signal(signal.SIGKILL)
+
     def where(self, ranks: list[int]) -> dict[int, RankStack]:
         """Where each of ``ranks`` is: its stacks and its last collective, taken without
-        stopping it; ranks that cannot say are left out."""
+        stopping it; ranks that cannot say (ended, or frozen) are left out."""
         if self._folder is None:
             return {}
-        pids = {rank: self.workers[rank].pid for rank in ranks if rank not in self._exited}
+        frozen = set(self.frozen(ranks))
+        pids = {
+            rank: self.workers[rank].pid
+            for rank in ranks
+            if rank not in self._exited and rank not in frozen
+        }
         return take_stacks(self._folder, pids, collectives=True)
 
     def stop(self, graceful: bool = False) -> None:

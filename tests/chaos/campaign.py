@@ -198,7 +198,7 @@ def _expect_error(outcome: Outcome, end: CellEnd) -> None:
     wanted: dict[str, tuple[str, list[str]]] = {
         "raise": ("ValueError", [f"chaos on rank {rank}", f"Raised on rank {rank} of"]),
         "sigkill": ("WorkerDiedError", [f"rank {rank}", "SIGKILL"]),
-        "sigstop": ("CollectiveTimeoutError", [f"Rank {rank} did not arrive"]),
+        "sigstop": ("", [f"ank {rank}", "frozen"]),  # a timeout, or the frozen rank's end
         "stuck-own": ("CollectiveTimeoutError", [f"Rank {rank} did not arrive"]),
         "stuck-collective": ("", [f"ank {rank}"]),
         "breakpoint-and-raise": ("ValueError", [f"chaos on rank {1 - rank}"]),
@@ -333,7 +333,7 @@ def _check_follow_up(outcome: Outcome, end: CellEnd, follow: CellEnd) -> None:
             outcome.fail("next run works", f"no results: {follow.stdout!r}")
             return
         kept = [held for held, _ in cell_results]
-        replaced = {scenario.rank} if scenario.fault in ("sigkill",) else set()
+        replaced = {scenario.rank} if scenario.fault in ("sigkill", "sigstop") else set()
         wrong = [r for r, held in enumerate(kept) if held != (r not in replaced)]
         if wrong:
             outcome.fail("pool keeps namespaces", f"'kept' held per rank: {kept}")

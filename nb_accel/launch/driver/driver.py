@@ -342,9 +342,11 @@ class RankDriver:
     ) -> dict[int, CellDone] | BaseException:
         late = self._late
         where: dict[int, RankStack] = {}
+        frozen: list[int] = []
         if not group.keeps:  # the ranks that neither replied nor failed, located before
             failures = group.command_failures(targets, [], view)  # they are stopped
             running = [r for r in targets if r not in group.done and r not in failures.ranks]
+            frozen = group.frozen(running)  # stopped processes: they cannot say where they are
             if running and failures.timeout_ranks:
                 where = dict(self._where(running))
             group.hear_out()  # their last reports join the failures
@@ -375,6 +377,7 @@ class RankDriver:
             where=where if log.timeout_ranks else None,
             kept=group.keeps,
             prompts={r: p.status() for r, p in prompts_since(self._prompts_from).items()},
+            frozen=frozen,
         )
         group.add_history(error, log)
         if not group.keeps:

@@ -21,6 +21,7 @@ from ...worker.transfer.pickling import loads
 __all__ = [
     "failure_from_event",
     "died_failure",
+    "frozen_failure",
     "watchdog_words",
     "is_watchdog_timeout",
     "looks_like_consequence",
@@ -132,6 +133,16 @@ def died_failure(
     on = f" on {host}" if host else ""
     record = _died(rank, pid, exitcode, last_words, on, oom_killed)
     return dataclasses.replace(record, host=host) if host else record
+
+
+def frozen_failure(rank: int, pid: int) -> WorkerFailure:
+    """The record for a rank the kernel ended because its process was stopped (frozen) while
+    the others waited for it."""
+    message = (
+        f"worker for rank {rank} (pid {pid}) was frozen (stopped by SIGSTOP, Ctrl-Z or a "
+        "debugger holding it) while the other ranks waited for it, and was ended"
+    )
+    return WorkerFailure(rank, "signal", message, "", signal_name="SIGSTOP", exitcode=-9)
 
 
 def _died(

@@ -16,12 +16,14 @@ from ...worker.transfer.pickling import loads
 from ..failures.failure_log import FailureLog
 from ..failures.whereabouts import RankStack, stacks_note
 
-__all__ = ["CAME_LATE", "RETURNED", "failure_outcome", "load_result"]
+__all__ = ["CAME_LATE", "FROZEN", "RETURNED", "failure_outcome", "load_result"]
 
 #: What a rank that returned before the failure is said to have done.
 RETURNED = "had already returned"
 #: What a rank whose connections were lost after the others timed out is said to have done.
 CAME_LATE = "its collective failed when the waiting ranks gave up"
+#: What a rank whose process was stopped (SIGSTOP, Ctrl-Z, a debugger holding it) did.
+FROZEN = "was frozen: its process was stopped (SIGSTOP, Ctrl-Z or a debugger holding it)"
 
 
 def load_result(rank: int, data: bytes) -> Any:
@@ -47,6 +49,7 @@ def failure_outcome(
     where: Mapping[int, RankStack] | None = None,
     kept: bool = False,
     prompts: Mapping[int, str] | None = None,
+    frozen: Iterable[int] = (),
 ) -> BaseException:
     """The exception for ``failures`` (there is at least one), the launch being over.
 
@@ -66,12 +69,15 @@ def failure_outcome(
             showed (``was at a pdb prompt, at ...``): what each that did not fail on its own is
             said to have done when a rank's timeout passed while a prompt was open (what it did
             once answered, returning or coming late, is not what the others waited for).
+        frozen: unfinished ranks whose process was stopped (SIGSTOP, Ctrl-Z): said so.
     """
     unfinished = list(unfinished)
     failures.settle(unfinished)
     status = dict.fromkeys(finished, finished_as)
     for rank, stack in (where or {}).items():
         status[rank] = f"was still running, {stack.summary()}"
+    for rank in frozen:
+        status[rank] = FROZEN
     for record in failures.records:  # a lost peer after a timeout: the timed-out rank let go
         late = is_peer_loss(record.message)
         status.setdefault(record.rank, CAME_LATE if late else f"failed with {record.first_line}")

@@ -49,12 +49,14 @@ def stop_processes(
     processes: Sequence[Stoppable], exit_grace: float = 0.0, grace: float | None = None
 ) -> None:
     """Stop every process: wait ``exit_grace`` seconds for them to exit on their own, SIGTERM
-    those still running, wait :data:`STOP_GRACE_S` (or ``grace``), then SIGKILL."""
+    those still running (and SIGCONT, for a stopped one to act on it), wait
+    :data:`STOP_GRACE_S` (or ``grace``), then SIGKILL."""
     if exit_grace > 0:
         wait_exits(processes, exit_grace)
     for process in processes:
         if process.poll() is None:
             process.signal(signal.SIGTERM)
+            process.signal(signal.SIGCONT)  # a stopped process acts on the SIGTERM at once
     wait_exits(processes, STOP_GRACE_S if grace is None else grace)
     for process in processes:
         process.signal(signal.SIGKILL)  # reaches what it started, even once it has exited

@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import signal
 import time
 import weakref
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from ..._messages import NodeCard
 from ...errors import LaunchError
 from ...runtime.device_types.cuda_facts import fork_safe_cuda_queries
 from ..placement.nodes import NodePlan
+from ..processes import process_frozen
 from .network import rendezvous_listener, split_endpoint
 from .node_addresses import NodeNetwork
 
@@ -209,6 +211,7 @@ def _agent_class() -> type:
         def _monitor_workers(self, worker_group: Any) -> Any:
             if self._before_stop is not None and self._remaining_restarts <= 0:
                 self._before_last_stop(worker_group)
+            self._continue_frozen(worker_group)
             result = super()._monitor_workers(worker_group)
             self._ended = [
                 (failure.local_rank, failure.pid, failure.exitcode)
@@ -233,6 +236,19 @@ def _agent_class() -> type:
             if failed and running and self._before_stop is not None:
                 before_stop, self._before_stop = self._before_stop, None  # once
                 before_stop(running)
+
+        def _continue_frozen(self, worker_group: Any) -> None:
+            """Once a worker has failed, continue the workers that are stopped (frozen): torch
+            stops the others with SIGTERM, which a stopped process acts on only once
+            continued; it would otherwise hold the restart, or the end, for torch's whole
+            grace (30 s) before its SIGKILL."""
+            workers = [w for w in worker_group.workers if isinstance(w.id, int)]
+            if not any(_ended_unreaped(worker.id) for worker in workers):
+                return
+            for worker in workers:
+                if process_frozen(worker.id):
+                    with contextlib.suppress(OSError):
+                        os.kill(worker.id, signal.SIGCONT)
 
         def _restart_workers(self, worker_group: Any) -> None:
             if self._on_restart is not None:

@@ -163,6 +163,18 @@ class PoolRanks(ABC):
         ranks need not: the post-mortem is a command of theirs."""
         del error, ranks
 
+    def frozen(self, ranks: list[int]) -> list[int]:
+        """Those of ``ranks`` whose process is stopped (SIGSTOP, Ctrl-Z): they can neither say
+        where they are nor take an interrupt. Ranks whose state the kernel cannot see (on other
+        machines) are never said to be."""
+        del ranks
+        return []
+
+    def end_frozen(self, ranks: list[int]) -> None:
+        """End the frozen ``ranks`` (after another rank's failure, the others cannot wait for
+        them): their death then tells that they were frozen."""
+        del ranks
+
     def take_reply(self, event: Event) -> None:
         """Keep ``event`` if it is a reply to the current command; answer a rank's debugger
         prompt with the line typed in the notebook."""

@@ -94,7 +94,12 @@ def free_late(
     aborted on ``nccl``; with ``interrupt``, an interrupt for those in their own code (where
     each was taken first, ``where(ranks, collectives)``), given ``grace`` seconds to stop.
     Without ``interrupt`` (the user's is on its way to them) and none in torch yet, they are
-    looked at again :data:`RECHECK_S` later."""
+    looked at again :data:`RECHECK_S` later. A frozen rank (its process stopped) can take no
+    interrupt: it is ended at once (kept ranks replace it)."""
+    frozen = group.frozen(running)
+    if frozen:
+        group.end_frozen(frozen)
+        running = [rank for rank in running if rank not in frozen]
     stacks = dict(where(running, nccl)) if running else {}
     own = in_own_code(running, stacks)
     in_torch = [rank for rank in running if rank not in own]

@@ -123,7 +123,12 @@ class LocalRanks(WorkerGroup, PoolRanks):
 
     def stacks(self, ranks: list[int], collectives: bool) -> dict[int, RankStack]:
         """Every rank's stacks, from the pool's folder."""
-        pids = {r: self.workers[r].pid for r in ranks if self.workers[r].poll() is None}
+        frozen = set(self.frozen(ranks))  # a stopped process cannot say: not asked
+        pids = {
+            r: self.workers[r].pid
+            for r in ranks
+            if self.workers[r].poll() is None and r not in frozen
+        }
         return take_stacks(self._store, pids, collectives=collectives)
 
     def abort_collectives(self, ranks: list[int]) -> None:
