@@ -20,6 +20,7 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the kernel driver
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "chaos"))
 
 from campaign import INVARIANTS, Outcome, bound_of, run_scenario

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import queue
 import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from jupyter_client import KernelManager
@@ -31,10 +33,18 @@ class CellRun:
 
 
 @contextmanager
-def running_kernel() -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
-    """A started kernel and its client; shut down (and its processes gone) on exit."""
+def running_kernel(
+    folder: Path | None = None, scratch: Path | None = None
+) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
+    """A started kernel and its client (started in ``folder``, its ``TMPDIR`` ``scratch``,
+    where given); shut down (and its processes gone) on exit, or cleaned up after if the
+    test killed it."""
     manager = KernelManager(kernel_name="python3")
-    manager.start_kernel()
+    if folder is None:
+        manager.start_kernel()
+    else:
+        environ = {**os.environ, "TMPDIR": str(scratch or folder)}
+        manager.start_kernel(cwd=str(folder), env=environ)
     client = manager.client()
     client.start_channels()
     try:
@@ -42,7 +52,10 @@ def running_kernel() -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
         yield manager, client
     finally:
         client.stop_channels()
-        manager.shutdown_kernel(now=False)  # at exit, it stops its pool and removes its folder
+        if manager.is_alive():  # at exit, it stops its pool and removes its folder
+            manager.shutdown_kernel(now=False)
+        else:
+            manager.cleanup_resources()
 
 
 def start_cell(client: BlockingKernelClient, code: str) -> str:

@@ -14,8 +14,6 @@ import os
 import queue
 import signal
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +21,7 @@ from typing import Any
 import psutil
 from jupyter_client import KernelManager
 from jupyter_client.blocking import BlockingKernelClient
+from kernel_driver import running_kernel
 from notebook_code import CONFIG, FUNCTIONS, RANKS, TIMEOUT_S, fault_cell, follow_up_cell, plan_of
 from scenarios import Scenario
 
@@ -81,25 +80,6 @@ class Outcome:
     def fail(self, invariant: str, seen: str) -> None:
         """Count ``invariant`` broken, ``seen`` saying how."""
         self.broken.setdefault(invariant, seen[:2000])
-
-
-@contextmanager
-def _kernel(folder: Path) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
-    scratch = folder / "scratch"
-    scratch.mkdir()
-    manager = KernelManager(kernel_name="python3")
-    manager.start_kernel(cwd=str(folder), env={**os.environ, "TMPDIR": str(scratch)})
-    client = manager.client()
-    client.start_channels()
-    try:
-        client.wait_for_ready(timeout=60)
-        yield manager, client
-    finally:
-        client.stop_channels()
-        if manager.is_alive():
-            manager.shutdown_kernel(now=False)
-        else:
-            manager.cleanup_resources()
 
 
 def _run(
@@ -231,7 +211,9 @@ def run_scenario(scenario: Scenario, folder: Path) -> Outcome:
     marks, checkpoints = folder / "marks", folder / "checkpoints"
     marks.mkdir()
     shm_before = _shm()
-    with _kernel(folder) as (manager, client):
+    scratch = folder / "scratch"
+    scratch.mkdir()
+    with running_kernel(folder, scratch) as (manager, client):
         kernel = _kernel_process(manager)
         setup = CONFIG.format(config=str(folder / "config.json"), timeout=TIMEOUT_S) + FUNCTIONS
         ready, _ = _run(client, setup)

@@ -7,6 +7,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the kernel driver
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from campaign import run_scenario

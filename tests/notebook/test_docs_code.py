@@ -17,17 +17,12 @@ only, runs with the rest."""
 
 from __future__ import annotations
 
-import os
 import re
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from jupyter_client import KernelManager
-from jupyter_client.blocking import BlockingKernelClient
-from kernel_driver import run_answering
+from kernel_driver import run_answering, running_kernel
 
 ROOT = Path(__file__).resolve().parents[2]
 PAGES = [*sorted((ROOT / "docs").glob("*.md")), ROOT / "README.md"]
@@ -81,21 +76,6 @@ def runnable(page: Path) -> list[Block]:
     return [b for b in blocks(page) if b.language == "python" and not b.fragment]
 
 
-@contextmanager
-def kernel_in(folder: Path) -> Iterator[BlockingKernelClient]:
-    """A kernel started in ``folder`` (its scratch there too); shut down on exit."""
-    manager = KernelManager(kernel_name="python3")
-    manager.start_kernel(cwd=str(folder), env={**os.environ, "TMPDIR": str(folder)})
-    client = manager.client()
-    client.start_channels()
-    try:
-        client.wait_for_ready(timeout=60)
-        yield client
-    finally:
-        client.stop_channels()
-        manager.shutdown_kernel(now=False)
-
-
 @pytest.mark.timeout(30)
 def test_every_block_is_known_and_every_page_with_code_runs_here() -> None:
     kinds = {b.language for page in PAGES for b in blocks(page)}
@@ -113,7 +93,7 @@ def test_every_block_is_known_and_every_page_with_code_runs_here() -> None:
     "page", [p for p in PAGES if runnable(p)], ids=lambda p: str(p.relative_to(ROOT))
 )
 def test_a_pages_code_runs_as_written(page: Path, tmp_path: Path) -> None:
-    with kernel_in(tmp_path) as client:
+    with running_kernel(tmp_path) as (_, client):
         for block in runnable(page):
             run, _prompts = run_answering(client, block.source, [])
             wanted = RAISES.search(block.source)
