@@ -241,6 +241,7 @@ def run_scenario(scenario: Scenario, folder: Path) -> Outcome:
             action = "kill"
         end, seen_at = _run(client, fault_cell(scenario, plan), manager, at, action)
         if scenario.fault == "kernel-killed":
+            assert seen_at is not None, f"the kernel was never killed: the cell ended {end}"
             _check_orphans(outcome, marks)
             return outcome
         if seen_at is None and marker.exists():
@@ -382,12 +383,27 @@ def _check_orphans(outcome: Outcome, marks: Path) -> None:
         alive = {pid for pid in pids if psutil.pid_exists(pid) and _running(pid)}
         time.sleep(0.05)
     if alive:
-        outcome.fail("no orphans", f"workers {sorted(alive)} outlived their killed kernel")
+        told = ", ".join(_told(pid) for pid in sorted(alive))
+        outcome.fail("no orphans", f"workers outlived their killed kernel: {told}")
         for pid in alive:
             try:
                 os.kill(pid, signal.SIGKILL)
             except OSError:
                 pass
+
+
+def _told(pid: int) -> str:
+    """``pid`` as a story: its parent, state, threads and command."""
+    try:
+        process = psutil.Process(pid)
+        parent = process.parent()
+        state = parent.status() if parent is not None else "gone"
+        return (
+            f"{pid} (parent {process.ppid()} {state}, {process.status()}, "
+            f"{process.num_threads()} threads, {' '.join(process.cmdline()[:4])})"
+        )
+    except psutil.Error:
+        return str(pid)
 
 
 def _running(pid: int) -> bool:

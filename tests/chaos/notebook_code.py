@@ -56,7 +56,7 @@ def chaos_strike(plan, rank):
         os.kill(os.getpid(), signal.SIGKILL)
     if fault == "sigstop":
         os.kill(os.getpid(), signal.SIGSTOP)
-    if fault == "stuck-own":
+    if fault in ("stuck-own", "kernel-killed"):  # the kernel is killed while this rank waits
         while True:
             time.sleep(0.05)
     if fault == "stuck-collective":
