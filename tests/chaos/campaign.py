@@ -65,6 +65,7 @@ class CellEnd:
     result: str = ""
     ended_at: float = 0.0
     prompts: int = 0
+    prompt_at: float | None = None
     capped: bool = False
 
 
@@ -88,11 +89,12 @@ def _run(
     manager: KernelManager | None = None,
     marker: Path | None = None,
     action: str = "",
+    answer_after: float = 0.0,
 ) -> tuple[CellEnd, float | None]:
-    """Run ``code``; answer prompts with ``c``. With ``marker`` and ``action`` (``interrupt``,
-    ``kill``), do that to the kernel once ``marker`` exists (as the cell starts when it is
-    None);
-    return how the cell ended and when the marker was seen (or the action done)."""
+    """Run ``code``; answer prompts with ``c``, ``answer_after`` seconds after each opens. With
+    ``marker`` and ``action`` (``interrupt``, ``kill``), do that to the kernel once ``marker``
+    exists (as the cell starts when it is None); return how the cell ended and when the marker
+    was seen (or the action done)."""
     msg_id = client.execute(code, allow_stdin=True, store_history=False, stop_on_error=False)
     end, seen_at = CellEnd(), None
     started = time.monotonic()
@@ -112,7 +114,7 @@ def _run(
         if time.monotonic() - started > CELL_CAP_S + 30:
             end.status, end.ended_at = "hung", time.monotonic()
             return end, seen_at
-        _answer_prompts(client, end)
+        _answer_prompts(client, end, answer_after)
         try:
             message = client.get_iopub_msg(timeout=0.05)
         except queue.Empty:
@@ -137,13 +139,17 @@ def _run(
             return end, seen_at
 
 
-def _answer_prompts(client: BlockingKernelClient, end: CellEnd) -> None:
-    while True:
+def _answer_prompts(client: BlockingKernelClient, end: CellEnd, after: float) -> None:
+    """Answer ``c`` to the open prompt ``after`` seconds after it opened."""
+    if end.prompt_at is None:
         try:
             client.get_stdin_msg(timeout=0)
         except queue.Empty:
             return
         end.prompts += 1
+        end.prompt_at = time.monotonic()
+    if time.monotonic() - end.prompt_at >= after:
+        end.prompt_at = None
         client.input("c")
 
 
@@ -239,7 +245,9 @@ def run_scenario(scenario: Scenario, folder: Path) -> Outcome:
             }[scenario.moment]  # type: ignore[assignment]
         elif scenario.fault == "kernel-killed":
             action = "kill"
-        end, seen_at = _run(client, fault_cell(scenario, plan), manager, at, action)
+        end, seen_at = _run(
+            client, fault_cell(scenario, plan), manager, at, action, scenario.answer_after
+        )
         if scenario.fault == "kernel-killed":
             assert seen_at is not None, f"the kernel was never killed: the cell ended {end}"
             _check_orphans(outcome, marks)

@@ -147,3 +147,41 @@ def test_a_failed_rank_whose_group_a_model_holds_still_frees_the_others() -> Non
         assert pool.execute("rank", want_value=True)  # the pool goes on
     finally:
         pool.stop()
+
+
+IGNORES_ITS_INTERRUPT = """
+import pathlib, time
+import torch
+import torch.distributed as dist
+looping = pathlib.Path({folder!r}, "rank-1-looping")
+if rank == 0:
+    while not looping.exists():
+        time.sleep(0.01)
+    raise ValueError("rank 0 gave up")
+try:  # as a debugger's prompt does, the interrupt is taken and the rank goes on
+    looping.touch()
+    while True:
+        time.sleep(0.01)
+except KeyboardInterrupt:
+    pass
+dist.all_reduce(torch.ones(1))  # waits for rank 0, which failed: its release frees this
+"""
+
+
+@pytest.mark.timeout(TEST_TIMEOUT_S)
+def test_a_rank_that_reaches_a_collective_after_its_interrupt_is_freed(tmp_path) -> None:
+    """Found by the chaos campaign (seed 1005, a ``%%distributed`` cell whose rank 1 sat at a
+    ``breakpoint()`` prompt while rank 0 raised): the rank in its own code was interrupted,
+    the prompt took the interrupt, and once answered the rank waited in a collective with the
+    failed rank until the timeout. The pool now looks again, and frees it."""
+    pool = WorkerPool(2, cpu=True, timeout=COLLECTIVE_TIMEOUT_S)
+    pool.start()
+    try:
+        freed = "rank 1 freed from the all_reduce it reached after its interrupt"
+        with interrupted_unless_done(freed, 8), pytest.raises(ValueError) as info:
+            pool.execute(IGNORES_ITS_INTERRUPT.format(folder=str(tmp_path)))
+        notes = "\n".join(info.value.__notes__)
+        assert "Rank 1 was interrupted by this failure and kept its variables." in notes, notes
+        assert pool.execute("rank", want_value=True)  # the pool goes on
+    finally:
+        pool.stop()

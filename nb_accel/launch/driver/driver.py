@@ -29,7 +29,13 @@ from ..debugging.prompts import prompts_shown, prompts_since
 from ..failures.whereabouts import RankStack, stacks_note, where_lines
 from ..launchers.outcome import failure_outcome
 from ..pool_ranks.interface import PoolRanks
-from ..pool_ranks.late import LateRanks, free_late, send_interrupts, stuck_interrupt
+from ..pool_ranks.late import (
+    LateRanks,
+    free_late,
+    recheck_late,
+    send_interrupts,
+    stuck_interrupt,
+)
 from ..pool_ranks.notes import REBUILT_NOTE, STOPPED_NOTE, replaced_note
 from ..pool_ranks.values import discard_values, load_value
 from ..views.output import OutputPrinter
@@ -224,6 +230,7 @@ class RankDriver:
                     INTERRUPT_GRACE_S,
                     interrupt=until is None,
                 )
+            recheck_late(late, group, self._where, self._detached, now)
             if stuck := late.stuck(group.done, now):
                 self._stop_stuck(stuck, INTERRUPT_GRACE_S, "after another rank failed")
             remaining = None if until is None else until - now

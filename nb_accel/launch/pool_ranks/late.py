@@ -26,6 +26,7 @@ __all__ = [
     "RECHECK_S",
     "LateRanks",
     "free_late",
+    "recheck_late",
     "send_interrupts",
     "stuck_interrupt",
     "was_interrupted",
@@ -47,12 +48,18 @@ class LateRanks:
             until the late ranks are freed.
         window_ends: when the failures so far have had their window to arrive
             (:meth:`~.interface.PoolRanks.collect_window`); ``None`` before the first.
+        release: has the failed ranks let go of their process group, while they still hold
+            it (``None`` once done): an interrupted rank may reach a collective before its
+            interrupt does (or ignore it at a debugger's prompt), and waits there until released.
+        recheck_at: when to look again whether an interrupted rank now waits inside torch.
     """
 
     interrupted: list[int] = field(default_factory=list)
     stacks: dict[int, RankStack] = field(default_factory=dict)
     deadline: float | None = None
     window_ends: float | None = None
+    release: Callable[[], None] | None = None
+    recheck_at: float | None = None
 
     def stuck(self, done: Mapping[int, CellDone], now: float) -> list[int]:
         """The interrupted ranks that have not stopped by the deadline (none before it)."""
@@ -66,7 +73,8 @@ class LateRanks:
         if self.deadline is None:
             return None if self.window_ends is None else max(self.window_ends - now, 0.0)
         if any(rank not in done for rank in self.interrupted):
-            return max(self.deadline - now, 0.0)
+            due = self.deadline if self.recheck_at is None else min(self.deadline, self.recheck_at)
+            return max(due - now, 0.0)
         return None
 
     def stopped_by_failure(self, reply: CellDone) -> bool:
@@ -114,7 +122,38 @@ def free_late(
         own = []
     send_interrupts(group, own)
     kept = {rank: stacks[rank] for rank in own if rank in stacks}
-    return LateRanks(own, kept, time.monotonic() + grace)
+    now, held = time.monotonic(), None if in_torch else release
+    again = now + RECHECK_S if own and held is not None else None
+    return LateRanks(own, kept, now + grace, release=held, recheck_at=again)
+
+
+def recheck_late(
+    late: LateRanks,
+    group: PoolRanks,
+    where: Callable[[list[int], bool], Mapping[int, RankStack]],
+    nccl: bool,
+    now: float,
+) -> None:
+    """Once :data:`RECHECK_S` has passed, look again where the interrupted ranks still running
+    are: one that now waits inside torch (its interrupt came too late, or a debugger's prompt
+    took it) has the failed ranks release their process group, which frees it at once."""
+    if late.release is None or late.recheck_at is None or now < late.recheck_at:
+        return
+    running = [r for r in late.interrupted if r not in group.done and group.alive(r)]
+    if not running:
+        late.recheck_at = None
+        return
+    stacks = where(running, nccl)
+    own = in_own_code(running, stacks)
+    in_torch = [rank for rank in running if rank not in own]
+    if not in_torch:
+        late.recheck_at = time.monotonic() + RECHECK_S
+        return
+    release, late.release, late.recheck_at = late.release, None, None
+    release()
+    waiting = [r for r in in_torch if (c := stacks[r].collective) and c.waiting]
+    if waiting:
+        group.abort_collectives(waiting)
 
 
 def send_interrupts(group: PoolRanks, ranks: list[int]) -> None:
