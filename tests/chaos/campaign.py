@@ -14,6 +14,7 @@ import os
 import queue
 import signal
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,24 +23,37 @@ import psutil
 from jupyter_client import KernelManager
 from jupyter_client.blocking import BlockingKernelClient
 from kernel_driver import running_kernel
-from notebook_code import CONFIG, FUNCTIONS, RANKS, TIMEOUT_S, fault_cell, follow_up_cell, plan_of
+from notebook_code import (
+    CONFIG,
+    DISK_BYTES,
+    FUNCTIONS,
+    RANKS,
+    TIMEOUT_S,
+    fault_cell,
+    follow_up_cell,
+    plan_of,
+)
 from scenarios import Scenario
+from small_disk import small_disk
 
 __all__ = ["INVARIANTS", "Outcome", "bound_of", "run_scenario"]
 
 #: What must hold after every scenario.
 INVARIANTS = (
-    "ends in time",  # within the timeout + 5 s of a wait, 5 s of another fault, 2 s of an interrupt
+    "ends in time",  # within the timeout + 5 s of a wait, 3 s of another fault, 2 s of an interrupt
     "names the fault",  # the error names the faulty rank and what happened
     "resumes exactly",  # a max_restarts run ends where a clean run ends
     "pool keeps namespaces",  # the pool's other ranks keep their variables
     "next run works",  # a clean run in the same kernel works
-    "nothing left",  # no process, /dev/shm entry or scratch file; the kernel's threads
+    "checkpoints whole",  # every checkpoint is the one a clean run writes at its step
+    "nothing left",  # no process, /dev/shm entry or scratch file; the kernel's threads, descriptors
     "no orphans",  # a killed kernel leaves no worker behind
 )
-#: Past the collective timeout, how long a fault's cell may take to end (a fault that is not a
-#: wait: past the fault itself).
+#: Past the collective timeout, how long the cell of a fault that waits for it may take to end.
 END_MARGIN_S = 5.0
+#: How long the cell of a fault that is not a wait may take to end: under the collective
+#: timeout, so that a cell that waited for it is seen.
+FAULT_BOUND_S = 3.0
 #: The faults that leave the other ranks waiting until the collective timeout.
 WAITS = ("sigstop", "stuck-own", "stuck-collective")
 #: How long an interrupted cell may take to end.
@@ -188,6 +202,8 @@ def _expect_error(outcome: Outcome, end: CellEnd) -> None:
         "stuck-own": ("CollectiveTimeoutError", [f"Rank {rank} did not arrive"]),
         "stuck-collective": ("", [f"ank {rank}"]),
         "breakpoint-and-raise": ("ValueError", [f"chaos on rank {1 - rank}"]),
+        "disk-full": ("", ["No space left on device", "save_state"]),
+        "killed-in-save": ("WorkerDiedError", [f"rank {rank}", "SIGKILL"]),
     }
     if fault not in wanted:
         return
@@ -219,9 +235,12 @@ def run_scenario(scenario: Scenario, folder: Path) -> Outcome:
     shm_before = _shm()
     scratch = folder / "scratch"
     scratch.mkdir()
-    with running_kernel(folder, scratch) as (manager, client):
+    checkpoints.mkdir()
+    disk = small_disk(checkpoints, DISK_BYTES) if scenario.fault == "disk-full" else nullcontext()
+    with disk, running_kernel(folder, scratch) as (manager, client):
         kernel = _kernel_process(manager)
         setup = CONFIG.format(config=str(folder / "config.json"), timeout=TIMEOUT_S) + FUNCTIONS
+        setup += LIFELONG
         ready, _ = _run(client, setup)
         assert ready.status == "ok", ready
         if scenario.style == "cell":
@@ -232,7 +251,7 @@ def run_scenario(scenario: Scenario, folder: Path) -> Outcome:
             (folder / "warm-up").mkdir()
             warmed, _ = _run(client, follow_up_cell("warm", clean), manager)
             assert warmed.status == "ok", warmed
-        threads_before = _threads(client)
+        threads_before, descriptors_before = _threads(client), _descriptors(client, kernel)
         plan = plan_of(scenario, str(marks), str(checkpoints))
         marker = marks / f"step-{scenario.rank}-{scenario.step}-0"  # the first attempt's
         action, at = "", marker
@@ -254,6 +273,7 @@ def run_scenario(scenario: Scenario, folder: Path) -> Outcome:
             return outcome
         if seen_at is None and marker.exists():
             seen_at = marker.stat().st_mtime - time.time() + time.monotonic()
+        Path(str(plan["filler"])).unlink(missing_ok=True)  # the user frees the space
         clean_plan = plan_of(None, str(marks), str(checkpoints / "clean"))
         follow_started = time.monotonic()
         follow, _ = _run(client, follow_up_cell(scenario.style, clean_plan), manager)
@@ -268,7 +288,9 @@ def run_scenario(scenario: Scenario, folder: Path) -> Outcome:
         stopped, _ = _run(client, "from nb_accel import stop_workers\nstop_workers()", manager)
         if stopped.status != "ok":
             outcome.fail("nothing left", f"stop_workers(): {stopped.ename}: {stopped.evalue}")
+        _check_checkpoints(outcome, checkpoints, checkpoints / "clean")
         _check_nothing_left(outcome, kernel, threads_before, _threads(client))
+        _check_descriptors(outcome, descriptors_before, _descriptors(client, kernel))
     _check_no_files_left(outcome, folder, shm_before, kernel.pid)  # the kernel's own go at exit
     return outcome
 
@@ -278,7 +300,7 @@ def bound_of(fault: str) -> float:
     is given up at the collective timeout; any other fault ends the cell at once."""
     if fault == "interrupt":
         return INTERRUPT_BOUND_S
-    return TIMEOUT_S + END_MARGIN_S if fault in WAITS else END_MARGIN_S
+    return TIMEOUT_S + END_MARGIN_S if fault in WAITS else FAULT_BOUND_S
 
 
 def _check_end(outcome: Outcome, end: CellEnd, seen_at: float | None, again: float) -> None:
@@ -292,7 +314,10 @@ def _check_end(outcome: Outcome, end: CellEnd, seen_at: float | None, again: flo
     outcome.seconds_to_end = took
     bound = bound_of(scenario.fault) + again
     if took > bound:
-        outcome.fail("ends in time", f"{took:.1f} s after the fault (bound {bound:.0f} s)")
+        said = f"{end.ename}: {end.evalue}" if end.ename else end.status
+        outcome.fail(
+            "ends in time", f"{took:.1f} s after the fault (bound {bound:.0f} s), ending {said}"
+        )
 
 
 def _check_fault(outcome: Outcome, end: CellEnd) -> None:
@@ -324,7 +349,8 @@ def _check_follow_up(outcome: Outcome, end: CellEnd, follow: CellEnd) -> None:
             outcome.fail("next run works", f"no results: {follow.stdout!r}")
             return
         kept = [held for held, _ in cell_results]
-        replaced = {scenario.rank} if scenario.fault in ("sigkill", "sigstop") else set()
+        dies = ("sigkill", "sigstop", "killed-in-save")
+        replaced = {scenario.rank} if scenario.fault in dies else set()
         wrong = [r for r, held in enumerate(kept) if held != (r not in replaced)]
         if wrong:
             outcome.fail("pool keeps namespaces", f"'kept' held per rank: {kept}")
@@ -419,3 +445,75 @@ def _running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+#: The checkpoint's description file: a folder without it never completed.
+DESCRIPTION = "nb_accel_checkpoint.json"
+#: A checkpoint's files that differ between two runs of the same training: each process's
+#: random generators (Python's is seeded afresh in each process).
+RUN_OWN = ("random_states_",)
+
+
+def _numbered(project: Path) -> dict[str, Path]:
+    folder = project / "checkpoints"
+    if not folder.is_dir():
+        return {}
+    return {p.name: p for p in folder.iterdir() if p.name.startswith("checkpoint_")}
+
+
+def _check_checkpoints(outcome: Outcome, project: Path, clean_project: Path) -> None:
+    """Every checkpoint the scenario's run left is whole: it has its description file, and the
+    files (and bytes) the clean run's checkpoint of the same number has."""
+    faulty, clean = _numbered(project), _numbered(clean_project)
+    names = {p.name for p in next(iter(clean.values())).iterdir()} if clean else set()
+    for number, folder in sorted(faulty.items()):
+        held = {p.name for p in folder.iterdir()}
+        if DESCRIPTION not in held or (names and held != names):
+            outcome.fail("checkpoints whole", f"{number} holds {sorted(held)}, not {sorted(names)}")
+            return
+        twin = clean.get(number)
+        if twin is None:
+            continue
+        same = [n for n in sorted(names) if not n.startswith(RUN_OWN)]
+        differ = [n for n in same if (folder / n).read_bytes() != (twin / n).read_bytes()]
+        if differ:
+            outcome.fail("checkpoints whole", f"{number}'s {differ} differ from a clean run's")
+            return
+
+
+#: What the kernel holds for its life from its first use, made before the scenario's baseline:
+#: torch's store library keeps a pipe from its first store on.
+LIFELONG = """
+import torch.distributed as _dist
+_dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+"""
+#: ipykernel's own housekeeping, done now: it closes the event pipe of each thread that has
+#: ended (a socket and its eventfd) every 10 s (ipykernel 7; earlier, when the thread goes).
+EVENT_PIPES_CLOSED = """
+import sys as _sys
+_collect = getattr(getattr(_sys.stdout, "pub_thread", None), "_event_pipe_gc", None)
+if _collect is not None:
+    try:
+        _collect().send(None)
+    except StopIteration:
+        pass
+"""
+
+
+def _descriptors(client: BlockingKernelClient, kernel: psutil.Process) -> dict[int, str]:
+    """The kernel's open descriptors, each with what it is (a file, a socket, a pipe), once
+    ipykernel has closed the event pipes of ended threads."""
+    _run(client, EVENT_PIPES_CLOSED)
+    found: dict[int, str] = {}
+    for entry in Path(f"/proc/{kernel.pid}/fd").iterdir():
+        try:
+            found[int(entry.name)] = os.readlink(entry)
+        except OSError:
+            continue
+    return found
+
+
+def _check_descriptors(outcome: Outcome, before: dict[int, str], after: dict[int, str]) -> None:
+    new = {fd: what for fd, what in after.items() if before.get(fd) != what}
+    if new:
+        outcome.fail("nothing left", f"the kernel's descriptors: {new} new")

@@ -8,9 +8,11 @@ from scenarios import RANKS, STEPS, Scenario
 
 __all__ = [
     "CONFIG",
+    "DISK_BYTES",
     "FUNCTIONS",
     "MB_PRINTED",
     "POOL_START",
+    "SAVES",
     "TIMEOUT_S",
     "fault_cell",
     "follow_up_cell",
@@ -18,8 +20,13 @@ __all__ = [
 ]
 
 #: The collective timeout of every scenario's launch (and pool): longer than a fault that is
-#: not a wait may take to end its cell, so that a cell that waits for it instead is seen.
-TIMEOUT_S = 8.0
+#: not a wait may take to end its cell (:data:`campaign.FAULT_BOUND_S`), so that a cell that
+#: waits for the timeout instead is seen.
+TIMEOUT_S = 4.0
+#: The faults that strike in a checkpoint's save: every step of their run saves one.
+SAVES = ("disk-full", "killed-in-save")
+#: How big the checkpoints' file system is for a ``disk-full`` fault (a tmpfs).
+DISK_BYTES = 4 << 20
 #: What a flooding rank prints, in megabytes.
 MB_PRINTED = 20
 
@@ -63,6 +70,17 @@ def chaos_strike(plan, rank):
         dist.recv(torch.zeros(1), src=1 - rank)  # nobody sends it
     if fault == "breakpoint-and-raise":
         breakpoint()
+    if fault == "disk-full":  # the file system of the checkpoints is filled to the brim
+        fd = os.open(plan["filler"], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+        try:
+            while True:
+                os.write(fd, bytes(1 << 16))
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    if fault == "killed-in-save":  # in save_state, once this rank's part is written
+        os.environ["NB_ACCEL_TEST_CRASH_AT"] = "state-recorded" if rank == 0 else "state-written"
     if fault == "print-flood":
         line = "x" * 1023 + "\\n"
         for _ in range(plan["mb"] * 1024):
@@ -71,7 +89,7 @@ def chaos_strike(plan, rank):
 
 def chaos_train(plan):
     project = ProjectConfiguration(
-        project_dir=plan["checkpoints"], automatic_checkpoint_naming=True, total_limit=2
+        project_dir=plan["checkpoints"], automatic_checkpoint_naming=True, total_limit=3
     )
     accelerator = Accelerator(cpu=True, project_config=project)
     rank = accelerator.process_index
@@ -85,6 +103,7 @@ def chaos_train(plan):
     accelerator.register_for_checkpointing(progress)
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if attempt > 0:
+        pathlib.Path(plan["filler"]).unlink(missing_ok=True)  # the space is freed, then resumed
         accelerator.load_state()
     data = torch.arange(32.0).reshape(8, 4) / 32
     other = 1 - rank
@@ -118,7 +137,8 @@ def plan_of(scenario: Scenario | None, marks: str, checkpoints: str) -> dict[str
         "steps": STEPS,
         "marks": marks,
         "checkpoints": checkpoints,
-        "checkpoint": bool(scenario and scenario.style == "restarts") or scenario is None,
+        "checkpoint": scenario is None or scenario.style == "restarts" or scenario.fault in SAVES,
+        "filler": f"{checkpoints}/filler",
         "mb": MB_PRINTED,
     }
 

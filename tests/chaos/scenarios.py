@@ -24,6 +24,8 @@ FAULTS = (
     "breakpoint-and-raise",  # the rank sits at a breakpoint() prompt while another raises
     "print-flood",  # the rank prints a great deal (MB_PRINTED)
     "kernel-killed",  # the kernel itself is killed while the workers run
+    "disk-full",  # the checkpoints' file system fills up before the step's save_state
+    "killed-in-save",  # the rank is killed inside save_state, its part written, not committed
 )
 
 #: Faults that cannot happen in a style: a ``max_restarts`` run restarts after a rank's
@@ -91,4 +93,7 @@ FOUND = (
     # the cell ended before the runner saw the step's marker: the kernel, never killed, kept
     # its pool, counted as orphans (the rank now waits for the kill)
     draw(1003, "cell", "kernel-killed"),
+    # a cold spawn launch interrupted as its ranks returned waited for the stacks of ranks
+    # that had exited, twice over (2 s, bound 2 s; one run in four)
+    draw(14, "cold-spawn", "interrupt"),
 )

@@ -557,6 +557,8 @@ def _message_sources(tree: ast.Module, ours: dict[str, str]) -> Iterator[tuple[s
             first = node.args[0]
             if isinstance(first, ast.Starred):
                 continue
+            if ast.unparse(first).startswith("errno.") and len(node.args) > 1:
+                first = node.args[1]  # OSError(errno.ENOSPC, message): the message
             if name in ("warn", "warning", "warning_once"):
                 yield "warning", first, node.lineno
             elif name == "add_note":

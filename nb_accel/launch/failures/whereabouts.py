@@ -295,7 +295,11 @@ def take_stacks(
     that answers would run while ``faulthandler`` reads its frames, which it does without the
     interpreter's lock, and a frame changing under it can leave the dump cut short."""
     stacks = _dump_stacks(folder, pids, wait_s)
-    again = [rank for rank in pids if rank not in stacks or not _whole(stacks[rank])]
+    again = [
+        rank
+        for rank in pids
+        if (rank not in stacks or not _whole(stacks[rank])) and not _ended(pids[rank])
+    ]
     for rank, stack in _dump_stacks(folder, {r: pids[r] for r in again}, wait_s).items():
         if _whole(stack) or rank not in stacks:  # else what it wrote the first time
             stacks[rank] = stack
@@ -328,6 +332,9 @@ def _dump_stacks(folder: str, pids: Mapping[int, int], wait_s: float) -> dict[in
     while pending and time.monotonic() < deadline:
         time.sleep(_POLL_S)  # the handler writes at once, in pieces: wait until it stops
         for rank in list(pending):
+            if _ended(pids[rank]):  # it exited meanwhile (it was ending): it will not answer
+                pending.discard(rank)
+                continue
             size = _size(stack_file(folder, rank))
             if size > starts[rank] and seen.get(rank) == size:
                 stacks[rank] = _read_dump(folder, rank, starts[rank])
@@ -338,6 +345,22 @@ def _dump_stacks(folder: str, pids: Mapping[int, int], wait_s: float) -> dict[in
         if seen.get(rank, starts[rank]) > starts[rank]:
             stacks[rank] = _read_dump(folder, rank, starts[rank])
     return stacks
+
+
+def _ended(pid: int) -> bool:
+    """Whether process ``pid`` has exited (gone, or a zombie not yet reaped)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            state = stat.read().rpartition(b")")[2].split()[0]
+    except (OSError, IndexError):
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return True
+        except OSError:
+            return False
+        return False
+    return state in (b"Z", b"X")
 
 
 def _read_dump(folder: str, rank: int, begin: int) -> RankStack:

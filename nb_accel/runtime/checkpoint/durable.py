@@ -10,11 +10,23 @@ some network file systems, which write through on close anyway).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import signal
 from pathlib import Path
 
-__all__ = ["CRASH_AT", "crash_point", "fsync_path", "sync_tree"]
+__all__ = [
+    "CRASH_AT",
+    "FULL_BELOW_BYTES",
+    "crash_point",
+    "fsync_path",
+    "space_explained",
+    "sync_tree",
+]
+
+#: A write that failed where its file system has less than this free is taken for a full disk,
+#: whatever the writer said (torch's own writer says ``unexpected pos`` or ``iostream error``).
+FULL_BELOW_BYTES = 1 << 20
 
 #: Test-only: the environment variable naming the commit step at which :func:`crash_point`
 #: kills the process (``SIGKILL``), so that a test can check what a crash there leaves. Never
@@ -58,3 +70,31 @@ def sync_tree(root: str | os.PathLike[str]) -> None:
             fsync_path(os.path.join(current, name))
     for folder in reversed(folders):
         fsync_path(folder)
+
+
+def _free_bytes(folder: Path) -> int | None:
+    try:
+        stats = os.statvfs(folder)
+    except OSError:
+        return None
+    return stats.f_bavail * stats.f_frsize
+
+
+def space_explained(problem: Exception, folder: Path, what: str, process: int) -> Exception:
+    """``problem`` (writing ``what`` into ``folder`` failed on ``process``) said plainly when
+    the disk is full: an ``OSError`` (``ENOSPC``) naming the folder, the free space and what to
+    do, chained to ``problem``; otherwise ``problem`` itself."""
+    full = isinstance(problem, OSError) and problem.errno in (errno.ENOSPC, errno.EDQUOT)
+    free = _free_bytes(folder if folder.exists() else folder.parent)
+    if not full and (free is None or free >= FULL_BELOW_BYTES):
+        return problem
+    left = "" if free is None else f" ({free:,} bytes free)"
+    message = (
+        f"No space left on device: writing {what} failed on process {process}: the file system "
+        f"of {folder.parent}{left} is full ({type(problem).__name__}: {problem}). Free space "
+        "there, or save elsewhere (ProjectConfiguration(project_dir=...), or "
+        "save_state(output_dir)); the previous checkpoint is untouched"
+    )
+    explained = OSError(errno.ENOSPC, message)
+    explained.__cause__ = problem
+    return explained

@@ -27,7 +27,7 @@ from .contents import (
     write_process_file,
     write_shared_files,
 )
-from .durable import crash_point, sync_tree
+from .durable import crash_point, space_explained, sync_tree
 from .folders import (
     CHECKPOINTS,
     checkpoint_number,
@@ -237,7 +237,7 @@ class CheckpointMethods(StateHookMethods):
             sync_tree(staging)  # every process flushes what it wrote (and what it sees)
             crash_point("state-written")
         except Exception as problem:  # noqa: BLE001 - reported on every process below
-            error = problem
+            error = space_explained(problem, staging, f"checkpoint {target}", partial.process_index)
         try:
             _all_succeeded(error, f"writing checkpoint {target}")
             if partial.is_main_process:
@@ -249,7 +249,7 @@ class CheckpointMethods(StateHookMethods):
                     if automatic and limit and number is not None:
                         prune(target.parent, limit, newest=number)
                 except OSError as problem:
-                    error = problem
+                    error = space_explained(problem, staging, f"checkpoint {target}", 0)
             _all_succeeded(error, f"moving checkpoint {target} into place")
         finally:
             if partial.is_main_process and staging.exists():
