@@ -482,10 +482,12 @@ def _check_checkpoints(outcome: Outcome, project: Path, clean_project: Path) -> 
 
 
 #: What the kernel holds for its life from its first use, made before the scenario's baseline:
-#: torch's store library keeps a pipe from its first store on.
+#: torch's store library keeps a pipe from its first store on; pyzmq starts its garbage
+#: collector (a thread, its sockets and their eventfds) with the first big message it sends.
 LIFELONG = """
 import torch.distributed as _dist
 _dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
+print("x" * 100_000)
 """
 #: ipykernel's own housekeeping, done now: it closes the event pipe of each thread that has
 #: ended (a socket and its eventfd) every 10 s (ipykernel 7; earlier, when the thread goes).
