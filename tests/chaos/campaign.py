@@ -14,7 +14,8 @@ import os
 import queue
 import signal
 import time
-from contextlib import nullcontext
+from collections.abc import Iterator
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -36,7 +37,7 @@ from notebook_code import (
 from scenarios import Scenario
 from small_disk import small_disk
 
-__all__ = ["INVARIANTS", "Outcome", "bound_of", "run_scenario"]
+__all__ = ["INVARIANTS", "KernelSession", "Outcome", "bound_of", "kernel_session", "run_scenario"]
 
 #: What must hold after every scenario.
 INVARIANTS = (
@@ -227,72 +228,112 @@ def _results(end: CellEnd) -> Any:
         return None
 
 
-def run_scenario(scenario: Scenario, folder: Path) -> Outcome:
-    """Run ``scenario`` in a fresh kernel under ``folder``; what it broke."""
-    outcome = Outcome(scenario)
-    marks, checkpoints = folder / "marks", folder / "checkpoints"
-    marks.mkdir()
+@dataclass
+class KernelSession:
+    """A kernel the scenarios run in, set up as a user's (its configuration saved, the training
+    function defined), under ``folder`` (its ``TMPDIR``: ``folder/scratch``). Once it has shut
+    down, ``left`` says what it left behind (its ``/dev/shm`` folders, scratch files)."""
+
+    manager: KernelManager
+    client: BlockingKernelClient
+    kernel: psutil.Process
+    folder: Path
+    left: list[str] = field(default_factory=list)
+
+
+@contextmanager
+def kernel_session(folder: Path) -> Iterator[KernelSession]:
+    """A set-up kernel under ``folder`` while the block runs; its leftovers said once it shut
+    down (a kernel the block killed leaves nothing to say)."""
     shm_before = _shm()
     scratch = folder / "scratch"
     scratch.mkdir()
+    with running_kernel(folder, scratch) as (manager, client):
+        session = KernelSession(manager, client, _kernel_process(manager), folder)
+        setup = CONFIG.format(config=str(folder / "config.json"), timeout=TIMEOUT_S) + FUNCTIONS
+        ready, _ = _run(client, setup + LIFELONG)
+        assert ready.status == "ok", ready
+        yield session
+        killed = not manager.is_alive()
+    if not killed:  # the kernel's own go at exit
+        session.left = _files_left(folder, shm_before, session.kernel.pid)
+
+
+def run_scenario(scenario: Scenario, folder: Path, session: KernelSession | None = None) -> Outcome:
+    """Run ``scenario`` under ``folder``, in ``session`` or a fresh kernel of its own (and
+    then what the kernel left once shut down counts too); what it broke."""
+    if session is not None:
+        return _run_scenario(scenario, folder, session)
+    with kernel_session(folder) as own:
+        outcome = _run_scenario(scenario, folder, own)
+    for left in own.left:
+        outcome.fail("nothing left", left)
+    return outcome
+
+
+def _run_scenario(scenario: Scenario, folder: Path, session: KernelSession) -> Outcome:
+    outcome = Outcome(scenario)
+    marks, checkpoints = folder / "marks", folder / "checkpoints"
+    marks.mkdir()
     checkpoints.mkdir()
     disk = small_disk(checkpoints, DISK_BYTES) if scenario.fault == "disk-full" else nullcontext()
-    with disk, running_kernel(folder, scratch) as (manager, client):
-        kernel = _kernel_process(manager)
-        setup = CONFIG.format(config=str(folder / "config.json"), timeout=TIMEOUT_S) + FUNCTIONS
-        setup += LIFELONG
-        ready, _ = _run(client, setup)
-        assert ready.status == "ok", ready
-        if scenario.style == "cell":
-            started, _ = _run(client, f"%%distributed -n {RANKS}\n{FUNCTIONS}\nkept = rank")
-            assert started.status == "ok", started
-        if scenario.style == "warm":  # the workers are warm when the fault strikes
-            clean = plan_of(None, str(folder / "warm-up"), str(checkpoints / "warm-up"))
-            (folder / "warm-up").mkdir()
-            warmed, _ = _run(client, follow_up_cell("warm", clean), manager)
-            assert warmed.status == "ok", warmed
-        threads_before, descriptors_before = _threads(client), _descriptors(client, kernel)
-        plan = plan_of(scenario, str(marks), str(checkpoints))
-        marker = marks / f"step-{scenario.rank}-{scenario.step}-0"  # the first attempt's
-        action, at = "", marker
-        if scenario.fault == "interrupt":
-            action = "interrupt"
-            at = {
-                "start-up": marks / "launching",
-                "mid-run": marker,
-                "teardown": marks / f"end-{scenario.rank}",
-            }[scenario.moment]  # type: ignore[assignment]
-        elif scenario.fault == "kernel-killed":
-            action = "kill"
-        end, seen_at = _run(
-            client, fault_cell(scenario, plan), manager, at, action, scenario.answer_after
-        )
-        if scenario.fault == "kernel-killed":
-            assert seen_at is not None, f"the kernel was never killed: the cell ended {end}"
-            _check_orphans(outcome, marks)
-            return outcome
-        if seen_at is None and marker.exists():
-            seen_at = marker.stat().st_mtime - time.time() + time.monotonic()
-        Path(str(plan["filler"])).unlink(missing_ok=True)  # the user frees the space
-        clean_plan = plan_of(None, str(marks), str(checkpoints / "clean"))
-        follow_started = time.monotonic()
-        follow, _ = _run(client, follow_up_cell(scenario.style, clean_plan), manager)
-        # a run that restarts runs once more, whole, after the fault
-        again = follow.ended_at - follow_started if scenario.style == "restarts" else 0.0
-        _check_end(outcome, end, seen_at, again)
-        _check_fault(outcome, end)
-        if scenario.style == "cell" and follow.status == "ok":  # the values -o stored
-            shown, _ = _run(client, "print(chaos_result)", manager)
-            follow.stdout += shown.stdout
-        _check_follow_up(outcome, end, follow)
-        stopped, _ = _run(client, "from nb_accel import stop_workers\nstop_workers()", manager)
-        if stopped.status != "ok":
-            outcome.fail("nothing left", f"stop_workers(): {stopped.ename}: {stopped.evalue}")
-        _check_checkpoints(outcome, checkpoints, checkpoints / "clean")
-        _check_nothing_left(outcome, kernel, threads_before, _threads(client))
-        _check_descriptors(outcome, descriptors_before, _descriptors(client, kernel))
-    _check_no_files_left(outcome, folder, shm_before, kernel.pid)  # the kernel's own go at exit
+    with disk:
+        _play(outcome, marks, checkpoints, session)
     return outcome
+
+
+def _play(outcome: Outcome, marks: Path, checkpoints: Path, session: KernelSession) -> None:
+    """The scenario of ``outcome`` in ``session``: its fault, the next run, the checks."""
+    scenario, folder = outcome.scenario, marks.parent
+    manager, client, kernel = session.manager, session.client, session.kernel
+    if scenario.style == "cell":
+        started, _ = _run(client, f"%%distributed -n {RANKS}\n{FUNCTIONS}\nkept = rank")
+        assert started.status == "ok", started
+    if scenario.style == "warm":  # the workers are warm when the fault strikes
+        clean = plan_of(None, str(folder / "warm-up"), str(checkpoints / "warm-up"))
+        (folder / "warm-up").mkdir()
+        warmed, _ = _run(client, follow_up_cell("warm", clean), manager)
+        assert warmed.status == "ok", warmed
+    threads_before, descriptors_before = _threads(client), _descriptors(client, kernel)
+    plan = plan_of(scenario, str(marks), str(checkpoints))
+    marker = marks / f"step-{scenario.rank}-{scenario.step}-0"  # the first attempt's
+    action, at = "", marker
+    if scenario.fault == "interrupt":
+        action = "interrupt"
+        at = {
+            "start-up": marks / "launching",
+            "mid-run": marker,
+            "teardown": marks / f"end-{scenario.rank}",
+        }[scenario.moment]  # type: ignore[assignment]
+    elif scenario.fault == "kernel-killed":
+        action = "kill"
+    end, seen_at = _run(
+        client, fault_cell(scenario, plan), manager, at, action, scenario.answer_after
+    )
+    if scenario.fault == "kernel-killed":
+        assert seen_at is not None, f"the kernel was never killed: the cell ended {end}"
+        _check_orphans(outcome, marks)
+        return
+    if seen_at is None and marker.exists():
+        seen_at = marker.stat().st_mtime - time.time() + time.monotonic()
+    Path(str(plan["filler"])).unlink(missing_ok=True)  # the user frees the space
+    clean_plan = plan_of(None, str(marks), str(checkpoints / "clean"))
+    follow_started = time.monotonic()
+    follow, _ = _run(client, follow_up_cell(scenario.style, clean_plan), manager)
+    # a run that restarts runs once more, whole, after the fault
+    again = follow.ended_at - follow_started if scenario.style == "restarts" else 0.0
+    _check_end(outcome, end, seen_at, again)
+    _check_fault(outcome, end)
+    if scenario.style == "cell" and follow.status == "ok":  # the values -o stored
+        shown, _ = _run(client, "print(chaos_result)", manager)
+        follow.stdout += shown.stdout
+    _check_follow_up(outcome, end, follow)
+    stopped, _ = _run(client, "from nb_accel import stop_workers\nstop_workers()", manager)
+    if stopped.status != "ok":
+        outcome.fail("nothing left", f"stop_workers(): {stopped.ename}: {stopped.evalue}")
+    _check_checkpoints(outcome, checkpoints, checkpoints / "clean")
+    _check_nothing_left(outcome, kernel, threads_before, _threads(client))
+    _check_descriptors(outcome, descriptors_before, _descriptors(client, kernel))
 
 
 def bound_of(fault: str) -> float:
@@ -400,13 +441,17 @@ def _check_nothing_left(
         outcome.fail("nothing left", f"the kernel's threads: {new_threads} new")
 
 
-def _check_no_files_left(outcome: Outcome, folder: Path, shm: set[str], kernel: int) -> None:
+def _files_left(folder: Path, shm: set[str], kernel: int) -> list[str]:
+    """What kernel ``kernel`` left: its ``/dev/shm`` folders (not in ``shm`` before it), files in
+    its scratch folder (``folder/scratch``) but what others keep there on purpose."""
+    left = []
     new_shm = sorted(name for name in _shm() - shm if f"-{kernel}-" in name)  # its folders
     if new_shm:
-        outcome.fail("nothing left", f"/dev/shm: {new_shm}")
+        left.append(f"/dev/shm: {new_shm}")
     scratch = [p.name for p in (folder / "scratch").iterdir() if not p.name.startswith(OTHERS)]
     if scratch:
-        outcome.fail("nothing left", f"scratch: {scratch}")
+        left.append(f"scratch: {scratch}")
+    return left
 
 
 def _check_orphans(outcome: Outcome, marks: Path) -> None:

@@ -151,7 +151,7 @@ def _launch(style: str, plan: dict[str, object]) -> str:
         "restarts": "max_restarts=1",
     }[style]
     return (
-        f"pathlib.Path({plan['marks']!r}, 'launching').touch()\n"
+        f"os.makedirs(os.path.join({plan['marks']!r}, 'launching'), exist_ok=True)\n"
         f"chaos_result = notebook_launcher(chaos_train, args=({plan!r},), "
         f"num_processes={RANKS}, timeout={TIMEOUT_S}, {options})\nprint(chaos_result)"
     )
@@ -161,7 +161,8 @@ def fault_cell(scenario: Scenario, plan: dict[str, object]) -> str:
     """The cell that runs ``scenario``'s fault."""
     if scenario.style == "cell":  # the start-up marker: the pool is already started
         return (
-            f"%%distributed -o chaos_result\npathlib.Path({plan['marks']!r}, 'launching').touch()"
+            f"%%distributed -o chaos_result\n"
+            f"os.makedirs(os.path.join({plan['marks']!r}, 'launching'), exist_ok=True)"
             f"\nchaos_train({plan!r})"
         )
     return _launch(scenario.style, plan)

@@ -1,25 +1,92 @@
 """The chaos campaign's fixed scenarios: every style of running ranks with every fault, once
-each, in a real kernel; after each, every invariant of :mod:`campaign` must hold. A scenario
-is reproduced alone with ``python tests/chaos/run_one.py SEED STYLE FAULT``; many drawn at
-random run in ``benchmarks/chaos.py``."""
+each, in a real kernel; after each, every invariant of :mod:`campaign` must hold. The scenarios
+of one style run in one kernel, one after the other (a scenario that kills its kernel gets one
+of its own), as a user's notebook meets one fault after another; what the kernel left once it
+shut down is checked after the style's last scenario. The scenarios that once found a bug run
+each in a fresh kernel. A scenario is reproduced alone (in a fresh kernel) with
+``python tests/chaos/run_one.py SEED STYLE FAULT``; many drawn at random run in
+``benchmarks/chaos.py``."""
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from campaign import run_scenario
+from campaign import KernelSession, kernel_session, run_scenario
 from scenarios import FOUND, Scenario, covering_seeds
 
 pytestmark = pytest.mark.chaos
 
+#: The covering scenarios in style order, each with whether it is its style's last.
+_SCENARIOS = covering_seeds()
+COVERING = [
+    pytest.param(
+        scenario,
+        index + 1 == len(_SCENARIOS) or _SCENARIOS[index + 1].style != scenario.style,
+        id=f"{scenario.style}-{scenario.fault}",
+    )
+    for index, scenario in enumerate(_SCENARIOS)
+]
+
+
+class StyleKernels:
+    """The kernel the current style's scenarios share; a new one for the next style, or after
+    a scenario broke an invariant (what broke may spoil the next)."""
+
+    def __init__(self, folders: pytest.TempPathFactory) -> None:
+        self._folders = folders
+        self._style = ""
+        self._open: contextlib.ExitStack | None = None
+        self._session: KernelSession | None = None
+
+    def session(self, scenario: Scenario) -> KernelSession | None:
+        """The kernel for ``scenario`` (``None``: it needs one of its own, which it kills)."""
+        if scenario.fault == "kernel-killed":
+            return None
+        if self._session is None or self._style != scenario.style:
+            self.close()
+            self._open = contextlib.ExitStack()
+            folder = self._folders.mktemp(f"kernel-{scenario.style}")
+            self._session = self._open.enter_context(kernel_session(folder))
+            self._style = scenario.style
+        return self._session
+
+    def close(self) -> list[str]:
+        """Shut the kernel down; what it left."""
+        session, opened = self._session, self._open
+        self._session = self._open = None
+        if opened is None or session is None:
+            return []
+        opened.close()
+        return session.left
+
+
+@pytest.fixture(scope="module")
+def style_kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StyleKernels]:
+    shared = StyleKernels(tmp_path_factory)
+    try:
+        yield shared
+    finally:
+        shared.close()
+
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize("scenario", covering_seeds(), ids=lambda s: f"{s.style}-{s.fault}")
-def test_every_invariant_holds(scenario: Scenario, tmp_path: Path) -> None:
-    outcome = run_scenario(scenario, tmp_path)
-    said = "\n".join(f"{invariant}: {seen}" for invariant, seen in outcome.broken.items())
-    assert not outcome.broken, f"{scenario} broke:\n{said}"
+@pytest.mark.parametrize(
+    ("scenario", "last"),
+    COVERING,
+)
+def test_every_invariant_holds(
+    scenario: Scenario, last: bool, style_kernels: StyleKernels, tmp_path: Path
+) -> None:
+    outcome = run_scenario(scenario, tmp_path, style_kernels.session(scenario))
+    broken = dict(outcome.broken)
+    if broken or last:
+        for left in style_kernels.close():
+            broken.setdefault("nothing left", f"the {scenario.style} kernel, shut down: {left}")
+    said = "\n".join(f"{invariant}: {seen}" for invariant, seen in broken.items())
+    assert not broken, f"{scenario} broke:\n{said}"
 
 
 @pytest.mark.timeout(240)
