@@ -56,17 +56,15 @@ def _import_what_changes_the_environment() -> None:
     """Import, before any test, what sets variables in this process's environment when it is
     first imported: jupyter_client reads the kernel's spec from ``ipykernel.kernelspec`` when
     it starts the first kernel, and on ipykernel 6 (Colab's) that imports debugpy, which sets
-    ``PYDEVD_USE_FRAME_EVAL`` for good; a kernel imports what its forked ranks share
-    (:data:`nb_accel.launch.processes.SHARED_IMPORTS`) before its first fork, and
-    ``torch._dynamo`` sets ``TORCHINDUCTOR_CACHE_DIR``. The change would be blamed on that
-    first test."""
+    ``PYDEVD_USE_FRAME_EVAL`` for good. The change would be blamed on that first test. And
+    ``torch._dynamo``, which sets ``TORCHINDUCTOR_CACHE_DIR``: DDP's constructor imports it
+    (about 800 modules, 1.2 s of a core), and the ranks this process forks share it instead of
+    each importing it on every launch."""
     try:
         import ipykernel.kernelspec  # noqa: F401
     except ImportError:  # no kernel tests without ipykernel
         pass
-    from nb_accel.launch.processes import import_before_forking
-
-    import_before_forking()
+    import torch._dynamo  # noqa: F401
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

@@ -7,7 +7,6 @@ workers, for example). Its exit is watched through a pidfd where Linux offers on
 from __future__ import annotations
 
 import contextlib
-import importlib
 import multiprocessing
 import os
 import pickle
@@ -23,8 +22,6 @@ from .captured import CapturedOutput
 from .failures.oom import oom_kills
 
 __all__ = [
-    "SHARED_IMPORTS",
-    "import_before_forking",
     "START_METHODS",
     "WorkerProcess",
     "resident_mb",
@@ -224,22 +221,6 @@ def _start_spawned(args: WorkerArgs) -> WorkerProcess:
             os.close(sentinel_write)
     popen.sentinel_fd = sentinel_read  # type: ignore[attr-defined]
     return WorkerProcess(args.rank, popen.pid, parent_conn, popen, captured)
-
-
-#: What a rank imports on its first ``prepare()`` that a kernel has seldom imported: the
-#: constructor of ``DistributedDataParallel`` imports ``torch._dynamo`` (with sympy and
-#: inductor, about 800 modules: 1.2 s of one core, 70 MB). Imported once in the kernel before
-#: it forks ranks, the ranks share it instead of each importing it on every launch.
-SHARED_IMPORTS = ("torch._dynamo",)
-
-
-def import_before_forking() -> None:
-    """Import :data:`SHARED_IMPORTS` in this process (once: later calls find them), for the
-    ranks it forks to share; one that fails to import is left to the ranks, as before."""
-    for name in SHARED_IMPORTS:
-        if name not in sys.modules:
-            with contextlib.suppress(Exception):
-                importlib.import_module(name)
 
 
 def start_worker(method: str, args: WorkerArgs) -> WorkerProcess:

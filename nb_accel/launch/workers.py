@@ -16,7 +16,7 @@ from ..worker.process.spec import Payload, WorkerArgs
 from ..worker.transfer.segments import SHARE_DIR_ENV
 from .payload import LaunchPayload, sealed
 from .plan import LaunchPlan
-from .processes import WorkerProcess, import_before_forking, send_start_data, start_worker
+from .processes import WorkerProcess, send_start_data, start_worker
 
 __all__ = ["start_workers", "sharding_env", "worker_env"]
 
@@ -111,7 +111,6 @@ def start_workers(
     ]
     if plan.start_method == "fork":
         release_openmp_threads()  # else a worker's first multi-threaded region can hang
-        import_before_forking()  # what every rank's prepare() would import, imported once
     for args in all_args:
         workers.append(start_worker(plan.start_method, args))
     if later:

@@ -529,7 +529,10 @@ def _check_checkpoints(outcome: Outcome, project: Path, clean_project: Path) -> 
 #: What the kernel holds for its life from its first use, made before the scenario's baseline:
 #: torch's store library keeps a pipe from its first store on; pyzmq starts its garbage
 #: collector (a thread, its sockets and their eventfds) with the first big message it sends.
+#: And ``torch._dynamo``, which every rank's DDP would import on every launch (1.2 s each):
+#: imported here once, the forked ranks share it.
 LIFELONG = """
+import torch._dynamo
 import torch.distributed as _dist
 _dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
 print("x" * 100_000)

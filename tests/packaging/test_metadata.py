@@ -191,6 +191,7 @@ def test_the_lanes_ci_runs_install_the_package_as_users_get_it() -> None:
         "make test-trackers",
         "make test-browser",
         "make test-docs",
+        "make test-chaos",
         "make docs",
     ]
     makefile = (ROOT / "Makefile").read_text()

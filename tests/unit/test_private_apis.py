@@ -223,14 +223,6 @@ USES: tuple[Use, ...] = (
     ),
     Use(
         "torch",
-        ("torch._dynamo",),
-        ("launch/processes.py",),
-        "imported once in the kernel before it forks ranks, which share it: DDP's constructor "
-        "imports it in every rank on every launch otherwise (1.2 s each); a failed import is "
-        "left to the ranks",
-    ),
-    Use(
-        "torch",
         (
             "torch._dynamo.eval_frame:OptimizedModule",
             "torch._dynamo.eval_frame:OptimizedModule()._orig_mod",
