@@ -22,6 +22,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # the kernel driver
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "chaos"))
+sys.path.insert(
+    0, str(Path(__file__).resolve().parents[1] / "tests" / "multiproc")
+)  # the SSH hosts
 
 from campaign import INVARIANTS, Outcome, bound_of, run_scenario
 from scenarios import draw

@@ -186,8 +186,9 @@ class AskWorkers:
     Attributes:
         request: the question's number.
         what: ``"where"`` (their stacks), ``"where+collectives"`` (and their last
-            collectives), ``"abort"`` (abort their collectives; no answer), or ``"memory"``
-            (their resident memory in MB).
+            collectives), ``"abort"`` (abort their collectives; no answer), ``"memory"``
+            (their resident memory in MB) or ``"frozen"`` (whether each is stopped: SIGSTOP,
+            Ctrl-Z). A frozen worker cannot say where it is: it is left out of ``"where"``.
         senders: the workers asked about, as rank -> connection number.
     """
 

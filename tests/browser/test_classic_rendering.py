@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 from lab_browser import NOTEBOOKS, browser_page, save_screenshot
-from lab_server import CLASSIC, LabServer, start_lab
+from lab_server import CLASSIC, START_TIMEOUT_S, LabServer, start_lab
 
 try:
     from playwright.sync_api import Locator, Page, expect
@@ -32,6 +32,13 @@ WIDGET_TIMEOUT_MS = 30_000
 RED, GREEN = "rgb(211, 47, 47)", "rgb(46, 125, 50)"
 #: Text that means a widget was not drawn: still loading, failed, or shown as its repr.
 NOT_A_WIDGET = ("Loading widget", "Error displaying widget", "VBox(children", "Label(value")
+#: The page's kernel is connected and has answered its ``kernel_info`` request (the page's own
+#: sign that the kernel is ready; the server's record of the kernel's state is not waited for:
+#: it follows the kernel's status messages, and once in a while stayed at "starting").
+KERNEL_READY = """() => {
+    const kernel = window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel;
+    return Boolean(kernel && kernel.is_connected() && kernel.info_reply.protocol_version);
+}"""
 
 
 @pytest.fixture(scope="module")
@@ -68,9 +75,7 @@ def run_notebook(classic: LabServer, page: Page, name: str, last_output: str) ->
     """Open ``name`` and run every cell (Cell > Run All), then wait for ``last_output`` and for
     every cell to be done."""
     page.goto(f"{classic.url}/notebooks/{name}?token={classic.token}")
-    classic.wait_for_idle_kernel(name)
-    page.wait_for_function("() => window.Jupyter && Jupyter.notebook && Jupyter.notebook.kernel")
-    page.wait_for_function("() => Jupyter.notebook.kernel.is_connected()")
+    page.wait_for_function(KERNEL_READY, timeout=START_TIMEOUT_S * 1000)
     page.locator("#celllink").click()
     page.locator("#run_all_cells").click()
     done = page.locator(".output_area", has_text=last_output)

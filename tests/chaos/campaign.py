@@ -10,11 +10,12 @@ seed that broke one tells its story.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import queue
 import signal
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,14 +29,16 @@ from notebook_code import (
     CONFIG,
     DISK_BYTES,
     FUNCTIONS,
+    HOSTS,
     RANKS,
     TIMEOUT_S,
     fault_cell,
     follow_up_cell,
     plan_of,
 )
-from scenarios import Scenario
+from scenarios import HOST_STYLES, Scenario
 from small_disk import small_disk
+from ssh_hosts import SshMachines, require_ssh_machines
 
 __all__ = ["INVARIANTS", "KernelSession", "Outcome", "bound_of", "kernel_session", "run_scenario"]
 
@@ -56,7 +59,7 @@ END_MARGIN_S = 5.0
 #: timeout, so that a cell that waited for it is seen.
 FAULT_BOUND_S = 3.0
 #: The faults that leave the other ranks waiting until the collective timeout.
-WAITS = ("sigstop", "stuck-own", "stuck-collective")
+WAITS = ("sigstop", "stuck-own", "stuck-collective", "link-cut")
 #: How long an interrupted cell may take to end.
 INTERRUPT_BOUND_S = 2.0
 #: The runner's own bound on one cell: past it the cell is interrupted and counted as a hang.
@@ -103,23 +106,25 @@ def _run(
     code: str,
     manager: KernelManager | None = None,
     marker: Path | None = None,
-    action: str = "",
+    action: Callable[[], None] | None = None,
     answer_after: float = 0.0,
+    kills: bool = False,
 ) -> tuple[CellEnd, float | None]:
     """Run ``code``; answer prompts with ``c``, ``answer_after`` seconds after each opens. With
-    ``marker`` and ``action`` (``interrupt``, ``kill``), do that to the kernel once ``marker``
-    exists (as the cell starts when it is None); return how the cell ended and when the marker
-    was seen (or the action done)."""
+    ``action`` (an interrupt, the kernel killed, a host cut off), do it once ``marker`` exists
+    (as the cell starts when it is None); return how the cell ended (at once after an action
+    that ``kills`` the kernel) and when the marker was seen (or the action done)."""
     msg_id = client.execute(code, allow_stdin=True, store_history=False, stop_on_error=False)
     end, seen_at = CellEnd(), None
     started = time.monotonic()
-    acted = not action
+    acted = action is None
     while True:
         if not acted and marker is not None and marker.exists():
             seen_at = time.monotonic()
-            _act(manager, action)
+            assert action is not None
+            action()
             acted = True
-        if action == "kill" and acted:
+        if kills and acted:
             end.ended_at = time.monotonic()
             return end, seen_at
         if not end.capped and time.monotonic() - started > CELL_CAP_S:
@@ -139,7 +144,8 @@ def _run(
         kind, content = message["msg_type"], message["content"]
         if not acted and marker is None and kind == "status":  # the cell has started
             seen_at = time.monotonic()
-            _act(manager, action)
+            assert action is not None
+            action()
             acted = True
         if kind == "stream":
             setattr(end, content["name"], getattr(end, content["name"]) + content["text"])
@@ -168,13 +174,15 @@ def _answer_prompts(client: BlockingKernelClient, end: CellEnd, after: float) ->
         client.input("c")
 
 
-def _act(manager: KernelManager | None, action: str) -> None:
-    assert manager is not None
-    if action == "interrupt":
-        manager.interrupt_kernel()
-    elif action == "kill":
-        pid = manager.provisioner.process.pid  # type: ignore[union-attr]
-        os.kill(pid, signal.SIGKILL)
+def _kill(manager: KernelManager) -> None:
+    pid = manager.provisioner.process.pid  # type: ignore[union-attr]
+    os.kill(pid, signal.SIGKILL)
+
+
+def _cut(machines: SshMachines, rank: int, marks: Path) -> None:
+    """Cut rank ``rank``'s host off the network, then let the rank go on (it waits for this)."""
+    machines.cut(machines.hosts[rank])
+    (marks / "cut").touch()
 
 
 def _kernel_process(manager: KernelManager) -> psutil.Process:
@@ -205,6 +213,7 @@ def _expect_error(outcome: Outcome, end: CellEnd) -> None:
         "breakpoint-and-raise": ("ValueError", [f"chaos on rank {1 - rank}"]),
         "disk-full": ("", ["No space left on device", "save_state"]),
         "killed-in-save": ("WorkerDiedError", [f"rank {rank}", "SIGKILL"]),
+        "link-cut": ("", [f"ank {rank}", f"node{rank}"]),
     }
     if fault not in wanted:
         return
@@ -238,33 +247,53 @@ class KernelSession:
     client: BlockingKernelClient
     kernel: psutil.Process
     folder: Path
+    machines: SshMachines | None = None
     left: list[str] = field(default_factory=list)
+
+    def place(self, folder: Path) -> Path:
+        """Where a scenario given ``folder`` runs: there, or, where the ranks run on hosts
+        (which reach only this session's folder), a folder of the same name in this one."""
+        if self.machines is None or self.folder in folder.parents:
+            return folder
+        placed = self.folder / folder.name
+        placed.mkdir()
+        return placed
 
 
 @contextmanager
-def kernel_session(folder: Path) -> Iterator[KernelSession]:
-    """A set-up kernel under ``folder`` while the block runs; its leftovers said once it shut
-    down (a kernel the block killed leaves nothing to say)."""
+def kernel_session(folder: Path, style: str = "") -> Iterator[KernelSession]:
+    """A set-up kernel under ``folder`` while the block runs (for a host ``style``, with its
+    hosts); its leftovers said once it shut down (a kernel the block killed leaves nothing to
+    say, but on the hosts)."""
     shm_before = _shm()
     scratch = folder / "scratch"
     scratch.mkdir()
-    with running_kernel(folder, scratch) as (manager, client):
-        session = KernelSession(manager, client, _kernel_process(manager), folder)
+    with contextlib.ExitStack() as machinery:
+        machines = None
         setup = CONFIG.format(config=str(folder / "config.json"), timeout=TIMEOUT_S) + FUNCTIONS
-        ready, _ = _run(client, setup + LIFELONG)
-        assert ready.status == "ok", ready
-        yield session
-        killed = not manager.is_alive()
-    if not killed:  # the kernel's own go at exit
-        session.left = _files_left(folder, shm_before, session.kernel.pid)
+        if style in HOST_STYLES:
+            require_ssh_machines()
+            machines = SshMachines(folder, machinery.callback)  # torn down after the kernel
+            names = [host.name for host in machines.hosts]
+            setup += HOSTS.format(hosts=names, ssh_config=str(machines.ssh_config))
+        with running_kernel(folder, scratch) as (manager, client):
+            session = KernelSession(manager, client, _kernel_process(manager), folder, machines)
+            ready, _ = _run(client, setup + LIFELONG)
+            assert ready.status == "ok", ready
+            yield session
+            killed = not manager.is_alive()
+        if not killed:  # the kernel's own go at exit
+            session.left = _files_left(folder, shm_before, session.kernel.pid)
+        if machines is not None:
+            session.left += _left_on_hosts(machines)
 
 
 def run_scenario(scenario: Scenario, folder: Path, session: KernelSession | None = None) -> Outcome:
     """Run ``scenario`` under ``folder``, in ``session`` or a fresh kernel of its own (and
     then what the kernel left once shut down counts too); what it broke."""
     if session is not None:
-        return _run_scenario(scenario, folder, session)
-    with kernel_session(folder) as own:
+        return _run_scenario(scenario, session.place(folder), session)
+    with kernel_session(folder, scenario.style) as own:
         outcome = _run_scenario(scenario, folder, own)
     for left in own.left:
         outcome.fail("nothing left", left)
@@ -297,22 +326,37 @@ def _play(outcome: Outcome, marks: Path, checkpoints: Path, session: KernelSessi
     threads_before, descriptors_before = _threads(client), _descriptors(client, kernel)
     plan = plan_of(scenario, str(marks), str(checkpoints))
     marker = marks / f"step-{scenario.rank}-{scenario.step}-0"  # the first attempt's
-    action, at = "", marker
+    action: Callable[[], None] | None = None
+    at: Path | None = marker
+    machines = session.machines
     if scenario.fault == "interrupt":
-        action = "interrupt"
+        action = manager.interrupt_kernel
         at = {
             "start-up": marks / "launching",
             "mid-run": marker,
             "teardown": marks / f"end-{scenario.rank}",
-        }[scenario.moment]  # type: ignore[assignment]
+        }[scenario.moment]
     elif scenario.fault == "kernel-killed":
-        action = "kill"
-    end, seen_at = _run(
-        client, fault_cell(scenario, plan), manager, at, action, scenario.answer_after
-    )
+        action = lambda: _kill(manager)  # noqa: E731
+    elif scenario.fault == "link-cut":
+        assert machines is not None, scenario
+        action = lambda: _cut(machines, scenario.rank, marks)  # noqa: E731
+    try:
+        end, seen_at = _run(
+            client,
+            fault_cell(scenario, plan),
+            manager,
+            at,
+            action,
+            scenario.answer_after,
+            kills=scenario.fault == "kernel-killed",
+        )
+    finally:
+        if scenario.fault == "link-cut" and machines is not None:  # the user mends it
+            machines.mend(machines.hosts[scenario.rank])
     if scenario.fault == "kernel-killed":
         assert seen_at is not None, f"the kernel was never killed: the cell ended {end}"
-        _check_orphans(outcome, marks)
+        _check_orphans(outcome, marks, machines)
         return
     if seen_at is None and marker.exists():
         seen_at = marker.stat().st_mtime - time.time() + time.monotonic()
@@ -333,6 +377,9 @@ def _play(outcome: Outcome, marks: Path, checkpoints: Path, session: KernelSessi
         outcome.fail("nothing left", f"stop_workers(): {stopped.ename}: {stopped.evalue}")
     _check_checkpoints(outcome, checkpoints, checkpoints / "clean")
     _check_nothing_left(outcome, kernel, threads_before, _threads(client))
+    if machines is not None:
+        for left in _left_on_hosts(machines):
+            outcome.fail("nothing left", left)
     _check_descriptors(outcome, descriptors_before, _descriptors(client, kernel))
 
 
@@ -454,7 +501,17 @@ def _files_left(folder: Path, shm: set[str], kernel: int) -> list[str]:
     return left
 
 
-def _check_orphans(outcome: Outcome, marks: Path) -> None:
+def _left_on_hosts(machines: SshMachines) -> list[str]:
+    """What still runs on the hosts once what ends on its own had its time (nothing: [])."""
+    machines.settle(ORPHAN_WAIT_S)
+    left = machines.processes()
+    return [f"on the hosts: {left}"] if left else []
+
+
+def _check_orphans(outcome: Outcome, marks: Path, machines: SshMachines | None) -> None:
+    if machines is not None:
+        for left in _left_on_hosts(machines):
+            outcome.fail("no orphans", left)
     pids = _worker_pids(marks)
     deadline = time.monotonic() + ORPHAN_WAIT_S
     alive = pids

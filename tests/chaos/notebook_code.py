@@ -10,8 +10,8 @@ __all__ = [
     "CONFIG",
     "DISK_BYTES",
     "FUNCTIONS",
+    "HOSTS",
     "MB_PRINTED",
-    "POOL_START",
     "SAVES",
     "TIMEOUT_S",
     "fault_cell",
@@ -66,6 +66,9 @@ def chaos_strike(plan, rank):
     if fault in ("stuck-own", "kernel-killed"):  # the kernel is killed while this rank waits
         while True:
             time.sleep(0.05)
+    if fault == "link-cut":  # goes on once its host is cut off, into the step's collectives
+        while not os.path.exists(os.path.join(plan["marks"], "cut")):
+            time.sleep(0.01)
     if fault == "stuck-collective":
         dist.recv(torch.zeros(1), src=1 - rank)  # nobody sends it
     if fault == "breakpoint-and-raise":
@@ -145,15 +148,16 @@ def plan_of(scenario: Scenario | None, marks: str, checkpoints: str) -> dict[str
 
 def _launch(style: str, plan: dict[str, object]) -> str:
     options = {
-        "cold-fork": 'start_method="fork"',
-        "cold-spawn": 'start_method="spawn"',
-        "warm": "reuse_workers=True",
-        "restarts": "max_restarts=1",
+        "cold-fork": f'num_processes={RANKS}, start_method="fork"',
+        "cold-spawn": f'num_processes={RANKS}, start_method="spawn"',
+        "warm": f"num_processes={RANKS}, reuse_workers=True",
+        "restarts": f"num_processes={RANKS}, max_restarts=1",
+        "ssh": "num_processes=1, **CHAOS_HOSTS",  # one rank on each host
     }[style]
     return (
         f"os.makedirs(os.path.join({plan['marks']!r}, 'launching'), exist_ok=True)\n"
         f"chaos_result = notebook_launcher(chaos_train, args=({plan!r},), "
-        f"num_processes={RANKS}, timeout={TIMEOUT_S}, {options})\nprint(chaos_result)"
+        f"timeout={TIMEOUT_S}, {options})\nprint(chaos_result)"
     )
 
 
@@ -178,5 +182,6 @@ def follow_up_cell(style: str, plan: dict[str, object]) -> str:
     return _launch(style, plan)
 
 
-#: The first cell of a pool: ``chaos_train`` and a variable the ranks must keep.
-POOL_START = f"%%distributed -n {RANKS}\nexec(FUNCTIONS_SOURCE)\nkept = rank"
+#: Where a host style's launches run (``{hosts}``: the host names; ``{ssh_config}``: the file
+#: that says how to reach them), defined in its kernel.
+HOSTS = "CHAOS_HOSTS = {{'hosts': {hosts!r}, 'ssh_config': {ssh_config!r}}}\n"

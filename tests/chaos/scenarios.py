@@ -8,10 +8,22 @@ import itertools
 import random
 from dataclasses import dataclass
 
-__all__ = ["FAULTS", "FOUND", "STYLES", "Scenario", "covering_seeds", "draw"]
+__all__ = [
+    "FAULTS",
+    "FOUND",
+    "HOST_STYLES",
+    "NOT_IN",
+    "STYLES",
+    "Scenario",
+    "covering_seeds",
+    "draw",
+]
 
-#: The ways of running ranks the campaign covers, in this kernel's machine.
-STYLES = ("cold-fork", "cold-spawn", "warm", "cell", "restarts")
+#: The ways of running ranks the campaign covers: in this kernel's machine, and on two SSH
+#: hosts (network namespaces with their own OpenSSH servers), a rank on each.
+STYLES = ("cold-fork", "cold-spawn", "warm", "cell", "restarts", "ssh")
+#: The styles whose ranks run on other machines.
+HOST_STYLES = ("ssh",)
 
 #: The faults, as the worker (or the runner, for ``interrupt`` and ``kernel-killed``) makes them.
 FAULTS = (
@@ -26,11 +38,16 @@ FAULTS = (
     "kernel-killed",  # the kernel itself is killed while the workers run
     "disk-full",  # the checkpoints' file system fills up before the step's save_state
     "killed-in-save",  # the rank is killed inside save_state, its part written, not committed
+    "link-cut",  # the rank's host is cut off the network (its link down) as the rank goes on
 )
 
-#: Faults that cannot happen in a style: a ``max_restarts`` run restarts after a rank's
-#: death or error (its faults end in a resumed run), but has no pool to keep.
-NOT_IN: dict[str, tuple[str, ...]] = {}
+#: Faults that cannot happen in a style: only a rank on another machine has a link of its
+#: own to cut; a small disk mounted here is not seen by hosts whose mounts were made before
+#: it (their shared folders are bound once, at their start).
+NOT_IN: dict[str, tuple[str, ...]] = {
+    **{style: ("link-cut",) for style in STYLES if style not in HOST_STYLES},
+    **{style: ("disk-full",) for style in HOST_STYLES},
+}
 
 #: The training steps every scenario's ranks take; a fault strikes at one of them.
 STEPS = 6
@@ -69,31 +86,37 @@ def draw(
 ) -> Scenario:
     """The scenario of ``seed`` (its style, fault and prompt's answer drawn too, unless given)."""
     chance = random.Random(seed)
-    chosen_style = chance.choice(STYLES)
-    chosen_fault = chance.choice(FAULTS)
+    chosen_style = style or chance.choice(STYLES)
+    chosen_fault = fault or chance.choice(FAULTS)
+    while chosen_fault in NOT_IN.get(chosen_style, ()):  # a fault that can happen in the style
+        chosen_fault = chance.choice(FAULTS)
     rank = chance.randrange(RANKS)
     step = chance.randrange(1, STEPS)
     moment = chance.choice(INTERRUPT_MOMENTS)
     answer = chance.choice(ANSWER_AFTER_S) if answer_after is None else answer_after
-    return Scenario(seed, style or chosen_style, fault or chosen_fault, rank, step, moment, answer)
+    return Scenario(seed, chosen_style, chosen_fault, rank, step, moment, answer)
 
 
 def covering_seeds() -> list[Scenario]:
-    """A fixed set of scenarios covering every style and fault pair once (their seeds fixed:
-    the pair's place in the list), each rank and step as its seed draws it."""
+    """A fixed set of scenarios covering every style and fault pair that can happen once
+    (their seeds fixed: the pair's place in the list), each rank and step as its seed draws it."""
     pairs = itertools.product(STYLES, FAULTS)
-    return [draw(index, style, fault) for index, (style, fault) in enumerate(pairs)]
+    return [
+        draw(index, style, fault)
+        for index, (style, fault) in enumerate(pairs)
+        if fault not in NOT_IN.get(style, ())
+    ]
 
 
 #: The scenarios that found a bug, kept as tests: each drawn as it was when it broke.
 FOUND = (
     # a pool's rank at a breakpoint() prompt took the interrupt sent for rank 0's failure, and
     # once answered waited in a collective with rank 0 until the timeout
-    draw(1005, "cell", "breakpoint-and-raise", answer_after=1.5),
+    Scenario(1005, "cell", "breakpoint-and-raise", 1, 5, "teardown", 1.5),
     # the cell ended before the runner saw the step's marker: the kernel, never killed, kept
     # its pool, counted as orphans (the rank now waits for the kill)
-    draw(1003, "cell", "kernel-killed"),
+    Scenario(1003, "cell", "kernel-killed", 1, 2, "teardown", 0.5),
     # a cold spawn launch interrupted as its ranks returned waited for the stacks of ranks
     # that had exited, twice over (2 s, bound 2 s; one run in four)
-    draw(14, "cold-spawn", "interrupt"),
+    Scenario(14, "cold-spawn", "interrupt", 0, 3, "teardown", 0.5),
 )

@@ -49,7 +49,7 @@ class StyleKernels:
             self.close()
             self._open = contextlib.ExitStack()
             folder = self._folders.mktemp(f"kernel-{scenario.style}")
-            self._session = self._open.enter_context(kernel_session(folder))
+            self._session = self._open.enter_context(kernel_session(folder, scenario.style))
             self._style = scenario.style
         return self._session
 

@@ -133,11 +133,12 @@ def _wait_until(done: Callable[[], bool], timeout_s: float) -> bool:
 
 @dataclass
 class Host:
-    """One machine: its name, namespace and address."""
+    """One machine: its name, namespace, address and network link (inside its namespace)."""
 
     name: str
     namespace: str
     address: str
+    link: str = ""
 
 
 class BridgedMachines:
@@ -166,7 +167,8 @@ class BridgedMachines:
         #: The kernel's address on the bridge (the machines' gateway).
         self.kernel_address = f"{subnet}.254"
         self.hosts = [
-            Host(f"{prefix}{i}", f"nbm-{tag}-{i}", f"{subnet}.{i + 1}") for i in range(count)
+            Host(f"{prefix}{i}", f"nbm-{tag}-{i}", f"{subnet}.{i + 1}", f"nbw{tag}{i}")
+            for i in range(count)
         ]
         bridge = f"nbbr{tag}"
         ip("link", "add", bridge, "type", "bridge")
@@ -180,7 +182,7 @@ class BridgedMachines:
             assert namespace is not None, host.namespace
             self._namespaces[namespace] = host
             _resolve_nothing(host.namespace, cleanup)
-            outside, inside = f"nbv{tag}{index}", f"nbw{tag}{index}"
+            outside, inside = f"nbv{tag}{index}", host.link
             ip("link", "add", outside, "type", "veth", "peer", "name", inside)
             cleanup(lambda link=outside: run("ip", "link", "del", link))
             ip("link", "set", outside, "master", bridge)
@@ -191,6 +193,16 @@ class BridgedMachines:
             ip("-n", host.namespace, "link", "set", "lo", "up")
             ip("-n", host.namespace, "route", "add", "default", "via", self.kernel_address)
         cleanup(self._teardown)  # the first to run: the network is still up
+
+    def cut(self, host: Host) -> None:
+        """Cut ``host`` off the network (its link down, as a pulled cable): what it sends is
+        lost, and nothing tells either side."""
+        ip("-n", host.namespace, "link", "set", host.link, "down")
+
+    def mend(self, host: Host) -> None:
+        """Put ``host`` back on the network after :meth:`cut`."""
+        ip("-n", host.namespace, "link", "set", host.link, "up")
+        ip("-n", host.namespace, "route", "replace", "default", "via", self.kernel_address)
 
     def on(self, host: Host, command: list[str]) -> list[str]:
         """``command`` run on ``host``: in its network namespace, with its own ``/dev/shm``

@@ -481,3 +481,69 @@ def test_a_breakpoint_on_a_host_asks_in_the_kernel(
         notebook_launcher(late_on_node1, num_processes=2, cpu=True, timeout=TIMEOUT_S, **hosts)
     machines.settle()
     assert machines.processes() == []
+
+
+def frozen_on_rank_three() -> None:
+    import os
+    import signal
+
+    if dist.get_rank() == 3:
+        os.kill(os.getpid(), signal.SIGSTOP)
+    dist.all_reduce(torch.ones(1))
+
+
+def test_a_frozen_rank_on_a_host_is_said_to_be_frozen(machines: SshMachines) -> None:
+    """Rank 3 is stopped (SIGSTOP) on node1: its host looks at it, and the timeout says it was
+    frozen (not still running, which is all the kernel saw before); the stop ends it."""
+    with pytest.raises(CollectiveTimeoutError) as info:
+        notebook_launcher(
+            frozen_on_rank_three,
+            num_processes=2,
+            cpu=True,
+            hosts=["node0", "node1"],
+            ssh_config=machines.ssh_config,
+            timeout=TIMEOUT_S,
+        )
+    assert "Rank 3 did not arrive (was frozen: its process was stopped" in str(info.value)
+    assert machines.processes() == []
+
+
+def cut_off_on_rank_three(folder: str) -> None:
+    if dist.get_rank() == 3:  # goes on once its host is cut off: its collective is lost
+        Path(folder, "rank0").touch()
+        while not Path(folder, "cut").exists():
+            time.sleep(0.01)
+    dist.all_reduce(torch.ones(1))
+
+
+def test_a_host_cut_off_the_network_is_named_out_of_reach(
+    machines: SshMachines, tmp_path: Path
+) -> None:
+    """node1's link goes down (a pulled cable: nobody is told) while rank 3 goes into a
+    collective: ssh gives the silent host up, and the timeout says the kernel lost node1's
+    ranks, not that they were still running. Once the link is back, nothing stays on the hosts."""
+
+    def cut() -> None:
+        machines.cut(machines.hosts[1])
+        (tmp_path / "cut").touch()
+
+    try:
+        with when_marked(tmp_path, 1, cut), pytest.raises(CollectiveTimeoutError) as info:
+            notebook_launcher(
+                cut_off_on_rank_three,
+                (str(tmp_path),),
+                num_processes=2,
+                cpu=True,
+                hosts=["node0", "node1"],
+                ssh_config=machines.ssh_config,
+                timeout=TIMEOUT_S,
+            )
+    finally:
+        machines.mend(machines.hosts[1])
+    message = str(info.value)
+    lost = "was out of reach: the connection to host node1 ended while its workers ran"
+    assert f"Ranks 2, 3 did not arrive (rank 2 {lost}" in message, message  # node1's ranks
+    assert f"rank 3 {lost}" in message, message
+    assert "no sign of life from the host" in message, message
+    machines.settle()  # rank 3's own collective times out on node1, and its node ends
+    assert machines.processes() == []

@@ -172,6 +172,14 @@ USES: tuple[Use, ...] = (
     ),
     Use(
         "torch",
+        ("torch.distributed.elastic.agent.server.local_elastic_agent:LocalElasticAgent._shutdown",),
+        ("launch/multinode/elastic_agent.py",),
+        "overridden: the agent's workers are stopped as every launch stops its ranks before "
+        "torch's own stop, whose grace is 30 s; its arguments (torch 2.13 adds a timeout) pass "
+        "through",
+    ),
+    Use(
+        "torch",
         (
             "torch.distributed.elastic.agent.server.api:SimpleElasticAgent._restart_workers",
             "torch.distributed.elastic.agent.server.api:SimpleElasticAgent._monitor_workers",

@@ -350,6 +350,7 @@ class RankDriver:
         late = self._late
         where: dict[int, RankStack] = {}
         frozen: list[int] = []
+        lost: dict[int, str] = {}
         if not group.keeps:  # the ranks that neither replied nor failed, located before
             failures = group.command_failures(targets, [], view)  # they are stopped
             running = [r for r in targets if r not in group.done and r not in failures.ranks]
@@ -357,6 +358,7 @@ class RankDriver:
             if running and failures.timeout_ranks:
                 where = dict(self._where(running))
             group.hear_out()  # their last reports join the failures
+            lost = group.out_of_reach(running)
         done = {rank: group.done[rank] for rank in targets if rank in group.done}
         dead = group.dead_ranks()
         stopped = [r for r in targets if r in done and late.stopped_by_failure(done[r])]
@@ -385,6 +387,7 @@ class RankDriver:
             kept=group.keeps,
             prompts={r: p.status() for r, p in prompts_since(self._prompts_from).items()},
             frozen=frozen,
+            out_of_reach=lost,
         )
         group.add_history(error, log)
         if not group.keeps:

@@ -288,11 +288,15 @@ class HostNodes:
         """What stopped ``node`` without a failure of its workers, in words."""
         if node.ended is not None:
             return f"host {node.host}: {node.ended.problem}"
-        said = node.stderr_tail() or "nothing on its stderr"
-        return (
-            f"the connection to host {node.host} ended while its workers ran (exit code "
-            f"{node.process.poll()}: {said}); the launch was stopped on every host"
-        )
+        return f"{self.lost(node)}; the launch was stopped on every host"
+
+    def lost(self, node: NodeChannel) -> str:
+        """How the connection to ``node`` ended while its workers ran, in words."""
+        code = node.process.poll()
+        said = self.hosts.transport.gave_up(code)
+        if said is None:
+            said = f"exit code {code}: {node.stderr_tail() or 'nothing on its stderr'}"
+        return f"the connection to host {node.host} ended while its workers ran ({said})"
 
     def stop(self, grace_s: float = HOST_STOP_GRACE_S) -> None:
         """Tell every host to stop, give them ``grace_s``, then cut their channels."""

@@ -16,7 +16,7 @@ from typing import Any
 
 from ..._messages import Failure, Result, Started, StopNode
 from ...errors import LaunchError
-from ..failures.failure_log import FailureLog
+from ..failures.failure_log import EXPLAIN_WINDOW_S, FailureLog
 from ..launchers.dispatch import TICK_S
 from ..launchers.outcome import RETURNED
 from ..multinode.elastic_agent import EXIT_BARRIER_S
@@ -31,10 +31,9 @@ from .pool_ranks import HostRanks
 
 __all__ = ["AGENT_STOP_S", "HOSTS_COLLECT_WINDOW_S", "HOSTS_EXPLAIN_WINDOW_S", "LaunchedHostRanks"]
 
-#: How long torch's elastic agent gives its workers to end on ``SIGTERM`` before it kills them
-#: (``LocalElasticAgent._shutdown``'s default): a worker blocked in a collective cannot run its
-#: handler, so a host told to stop may take that long.
-AGENT_STOP_S = 30.0
+#: How long a host told to stop may take to end: its agent stops its workers as every launch
+#: does (SIGTERM, a short grace, SIGKILL), then its node process says how the agent ended.
+AGENT_STOP_S = 5.0
 #: After the first failure, how long to keep listening for the other ranks' reports: longer
 #: than on one machine (:data:`~nb_accel.launch.failures.failure_log.COLLECT_WINDOW_S`), as
 #: they come through each host's node.
@@ -95,10 +94,16 @@ class LaunchedHostRanks(HostRanks):
         )
 
     def collect_window(self, targets: list[int], dead: list[int]) -> float:
-        """:data:`HOSTS_COLLECT_WINDOW_S` once a cause is known or a host broke, else
-        :data:`HOSTS_EXPLAIN_WINDOW_S`."""
-        if self.failures.has_cause or self._hosts.broken():
+        """:data:`HOSTS_COLLECT_WINDOW_S` once a cause is known or a host broke; while every
+        failure is a collective's timeout, the window one machine gives
+        (:data:`~nb_accel.launch.failures.failure_log.EXPLAIN_WINDOW_S`: a rank that never
+        arrived is located by the outcome, and a death that made others wait was reported
+        by its host's agent long before their timeout); else :data:`HOSTS_EXPLAIN_WINDOW_S`."""
+        failures = self.failures
+        if failures.has_cause or self._hosts.broken():
             return HOSTS_COLLECT_WINDOW_S
+        if failures.ranks <= failures.timeout_ranks:
+            return EXPLAIN_WINDOW_S
         return HOSTS_EXPLAIN_WINDOW_S
 
     def command_failures(

@@ -199,6 +199,21 @@ class HostRanks(NodeHooks, PoolRanks):
         what = "where+collectives" if collectives else "where"
         return self._ask(what, ranks, STACK_WAIT_S)
 
+    def out_of_reach(self, ranks: list[int]) -> dict[int, str]:
+        """The ranks of a host whose connection ended before its agent said how it ended."""
+        lost = {}
+        for rank in ranks:
+            found = self._senders.get(rank)
+            node = found[0] if found is not None else None
+            if node is not None and not node.open and node.ended is None:
+                lost[rank] = f"was out of reach: {self._hosts.lost(node)}"
+        return lost
+
+    def frozen(self, ranks: list[int]) -> list[int]:
+        """Those of ``ranks`` whose host sees their process stopped (SIGSTOP, Ctrl-Z)."""
+        seen = self._ask("frozen", ranks, 0.0)
+        return [rank for rank in ranks if seen.get(rank)]
+
     def abort_collectives(self, ranks: list[int]) -> None:
         """Through each rank's host."""
         self._ask("abort", ranks, 0.0)

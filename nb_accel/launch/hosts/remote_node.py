@@ -53,7 +53,7 @@ from ..failures.whereabouts import abort_collectives, take_stacks
 from ..launchers.left_open_runs import OpenRuns, end_runs_left_open
 from ..multinode.launcher import agent_run
 from ..multinode.node_events import WorkerListener
-from ..processes import resident_mb
+from ..processes import process_frozen, resident_mb
 from ..scratch import make_scratch_dir
 from .protocol import hello, receive, send, stdio_channel
 
@@ -154,9 +154,12 @@ class _Host:
         value: dict[int, Any]
         if question.what == "memory":
             value = {rank: resident_mb(pid) for rank, pid in pids.items()}
-        else:
+        elif question.what == "frozen":
+            value = {rank: process_frozen(pid) for rank, pid in pids.items()}
+        else:  # a frozen worker cannot say where it is: not asked
             collectives = question.what == "where+collectives"
-            value = dict(take_stacks(self.folder, pids, collectives=collectives))
+            thawed = {rank: pid for rank, pid in pids.items() if not process_frozen(pid)}
+            value = dict(take_stacks(self.folder, thawed, collectives=collectives))
         with self.lock, contextlib.suppress(OSError):
             send(self.writer, WorkersAnswer(question.request, value))
 

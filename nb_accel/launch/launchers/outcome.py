@@ -50,6 +50,7 @@ def failure_outcome(
     kept: bool = False,
     prompts: Mapping[int, str] | None = None,
     frozen: Iterable[int] = (),
+    out_of_reach: Mapping[int, str] | None = None,
 ) -> BaseException:
     """The exception for ``failures`` (there is at least one), the launch being over.
 
@@ -70,6 +71,8 @@ def failure_outcome(
             said to have done when a rank's timeout passed while a prompt was open (what it did
             once answered, returning or coming late, is not what the others waited for).
         frozen: unfinished ranks whose process was stopped (SIGSTOP, Ctrl-Z): said so.
+        out_of_reach: unfinished ranks the kernel lost contact with (their host's connection
+            ended), each with what is known of it: said instead of where they were.
     """
     unfinished = list(unfinished)
     failures.settle(unfinished)
@@ -78,6 +81,7 @@ def failure_outcome(
         status[rank] = f"was still running, {stack.summary()}"
     for rank in frozen:
         status[rank] = FROZEN
+    status.update(out_of_reach or {})
     for record in failures.records:  # a lost peer after a timeout: the timed-out rank let go
         late = is_peer_loss(record.message)
         status.setdefault(record.rank, CAME_LATE if late else f"failed with {record.first_line}")

@@ -36,6 +36,7 @@ from ..placement.nodes import NodePlan
 from ..processes import process_frozen
 from .network import rendezvous_listener, split_endpoint
 from .node_addresses import NodeNetwork
+from .unreaped import ended_unreaped, stop_children
 
 __all__ = ["EXIT_BARRIER_S", "BeforeStop", "OnRestart", "launch_config", "run_agent"]
 
@@ -202,6 +203,15 @@ def _agent_class() -> type:
             self._before_stop = before_stop
             self._ended: list[tuple[int, int, int]] = []
             self._rounds = 0
+            self._worker_pids: list[int] = []
+
+        def _shutdown(self, *args: Any, **kwargs: Any) -> None:
+            """Stop the workers as every launch stops its ranks (SIGTERM, with SIGCONT for a
+            frozen one; a short grace; SIGKILL) before torch's own stop, which gives a worker
+            that does not act on SIGTERM (frozen, or blocked in a collective's native code)
+            its whole grace (30 s) before its SIGKILL."""
+            stop_children(self._worker_pids)
+            super()._shutdown(*args, **kwargs)
 
         def _rendezvous(self, worker_group: Any) -> None:
             super()._rendezvous(worker_group)
@@ -209,6 +219,7 @@ def _agent_class() -> type:
             _meet(worker_group, self._network, self._make_args, self._wait_s, self._rounds)
 
         def _monitor_workers(self, worker_group: Any) -> Any:
+            self._worker_pids = [w.id for w in worker_group.workers if isinstance(w.id, int)]
             if self._before_stop is not None and self._remaining_restarts <= 0:
                 self._before_last_stop(worker_group)
             self._continue_frozen(worker_group)
@@ -228,7 +239,7 @@ def _agent_class() -> type:
             for worker in worker_group.workers:
                 if not isinstance(worker.id, int):
                     return  # not started yet
-                ended = _ended_unreaped(worker.id)
+                ended = ended_unreaped(worker.id)
                 if ended is None:
                     running[worker.global_rank] = worker.id
                 else:
@@ -243,7 +254,7 @@ def _agent_class() -> type:
             continued; it would otherwise hold the restart, or the end, for torch's whole
             grace (30 s) before its SIGKILL."""
             workers = [w for w in worker_group.workers if isinstance(w.id, int)]
-            if not any(_ended_unreaped(worker.id) for worker in workers):
+            if not any(ended_unreaped(worker.id) for worker in workers):
                 return
             for worker in workers:
                 if process_frozen(worker.id):
@@ -257,18 +268,6 @@ def _agent_class() -> type:
             super()._restart_workers(worker_group)
 
     return NodeAgent
-
-
-def _ended_unreaped(pid: int) -> bool | None:
-    """Whether the child process ``pid`` has ended on a failure (not exit code 0), looked at
-    without reaping it; ``None`` while it runs (or if it is no child of this process)."""
-    try:
-        info = os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-    except ChildProcessError:
-        return None
-    if info is None:
-        return None
-    return not (info.si_code == os.CLD_EXITED and info.si_status == 0)
 
 
 def _store_server(address: str, port: int, timeout_s: float | None = None) -> Any:

@@ -170,6 +170,13 @@ class PoolRanks(ABC):
         del ranks
         return []
 
+    def out_of_reach(self, ranks: list[int]) -> dict[int, str]:
+        """Those of ``ranks`` the kernel lost contact with (their host's connection ended while
+        they ran), each with what is known, in words (``was out of reach: ...``). Ranks on this
+        machine never are."""
+        del ranks
+        return {}
+
     def end_frozen(self, ranks: list[int]) -> None:
         """End the frozen ``ranks`` (after another rank's failure, the others cannot wait for
         them): their death then tells that they were frozen."""

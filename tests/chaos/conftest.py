@@ -1,0 +1,8 @@
+"""The chaos campaign's tests reach the test machines (SSH hosts) of ``tests/multiproc``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multiproc"))
