@@ -34,17 +34,19 @@ class CellRun:
 
 @contextmanager
 def running_kernel(
-    folder: Path | None = None, scratch: Path | None = None
+    folder: Path | None = None, scratch: Path | None = None, env: dict[str, str] | None = None
 ) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
     """A started kernel and its client (started in ``folder``, its ``TMPDIR`` ``scratch``,
-    where given); shut down (and its processes gone) on exit, or cleaned up after if the
-    test killed it."""
+    where given, with ``env`` added to this process's environment); shut down (and its
+    processes gone) on exit, or cleaned up after if the test killed it."""
     manager = KernelManager(kernel_name="python3")
-    if folder is None:
+    if folder is None and env is None:
         manager.start_kernel()
     else:
-        environ = {**os.environ, "TMPDIR": str(scratch or folder)}
-        manager.start_kernel(cwd=str(folder), env=environ)
+        environ = {**os.environ, **(env or {})}
+        if folder is not None:
+            environ["TMPDIR"] = str(scratch or folder)
+        manager.start_kernel(cwd=str(folder or os.getcwd()), env=environ)
     client = manager.client()
     client.start_channels()
     try:

@@ -25,6 +25,7 @@ from typing import Any
 
 __all__ = [
     "AgentEnded",
+    "Alive",
     "AgentRestarting",
     "AskWorkers",
     "Forwarded",
@@ -114,6 +115,13 @@ class NodeJob:
 @dataclass(frozen=True)
 class StopNode:
     """Kernel to node: stop the workers (or do not start them) and exit."""
+
+
+@dataclass(frozen=True)
+class Alive:
+    """Node to kernel: a sign of life, sent at a steady pace while the node has a job. A host
+    that falls silent (cut off the network, frozen, down) tells nobody else: the kernel gives
+    it up once it has heard nothing from it for a while."""
 
 
 @dataclass(frozen=True)
@@ -208,4 +216,4 @@ class WorkersAnswer:
 #: What the kernel sends a node.
 ToNode = NodeJob | StopNode | ToWorker | SignalWorker | PromptState | AskWorkers
 #: What a node sends the kernel (its :class:`Hello` first, as a plain dict).
-FromNode = Forwarded | AgentRestarting | AgentEnded | WorkersAnswer
+FromNode = Forwarded | AgentRestarting | AgentEnded | WorkersAnswer | Alive

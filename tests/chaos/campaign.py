@@ -25,6 +25,7 @@ import psutil
 from jupyter_client import KernelManager
 from jupyter_client.blocking import BlockingKernelClient
 from kernel_driver import running_kernel
+from machines import BridgedMachines
 from notebook_code import (
     CONFIG,
     DISK_BYTES,
@@ -36,7 +37,8 @@ from notebook_code import (
     follow_up_cell,
     plan_of,
 )
-from scenarios import HOST_STYLES, Scenario
+from scenarios import Scenario
+from slurm_cluster import SlurmCluster, require_slurm_cluster
 from small_disk import small_disk
 from ssh_hosts import SshMachines, require_ssh_machines
 
@@ -179,7 +181,7 @@ def _kill(manager: KernelManager) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
-def _cut(machines: SshMachines, rank: int, marks: Path) -> None:
+def _cut(machines: BridgedMachines, rank: int, marks: Path) -> None:
     """Cut rank ``rank``'s host off the network, then let the rank go on (it waits for this)."""
     machines.cut(machines.hosts[rank])
     (marks / "cut").touch()
@@ -204,6 +206,7 @@ def _expect_error(outcome: Outcome, end: CellEnd) -> None:
     """The error of a fault's cell names the faulty rank and what happened."""
     scenario = outcome.scenario
     rank, fault, text = scenario.rank, scenario.fault, end.evalue + "\n" + end.traceback
+    host = f"{'sn' if scenario.style == 'slurm' else 'node'}{rank}"  # the rank's, where on hosts
     wanted: dict[str, tuple[str, list[str]]] = {
         "raise": ("ValueError", [f"chaos on rank {rank}", f"Raised on rank {rank} of"]),
         "sigkill": ("WorkerDiedError", [f"rank {rank}", "SIGKILL"]),
@@ -213,7 +216,7 @@ def _expect_error(outcome: Outcome, end: CellEnd) -> None:
         "breakpoint-and-raise": ("ValueError", [f"chaos on rank {1 - rank}"]),
         "disk-full": ("", ["No space left on device", "save_state"]),
         "killed-in-save": ("WorkerDiedError", [f"rank {rank}", "SIGKILL"]),
-        "link-cut": ("", [f"ank {rank}", f"node{rank}"]),
+        "link-cut": ("", [f"ank {rank}", f"host {host} ended", "no word from the host"]),
     }
     if fault not in wanted:
         return
@@ -247,7 +250,7 @@ class KernelSession:
     client: BlockingKernelClient
     kernel: psutil.Process
     folder: Path
-    machines: SshMachines | None = None
+    machines: BridgedMachines | None = None
     left: list[str] = field(default_factory=list)
 
     def place(self, folder: Path) -> Path:
@@ -269,14 +272,11 @@ def kernel_session(folder: Path, style: str = "") -> Iterator[KernelSession]:
     scratch = folder / "scratch"
     scratch.mkdir()
     with contextlib.ExitStack() as machinery:
-        machines = None
         setup = CONFIG.format(config=str(folder / "config.json"), timeout=TIMEOUT_S) + FUNCTIONS
-        if style in HOST_STYLES:
-            require_ssh_machines()
-            machines = SshMachines(folder, machinery.callback)  # torn down after the kernel
-            names = [host.name for host in machines.hosts]
-            setup += HOSTS.format(hosts=names, ssh_config=str(machines.ssh_config))
-        with running_kernel(folder, scratch) as (manager, client):
+        machines, options, env = _machines(style, folder, machinery.callback)
+        if machines is not None:
+            setup += HOSTS.format(hosts=options)
+        with running_kernel(folder, scratch, env) as (manager, client):
             session = KernelSession(manager, client, _kernel_process(manager), folder, machines)
             ready, _ = _run(client, setup + LIFELONG)
             assert ready.status == "ok", ready
@@ -286,6 +286,23 @@ def kernel_session(folder: Path, style: str = "") -> Iterator[KernelSession]:
             session.left = _files_left(folder, shm_before, session.kernel.pid)
         if machines is not None:
             session.left += _left_on_hosts(machines)
+
+
+def _machines(
+    style: str, folder: Path, cleanup: Callable[[Callable[[], None]], None]
+) -> tuple[BridgedMachines | None, dict[str, object], dict[str, str]]:
+    """The machines a host ``style`` runs on (torn down by ``cleanup``, after the kernel), the
+    launch's options that name them, and what the kernel's environment needs for them."""
+    if style == "ssh":
+        require_ssh_machines()
+        hosts = SshMachines(folder, cleanup)
+        names = [host.name for host in hosts.hosts]
+        return hosts, {"hosts": names, "ssh_config": str(hosts.ssh_config)}, {}
+    if style == "slurm":  # the kernel runs inside an allocation of both nodes
+        require_slurm_cluster()
+        cluster = SlurmCluster(folder, cleanup)
+        return cluster, {"hosts": "slurm"}, cluster.allocation()
+    return None, {}, {}
 
 
 def run_scenario(scenario: Scenario, folder: Path, session: KernelSession | None = None) -> Outcome:
@@ -501,14 +518,14 @@ def _files_left(folder: Path, shm: set[str], kernel: int) -> list[str]:
     return left
 
 
-def _left_on_hosts(machines: SshMachines) -> list[str]:
+def _left_on_hosts(machines: BridgedMachines) -> list[str]:
     """What still runs on the hosts once what ends on its own had its time (nothing: [])."""
     machines.settle(ORPHAN_WAIT_S)
     left = machines.processes()
     return [f"on the hosts: {left}"] if left else []
 
 
-def _check_orphans(outcome: Outcome, marks: Path, machines: SshMachines | None) -> None:
+def _check_orphans(outcome: Outcome, marks: Path, machines: BridgedMachines | None) -> None:
     if machines is not None:
         for left in _left_on_hosts(machines):
             outcome.fail("no orphans", left)

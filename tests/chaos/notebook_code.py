@@ -153,6 +153,7 @@ def _launch(style: str, plan: dict[str, object]) -> str:
         "warm": f"num_processes={RANKS}, reuse_workers=True",
         "restarts": f"num_processes={RANKS}, max_restarts=1",
         "ssh": "num_processes=1, **CHAOS_HOSTS",  # one rank on each host
+        "slurm": "num_processes=1, **CHAOS_HOSTS",
     }[style]
     return (
         f"os.makedirs(os.path.join({plan['marks']!r}, 'launching'), exist_ok=True)\n"
@@ -182,6 +183,6 @@ def follow_up_cell(style: str, plan: dict[str, object]) -> str:
     return _launch(style, plan)
 
 
-#: Where a host style's launches run (``{hosts}``: the host names; ``{ssh_config}``: the file
-#: that says how to reach them), defined in its kernel.
-HOSTS = "CHAOS_HOSTS = {{'hosts': {hosts!r}, 'ssh_config': {ssh_config!r}}}\n"
+#: Where a host style's launches run (``{hosts}``: the launch's options that say so), defined
+#: in its kernel.
+HOSTS = "CHAOS_HOSTS = {hosts!r}\n"

@@ -19,11 +19,12 @@ __all__ = [
     "draw",
 ]
 
-#: The ways of running ranks the campaign covers: in this kernel's machine, and on two SSH
-#: hosts (network namespaces with their own OpenSSH servers), a rank on each.
-STYLES = ("cold-fork", "cold-spawn", "warm", "cell", "restarts", "ssh")
+#: The ways of running ranks the campaign covers: in this kernel's machine, and on two other
+#: machines (network namespaces), a rank on each: SSH hosts with their own OpenSSH servers, the
+#: nodes of a SLURM allocation (a real cluster: slurmctld, a slurmd on each, munge).
+STYLES = ("cold-fork", "cold-spawn", "warm", "cell", "restarts", "ssh", "slurm")
 #: The styles whose ranks run on other machines.
-HOST_STYLES = ("ssh",)
+HOST_STYLES = ("ssh", "slurm")
 
 #: The faults, as the worker (or the runner, for ``interrupt`` and ``kernel-killed``) makes them.
 FAULTS = (

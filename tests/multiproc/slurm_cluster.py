@@ -10,6 +10,7 @@ second. At teardown every job is cancelled and every step ends before the daemon
 from __future__ import annotations
 
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -109,6 +110,30 @@ class SlurmCluster(BridgedMachines):
             if time.monotonic() > deadline:
                 raise RuntimeError(f"{failure} within 60 s; see {self.folder}")
             time.sleep(0.1)  # polling the daemons' state, not ordering events
+
+    def allocation(self) -> dict[str, str]:
+        """Allocate every node (``salloc --no-shell``, released at teardown): the variables a
+        kernel started inside the allocation has (its job and nodes, and the cluster's
+        configuration), for a process started outside it."""
+        done = subprocess.run(
+            ["salloc", f"--nodes={len(self.hosts)}", "--no-shell"],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        granted = re.search(r"Granted job allocation (\d+)", done.stderr)
+        if granted is None:
+            raise RuntimeError(f"salloc --no-shell: {done.stderr.strip()}")
+        job = granted.group(1)
+        return {
+            "SLURM_CONF": str(self.conf),
+            "SLURM_JOB_ID": job,
+            "SLURM_JOBID": job,
+            "SLURM_JOB_NODELIST": ",".join(host.name for host in self.hosts),
+            "SLURM_NNODES": str(len(self.hosts)),
+        }
 
     def in_allocation(
         self, script: Path, *args: str, timeout: float = 180

@@ -172,11 +172,15 @@ USES: tuple[Use, ...] = (
     ),
     Use(
         "torch",
-        ("torch.distributed.elastic.agent.server.local_elastic_agent:LocalElasticAgent._shutdown",),
+        (
+            "torch.distributed.elastic.agent.server.local_elastic_agent:LocalElasticAgent._shutdown",
+            "torch.distributed.elastic.agent.server.api:SimpleElasticAgent._exit_barrier",
+        ),
         ("launch/multinode/elastic_agent.py",),
         "overridden: the agent's workers are stopped as every launch stops its ranks before "
-        "torch's own stop, whose grace is 30 s; its arguments (torch 2.13 adds a timeout) pass "
-        "through",
+        "torch's own stop, whose grace is 30 s (its arguments, to which torch 2.13 adds a "
+        "timeout, pass through); a host's node told to stop while it waits at the exit barrier "
+        "for the other hosts ends at once",
     ),
     Use(
         "torch",

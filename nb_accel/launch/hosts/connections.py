@@ -22,6 +22,7 @@ from typing import Any
 
 from ..._messages import (
     AgentEnded,
+    Alive,
     CellDone,
     Event,
     Failure,
@@ -37,12 +38,13 @@ from ...errors import LaunchError, WorkerFailure
 from ...worker.debugging.breakpoints import PROMPTS_VARIABLE
 from ...worker.transfer.segments import INLINE_ENV
 from ..debugging.prompts import follow_prompts, unfollow_prompts
+from ..failures.verdict import rank_list
 from ..launchers.dispatch import TICK_S
 from ..multinode.restarts import worker_deaths
 from ..placement.hosts import HostPlan
 from ..plan import LaunchPlan
 from ..workers import worker_env
-from .protocol import local_versions, receive, send
+from .protocol import ALIVE_EVERY_S, SILENT_S, local_versions, receive, send
 
 __all__ = ["GRACEFUL_STOP_S", "HELLO_WAIT_S", "HOST_STOP_GRACE_S", "HostNodes", "NodeChannel"]
 
@@ -93,6 +95,10 @@ class NodeChannel:
         self.hello: Hello | None = None
         self.ended: AgentEnded | None = None
         self.open = True
+        #: When the node last said anything, once it has its job (``None`` before).
+        self.heard_at: float | None = None
+        #: Whether the kernel gave the host up, silent for :data:`SILENT_S`.
+        self.silent = False
 
     def _read_stderr(self) -> None:
         assert self.process.stderr is not None
@@ -117,6 +123,10 @@ class NodeChannel:
         try:
             while self.reader.poll():
                 message = receive(self.reader)
+                if self.heard_at is not None:
+                    self.heard_at = time.monotonic()
+                if isinstance(message, Alive):
+                    continue
                 if isinstance(message, AgentEnded):
                     self.ended = message
                     for note in message.notes:
@@ -125,6 +135,18 @@ class NodeChannel:
         except (EOFError, OSError):
             self.open = False
         return found
+
+    def give_up_if_silent(self) -> bool:
+        """Give the host up (its channel cut) when it has had its job and said nothing for
+        :data:`SILENT_S`, with nothing waiting to be read; whether it was."""
+        if not self.open or self.ended is not None or self.heard_at is None:
+            return False
+        if time.monotonic() - self.heard_at < SILENT_S or self.reader.poll():
+            return False
+        self.silent, self.open = True, False
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.process.pid, signal.SIGKILL)  # the transport's client: ssh, srun
+        return True
 
     def event(self, forwarded: Forwarded) -> Event:
         """The worker event inside ``forwarded``; a failure (a pool command's too) names the
@@ -190,6 +212,7 @@ class HostNodes:
         for node in self.nodes:
             nodes = self.hosts.node_plan(node.index, endpoint, max_restarts)
             node.tell(NodeJob(self.plan, nodes, payload, env))
+            node.heard_at = time.monotonic()  # from now on it says it is alive
         follow_prompts(self.tell_prompt)  # the hosts' ranks leave time at prompts out
 
     def tell_prompt(self, is_open: bool) -> None:
@@ -258,11 +281,16 @@ class HostNodes:
         )
 
     def readable(self, timeout: float | None) -> list[NodeChannel]:
-        """The open nodes with messages waiting (waiting up to ``timeout`` for one)."""
+        """The open nodes with messages waiting (waiting up to ``timeout`` for one, and no
+        longer than a node's sign of life takes: a silent host is given up meanwhile, and
+        counts as readable, at the end of its channel)."""
+        silent = [node for node in self.nodes if node.give_up_if_silent()]
         readers = {node.reader: node for node in self.nodes if node.open}
         if not readers:
-            return []
-        return [readers[ready] for ready in wait(list(readers), timeout)]  # type: ignore[index]
+            return silent
+        timeout = ALIVE_EVERY_S if timeout is None else min(timeout, ALIVE_EVERY_S)
+        ready = [readers[conn] for conn in wait(list(readers), timeout)]  # type: ignore[index]
+        return silent + ready
 
     def broken(self) -> list[NodeChannel]:
         """The hosts that can no longer take part: the channel ended before the agent did
@@ -292,11 +320,17 @@ class HostNodes:
 
     def lost(self, node: NodeChannel) -> str:
         """How the connection to ``node`` ended while its workers ran, in words."""
-        code = node.process.poll()
-        said = self.hosts.transport.gave_up(code)
-        if said is None:
+        if node.silent:
+            said = (
+                f"no word from the host for {SILENT_S:g} s, as when it is cut off the network "
+                "or down: the kernel gave it up"
+            )
+        else:
+            code = node.process.poll()
             said = f"exit code {code}: {node.stderr_tail() or 'nothing on its stderr'}"
-        return f"the connection to host {node.host} ended while its workers ran ({said})"
+        per_node = self.plan.num_processes
+        ranks = rank_list(range(node.index * per_node, (node.index + 1) * per_node))
+        return f"the connection to host {node.host} ended while its workers ({ranks}) ran ({said})"
 
     def stop(self, grace_s: float = HOST_STOP_GRACE_S) -> None:
         """Tell every host to stop, give them ``grace_s``, then cut their channels."""

@@ -21,6 +21,8 @@ from typing import Any
 from ..._messages import FromNode, Hello, ToNode, Versions
 
 __all__ = [
+    "ALIVE_EVERY_S",
+    "SILENT_S",
     "free_port",
     "hello",
     "local_versions",
@@ -28,6 +30,13 @@ __all__ = [
     "send",
     "stdio_channel",
 ]
+
+
+#: How often a node with a job says it is alive (:class:`~nb_accel._messages.hosts.Alive`).
+ALIVE_EVERY_S = 1.0
+#: How long the kernel waits without a word from a node with a job before it gives the host
+#: up (nothing waiting to be read either): three signs of life missed.
+SILENT_S = 3 * ALIVE_EVERY_S
 
 
 def local_versions() -> Versions:

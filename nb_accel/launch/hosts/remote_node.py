@@ -36,6 +36,7 @@ from typing import Any
 from ..._messages import (
     AgentEnded,
     AgentRestarting,
+    Alive,
     AskWorkers,
     Forwarded,
     NodeJob,
@@ -55,7 +56,7 @@ from ..multinode.launcher import agent_run
 from ..multinode.node_events import WorkerListener
 from ..processes import process_frozen, resident_mb
 from ..scratch import make_scratch_dir
-from .protocol import hello, receive, send, stdio_channel
+from .protocol import ALIVE_EVERY_S, hello, receive, send, stdio_channel
 
 __all__ = ["main"]
 
@@ -125,6 +126,9 @@ class _Forwarder(WorkerListener):
 _agent_running = threading.Event()
 #: Set once the kernel asked this node to stop (an agent not started yet then never starts).
 _stopping = threading.Event()
+#: Set once this node's workers are done and its agent waits for the other hosts' (torch's
+#: exit barrier, which no signal ends): a stop request then ends this process at once.
+_at_exit_barrier = threading.Event()
 #: A frame this size or smaller may be a worker's word about a tracker run (see _Forwarder).
 _RUN_FRAME_MAX = 4096
 
@@ -196,8 +200,27 @@ def _watch_kernel(reader: Connection, host: _Host) -> None:
         elif isinstance(message, AskWorkers):  # stacks take a while: the channel stays heard
             threading.Thread(target=host.answer, args=(message,), daemon=True).start()
     _stopping.set()
+    if _at_exit_barrier.is_set():
+        _end_at_the_barrier(host)
     if _agent_running.is_set():
         os.kill(os.getpid(), signal.SIGTERM)
+
+
+def _end_at_the_barrier(host: _Host) -> None:
+    """End this process now, its workers done (they ran to their end): say the agent was
+    stopped, remove the folder, exit without waiting for the other hosts."""
+    host.close()
+    with host.lock, contextlib.suppress(OSError):
+        send(host.writer, AgentEnded(stopped=True))
+    os._exit(0)
+
+
+def _say_alive(host: _Host, done: threading.Event) -> None:
+    """Tell the kernel this node is alive every :data:`ALIVE_EVERY_S` until ``done``."""
+    while not done.is_set():
+        with host.lock, contextlib.suppress(OSError):
+            send(host.writer, Alive())
+        done.wait(ALIVE_EVERY_S)
 
 
 def _run(job: NodeJob, host: _Host) -> AgentEnded:
@@ -210,7 +233,15 @@ def _run(job: NodeJob, host: _Host) -> AgentEnded:
     env = {**job.env, CLOCK_VARIABLE: host.clock.path}  # the workers keep their own deadline
     try:
         run = agent_run(
-            plan, nodes, forwarder.address, host.authkey, job.payload, env, log_dir, host.restarting
+            plan,
+            nodes,
+            forwarder.address,
+            host.authkey,
+            job.payload,
+            env,
+            log_dir,
+            host.restarting,
+            on_exit_barrier=_at_exit_barrier.set,
         )
         _agent_running.set()
         if _stopping.is_set():  # told to stop before the agent began (see _watch_kernel)
@@ -246,14 +277,21 @@ def main() -> None:
     host = _Host(writer, lock)
     watcher = threading.Thread(target=_watch_kernel, args=(reader, host), daemon=True)
     watcher.start()
+    done = threading.Event()
+    alive = threading.Thread(target=_say_alive, args=(host, done), name="alive", daemon=True)
+    alive.start()
     try:
-        ended = _run(job, host)
+        try:
+            ended = _run(job, host)
+        finally:
+            host.close()
+        notes: list[str] = []  # the workers are gone: end the runs they left open
+        end_runs_left_open(host.forwarder.open_runs.values(), say=notes.append)
+        with lock, contextlib.suppress(OSError):
+            send(writer, dataclasses.replace(ended, notes=tuple(notes)))
     finally:
-        host.close()
-    notes: list[str] = []  # the workers are gone: end the runs they left open
-    end_runs_left_open(host.forwarder.open_runs.values(), say=notes.append)
-    with lock, contextlib.suppress(OSError):
-        send(writer, dataclasses.replace(ended, notes=tuple(notes)))
+        done.set()
+        alive.join()
 
 
 if __name__ == "__main__":

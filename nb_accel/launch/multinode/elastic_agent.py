@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import contextlib
 import math
-import os
 import signal
 import time
 import weakref
@@ -33,10 +32,9 @@ from ..._messages import NodeCard
 from ...errors import LaunchError
 from ...runtime.device_types.cuda_facts import fork_safe_cuda_queries
 from ..placement.nodes import NodePlan
-from ..processes import process_frozen
 from .network import rendezvous_listener, split_endpoint
 from .node_addresses import NodeNetwork
-from .unreaped import ended_unreaped, stop_children
+from .unreaped import continue_children, ended_unreaped, stop_children
 
 __all__ = ["EXIT_BARRIER_S", "BeforeStop", "OnRestart", "launch_config", "run_agent"]
 
@@ -193,9 +191,11 @@ def _agent_class() -> type:
             wait_s: float,
             on_restart: OnRestart | None,
             before_stop: BeforeStop | None = None,
+            on_exit_barrier: Callable[[], None] | None = None,
             **options: Any,
         ) -> None:
             super().__init__(**options)
+            self._on_exit_barrier = on_exit_barrier
             self._network = network
             self._make_args = make_args
             self._wait_s = wait_s
@@ -205,13 +205,26 @@ def _agent_class() -> type:
             self._rounds = 0
             self._worker_pids: list[int] = []
 
-        def _shutdown(self, *args: Any, **kwargs: Any) -> None:
+        def _exit_barrier(self) -> None:
+            """Say that this node's workers are done (``on_exit_barrier``), then wait for the
+            other nodes' as torch does: a wait no signal ends (it is in the store's code)."""
+            if self._on_exit_barrier is not None:
+                self._on_exit_barrier()
+            super()._exit_barrier()
+
+        def _shutdown(
+            self, death_sig: signal.Signals = signal.SIGTERM, *args: Any, **kwargs: Any
+        ) -> None:
             """Stop the workers as every launch stops its ranks (SIGTERM, with SIGCONT for a
             frozen one; a short grace; SIGKILL) before torch's own stop, which gives a worker
             that does not act on SIGTERM (frozen, or blocked in a collective's native code)
-            its whole grace (30 s) before its SIGKILL."""
-            stop_children(self._worker_pids)
-            super()._shutdown(*args, **kwargs)
+            its whole grace (30 s) before its SIGKILL. Another signal (the node's interrupt)
+            is torch's to pass on, with its grace: a frozen worker is continued to take it."""
+            if death_sig == signal.SIGTERM:
+                stop_children(self._worker_pids)
+            else:
+                continue_children(self._worker_pids)
+            super()._shutdown(death_sig, *args, **kwargs)
 
         def _rendezvous(self, worker_group: Any) -> None:
             super()._rendezvous(worker_group)
@@ -256,10 +269,7 @@ def _agent_class() -> type:
             workers = [w for w in worker_group.workers if isinstance(w.id, int)]
             if not any(ended_unreaped(worker.id) for worker in workers):
                 return
-            for worker in workers:
-                if process_frozen(worker.id):
-                    with contextlib.suppress(OSError):
-                        os.kill(worker.id, signal.SIGCONT)
+            continue_children([worker.id for worker in workers])
 
         def _restart_workers(self, worker_group: Any) -> None:
             if self._on_restart is not None:
@@ -337,13 +347,15 @@ def run_agent(
     network: NodeNetwork,
     on_restart: OnRestart | None = None,
     before_stop: BeforeStop | None = None,
+    on_exit_barrier: Callable[[], None] | None = None,
 ) -> Any:
     """Run this node's agent until its workers are done; the agent's ``RunResult``.
 
     ``make_args(env)`` gives the entrypoint's arguments with ``env`` (variables for the
     workers, chosen after the rendezvous) added to them; ``on_restart`` is told of each
     restart of the workers (see :data:`OnRestart`); ``before_stop`` of the workers still
-    running when the agent stops them after its last failure (see :data:`BeforeStop`).
+    running when the agent stops them after its last failure (see :data:`BeforeStop`);
+    ``on_exit_barrier`` once this node's workers are done and it waits for the other nodes'.
 
     After a failure the rendezvous is closed, so the other nodes' agents stop waiting for a
     restart; after a success only the node that hosts the store closes it (the others would
@@ -383,6 +395,7 @@ def run_agent(
         float(config.rdzv_configs["read_timeout"]),
         on_restart,
         before_stop,
+        on_exit_barrier,
         spec=spec,
         logs_specs=config.logs_specs,
         start_method=config.start_method,

@@ -81,11 +81,13 @@ def agent_run(
     log_dir: str,
     on_restart: OnRestart | None = None,
     before_stop: BeforeStop | None = None,
+    on_exit_barrier: Callable[[], None] | None = None,
 ) -> Callable[[], Any]:
     """This node's agent run, ready to start: it meets the other nodes, then runs this node's
     workers, which report to ``address`` (authenticated with ``authkey``) and write their
-    big results in ``log_dir``; ``on_restart`` is told of each restart of the workers; the
-    call returns the agent's ``RunResult``."""
+    big results in ``log_dir``; ``on_restart`` is told of each restart of the workers,
+    ``on_exit_barrier`` once they are done and the node waits for the others'; the call
+    returns the agent's ``RunResult``."""
     args = NodeWorkerArgs(
         address=address,
         authkey=authkey,
@@ -110,6 +112,7 @@ def agent_run(
         network,
         on_restart,
         before_stop,
+        on_exit_barrier,
     )
 
 

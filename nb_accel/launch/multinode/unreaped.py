@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 
 from ..launchers.stopping import stop_processes
+from ..processes import process_frozen
 
-__all__ = ["UnreapedChild", "ended_unreaped", "stop_children"]
+__all__ = ["UnreapedChild", "continue_children", "ended_unreaped", "stop_children"]
 
 
 def _waited(pid: int) -> os.waitid_result | bool | None:
@@ -67,6 +69,14 @@ class UnreapedChild:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
+
+
+def continue_children(pids: list[int]) -> None:
+    """Continue those of the children ``pids`` that are frozen (stopped: SIGSTOP, Ctrl-Z), so
+    that they act on the signal they are about to get."""
+    for pid in pids:
+        if _waited(pid) is None and process_frozen(pid):
+            UnreapedChild(pid).signal(signal.SIGCONT)
 
 
 def stop_children(pids: list[int]) -> None:

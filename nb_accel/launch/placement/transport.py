@@ -50,17 +50,6 @@ class Transport(ABC):
         reached its host (as opposed to failing there)."""
         return False
 
-    def gave_up(self, returncode: int | None) -> str | None:
-        """What a node process's ``returncode`` says when its connection ended while the
-        workers ran, in words (``None``: nothing more than the code)."""
-        return None
-
-
-#: How often ``ssh`` asks a host's server for a sign of life (seconds).
-ALIVE_INTERVAL_S = 1
-#: How many signs of life may go unanswered before ``ssh`` gives the connection up.
-ALIVE_COUNT = 3
-
 
 @dataclass(frozen=True)
 class SshTransport(Transport):
@@ -68,11 +57,7 @@ class SshTransport(Transport):
     ``connect_timeout_s`` for each connection.
 
     ``BatchMode`` is on: a host that would ask for a password or a host key confirmation
-    fails at once, saying so, instead of waiting for input nobody can type. The client asks
-    the server for a sign of life every :data:`ALIVE_INTERVAL_S` seconds, and gives the
-    connection up after :data:`ALIVE_COUNT` unanswered: a host cut off the network (its link
-    down, a cable pulled) tells nobody, and its connection would otherwise look open for as
-    long as TCP keeps retrying.
+    fails at once, saying so, instead of waiting for input nobody can type.
     """
 
     config: str | None = None
@@ -86,10 +71,6 @@ class SshTransport(Transport):
             "BatchMode=yes",
             "-o",
             f"ConnectTimeout={max(int(self.connect_timeout_s), 1)}",
-            "-o",
-            f"ServerAliveInterval={ALIVE_INTERVAL_S}",
-            "-o",
-            f"ServerAliveCountMax={ALIVE_COUNT}",
         ]
         return [ssh, *(["-F", self.config] if self.config else []), *options]
 
@@ -123,16 +104,6 @@ class SshTransport(Transport):
     def unreachable(self, returncode: int) -> bool:
         """``ssh`` itself fails with 255 (no connection, refused authentication)."""
         return returncode == 255
-
-    def gave_up(self, returncode: int | None) -> str | None:
-        """``ssh`` ends with 255 when the host stopped answering (or the connection broke)."""
-        if returncode != 255:
-            return None
-        silent_s = ALIVE_INTERVAL_S * ALIVE_COUNT
-        return (
-            f"ssh's exit code 255: no sign of life from the host for {silent_s} s, as when it "
-            "is cut off the network or down, or the connection broke"
-        )
 
 
 @dataclass(frozen=True)
