@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import os
 import queue
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -14,6 +16,7 @@ from typing import Any
 
 from jupyter_client import KernelManager
 from jupyter_client.blocking import BlockingKernelClient
+from jupyter_client.kernelspec import KernelSpecManager
 
 #: Generous bound on one cell in tests (a hang fails instead of blocking the suite).
 CELL_TIMEOUT_S = 90.0
@@ -32,14 +35,35 @@ class CellRun:
     results: list[dict[str, Any]] = field(default_factory=list)
 
 
+def _wrapped_kernel(folder: Path, wrap: list[str]) -> KernelManager:
+    """A manager for a kernel started by ``wrap`` (a command that runs the command after it:
+    ``unshare ...``), described by a kernel spec of its own in ``folder``."""
+    spec = folder / "kernels" / "wrapped"
+    spec.mkdir(parents=True)
+    argv = [*wrap, sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    (spec / "kernel.json").write_text(
+        json.dumps({"argv": argv, "display_name": "wrapped", "language": "python"})
+    )
+    specs = KernelSpecManager(kernel_dirs=[str(folder / "kernels")])
+    return KernelManager(kernel_name="wrapped", kernel_spec_manager=specs)
+
+
 @contextmanager
 def running_kernel(
-    folder: Path | None = None, scratch: Path | None = None, env: dict[str, str] | None = None
+    folder: Path | None = None,
+    scratch: Path | None = None,
+    env: dict[str, str] | None = None,
+    wrap: list[str] | None = None,
 ) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
     """A started kernel and its client (started in ``folder``, its ``TMPDIR`` ``scratch``,
-    where given, with ``env`` added to this process's environment); shut down (and its
-    processes gone) on exit, or cleaned up after if the test killed it."""
-    manager = KernelManager(kernel_name="python3")
+    where given, with ``env`` added to this process's environment, and by ``wrap`` where
+    given: see :func:`_wrapped_kernel`); shut down (and its processes gone) on exit, or
+    cleaned up after if the test killed it."""
+    if wrap is not None:
+        assert folder is not None, "a wrapped kernel's spec goes in its folder"
+        manager = _wrapped_kernel(folder, wrap)
+    else:
+        manager = KernelManager(kernel_name="python3")
     if folder is None and env is None:
         manager.start_kernel()
     else:

@@ -15,7 +15,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from ..worker.transfer.segments import shared_root
+from ..worker.transfer.segments import SHM_ROOT, shared_root
 
 __all__ = ["make_scratch_dir", "remove_orphaned_scratch_dirs"]
 
@@ -49,14 +49,21 @@ def _sweep(root: Path) -> None:
             continue
 
 
+def _roots() -> list[Path]:
+    """Where scratch folders may be: ``/dev/shm``, and the temporary folder (which holds them
+    while ``/dev/shm`` is full)."""
+    return [Path(root) for root in dict.fromkeys((SHM_ROOT, tempfile.gettempdir()))]
+
+
 def remove_orphaned_scratch_dirs() -> None:
     """Remove this user's scratch folders whose process has gone (killed before it could
     remove its own); each new folder's creation does the same."""
-    _sweep(Path(shared_root()))
+    for root in _roots():
+        _sweep(root)
 
 
 def make_scratch_dir(kind: str) -> str:
-    """A new private folder for a ``kind`` (``"launch"``, ``"pool"``) of this kernel."""
-    root = shared_root()
-    _sweep(Path(root))
-    return tempfile.mkdtemp(prefix=f"nb_accel-{kind}-{os.getpid()}-", dir=root)
+    """A new private folder for a ``kind`` (``"launch"``, ``"pool"``) of this kernel, in
+    ``/dev/shm`` while it has room (see :func:`~nb_accel.worker.transfer.segments.shared_root`)."""
+    remove_orphaned_scratch_dirs()
+    return tempfile.mkdtemp(prefix=f"nb_accel-{kind}-{os.getpid()}-", dir=shared_root())

@@ -29,9 +29,11 @@ from machines import BridgedMachines
 from notebook_code import (
     CONFIG,
     DISK_BYTES,
+    FILL_SHM,
     FUNCTIONS,
     HOSTS,
     RANKS,
+    SMALL_SHM,
     TIMEOUT_S,
     fault_cell,
     follow_up_cell,
@@ -68,6 +70,12 @@ INTERRUPT_BOUND_S = 2.0
 CELL_CAP_S = 90.0
 #: What others keep in the scratch folder on purpose: the kernel's cell files, torch's caches.
 OTHERS = ("ipykernel_", "torchinductor_")
+#: What a ``max_restarts`` run says with a full ``/dev/shm``: torch's agent starts its workers
+#: with Python's multiprocessing queues, whose locks need room there (a limit of the system,
+#: said before any worker starts).
+SHM_LIMIT = "Its workers' queues need room in /dev/shm (0 MB free"
+#: The file that fills the kernel's own ``/dev/shm`` in a ``shm-full`` scenario.
+SHM_FILLER = "/dev/shm/chaos-filler"
 #: How long the workers of a killed kernel get to end.
 ORPHAN_WAIT_S = 15.0
 
@@ -264,10 +272,12 @@ class KernelSession:
 
 
 @contextmanager
-def kernel_session(folder: Path, style: str = "") -> Iterator[KernelSession]:
+def kernel_session(
+    folder: Path, style: str = "", small_shm: bool = False
+) -> Iterator[KernelSession]:
     """A set-up kernel under ``folder`` while the block runs (for a host ``style``, with its
-    hosts); its leftovers said once it shut down (a kernel the block killed leaves nothing to
-    say, but on the hosts)."""
+    hosts; with ``small_shm``, a small ``/dev/shm`` of its own); its leftovers said once it
+    shut down (a kernel the block killed leaves nothing to say, but on the hosts)."""
     shm_before = _shm()
     scratch = folder / "scratch"
     scratch.mkdir()
@@ -276,7 +286,8 @@ def kernel_session(folder: Path, style: str = "") -> Iterator[KernelSession]:
         machines, options, env = _machines(style, folder, machinery.callback)
         if machines is not None:
             setup += HOSTS.format(hosts=options)
-        with running_kernel(folder, scratch, env) as (manager, client):
+        wrap = SMALL_SHM if small_shm else None
+        with running_kernel(folder, scratch, env, wrap) as (manager, client):
             session = KernelSession(manager, client, _kernel_process(manager), folder, machines)
             ready, _ = _run(client, setup + LIFELONG)
             assert ready.status == "ok", ready
@@ -310,7 +321,7 @@ def run_scenario(scenario: Scenario, folder: Path, session: KernelSession | None
     then what the kernel left once shut down counts too); what it broke."""
     if session is not None:
         return _run_scenario(scenario, session.place(folder), session)
-    with kernel_session(folder, scenario.style) as own:
+    with kernel_session(folder, scenario.style, scenario.fault == "shm-full") as own:
         outcome = _run_scenario(scenario, folder, own)
     for left in own.left:
         outcome.fail("nothing left", left)
@@ -358,10 +369,13 @@ def _play(outcome: Outcome, marks: Path, checkpoints: Path, session: KernelSessi
     elif scenario.fault == "link-cut":
         assert machines is not None, scenario
         action = lambda: _cut(machines, scenario.rank, marks)  # noqa: E731
+    code = fault_cell(scenario, plan)
+    if scenario.fault == "shm-full":  # filled before the run: every big value meets it full
+        code = FILL_SHM.format(filler=SHM_FILLER) + code
     try:
         end, seen_at = _run(
             client,
-            fault_cell(scenario, plan),
+            code,
             manager,
             at,
             action,
@@ -378,6 +392,7 @@ def _play(outcome: Outcome, marks: Path, checkpoints: Path, session: KernelSessi
     if seen_at is None and marker.exists():
         seen_at = marker.stat().st_mtime - time.time() + time.monotonic()
     Path(str(plan["filler"])).unlink(missing_ok=True)  # the user frees the space
+    Path(f"/proc/{kernel.pid}/root{SHM_FILLER}").unlink(missing_ok=True)  # in its /dev/shm
     clean_plan = plan_of(None, str(marks), str(checkpoints / "clean"))
     follow_started = time.monotonic()
     follow, _ = _run(client, follow_up_cell(scenario.style, clean_plan), manager)
@@ -427,6 +442,10 @@ def _check_end(outcome: Outcome, end: CellEnd, seen_at: float | None, again: flo
 
 def _check_fault(outcome: Outcome, end: CellEnd) -> None:
     scenario = outcome.scenario
+    if scenario.style == "restarts" and scenario.fault == "shm-full":  # see SHM_LIMIT
+        if end.ename != "LaunchError" or SHM_LIMIT not in end.evalue:
+            outcome.fail("names the fault", f"{end.status} {end.ename}: {end.evalue}")
+        return
     if scenario.style == "restarts" and scenario.fault not in ("interrupt",):
         if end.status != "ok":
             outcome.fail("resumes exactly", f"{end.ename}: {end.evalue}")
@@ -435,9 +454,9 @@ def _check_fault(outcome: Outcome, end: CellEnd) -> None:
         if end.status == "error" and end.ename != "KeyboardInterrupt":
             outcome.fail("names the fault", f"interrupted: {end.ename}: {end.evalue}")
         return
-    if scenario.fault == "print-flood":
+    if scenario.fault in ("print-flood", "shm-full"):  # nothing fails: it all goes through
         if end.status != "ok":
-            outcome.fail("names the fault", f"a flood ended in {end.ename}: {end.evalue}")
+            outcome.fail("names the fault", f"{scenario.fault} ended in {end.ename}: {end.evalue}")
         return
     _expect_error(outcome, end)
 
@@ -497,9 +516,9 @@ def _check_nothing_left(
     deadline = time.monotonic() + 10
     while kernel.children(recursive=True) and time.monotonic() < deadline:
         time.sleep(0.05)
-    left = [(p.pid, p.name()) for p in kernel.children(recursive=True)]
+    left = [_told(p.pid) for p in kernel.children(recursive=True)]
     if left:
-        outcome.fail("nothing left", f"processes of the kernel: {left}")
+        outcome.fail("nothing left", f"processes of the kernel: {', '.join(left)}")
     new_threads = sorted(set(threads) - set(threads_before))
     if new_threads:
         outcome.fail("nothing left", f"the kernel's threads: {new_threads} new")

@@ -7,12 +7,16 @@ from __future__ import annotations
 from scenarios import RANKS, STEPS, Scenario
 
 __all__ = [
+    "BIG_BYTES",
     "CONFIG",
     "DISK_BYTES",
+    "FILL_SHM",
     "FUNCTIONS",
     "HOSTS",
     "MB_PRINTED",
     "SAVES",
+    "SHM_BYTES",
+    "SMALL_SHM",
     "TIMEOUT_S",
     "fault_cell",
     "follow_up_cell",
@@ -29,6 +33,19 @@ SAVES = ("disk-full", "killed-in-save")
 DISK_BYTES = 4 << 20
 #: What a flooding rank prints, in megabytes.
 MB_PRINTED = 20
+#: How big the values are that travel to and from the ranks with a full ``/dev/shm`` (above
+#: the size that goes through it when there is room).
+BIG_BYTES = 4 << 20
+#: How big the kernel's own ``/dev/shm`` is for a ``shm-full`` fault (a tmpfs in a mount
+#: namespace of its own), and the command that starts such a kernel.
+SHM_BYTES = 64 << 20
+SMALL_SHM = [
+    *("unshare", "--mount", "--propagation", "private", "--", "sh", "-c"),
+    f'mount -t tmpfs -o size={SHM_BYTES} chaos-shm /dev/shm && exec "$@"',
+    "sh",
+]
+#: Fills the kernel's ``/dev/shm`` (``{filler}``: the file) before a ``shm-full`` fault's run.
+FILL_SHM = "chaos_fill({filler!r})\n"
 
 #: The kernel's saved configuration (``{config}``: its file): the pool's timeout, the CPU, and
 #: no rank kept for ``%debug`` (nobody debugs here).
@@ -55,6 +72,16 @@ class ChaosProgress:
     def load_state_dict(self, state):
         self.step = state["step"]
 
+def chaos_fill(path):
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    try:
+        while True:
+            os.write(fd, bytes(1 << 16))
+    except OSError:  # full
+        pass
+    finally:
+        os.close(fd)
+
 def chaos_strike(plan, rank):
     fault = plan["fault"]
     if fault == "raise":
@@ -74,14 +101,7 @@ def chaos_strike(plan, rank):
     if fault == "breakpoint-and-raise":
         breakpoint()
     if fault == "disk-full":  # the file system of the checkpoints is filled to the brim
-        fd = os.open(plan["filler"], os.O_WRONLY | os.O_CREAT | os.O_APPEND)
-        try:
-            while True:
-                os.write(fd, bytes(1 << 16))
-        except OSError:
-            pass
-        finally:
-            os.close(fd)
+        chaos_fill(plan["filler"])
     if fault == "killed-in-save":  # in save_state, once this rank's part is written
         os.environ["NB_ACCEL_TEST_CRASH_AT"] = "state-recorded" if rank == 0 else "state-written"
     if fault == "print-flood":
@@ -90,7 +110,7 @@ def chaos_strike(plan, rank):
             sys.stdout.write(line)
         sys.stdout.flush()
 
-def chaos_train(plan):
+def chaos_train(plan, big=None):
     project = ProjectConfiguration(
         project_dir=plan["checkpoints"], automatic_checkpoint_naming=True, total_limit=3
     )
@@ -126,7 +146,10 @@ def chaos_train(plan):
         if plan["checkpoint"]:
             accelerator.save_state()
     (marks / f"end-{rank}").touch()
-    return accelerator.unwrap_model(model).weight.flatten().tolist()  # exact: compared bit for bit
+    weights = accelerator.unwrap_model(model).weight.flatten().tolist()  # exact: compared
+    if plan["big"]:  # a big value back too (kept aside from the pickle where it fits)
+        return weights, torch.full((plan["big"] // 4,), float(rank)) + (0 if big is None else big)
+    return weights
 """
 
 
@@ -143,6 +166,7 @@ def plan_of(scenario: Scenario | None, marks: str, checkpoints: str) -> dict[str
         "checkpoint": scenario is None or scenario.style == "restarts" or scenario.fault in SAVES,
         "filler": f"{checkpoints}/filler",
         "mb": MB_PRINTED,
+        "big": BIG_BYTES if scenario is not None and scenario.fault == "shm-full" else 0,
     }
 
 
@@ -155,9 +179,10 @@ def _launch(style: str, plan: dict[str, object]) -> str:
         "ssh": "num_processes=1, **CHAOS_HOSTS",  # one rank on each host
         "slurm": "num_processes=1, **CHAOS_HOSTS",
     }[style]
+    big = f" torch.ones({plan['big']} // 4)" if plan["big"] else ""  # there and back
     return (
         f"os.makedirs(os.path.join({plan['marks']!r}, 'launching'), exist_ok=True)\n"
-        f"chaos_result = notebook_launcher(chaos_train, args=({plan!r},), "
+        f"chaos_result = notebook_launcher(chaos_train, args=({plan!r},{big}), "
         f"timeout={TIMEOUT_S}, {options})\nprint(chaos_result)"
     )
 

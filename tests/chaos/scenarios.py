@@ -13,6 +13,7 @@ __all__ = [
     "FOUND",
     "HOST_STYLES",
     "NOT_IN",
+    "OWN_KERNEL",
     "STYLES",
     "Scenario",
     "covering_seeds",
@@ -40,15 +41,20 @@ FAULTS = (
     "disk-full",  # the checkpoints' file system fills up before the step's save_state
     "killed-in-save",  # the rank is killed inside save_state, its part written, not committed
     "link-cut",  # the rank's host is cut off the network (its link down) as the rank goes on
+    "shm-full",  # the kernel's /dev/shm (a small one of its own) is full as big values travel
 )
 
 #: Faults that cannot happen in a style: only a rank on another machine has a link of its
 #: own to cut; a small disk mounted here is not seen by hosts whose mounts were made before
-#: it (their shared folders are bound once, at their start).
+#: it (their shared folders are bound once, at their start); big values to and from hosts
+#: travel inside the messages, never through the kernel's /dev/shm.
 NOT_IN: dict[str, tuple[str, ...]] = {
     **{style: ("link-cut",) for style in STYLES if style not in HOST_STYLES},
-    **{style: ("disk-full",) for style in HOST_STYLES},
+    **{style: ("disk-full", "shm-full") for style in HOST_STYLES},
 }
+#: Faults whose scenario needs a kernel of its own: it is killed, or it has a small
+#: /dev/shm of its own (in a mount namespace) that the scenario fills.
+OWN_KERNEL = ("kernel-killed", "shm-full")
 
 #: The training steps every scenario's ranks take; a fault strikes at one of them.
 STEPS = 6

@@ -1,11 +1,11 @@
 """The chaos campaign's fixed scenarios: every style of running ranks with every fault, once
 each, in a real kernel; after each, every invariant of :mod:`campaign` must hold. The scenarios
-of one style run in one kernel, one after the other (a scenario that kills its kernel gets one
-of its own), as a user's notebook meets one fault after another; what the kernel left once it
-shut down is checked after the style's last scenario. The scenarios that once found a bug run
-each in a fresh kernel. A scenario is reproduced alone (in a fresh kernel) with
-``python tests/chaos/run_one.py SEED STYLE FAULT``; many drawn at random run in
-``benchmarks/chaos.py``."""
+of one style run in one kernel, one after the other (a scenario that kills its kernel, or fills
+a small /dev/shm of its own, gets one of its own), as a user's notebook meets one fault after
+another; what the kernel left once it shut down is checked after the style's last scenario.
+The scenarios that once found a bug run each in a fresh kernel. A scenario is reproduced alone
+(in a fresh kernel) with ``python tests/chaos/run_one.py SEED STYLE FAULT``; many drawn at
+random run in ``benchmarks/chaos.py``."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from campaign import KernelSession, kernel_session, run_scenario
-from scenarios import FOUND, Scenario, covering_seeds
+from scenarios import FOUND, OWN_KERNEL, Scenario, covering_seeds
 
 pytestmark = pytest.mark.chaos
 
@@ -43,7 +43,7 @@ class StyleKernels:
 
     def session(self, scenario: Scenario) -> KernelSession | None:
         """The kernel for ``scenario`` (``None``: it needs one of its own, which it kills)."""
-        if scenario.fault == "kernel-killed":
+        if scenario.fault in OWN_KERNEL:
             return None
         if self._session is None or self._style != scenario.style:
             self.close()

@@ -21,7 +21,9 @@ differences a notebook needs:
 from __future__ import annotations
 
 import contextlib
+import errno
 import math
+import os
 import signal
 import time
 import weakref
@@ -31,6 +33,7 @@ from typing import Any
 from ..._messages import NodeCard
 from ...errors import LaunchError
 from ...runtime.device_types.cuda_facts import fork_safe_cuda_queries
+from ...worker.transfer.segments import SHM_ROOT
 from ..placement.nodes import NodePlan
 from .network import rendezvous_listener, split_endpoint
 from .node_addresses import NodeNetwork
@@ -409,7 +412,30 @@ def run_agent(
     except SignalException:
         close_rendezvous = False  # as torchrun: a stopped node leaves the rendezvous open
         raise
+    except OSError as problem:
+        if problem.errno != errno.ENOSPC:
+            raise
+        said = _no_space(problem)
     finally:
         if close_rendezvous:
             handler.shutdown()
         del agent, spec, handler
+    # raised here, without the OSError's frames: they hold the agent, its stores and their
+    # connections, for as long as the error is kept (a notebook keeps the last one)
+    raise LaunchError(said)
+
+
+def _no_space(problem: OSError) -> str:
+    """What a full file system that stopped the agent starting its workers means, in words:
+    Python's multiprocessing makes each worker's queue's locks in ``/dev/shm``."""
+    try:
+        stats = os.statvfs(SHM_ROOT)
+        free, size = stats.f_bavail * stats.f_frsize, stats.f_blocks * stats.f_frsize
+    except OSError:
+        return f"the elastic agent could not start the workers: {problem}"
+    return (
+        f"the elastic agent could not start the workers: {problem}. Its workers' queues need "
+        f"room in {SHM_ROOT} ({free >> 20} MB free of {size >> 20} MB): remove what fills it "
+        "(leftover files, another program's shared memory), or make it bigger (a container's "
+        "--shm-size)"
+    )

@@ -10,6 +10,7 @@ process that becomes the rank writes it anew); each request appends one dump.
 
 from __future__ import annotations
 
+import contextlib
 import faulthandler
 import os
 import signal
@@ -38,8 +39,13 @@ def answer_stack_requests(folder: str, rank: int) -> None:
     (call from the main thread, after the signal handlers are reset)."""
     # a new file: a rank replaced in a pool must not leave the old process's header first
     stream = open(stack_file(folder, rank), "w", encoding="utf-8")  # kept open: see _open
-    stream.write(f"{MAIN_THREAD}0x{threading.main_thread().ident or 0:x}\n")
-    stream.flush()
+    try:
+        stream.write(f"{MAIN_THREAD}0x{threading.main_thread().ident or 0:x}\n")
+        stream.flush()
+    except OSError:  # its file system filled up meanwhile: the rank cannot say where it is
+        with contextlib.suppress(OSError):
+            stream.close()
+        return
     faulthandler.register(STACK_SIGNAL, file=stream, all_threads=True, chain=False)
     for old in _open:
         old.close()

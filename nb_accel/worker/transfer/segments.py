@@ -19,6 +19,7 @@ from pickle import PickleBuffer
 
 __all__ = [
     "INLINE_ENV",
+    "SCRATCH_FREE_BYTES",
     "SHARE_DIR_ENV",
     "SHARE_MIN_BYTES",
     "Span",
@@ -45,16 +46,21 @@ INLINE_ENV = "NB_ACCEL_INLINE_BUFFERS"
 
 #: Free space a segment leaves on its file system (a full ``/dev/shm`` breaks other programs).
 _SPARE_BYTES = 64 << 20
+#: Free space ``/dev/shm`` must have for a launch's folder to go there (the folder's own small
+#: files: each rank's stacks, the prompt clock); with less, the temporary folder holds it.
+SCRATCH_FREE_BYTES = 1 << 20
 
 #: One buffer in a segment: its offset and its length in bytes.
 Span = tuple[int, int]
 
 
 def shared_root() -> str:
-    """The folder under which launches keep their segments: ``/dev/shm`` when it exists and is
-    writable (memory, never the disk), else the temporary folder."""
+    """The folder under which launches keep their segments: ``/dev/shm`` when it exists, is
+    writable and has room (:data:`SCRATCH_FREE_BYTES`: memory, never the disk), else the
+    temporary folder (a full ``/dev/shm`` would fail the ranks' first writes there)."""
     if os.path.isdir(SHM_ROOT) and os.access(SHM_ROOT, os.W_OK | os.X_OK):
-        return SHM_ROOT
+        if _free_bytes(SHM_ROOT) >= SCRATCH_FREE_BYTES:
+            return SHM_ROOT
     return tempfile.gettempdir()
 
 
@@ -82,12 +88,17 @@ def _layout(buffers: Sequence[PickleBuffer]) -> tuple[list[Span], int]:
     return spans, offset
 
 
-def _fits(folder: str, size: int) -> bool:
+def _free_bytes(folder: str) -> int:
+    """The space free for this user on ``folder``'s file system (0 where it cannot be read)."""
     try:
         stats = os.statvfs(folder)
     except OSError:
-        return False
-    return stats.f_bavail * stats.f_frsize >= size + _SPARE_BYTES
+        return 0
+    return stats.f_bavail * stats.f_frsize
+
+
+def _fits(folder: str, size: int) -> bool:
+    return _free_bytes(folder) >= size + _SPARE_BYTES
 
 
 def write_segment(folder: str, buffers: Sequence[PickleBuffer]) -> tuple[str, list[Span]] | None:
