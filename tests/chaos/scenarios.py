@@ -12,6 +12,7 @@ __all__ = [
     "FAULTS",
     "FOUND",
     "HOST_STYLES",
+    "KNOWN",
     "NOT_IN",
     "OWN_KERNEL",
     "STYLES",
@@ -114,6 +115,18 @@ def covering_seeds() -> list[Scenario]:
         if fault not in NOT_IN.get(style, ())
     ]
 
+
+#: Scenarios known to break an invariant, their bug not fixed yet (by style, fault and rank),
+#: with what breaks: their tests are expected to fail, and fail the run once they hold.
+KNOWN: dict[tuple[str, str, int], str] = {
+    ("slurm", "link-cut", 0): (
+        "node 0's host (it holds the rendezvous store) cut off: node 1's agent waits for the "
+        "store as it closes the rendezvous, the kernel cuts it off 15 s later (23 s, bound "
+        "9 s); node 0, whose rank returned, waits out torch's exit barrier (30 s) unreachable, "
+        "and hears no stop: a node must also give up a silent kernel, and end within seconds "
+        "of a stop whatever its agent waits on"
+    ),
+}
 
 #: The scenarios that found a bug, kept as tests: each drawn as it was when it broke.
 FOUND = (

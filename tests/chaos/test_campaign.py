@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 from campaign import KernelSession, kernel_session, run_scenario
-from scenarios import FOUND, OWN_KERNEL, Scenario, covering_seeds
+from scenarios import FOUND, KNOWN, OWN_KERNEL, Scenario, covering_seeds
 
 pytestmark = pytest.mark.chaos
 
@@ -26,6 +26,11 @@ COVERING = [
         scenario,
         index + 1 == len(_SCENARIOS) or _SCENARIOS[index + 1].style != scenario.style,
         id=f"{scenario.style}-{scenario.fault}",
+        marks=[
+            pytest.mark.xfail(strict=True, reason=KNOWN[key])
+            for key in [(scenario.style, scenario.fault, scenario.rank)]
+            if key in KNOWN
+        ],
     )
     for index, scenario in enumerate(_SCENARIOS)
 ]
