@@ -283,7 +283,11 @@ def kernel_session(
     scratch.mkdir()
     with contextlib.ExitStack() as machinery:
         setup = CONFIG.format(config=str(folder / "config.json"), timeout=TIMEOUT_S) + FUNCTIONS
-        machines, options, env = _machines(style, folder, machinery.callback)
+
+        def cleanup(step: Callable[[], None]) -> None:
+            machinery.callback(step)
+
+        machines, options, env = _machines(style, folder, cleanup)
         if machines is not None:
             setup += HOSTS.format(hosts=options)
         wrap = SMALL_SHM if small_shm else None
