@@ -57,6 +57,7 @@ SAMPLES: dict[type, Any] = {
     hosts.Hello: hosts.Hello("gpu1", VERSIONS, 29500, "/usr/bin/python3"),
     hosts.NodeJob: hosts.NodeJob(PLAN, NodePlan(num_nodes=2, node_rank=1), b"call", {"A": "1"}),
     hosts.StopNode: hosts.StopNode(),
+    hosts.Alive: hosts.Alive(),
     hosts.Forwarded: hosts.Forwarded(3, events.encode(events.Started(1, 4242))),
     hosts.AgentRestarting: hosts.AgentRestarting(1, [(0, 4242, -9)]),
     hosts.AgentEnded: hosts.AgentEnded([(1, 4243, 1)], "RendezvousError: lost", True, ("ended",)),

@@ -35,6 +35,16 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("unit/test_config_widget.py", "~/cluster/ssh_config"): "a form's value, never opened",
     ("unit/test_whereabouts_parsing.py", "/home/me/train.py"): "a traceback's text, parsed",
     ("chaos/campaign.py", "/dev/shm"): "listed, never written: what a scenario's kernel left",
+    ("chaos/campaign.py", "/dev/shm/chaos-filler"): (
+        "written in a shm-full scenario's kernel's own /dev/shm: a tmpfs in the kernel's own "
+        "mount namespace (unshare --mount), gone with it"
+    ),
+    ("chaos/campaign.py", "/root"): "part of /proc/<pid>/root: that kernel's own view of it",
+    ("chaos/notebook_code.py", "/dev/shm"): "where the kernel's own tmpfs is mounted, as above",
+    ("multiproc/test_shm_full.py", "/dev/shm"): (
+        "where the script's own tmpfs is mounted, in a mount namespace of its own"
+    ),
+    ("multiproc/test_shm_full.py", "/dev/shm/filler"): "written in that tmpfs, gone with it",
 }
 
 
