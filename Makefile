@@ -7,7 +7,7 @@ TORCH_PIN := torch==2.13.0
 # The Accelerate release the compatibility lane runs the tests of (and the benchmarks compare with).
 ACCELERATE_PIN := accelerate==1.15.0
 
-.PHONY: setup test-setup hosts-setup demo lab docs test test-docs test-chaos test-install lint test-accelerate test-xla test-trackers \
+.PHONY: setup test-setup hosts-setup trackers-env demo lab docs test test-docs test-chaos test-install lint test-accelerate test-xla test-trackers \
 	test-browser test-colab test-kaggle test-classic chromium screenshots bench clean
 
 # What the notebooks need (make demo, make lab): the package and its notebook extra.
@@ -132,12 +132,17 @@ test-xla:
 # never swaps it, and NB_ACCEL_TRACKERS_LANE=1 makes a missing library a failure instead of a skip.
 TRACKERS_VENV := .venv-trackers
 TRACKERS_EXTRAS := trackio,aim,comet_ml,clearml,dvclive,swanlab
-test-trackers:
+$(TRACKERS_VENV)/.installed: pyproject.toml Makefile
 	test -x $(TRACKERS_VENV)/bin/python || $(PYTHON) -m venv $(TRACKERS_VENV)
 	$(TRACKERS_VENV)/bin/python -m pip install --quiet --upgrade pip
 	$(TRACKERS_VENV)/bin/python -m pip install --quiet $(TORCH_PIN)
 	$(TRACKERS_VENV)/bin/python -m pip install --quiet -e ".[$(TRACKERS_EXTRAS)]" \
 		$(LANE_TEST_DEPS) $(TORCH_PIN)
+	touch $@
+
+trackers-env: $(TRACKERS_VENV)/.installed
+
+test-trackers: trackers-env
 	NB_ACCEL_TRACKERS_LANE=1 $(TRACKERS_VENV)/bin/python -m pytest -v -rs \
 		tests/multiproc/test_trackers_more.py tests/unit/test_private_apis.py
 

@@ -15,12 +15,15 @@ Environments are kept between runs on one machine, under ``$NB_ACCEL_LANES_DIR``
 ``~/.cache/nb_accel/lanes``), named by a hash of what they are made from (the lane, its stack
 file, ``pyproject.toml`` up to its tools' settings): a changed input makes a new one and
 removes the lane's old ones. A kept environment gets this checkout installed again (editable)
-when it was another's.
+when it was another's. Two calls for one lane at once take turns (a lock file beside the
+environments): CI makes the lanes' environments while the suite runs, and each lane's own call
+then waits for its environment.
 """
 
 from __future__ import annotations
 
 import argparse
+import fcntl
 import fnmatch
 import glob
 import hashlib
@@ -124,10 +127,18 @@ def _pip(venv: Path, *args: str) -> None:
 
 
 def make(name: str, lane: Lane, home: Path) -> Path:
-    """The lane's environment, made when missing; this checkout installed in it."""
+    """The lane's environment, made when missing; this checkout installed in it (one call for
+    the lane at a time: another waits for it)."""
+    home.mkdir(parents=True, exist_ok=True)
+    with open(home / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _make(name, lane, home)
+
+
+def _make(name: str, lane: Lane, home: Path) -> Path:
     venv = home / f"{name}-{_key(name, lane)}"
     for old in home.glob(f"{name}-*"):
-        if old != venv:
+        if old != venv and old.is_dir():
             shutil.rmtree(old, ignore_errors=True)
     done, root_file = venv / ".complete", venv / ".checkout"
     if not done.exists():

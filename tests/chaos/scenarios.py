@@ -119,15 +119,7 @@ def covering_seeds() -> list[Scenario]:
 #: Scenarios known to break an invariant, their bug not fixed yet (by style, fault and rank),
 #: with what breaks: their tests are reported as expected to fail, not run (a stuck host takes
 #: a minute to tear down); `run_one.py` runs one, the soak draws them.
-KNOWN: dict[tuple[str, str, int], str] = {
-    ("slurm", "link-cut", 0): (
-        "node 0's host (it holds the rendezvous store) cut off: node 1's agent waits for the "
-        "store as it closes the rendezvous, the kernel cuts it off 15 s later (23 s, bound "
-        "9 s); node 0, whose rank returned, waits out torch's exit barrier (30 s) unreachable, "
-        "and hears no stop: a node must also give up a silent kernel, and end within seconds "
-        "of a stop whatever its agent waits on"
-    ),
-}
+KNOWN: dict[tuple[str, str, int], str] = {}
 
 #: The scenarios that found a bug, kept as tests: each drawn as it was when it broke.
 FOUND = (

@@ -29,7 +29,7 @@ import nb_accel
 #: ``MLFLOW_TRACKING_URI``), given by the test.
 TRACKERS_FOLDER = "NB_ACCEL_TEST_TRACKERS_FOLDER"
 #: The folder where the ``sleep`` scenario's ranks each write ``rank<N>-asleep`` as they start
-#: sleeping, given by the test.
+#: sleeping, given by the test; they sleep until a file ``wake`` is there (20 s at most).
 ASLEEP_FOLDER = "NB_ACCEL_TEST_ASLEEP_FOLDER"
 #: The folder where each node writes ``<OUT_FILE's name>.run<N>-started`` as it starts its
 #: launch number N and ``<OUT_FILE's name>.run<N>-ended`` once that launch has returned or
@@ -104,8 +104,11 @@ def work(scenario: str) -> dict[str, Any] | None:
         raise RuntimeError("first attempt fails")
     if scenario == "sleep":
         print("ready", flush=True)
-        open(os.path.join(os.environ[ASLEEP_FOLDER], f"rank{rank}-asleep"), "w").close()
-        time.sleep(20)  # the test interrupts a node meanwhile
+        folder = os.environ[ASLEEP_FOLDER]
+        open(os.path.join(folder, f"rank{rank}-asleep"), "w").close()
+        woken_by = time.monotonic() + 20  # the test interrupts a node meanwhile
+        while not os.path.exists(os.path.join(folder, "wake")) and time.monotonic() < woken_by:
+            time.sleep(0.05)
     if scenario in ("fail", "restart", "sleep"):
         dist.barrier()
     answer = input(f"name of rank {rank}? ") if scenario == "ask" and rank == 3 else ""

@@ -294,7 +294,9 @@ def test_interrupting_node_1_is_reported_on_node_0_as_that_node_s_interrupt(
 ) -> None:
     node0, node1 = _both_asleep(tmp_path, "sleep")
     node1[0].send_signal(signal.SIGINT)
-    second, first = _finish(*node1), _finish(*node0)
+    second = _finish(*node1)
+    (tmp_path / "asleep" / "wake").touch()  # node 0's ranks go on, into a barrier node 1 left
+    first = _finish(*node0)
     assert second.get("error") == "KeyboardInterrupt", second
     assert first.get("error") == "LaunchError", first
     assert "was interrupted: its node's launch was stopped" in first["message"]

@@ -6,7 +6,9 @@ It says hello (versions, a free port), takes the :class:`~nb_accel._messages.Nod
 the other hosts at the c10d rendezvous and runs the workers as a multi-node launch does; every
 frame a worker sends is forwarded to the kernel unread, so the kernel judges the launch as a
 whole. A :class:`~nb_accel._messages.StopNode`, or the end of the channel (the kernel stopped,
-died, or the connection dropped), stops the agent, which stops the workers.
+died, or the connection dropped), stops the agent, which stops the workers; a node whose agent
+does not end soon after (inside a call to a store that a host cut off holds) stops them
+itself and ends.
 
 While its workers run it keeps the prompt clock they read (the kernel says when its prompts
 open and close, :class:`~nb_accel._messages.PromptState`), so that time at a prompt leaves
@@ -54,6 +56,7 @@ from ..failures.whereabouts import abort_collectives, take_stacks
 from ..launchers.left_open_runs import OpenRuns, end_runs_left_open
 from ..multinode.launcher import agent_run
 from ..multinode.node_events import WorkerListener
+from ..multinode.unreaped import stop_children
 from ..processes import process_frozen, resident_mb
 from ..scratch import make_scratch_dir
 from .protocol import ALIVE_EVERY_S, hello, receive, send, stdio_channel
@@ -129,8 +132,14 @@ _stopping = threading.Event()
 #: Set once this node's workers are done and its agent waits for the other hosts' (torch's
 #: exit barrier, which no signal ends): a stop request then ends this process at once.
 _at_exit_barrier = threading.Event()
+#: Set once the agent's run returned (how it ended is being said).
+_agent_returned = threading.Event()
 #: A frame this size or smaller may be a worker's word about a tracker run (see _Forwarder).
 _RUN_FRAME_MAX = 4096
+#: How long a node told to stop gives its agent to end (it stops the workers as every launch
+#: does) before the node stops them itself and ends: an agent inside a call to the rendezvous
+#: store of a host cut off the network hears no signal until that call gives up.
+NODE_STOP_S = 2.0
 
 
 class _Host:
@@ -180,7 +189,8 @@ class _Host:
 
 def _watch_kernel(reader: Connection, host: _Host) -> None:
     """Pass the kernel's words on to the workers; stop this node's agent (SIGTERM: it stops
-    its workers) on :class:`StopNode` or at the end of the channel."""
+    its workers) on :class:`StopNode` or at the end of the channel; end this process if the
+    agent has not ended :data:`NODE_STOP_S` later."""
     while True:
         try:
             message = receive(reader)
@@ -201,14 +211,28 @@ def _watch_kernel(reader: Connection, host: _Host) -> None:
             threading.Thread(target=host.answer, args=(message,), daemon=True).start()
     _stopping.set()
     if _at_exit_barrier.is_set():
-        _end_at_the_barrier(host)
+        _end_now(host)
     if _agent_running.is_set():
         os.kill(os.getpid(), signal.SIGTERM)
+        if not _agent_returned.wait(NODE_STOP_S):
+            _end_now(host)
 
 
-def _end_at_the_barrier(host: _Host) -> None:
-    """End this process now, its workers done (they ran to their end): say the agent was
-    stopped, remove the folder, exit without waiting for the other hosts."""
+def _children() -> list[int]:
+    """This process's child processes (its workers)."""
+    pids: list[int] = []
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with open(f"/proc/self/task/{task}/children") as listed:
+                pids += [int(pid) for pid in listed.read().split()]
+    return pids
+
+
+def _end_now(host: _Host) -> None:
+    """End this process now, whatever its agent waits on: stop the workers still running
+    (none at the exit barrier: they ran to their end), say the agent was stopped, remove the
+    folder, exit without waiting for the other hosts."""
+    stop_children(_children())
     host.close()
     with host.lock, contextlib.suppress(OSError):
         send(host.writer, AgentEnded(stopped=True))
@@ -261,6 +285,7 @@ def _run(job: NodeJob, host: _Host) -> AgentEnded:
         return AgentEnded(died=died)
     finally:
         _agent_running.clear()
+        _agent_returned.set()
 
 
 def main() -> None:
