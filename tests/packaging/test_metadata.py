@@ -176,11 +176,13 @@ def test_the_wheel_declares_the_xla_entry_points_the_registries_load(wheel: Path
 
 
 def test_the_lanes_ci_runs_install_the_package_as_users_get_it() -> None:
-    """CI runs every lane after ``make test``, and the lanes install the package with the
-    dependencies it declares (a hand-written list drifts from them)."""
+    """CI runs every lane after ``make test`` (each a timed ``step``), and the lanes install
+    the package with the dependencies it declares (a hand-written list drifts from them)."""
     run = (ROOT / ".ci" / "run").read_text().splitlines()
-    commands = [line.strip() for line in run if line.strip().startswith("make ")]
+    steps = [line.split()[1] for line in run if line.startswith("step ")]
+    commands = [f"make {target}" for target in steps]
     assert commands == [
+        "make test-setup",
         "make test",
         "make lint",
         "make test-install",
@@ -195,8 +197,8 @@ def test_the_lanes_ci_runs_install_the_package_as_users_get_it() -> None:
         "make docs",
     ]
     makefile = (ROOT / "Makefile").read_text()
-    lanes = re.findall(r"^(test-trackers):\n((?:\t.*\n)+)", makefile, re.MULTILINE)
-    assert [name for name, _ in lanes] == ["test-trackers"]
+    lanes = re.findall(r"^(\$\(TRACKERS_VENV\)/\.installed):.*\n((?:\t.*\n)+)", makefile, re.M)
+    assert [name for name, _ in lanes] == ["$(TRACKERS_VENV)/.installed"]  # test-trackers's
     for name, recipe in lanes:
         installs = [line for line in recipe.splitlines() if "-e " in line]
         assert installs and all("--no-deps" not in line for line in installs), name

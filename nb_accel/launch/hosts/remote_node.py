@@ -134,6 +134,9 @@ _stopping = threading.Event()
 _at_exit_barrier = threading.Event()
 #: Set once the agent's run returned (how it ended is being said).
 _agent_returned = threading.Event()
+#: Held by whichever says how this node ended: the main thread once its agent returned, or the
+#: watcher ending the process without it (see _end_now); the other then leaves it be.
+_ending = threading.Lock()
 #: A frame this size or smaller may be a worker's word about a tracker run (see _Forwarder).
 _RUN_FRAME_MAX = 4096
 #: How long a node told to stop gives its agent to end (it stops the workers as every launch
@@ -229,14 +232,25 @@ def _children() -> list[int]:
 
 
 def _end_now(host: _Host) -> None:
-    """End this process now, whatever its agent waits on: stop the workers still running
-    (none at the exit barrier: they ran to their end), say the agent was stopped, remove the
-    folder, exit without waiting for the other hosts."""
+    """End this process now, whatever its agent waits on (unless the agent just returned and
+    the main thread says so): stop the workers still running (none at the exit barrier: they
+    ran to their end), remove the folder, end the runs they left open, say the agent was
+    stopped, exit without waiting for the other hosts."""
+    if not _ending.acquire(blocking=False):
+        return
     stop_children(_children())
     host.close()
-    with host.lock, contextlib.suppress(OSError):
-        send(host.writer, AgentEnded(stopped=True))
+    _say_ended(host, AgentEnded(stopped=True))
     os._exit(0)
+
+
+def _say_ended(host: _Host, ended: AgentEnded) -> None:
+    """Tell the kernel how the agent ended, once the runs the workers left open are ended
+    (the workers are gone), with what was said of them."""
+    notes: list[str] = []
+    end_runs_left_open(host.forwarder.open_runs.values(), say=notes.append)
+    with host.lock, contextlib.suppress(OSError):
+        send(host.writer, dataclasses.replace(ended, notes=tuple(notes)))
 
 
 def _say_alive(host: _Host, done: threading.Event) -> None:
@@ -309,11 +323,9 @@ def main() -> None:
         try:
             ended = _run(job, host)
         finally:
+            _ending.acquire()  # the watcher may be ending this process instead (_end_now)
             host.close()
-        notes: list[str] = []  # the workers are gone: end the runs they left open
-        end_runs_left_open(host.forwarder.open_runs.values(), say=notes.append)
-        with lock, contextlib.suppress(OSError):
-            send(writer, dataclasses.replace(ended, notes=tuple(notes)))
+        _say_ended(host, ended)
     finally:
         done.set()
         alive.join()
