@@ -8,7 +8,8 @@ TORCH_PIN := torch==2.13.0
 ACCELERATE_PIN := accelerate==1.15.0
 
 .PHONY: setup test-setup hosts-setup trackers-env demo lab docs test test-docs test-chaos test-install lint test-accelerate test-xla test-trackers \
-	test-browser test-colab test-kaggle test-classic chromium screenshots bench clean
+	test-browser test-colab test-colab-units test-colab-kernels test-kaggle test-classic chromium \
+	screenshots bench clean
 
 # What the notebooks need (make demo, make lab): the package and its notebook extra.
 $(BIN)/.nb_accel-installed: pyproject.toml Makefile
@@ -107,8 +108,15 @@ PY_VERSION_TESTS := tests/multiproc/test_launch.py tests/multiproc/test_failures
 # Colab's GPU runtime as it is: Python 3.13, torch 2.11.0 (a CUDA build, run on the CPU), IPython
 # 7.34, ipywidgets 7.7.1: the unit and notebook folders (every notebook among them) and the
 # multi-process tests where Python versions differ.
-test-colab:
-	venv=$$($(LANE_ENV) colab) && $$venv/bin/python -m pytest -m "not lint and not docs_code and not chaos" tests/unit \
+#: Its two halves: the unit folder, and the kernels' (the notebook folder and those multi-process
+#: tests); CI runs the first in the background while `make test` runs.
+test-colab: test-colab-units test-colab-kernels
+
+test-colab-units:
+	venv=$$($(LANE_ENV) colab) && $$venv/bin/python -m pytest -m "not lint and not docs_code and not chaos" tests/unit
+
+test-colab-kernels:
+	venv=$$($(LANE_ENV) colab) && $$venv/bin/python -m pytest -m "not lint and not docs_code and not chaos" \
 		tests/notebook $(PY_VERSION_TESTS)
 
 # Colab's front end's stack in a browser: the classic Notebook 6.5.7 with ipywidgets 7.7.1 draws
