@@ -143,7 +143,6 @@ def _make(name: str, lane: Lane, home: Path) -> Path:
     done, root_file = venv / ".complete", venv / ".checkout"
     if not done.exists():
         shutil.rmtree(venv, ignore_errors=True)
-        home.mkdir(parents=True, exist_ok=True)
         subprocess.run([find_python(lane.python), "-m", "venv", str(venv)], check=True)
         (venv / "constraints.txt").write_text(constraints(lane))
         _pip(venv, "install", "--quiet", *lane.torch)
