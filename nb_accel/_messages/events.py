@@ -66,7 +66,9 @@ class Failure:
     replaced the launch's. ``collective`` says, for a timeout, which collective the rank was in
     (``"all_reduce #3"``, from torch's flight recorder; empty when unknown). ``at_prompt``: for
     a timeout the rank's own deadline found, whether one of the kernel's prompts (a rank's
-    debugger or ``input()``) was open then, as the rank's prompt clock said.
+    debugger or ``input()``) was open then, as the rank's prompt clock said. ``signal_name``
+    and ``exitcode``: for a worker that died without reporting, as its node's agent saw it and
+    relayed it to the other nodes (``type_name`` is then ``"signal"`` or ``"exit"``).
     """
 
     rank: int
@@ -79,6 +81,8 @@ class Failure:
     timeout_s: float | None = None
     collective: str = ""
     at_prompt: bool = False
+    signal_name: str = ""
+    exitcode: int | None = None
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ import contextlib
 import os
 import queue
 import signal
+import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -25,7 +26,7 @@ import psutil
 from jupyter_client import KernelManager
 from jupyter_client.blocking import BlockingKernelClient
 from kernel_driver import running_kernel
-from machines import BridgedMachines
+from machines import BridgedMachines, require
 from notebook_code import (
     CONFIG,
     DISK_BYTES,
@@ -39,6 +40,7 @@ from notebook_code import (
     follow_up_cell,
     plan_of,
 )
+from other_node_peer import OtherNode
 from scenarios import Scenario
 from slurm_cluster import SlurmCluster, require_slurm_cluster
 from small_disk import small_disk
@@ -74,9 +76,11 @@ INTERRUPT_BOUND_S = 2.0
 CELL_CAP_S = 90.0
 #: What others keep in the scratch folder on purpose: the kernel's cell files, torch's caches.
 OTHERS = ("ipykernel_", "torchinductor_")
-#: What a ``max_restarts`` run says with a full ``/dev/shm``: torch's agent starts its workers
-#: with Python's multiprocessing queues, whose locks need room there (a limit of the system,
-#: said before any worker starts).
+#: The styles of this machine whose ranks torch's elastic agent starts.
+AGENT_STYLES = ("restarts", "nodes")
+#: What a ``max_restarts`` run (or a node's) says with a full ``/dev/shm``: torch's agent
+#: starts its workers with Python's multiprocessing queues, whose locks need room there (a
+#: limit of the system, said before any worker starts).
 SHM_LIMIT = "Its workers' queues need room in /dev/shm (0 MB free"
 #: The file that fills the kernel's own ``/dev/shm`` in a ``shm-full`` scenario.
 SHM_FILLER = "/dev/shm/chaos-filler"
@@ -193,9 +197,15 @@ def _kill(manager: KernelManager) -> None:
     os.kill(pid, signal.SIGKILL)
 
 
+def _cut_host(machines: BridgedMachines, rank: int) -> Any:
+    """The host of rank ``rank`` (of the ``nodes`` style, whose kernel is node 0: the other
+    node's, cut off from the kernel's either way)."""
+    return machines.hosts[min(rank, len(machines.hosts) - 1)]
+
+
 def _cut(machines: BridgedMachines, rank: int, marks: Path) -> None:
     """Cut rank ``rank``'s host off the network, then let the rank go on (it waits for this)."""
-    machines.cut(machines.hosts[rank])
+    machines.cut(_cut_host(machines, rank))
     (marks / "cut").touch()
 
 
@@ -230,6 +240,8 @@ def _expect_error(outcome: Outcome, end: CellEnd) -> None:
         "killed-in-save": ("WorkerDiedError", [f"rank {rank}", "SIGKILL"]),
         "link-cut": ("", [f"ank {rank}", f"host {host} ended", "no word from the host"]),
     }
+    if scenario.style == "nodes":  # the kernel is node 0 (rank 0); it sees no other node's rank
+        wanted.update(_nodes_wanted(scenario))
     if fault not in wanted:
         return
     ename, pieces = wanted[fault]
@@ -239,6 +251,21 @@ def _expect_error(outcome: Outcome, end: CellEnd) -> None:
     missing = [piece for piece in pieces if piece not in text]
     if missing:
         outcome.fail("names the fault", f"{end.ename} lacks {missing}: {text}")
+
+
+def _nodes_wanted(scenario: Scenario) -> dict[str, tuple[str, list[str]]]:
+    """What node 0's error says where the ranks of the ``nodes`` style wait: of rank 1 on
+    node 1 (or cut off with it), that it did not arrive and is on node 1, whose own launch
+    says more; of its own rank 0 that waits, that node 1 ended the launch as it still ran."""
+    elsewhere = ("CollectiveTimeoutError", ["Rank 1 did not arrive", "is on node 1"])
+    if scenario.rank == 1:
+        return dict.fromkeys(("sigstop", "stuck-own", "stuck-collective", "link-cut"), elsewhere)
+    ended = ["another node ended the launch", "rank 0 here was still running"]
+    return {
+        "sigstop": ("LaunchError", [*ended, "frozen"]),
+        "stuck-own": ("LaunchError", [*ended, "chaos_strike"]),
+        "link-cut": elsewhere,
+    }
 
 
 def _results(end: CellEnd) -> Any:
@@ -263,6 +290,7 @@ class KernelSession:
     kernel: psutil.Process
     folder: Path
     machines: BridgedMachines | None = None
+    other_node: OtherNode | None = None
     left: list[str] = field(default_factory=list)
 
     def place(self, folder: Path) -> Path:
@@ -294,9 +322,11 @@ def kernel_session(
         machines, options, env = _machines(style, folder, cleanup)
         if machines is not None:
             setup += HOSTS.format(hosts=options)
+        other = OtherNode(machines, options, folder) if style == "nodes" and machines else None
         wrap = SMALL_SHM if small_shm else None
         with running_kernel(folder, scratch, env, wrap) as (manager, client):
-            session = KernelSession(manager, client, _kernel_process(manager), folder, machines)
+            kernel = _kernel_process(manager)
+            session = KernelSession(manager, client, kernel, folder, machines, other)
             ready, _ = _run(client, setup + LIFELONG)
             assert ready.status == "ok", ready
             yield session
@@ -321,7 +351,18 @@ def _machines(
         require_slurm_cluster()
         cluster = SlurmCluster(folder, cleanup)
         return cluster, {"hosts": "slurm"}, cluster.allocation()
+    if style == "nodes":  # the kernel is node 0 and hosts the rendezvous; node 1 a machine
+        require([], [])  # root, ip, unshare
+        machines = BridgedMachines(folder, cleanup, count=1)
+        endpoint = f"{machines.kernel_address}:{_free_port(machines.kernel_address)}"
+        return machines, {"num_nodes": 2, "node_rank": 0, "rdzv_endpoint": endpoint}, {}
     return None, {}, {}
+
+
+def _free_port(address: str) -> int:
+    with socket.socket() as probe:
+        probe.bind((address, 0))
+        return int(probe.getsockname()[1])
 
 
 def run_scenario(scenario: Scenario, folder: Path, session: KernelSession | None = None) -> Outcome:
@@ -380,19 +421,24 @@ def _play(outcome: Outcome, marks: Path, checkpoints: Path, session: KernelSessi
     code = fault_cell(scenario, plan)
     if scenario.fault == "shm-full":  # filled before the run: every big value meets it full
         code = FILL_SHM.format(filler=SHM_FILLER) + code
+    other = session.other_node
     try:
-        end, seen_at = _run(
-            client,
-            code,
-            manager,
-            at,
-            action,
-            scenario.answer_after,
-            kills=scenario.fault == "kernel-killed",
-        )
+        with other.running(plan) if other else nullcontext():
+            end, seen_at = _run(
+                client,
+                code,
+                manager,
+                at,
+                action,
+                scenario.answer_after,
+                kills=scenario.fault == "kernel-killed",
+            )
     finally:
         if scenario.fault == "link-cut" and machines is not None:  # the user mends it
-            machines.mend(machines.hosts[scenario.rank])
+            machines.mend(_cut_host(machines, scenario.rank))
+    if other is not None and other.trouble:
+        hung = "no orphans" if scenario.fault == "kernel-killed" else "ends in time"
+        outcome.fail(hung, other.trouble)
     if scenario.fault == "kernel-killed":
         assert seen_at is not None, f"the kernel was never killed: the cell ended {end}"
         _check_orphans(outcome, marks, machines)
@@ -403,7 +449,10 @@ def _play(outcome: Outcome, marks: Path, checkpoints: Path, session: KernelSessi
     Path(f"/proc/{kernel.pid}/root{SHM_FILLER}").unlink(missing_ok=True)  # in its /dev/shm
     clean_plan = plan_of(None, str(marks), str(checkpoints / "clean"))
     follow_started = time.monotonic()
-    follow, _ = _run(client, follow_up_cell(scenario.style, clean_plan), manager)
+    with other.running(clean_plan) if other else nullcontext():
+        follow, _ = _run(client, follow_up_cell(scenario.style, clean_plan), manager)
+    if other is not None and other.trouble:
+        outcome.fail("next run works", other.trouble)
     # a run that restarts runs once more, whole, after the fault
     again = follow.ended_at - follow_started if scenario.style == "restarts" else 0.0
     _check_end(outcome, end, seen_at, again)
@@ -451,7 +500,7 @@ def _check_end(outcome: Outcome, end: CellEnd, seen_at: float | None, again: flo
 
 def _check_fault(outcome: Outcome, end: CellEnd) -> None:
     scenario = outcome.scenario
-    if scenario.style == "restarts" and scenario.fault == "shm-full":  # see SHM_LIMIT
+    if scenario.style in AGENT_STYLES and scenario.fault == "shm-full":  # see SHM_LIMIT
         if end.ename != "LaunchError" or SHM_LIMIT not in end.evalue:
             outcome.fail("names the fault", f"{end.status} {end.ename}: {end.evalue}")
         return
@@ -488,7 +537,9 @@ def _check_follow_up(outcome: Outcome, end: CellEnd, follow: CellEnd) -> None:
         if wrong:
             outcome.fail("pool keeps namespaces", f"'kept' held per rank: {kept}")
         return
-    if not isinstance(results, list) or len(results) != RANKS or results[0] != results[1]:
+    # every rank's result; a node's launch returns its own ranks' (the kernel's: rank 0's)
+    expected = 1 if scenario.style == "nodes" else RANKS
+    if not isinstance(results, list) or len(results) != expected or results[0] != results[-1]:
         outcome.fail("next run works", f"results {follow.stdout[-500:]!r}")
         return
     if scenario.style == "restarts" and scenario.fault != "interrupt" and end.status == "ok":

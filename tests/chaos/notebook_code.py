@@ -183,6 +183,7 @@ def _launch(style: str, plan: dict[str, object]) -> str:
         "restarts": f"num_processes={RANKS}, max_restarts=1",
         "ssh": "num_processes=1, **CHAOS_HOSTS",  # one rank on each host
         "slurm": "num_processes=1, **CHAOS_HOSTS",
+        "nodes": "num_processes=1, **CHAOS_HOSTS",  # node 0's rank; node 1 runs the other
     }[style]
     big = f" torch.ones({plan['big']} // 4)" if plan["big"] else ""  # there and back
     return (
@@ -213,6 +214,6 @@ def follow_up_cell(style: str, plan: dict[str, object]) -> str:
     return _launch(style, plan)
 
 
-#: Where a host style's launches run (``{hosts}``: the launch's options that say so), defined
-#: in its kernel.
+#: Where a host style's launches run (``{hosts}``: the launch's options that say so; for the
+#: ``nodes`` style, node 0's and the rendezvous'), defined in its kernel.
 HOSTS = "CHAOS_HOSTS = {hosts!r}\n"

@@ -12,6 +12,7 @@ __all__ = [
     "FAULTS",
     "FOUND",
     "HOST_STYLES",
+    "NETWORK_STYLES",
     "KNOWN",
     "NOT_IN",
     "OWN_KERNEL",
@@ -21,12 +22,16 @@ __all__ = [
     "draw",
 ]
 
-#: The ways of running ranks the campaign covers: in this kernel's machine, and on two other
+#: The ways of running ranks the campaign covers: in this kernel's machine; on two other
 #: machines (network namespaces), a rank on each: SSH hosts with their own OpenSSH servers, the
-#: nodes of a SLURM allocation (a real cluster: slurmctld, a slurmd on each, munge).
-STYLES = ("cold-fork", "cold-spawn", "warm", "cell", "restarts", "ssh", "slurm")
-#: The styles whose ranks run on other machines.
+#: nodes of a SLURM allocation (a real cluster: slurmctld, a slurmd on each, munge); and as
+#: two nodes that each run the launch themselves (``num_nodes=2``), a rank on each: the
+#: kernel is node 0, a script on another machine node 1.
+STYLES = ("cold-fork", "cold-spawn", "warm", "cell", "restarts", "ssh", "slurm", "nodes")
+#: The styles whose ranks the kernel starts on other machines.
 HOST_STYLES = ("ssh", "slurm")
+#: The styles with a machine of their own to cut off the network.
+NETWORK_STYLES = (*HOST_STYLES, "nodes")
 
 #: The faults, as the worker (or the runner, for ``interrupt`` and ``kernel-killed``) makes them.
 FAULTS = (
@@ -46,12 +51,13 @@ FAULTS = (
 )
 
 #: Faults that cannot happen in a style: only a rank on another machine has a link of its
-#: own to cut; a small disk mounted here is not seen by hosts whose mounts were made before
+#: own to cut; a small disk mounted here is not seen by machines whose mounts were made before
 #: it (their shared folders are bound once, at their start); big values to and from hosts
 #: travel inside the messages, never through the kernel's /dev/shm.
 NOT_IN: dict[str, tuple[str, ...]] = {
-    **{style: ("link-cut",) for style in STYLES if style not in HOST_STYLES},
+    **{style: ("link-cut",) for style in STYLES if style not in NETWORK_STYLES},
     **{style: ("disk-full", "shm-full") for style in HOST_STYLES},
+    "nodes": ("disk-full",),
 }
 #: Faults whose scenario needs a kernel of its own: it is killed, or it has a small
 #: /dev/shm of its own (in a mount namespace) that the scenario fills.

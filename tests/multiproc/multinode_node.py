@@ -100,6 +100,10 @@ def work(scenario: str) -> dict[str, Any] | None:
     attempt = int(os.environ.get("TORCHELASTIC_RESTART_COUNT", "0"))
     if scenario == "fail" and rank == 3:
         raise ValueError("rank 3 cannot go on")
+    if scenario == "die" and rank == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
+    if scenario == "stuck" and accelerator.local_process_index == rank:  # node 0's ranks
+        loop_in_own_code(30.0)
     if scenario == "restart" and rank == 3 and attempt == 0:
         raise RuntimeError("first attempt fails")
     if scenario == "sleep":
@@ -109,7 +113,7 @@ def work(scenario: str) -> dict[str, Any] | None:
         woken_by = time.monotonic() + 20  # the test interrupts a node meanwhile
         while not os.path.exists(os.path.join(folder, "wake")) and time.monotonic() < woken_by:
             time.sleep(0.05)
-    if scenario in ("fail", "restart", "sleep"):
+    if scenario in ("fail", "restart", "sleep", "die", "stuck"):
         dist.barrier()
     answer = input(f"name of rank {rank}? ") if scenario == "ask" and rank == 3 else ""
     gathered = accelerator.gather(torch.tensor([rank]))
@@ -126,6 +130,14 @@ def work(scenario: str) -> dict[str, Any] | None:
         "run_id": os.environ.get("TORCHELASTIC_RUN_ID"),
         "answer": answer,
     }
+
+
+def loop_in_own_code(seconds: float) -> None:
+    """Busy in the rank's own code, never reaching the next collective (for ``seconds`` at
+    most: a node never told that the others ended goes on afterwards, and fails)."""
+    until = time.monotonic() + seconds
+    while time.monotonic() < until:
+        time.sleep(0.05)
 
 
 def use_the_lock_and_the_generator(lock: Any, numbers: Any) -> dict[str, Any]:

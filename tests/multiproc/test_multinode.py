@@ -194,6 +194,31 @@ def test_a_failure_on_node_1_is_raised_on_node_0_with_its_type_and_rank(tmp_path
 
 
 @pytest.mark.timeout(200)
+def test_a_rank_killed_on_node_1_is_named_on_node_0_not_the_lost_connection(
+    tmp_path: Path,
+) -> None:
+    node0, node1 = _two_nodes(tmp_path, "die", "num_nodes=2")
+    for node in (node0, node1):  # the rank's own node saw it die; node 0 was told
+        assert node.get("error") == "WorkerDiedError", node
+        assert "worker for rank 3" in node["message"] and "SIGKILL" in node["message"], node
+        assert "Connection" not in node["message"] and "GLHF" not in node["message"], node
+
+
+@pytest.mark.timeout(200)
+def test_a_node_whose_ranks_are_busy_in_their_own_code_ends_when_another_node_ends(
+    tmp_path: Path,
+) -> None:
+    node0, node1 = _two_nodes(tmp_path, "stuck", "num_nodes=2", "timeout=3")
+    assert node1.get("error") == "CollectiveTimeoutError", node1  # ranks 2-3 gave up waiting
+    assert node0.get("error") == "LaunchError", node0
+    assert (
+        "another node ended the launch while ranks 0, 1 here were still running"
+        in (node0["message"])
+    ), node0
+    assert "loop_in_own_code" in node0["message"], node0  # where each was
+
+
+@pytest.mark.timeout(200)
 def test_max_restarts_restarts_the_group_after_a_failure(tmp_path: Path) -> None:
     node0, node1 = _two_nodes(tmp_path, "restart", "num_nodes=2", "max_restarts=1")
     assert "error" not in node0 and "error" not in node1, (node0, node1)

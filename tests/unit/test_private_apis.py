@@ -138,7 +138,7 @@ USES: tuple[Use, ...] = (
             "torch.distributed.elastic.rendezvous.dynamic_rendezvous:"
             "DynamicRendezvousHandler._create_tcp_store_server",
         ),
-        ("launch/multinode/elastic_agent.py",),
+        ("launch/multinode/rendezvous_stores.py",),
         "replaced per handler: the workers' store listens on the node's address only (without "
         "it, on every address, as torch's does)",
     ),

@@ -388,6 +388,7 @@ class RankDriver:
             prompts={r: p.status() for r, p in prompts_since(self._prompts_from).items()},
             frozen=frozen,
             out_of_reach=lost,
+            elsewhere=group.elsewhere(),
         )
         group.add_history(error, log)
         if not group.keeps:

@@ -52,6 +52,8 @@ def failure_from_event(event: Failure) -> tuple[WorkerFailure, bool]:
         timeout_s=event.timeout_s,
         collective=event.collective or None,
         at_prompt=event.at_prompt,
+        signal_name=event.signal_name or None,
+        exitcode=event.exitcode,
     ), event.is_timeout
 
 

@@ -280,6 +280,7 @@ def _run(job: NodeJob, host: _Host) -> AgentEnded:
             log_dir,
             host.restarting,
             on_exit_barrier=_at_exit_barrier.set,
+            sees_other_nodes=True,  # the kernel hears every host's workers and agent
         )
         _agent_running.set()
         if _stopping.is_set():  # told to stop before the agent began (see _watch_kernel)

@@ -51,6 +51,7 @@ def failure_outcome(
     prompts: Mapping[int, str] | None = None,
     frozen: Iterable[int] = (),
     out_of_reach: Mapping[int, str] | None = None,
+    elsewhere: Mapping[int, str] | None = None,
 ) -> BaseException:
     """The exception for ``failures`` (there is at least one), the launch being over.
 
@@ -73,6 +74,8 @@ def failure_outcome(
         frozen: unfinished ranks whose process was stopped (SIGSTOP, Ctrl-Z): said so.
         out_of_reach: unfinished ranks the kernel lost contact with (their host's connection
             ended), each with what is known of it: said instead of where they were.
+        elsewhere: the ranks this kernel does not run (another node's), each with where it
+            is: said of those without a failure of their own.
     """
     unfinished = list(unfinished)
     failures.settle(unfinished)
@@ -85,6 +88,8 @@ def failure_outcome(
     for record in failures.records:  # a lost peer after a timeout: the timed-out rank let go
         late = is_peer_loss(record.message)
         status.setdefault(record.rank, CAME_LATE if late else f"failed with {record.first_line}")
+    for rank, said in (elsewhere or {}).items():
+        status.setdefault(rank, said)
     if prompts and any(record.at_prompt for record in failures.records):
         own = {record.rank for record in failures.records if not is_peer_loss(record.message)}
         status.update((rank, said) for rank, said in prompts.items() if rank not in own)

@@ -26,7 +26,6 @@ import math
 import os
 import signal
 import time
-import weakref
 from collections.abc import Callable
 from typing import Any
 
@@ -35,8 +34,10 @@ from ...errors import LaunchError
 from ...runtime.device_types.cuda_facts import fork_safe_cuda_queries
 from ...worker.transfer.segments import SHM_ROOT
 from ..placement.nodes import NodePlan
-from .network import rendezvous_listener, split_endpoint
+from .failure_relay import keep_store_for_readers, launch_ranks, relay_signal_deaths
 from .node_addresses import NodeNetwork
+from .rendezvous_stores import rendezvous_handler
+from .unanswered import END_WAIT_S, RendezvousWatch, returned_within
 from .unreaped import continue_children, ended_unreaped, stop_children
 
 __all__ = ["EXIT_BARRIER_S", "BeforeStop", "OnRestart", "launch_config", "run_agent"]
@@ -135,10 +136,10 @@ def _meet(
     make_args: Callable[[dict[str, str]], tuple[Any, ...]],
     wait_s: float,
     rounds: int,
-) -> None:
+) -> int:
     """After a rendezvous (this node's ``rounds``-th): check with the other nodes that
     everyone can meet, then give this node's workers the interface for their sockets and the
-    attempt's number. Raises :class:`LaunchError` on every node when one of them found a
+    attempt's number (returned). Raises :class:`LaunchError` on every node when one of them found a
     problem.
 
     The number is the same on every node: torch counts only the restarts after a failure of
@@ -169,6 +170,7 @@ def _meet(
     attempt = max(int(text) for text in seen) - 1
     peers = [card for rank, card in enumerate(cards) if rank != me]
     worker_group.spec.args = make_args({**network.worker_env(peers), RESTART_COUNT: str(attempt)})
+    return attempt
 
 
 def _agent_class() -> type:
@@ -207,6 +209,16 @@ def _agent_class() -> type:
             self._ended: list[tuple[int, int, int]] = []
             self._rounds = 0
             self._worker_pids: list[int] = []
+            self._attempt = 0
+            self._stopping = False
+            self._group: Any = None
+            #: The rendezvous, watched in the background (set before the run).
+            self.watch: RendezvousWatch | None = None
+            #: Whether this node's kernel sees only this node's workers (not a launch on
+            #: hosts): the nodes then tell each other how theirs failed, and a node sees
+            #: another end the launch (set before the run).
+            self.alone = True
+            self._relayed: set[tuple[int, int]] = set()
 
         def _exit_barrier(self) -> None:
             """Say that this node's workers are done (``on_exit_barrier``), then wait for the
@@ -223,6 +235,7 @@ def _agent_class() -> type:
             that does not act on SIGTERM (frozen, or blocked in a collective's native code)
             its whole grace (30 s) before its SIGKILL. Another signal (the node's interrupt)
             is torch's to pass on, with its grace: a frozen worker is continued to take it."""
+            self._stopping = True  # the deaths from now on are this stop's
             if death_sig == signal.SIGTERM:
                 stop_children(self._worker_pids)
             else:
@@ -231,8 +244,12 @@ def _agent_class() -> type:
 
         def _rendezvous(self, worker_group: Any) -> None:
             super()._rendezvous(worker_group)
+            self._group = worker_group
             self._rounds += 1
-            _meet(worker_group, self._network, self._make_args, self._wait_s, self._rounds)
+            self._attempt = _meet(
+                worker_group, self._network, self._make_args, self._wait_s, self._rounds
+            )
+            self._stopping = False
 
         def _monitor_workers(self, worker_group: Any) -> Any:
             self._worker_pids = [w.id for w in worker_group.workers if isinstance(w.id, int)]
@@ -240,11 +257,42 @@ def _agent_class() -> type:
                 self._before_last_stop(worker_group)
             self._continue_frozen(worker_group)
             result = super()._monitor_workers(worker_group)
+            if self._ended_elsewhere(worker_group, result):
+                from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
+
+                return RunResult(state=WorkerState.FAILED)  # without a failure of its own
             self._ended = [
                 (failure.local_rank, failure.pid, failure.exitcode)
                 for failure in result.failures.values()
             ]
+            if self.alone and not self._stopping:
+                self._relay_deaths(worker_group, result.failures)
             return result
+
+        def keep_store_for_readers(self) -> None:
+            """After the run failed: see :func:`failure_relay.keep_store_for_readers`."""
+            if self._group is not None:
+                keep_store_for_readers(self._group, self._attempt)
+
+        def _relay_deaths(self, worker_group: Any, failures: dict[int, Any]) -> None:
+            """See :func:`failure_relay.relay_signal_deaths`."""
+            node_rank, attempt = self._network.node_rank, self._attempt
+            relay_signal_deaths(worker_group, failures, node_rank, attempt, self._relayed)
+
+        def _ended_elsewhere(self, worker_group: Any, result: Any) -> bool:
+            """Whether another node closed the rendezvous (its ranks failed, or it was
+            stopped) while the workers here still run: they would wait for it in their own
+            code, or frozen, forever. ``before_stop`` is told where they are first."""
+            from torch.distributed.elastic.agent.server.api import WorkerState
+
+            closed = self.alone and self.watch is not None and self.watch.closed
+            if not closed or result.state != WorkerState.HEALTHY:
+                return False
+            if self._before_stop is not None:
+                running = launch_ranks(worker_group, self._network.node_rank)
+                before_stop, self._before_stop = self._before_stop, None  # once
+                before_stop(running)
+            return True
 
         def _before_last_stop(self, worker_group: Any) -> None:
             """Once a worker has failed and no restart is left, tell ``before_stop`` of the
@@ -252,12 +300,16 @@ def _agent_class() -> type:
             worker is looked at without being reaped: the agent still sees it end)."""
             running: dict[int, int] = {}
             failed = False
+            ranks = {
+                pid: rank
+                for rank, pid in launch_ranks(worker_group, self._network.node_rank).items()
+            }
             for worker in worker_group.workers:
                 if not isinstance(worker.id, int):
                     return  # not started yet
                 ended = ended_unreaped(worker.id)
                 if ended is None:
-                    running[worker.global_rank] = worker.id
+                    running[ranks[worker.id]] = worker.id
                 else:
                     failed = failed or ended
             if failed and running and self._before_stop is not None:
@@ -283,65 +335,6 @@ def _agent_class() -> type:
     return NodeAgent
 
 
-def _store_server(address: str, port: int, timeout_s: float | None = None) -> Any:
-    """A TCP store server listening on ``address`` only (``port`` 0: a free one); ``None``
-    when ``address`` is not this machine's alone (or the port is taken)."""
-    host = f"[{address}]" if ":" in address else address
-    listener = rendezvous_listener(f"{host}:{port}")
-    if listener is None:
-        return None
-    from datetime import timedelta
-
-    import torch.distributed as dist
-
-    options: dict[str, Any] = {}
-    if timeout_s is not None:
-        options["timeout"] = timedelta(seconds=timeout_s)
-    return dist.TCPStore(
-        address,
-        int(listener.getsockname()[1]),
-        is_master=True,
-        multi_tenant=True,
-        master_listen_fd=listener.detach(),  # the store's own socket from now on
-        **options,
-    )
-
-
-def _rendezvous_handler(parameters: Any, hosts_store: bool) -> Any:
-    """torch's c10d rendezvous handler, whose stores listen on one address only: the
-    rendezvous store (hosted here) on the endpoint's, and the store the workers share (hosted
-    by the node that becomes the rendezvous' rank 0) on that node's. Where that cannot be (an
-    address that is not the machine's alone, another torch), a store listens on every address,
-    as torch's does by itself."""
-    from torch.distributed.elastic.rendezvous import registry
-
-    handler: Any = None
-    if hosts_store and parameters.backend == "c10d":
-        host, port = split_endpoint(parameters.endpoint)
-        read_timeout = float(parameters.get_as_int("read_timeout", 60))
-        store = _store_server(host, port, read_timeout) if port is not None else None
-        if store is not None:
-            from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
-                C10dRendezvousBackend,
-            )
-            from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
-
-            backend = C10dRendezvousBackend(store, parameters.run_id)
-            handler = create_handler(store, backend, parameters)
-    if handler is None:
-        handler = registry.get_rendezvous_handler(parameters)
-    create = getattr(type(handler), "_create_tcp_store_server", None)
-    if create is not None:  # torch's method for the workers' store: on this node's address
-        weak = weakref.ref(handler)  # no cycle: the stores go with the handler
-
-        def on_one_address(master_addr: str, master_port: int) -> Any:
-            bound = _store_server(master_addr, master_port)
-            return bound if bound is not None else create(weak(), master_addr, master_port)
-
-        handler._create_tcp_store_server = on_one_address
-    return handler
-
-
 def run_agent(
     config: Any,
     entrypoint: Callable[..., Any],
@@ -351,6 +344,7 @@ def run_agent(
     on_restart: OnRestart | None = None,
     before_stop: BeforeStop | None = None,
     on_exit_barrier: Callable[[], None] | None = None,
+    sees_other_nodes: bool = False,
 ) -> Any:
     """Run this node's agent until its workers are done; the agent's ``RunResult``.
 
@@ -359,6 +353,11 @@ def run_agent(
     restart of the workers (see :data:`OnRestart`); ``before_stop`` of the workers still
     running when the agent stops them after its last failure (see :data:`BeforeStop`);
     ``on_exit_barrier`` once this node's workers are done and it waits for the other nodes'.
+    Unless ``sees_other_nodes`` (a launch on hosts, whose kernel hears every node), this
+    node's kernel sees only its own workers: the agent records how a worker here died by a
+    signal for the other nodes' ranks, keeps the workers' store it hosts until they read a
+    failure there (:mod:`failure_relay`), and stops its workers when another node ended the
+    launch (the run's result is then a failure without failures of its own).
 
     After a failure the rendezvous is closed, so the other nodes' agents stop waiting for a
     restart; after a success only the node that hosts the store closes it (the others would
@@ -381,7 +380,7 @@ def run_agent(
         local_addr=config.local_addr,
         **config.rdzv_configs,
     )
-    handler = _rendezvous_handler(parameters, hosts_store)
+    handler = rendezvous_handler(parameters, hosts_store)
     spec = WorkerSpec(
         role=config.role,
         local_world_size=config.nproc_per_node,
@@ -404,10 +403,17 @@ def run_agent(
         start_method=config.start_method,
         exit_barrier_timeout=EXIT_BARRIER_S,
     )
+    agent.alone = not sees_other_nodes
     close_rendezvous = True
+    watch = RendezvousWatch(handler, config.monitor_interval)
+    handler.num_nodes_waiting = watch  # the agent's loop never waits for the store
+    agent.watch = watch
+    watch.start()
     try:
         result = agent.run()
         close_rendezvous = hosts_store or result.is_failed()
+        if result.is_failed() and agent.alone:
+            agent.keep_store_for_readers()
         return result
     except SignalException:
         close_rendezvous = False  # as torchrun: a stopped node leaves the rendezvous open
@@ -417,9 +423,11 @@ def run_agent(
             raise
         said = _no_space(problem)
     finally:
+        watch.stop()
+        del handler.num_nodes_waiting  # the watch holds the handler: no cycle is left
         if close_rendezvous:
-            handler.shutdown()
-        del agent, spec, handler
+            returned_within(END_WAIT_S, handler.shutdown)
+        del agent, spec, handler, watch
     # raised here, without the OSError's frames: they hold the agent, its stores and their
     # connections, for as long as the error is kept (a notebook keeps the last one)
     raise LaunchError(said)

@@ -82,12 +82,16 @@ def agent_run(
     on_restart: OnRestart | None = None,
     before_stop: BeforeStop | None = None,
     on_exit_barrier: Callable[[], None] | None = None,
+    sees_other_nodes: bool = False,
 ) -> Callable[[], Any]:
     """This node's agent run, ready to start: it meets the other nodes, then runs this node's
     workers, which report to ``address`` (authenticated with ``authkey``) and write their
     big results in ``log_dir``; ``on_restart`` is told of each restart of the workers,
     ``on_exit_barrier`` once they are done and the node waits for the others'; the call
-    returns the agent's ``RunResult``."""
+    returns the agent's ``RunResult``. ``sees_other_nodes``: the kernel hears every node's
+    workers and agents (a launch on hosts), and judges the launch whole; else each node's
+    kernel sees only its own, and the nodes tell each other how theirs failed (see
+    :func:`~nb_accel.launch.multinode.elastic_agent.run_agent`)."""
     args = NodeWorkerArgs(
         address=address,
         authkey=authkey,
@@ -113,6 +117,7 @@ def agent_run(
         on_restart,
         before_stop,
         on_exit_barrier,
+        sees_other_nodes,
     )
 
 

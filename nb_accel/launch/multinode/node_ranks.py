@@ -25,11 +25,13 @@ from ...errors import LaunchError
 from ...worker.transfer.pickling import Pickled
 from ..failures.failure_log import FailureLog
 from ..failures.oom import oom_kills, oom_verdict
+from ..failures.verdict import rank_list
 from ..failures.whereabouts import RankStack, take_stacks
-from ..launchers.outcome import RETURNED
+from ..launchers.outcome import FROZEN, RETURNED
 from ..placement.nodes import NodePlan
 from ..plan import LaunchPlan
 from ..pool_ranks.interface import CellOutput, PoolRanks, RankStatus
+from ..processes import process_frozen
 from ..views.output import OutputPrinter
 from ..views.view import LaunchView
 from .node_events import NodeEvents
@@ -148,7 +150,20 @@ class NodeRanks(PoolRanks):
         self._agent_failures: dict[int, Any] = {}
         self._problem: LaunchError | None = None
         self._stopped_at: dict[int, RankStack] = {}
+        self._frozen_at: list[int] = []
+        self._located: list[int] = []
         self._last_events: NodeEvents | None = None
+
+    def elsewhere(self) -> dict[int, str]:
+        """The other nodes' ranks, each with its node: their own launch says where they were
+        (a kernel sees only its own node's ranks)."""
+        per_node = self._plan.num_processes
+        every = range(self._nodes.num_nodes * per_node)
+        return {
+            rank: f"is on node {rank // per_node}, whose own launch says where it was"
+            for rank in every
+            if rank not in self.targets
+        }
 
     def watch(self, view: LaunchView | None, timeout: float | None) -> None:
         """The first look runs the agent to its end (the workers' events are heard on the
@@ -175,6 +190,8 @@ class NodeRanks(PoolRanks):
                 result = run()
             if result.is_failed():
                 self._agent_failures = dict(result.failures)
+                if not result.failures:  # another node ended the launch (see NodeAgent)
+                    self._problem = self._ended_elsewhere()
             del result
         except SignalException as stopped:
             if stopped.sigval != signal.SIGINT:
@@ -275,8 +292,29 @@ class NodeRanks(PoolRanks):
 
     def locate(self, folder: str, running: dict[int, int]) -> None:
         """Where each of the ``running`` workers (pid by rank) is, taken before the agent
-        stops them after its last failure (they answer in ``folder``), for the outcome."""
-        self._stopped_at = take_stacks(folder, running, collectives=True)
+        stops them after its last failure (they answer in ``folder``), for the outcome; a
+        frozen one (it cannot answer) is said to be."""
+        self._frozen_at = [rank for rank, pid in running.items() if process_frozen(pid)]
+        awake = {rank: pid for rank, pid in running.items() if rank not in self._frozen_at}
+        self._stopped_at = take_stacks(folder, awake, collectives=True)
+        self._located = sorted(running)
+
+    def _ended_elsewhere(self) -> LaunchError:
+        """The error of a launch that another node ended while ranks here still ran."""
+        ranks = self._located or self.targets
+        where = []
+        for rank in ranks:
+            if rank in self._frozen_at:
+                where.append(f"rank {rank} {FROZEN}")
+            elif rank in self._stopped_at:
+                where.append(f"rank {rank} was {self._stopped_at[rank].summary()}")
+        said = f" ({'; '.join(where)})" if where else ""
+        return LaunchError(
+            f"another node ended the launch while {rank_list(ranks)} here "
+            f"{'was' if len(ranks) == 1 else 'were'} still running{said}: one of its ranks "
+            "failed, or it was stopped. That node's own output says which; the ranks here "
+            "were stopped, since the others will not come back to their collectives"
+        )
 
     def stacks(self, ranks: list[int], collectives: bool) -> dict[int, RankStack]:
         """Where each of ``ranks`` was when the agent stopped it (the driver asks once the

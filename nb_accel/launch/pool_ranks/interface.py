@@ -177,6 +177,12 @@ class PoolRanks(ABC):
         del ranks
         return {}
 
+    def elsewhere(self) -> dict[int, str]:
+        """The ranks of the launch that this kernel does not run (a multi-node launch's other
+        nodes' ranks), each with where it is, in words (``is on node 1, ...``): said of them,
+        unless they failed, instead of what the kernel cannot know. Here: none."""
+        return {}
+
     def end_frozen(self, ranks: list[int]) -> None:
         """End the frozen ``ranks`` (after another rank's failure, the others cannot wait for
         them): their death then tells that they were frozen."""

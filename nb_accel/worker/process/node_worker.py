@@ -21,12 +21,14 @@ import dataclasses
 import os
 import pickle
 import socket
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import partial
 from multiprocessing.connection import Client, Connection
-from typing import Any
+from typing import Any, TypeVar
 
 import torch.distributed as dist
 
@@ -46,11 +48,26 @@ from .rank_group import OwnDeadline, bound_device, leave_process_group, use_rank
 from .spec import Payload, unpack_payload
 from .trainer_support import set_up_training_arguments
 
-__all__ = ["NodeWorkerArgs", "node_worker_main", "global_rank"]
+__all__ = [
+    "NodeWorkerArgs",
+    "global_rank",
+    "keep_store_for_readers",
+    "node_worker_main",
+    "relay_death",
+]
 
 #: How long a rank whose collective broke waits for another rank's failure to show up.
 PEER_FAILURE_WAIT_S = 2.0
 _FIRST_FAILURE = "first_failure"
+_T = TypeVar("_T")
+#: How long an agent relaying a death, or a rank, waits for the workers' store to answer.
+RELAY_TIMEOUT_S = 2.0
+#: How long past its own wait a rank's look for another's failure may take to be answered.
+ANSWER_SLACK_S = 0.5
+#: After a failure, how long the node hosting the workers' store keeps it for the other
+#: nodes' ranks to read the failure there (they wait for one up to PEER_FAILURE_WAIT_S).
+FAILURE_READ_S = PEER_FAILURE_WAIT_S + 1.0
+_SETTLED = "settled"
 _ABORT = "abort"
 
 
@@ -110,6 +127,8 @@ class _Node:
         self.rank = global_rank(args.node_rank, self.local_rank, self.per_node)
         self.host = socket.gethostname()
         self.store: Any = None
+        #: Whether a call to the store went unanswered (its host cut off): no more are made.
+        self.store_lost = False
 
     def environment(self) -> dict[str, str]:
         """The variables a single-node worker sets too, with this node's ranks."""
@@ -130,11 +149,8 @@ class _Node:
     def connect_store(self) -> None:
         """The elastic agent's store for this attempt, under a prefix of our own; its waits
         (NCCL's exchange of its communicator's id among them) allow the launch's timeout."""
-        timeout = timedelta(seconds=self.args.timeout_s)
-        tcp = dist.TCPStore(
-            os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), None, False, timeout
-        )
-        self.store = dist.PrefixStore(f"nb_accel/attempt_{self.attempt}", tcp)
+        address, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+        self.store = _attempt_store(address, port, self.attempt, self.args.timeout_s)
 
     def check_layout(self) -> None:
         """Fail clearly when the nodes disagree on their numbers or sizes."""
@@ -193,28 +209,98 @@ class _Node:
 
     def publish_failure(self, failure: Failure) -> None:
         """Record ``failure`` as the launch's first unless another rank's came first."""
-        if self.store is None:
-            return
-        try:
-            self.store.compare_set(_FIRST_FAILURE, "", pickle.dumps(failure))
-        except Exception:  # noqa: BLE001 - the store may be gone with its node
-            pass
+        store = self.store
+        self._ask(RELAY_TIMEOUT_S, lambda: _publish(store, failure))
+
+    def settled(self) -> None:
+        """Count this rank as settled (see :func:`keep_store_for_readers`)."""
+        store = self.store
+        self._ask(RELAY_TIMEOUT_S, lambda: store.add(_SETTLED, 1))
 
     def peer_failure(self, wait_s: float) -> Failure | None:
-        """Another rank's failure recorded in the store (waiting up to ``wait_s`` for one)."""
-        if self.store is None:
+        """Another rank's failure recorded in the store (waiting up to ``wait_s`` for one; a
+        store that does not answer, its host cut off, is given up after that too)."""
+        return self._ask(wait_s + ANSWER_SLACK_S, lambda: self._peer_failure(wait_s))
+
+    def _ask(self, seconds: float, call: Callable[[], _T]) -> _T | None:
+        """What ``call`` to the store returns (``None``: it raised, or the store is lost);
+        a store that has not answered within ``seconds`` is lost."""
+        if self.store is None or self.store_lost:
             return None
+        answered, value = _within(seconds, call)
+        self.store_lost = not answered
+        return value
+
+    def _peer_failure(self, wait_s: float) -> Failure | None:
         deadline = time.monotonic() + wait_s
+        while True:
+            if self.store.check([_FIRST_FAILURE]):
+                failure = pickle.loads(self.store.get(_FIRST_FAILURE))
+                return failure if failure.rank != self.rank else None
+            if time.monotonic() >= deadline:
+                return None
+            time.sleep(0.02)
+
+
+def _within(seconds: float, call: Callable[[], _T]) -> tuple[bool, _T | None]:
+    """Whether ``call`` returned within ``seconds``, and what it returned (``None`` when it
+    raised): a call to a store whose host was cut off waits for an answer as long as the
+    system keeps the connection (many minutes). Its thread is then left to this worker's
+    end, which comes next."""
+    answers: list[_T | None] = []
+
+    def ask() -> None:
         try:
-            while True:
-                if self.store.check([_FIRST_FAILURE]):
-                    failure = pickle.loads(self.store.get(_FIRST_FAILURE))
-                    return failure if failure.rank != self.rank else None
-                if time.monotonic() >= deadline:
-                    return None
-                time.sleep(0.02)
+            answers.append(call())
         except Exception:  # noqa: BLE001 - the store may be gone with its node
-            return None
+            answers.append(None)
+
+    thread = threading.Thread(target=ask, name="nb_accel-store-call", daemon=True)
+    thread.start()
+    thread.join(seconds)
+    return (True, answers[0]) if answers else (False, None)
+
+
+def _attempt_store(address: str, port: int, attempt: int, timeout_s: float) -> Any:
+    """A client of the workers' store (``address:port``) under attempt ``attempt``'s prefix."""
+    tcp = dist.TCPStore(address, port, None, False, timedelta(seconds=timeout_s))
+    return dist.PrefixStore(f"nb_accel/attempt_{attempt}", tcp)
+
+
+def _publish(store: Any, failure: Failure) -> None:
+    try:
+        store.compare_set(_FIRST_FAILURE, "", pickle.dumps(failure))
+    except Exception:  # noqa: BLE001 - the store may be gone with its node
+        pass
+
+
+def relay_death(address: str, port: int, attempt: int, failure: Failure) -> None:
+    """Record ``failure``, a worker of this node that died without reporting (its agent saw
+    it end), as attempt ``attempt``'s first failure in the workers' store at ``address:port``
+    unless another rank's came first: the ranks on the other nodes that lost their connection
+    to it then report how it died, not their lost connection."""
+    try:
+        store = _attempt_store(address, port, attempt, RELAY_TIMEOUT_S)
+    except Exception:  # noqa: BLE001 - the store may be gone with its node
+        return
+    _publish(store, failure)
+
+
+def keep_store_for_readers(address: str, port: int, attempt: int, ranks: int) -> None:
+    """On the node hosting the workers' store (``address:port``), once its own workers of
+    attempt ``attempt`` are done: when a failure was recorded there, wait until each of the
+    ``ranks`` has settled (:func:`_settle`: read the failure, or had its own), at most
+    :data:`FAILURE_READ_S`, before the node ends and its store with it. The other nodes'
+    ranks whose connection broke read there what failed."""
+    try:
+        store = _attempt_store(address, port, attempt, RELAY_TIMEOUT_S)
+        if not store.check([_FIRST_FAILURE]):
+            return
+        deadline = time.monotonic() + FAILURE_READ_S
+        while store.add(_SETTLED, 0) < ranks and time.monotonic() < deadline:
+            time.sleep(0.02)
+    except Exception:  # noqa: BLE001 - a store of its own: it answers, or is gone
+        pass
 
 
 def _report_timeout(
@@ -252,11 +338,12 @@ def _with_host(failure: Failure, host: str) -> Failure:
 
 def _settle(node: _Node, outcome: Outcome) -> Outcome:
     """This rank's own failure marked with its host and, when it may be the root cause,
-    relayed to the other ranks through the store."""
+    relayed to the other ranks through the store; the rank counted as settled there."""
     if isinstance(outcome, Failure) and outcome.rank == node.rank:
         outcome = _with_host(outcome, node.host)
         if not _is_knock_on(outcome):  # only a possible root cause is relayed to the others
             node.publish_failure(outcome)
+    node.settled()
     return outcome
 
 

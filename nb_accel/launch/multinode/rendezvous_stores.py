@@ -1,0 +1,72 @@
+"""The stores of a node's c10d rendezvous, each listening on one address: the rendezvous
+store (hosted by node 0) on its endpoint's, and the store the workers share (hosted by the node
+the rendezvous makes its rank 0) on that node's; torch's listen on every address of the
+machine."""
+
+from __future__ import annotations
+
+import weakref
+from typing import Any
+
+from .network import rendezvous_listener, split_endpoint
+
+__all__ = ["rendezvous_handler", "store_server"]
+
+
+def store_server(address: str, port: int, timeout_s: float | None = None) -> Any:
+    """A TCP store server listening on ``address`` only (``port`` 0: a free one); ``None``
+    when ``address`` is not this machine's alone (or the port is taken)."""
+    host = f"[{address}]" if ":" in address else address
+    listener = rendezvous_listener(f"{host}:{port}")
+    if listener is None:
+        return None
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    options: dict[str, Any] = {}
+    if timeout_s is not None:
+        options["timeout"] = timedelta(seconds=timeout_s)
+    return dist.TCPStore(
+        address,
+        int(listener.getsockname()[1]),
+        is_master=True,
+        multi_tenant=True,
+        master_listen_fd=listener.detach(),  # the store's own socket from now on
+        **options,
+    )
+
+
+def rendezvous_handler(parameters: Any, hosts_store: bool) -> Any:
+    """torch's c10d rendezvous handler, whose stores listen on one address only: the
+    rendezvous store (hosted here) on the endpoint's, and the store the workers share (hosted
+    by the node that becomes the rendezvous' rank 0) on that node's. Where that cannot be (an
+    address that is not the machine's alone, another torch), a store listens on every address,
+    as torch's does by itself."""
+    from torch.distributed.elastic.rendezvous import registry
+
+    handler: Any = None
+    if hosts_store and parameters.backend == "c10d":
+        host, port = split_endpoint(parameters.endpoint)
+        read_timeout = float(parameters.get_as_int("read_timeout", 60))
+        store = store_server(host, port, read_timeout) if port is not None else None
+        if store is not None:
+            from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
+                C10dRendezvousBackend,
+            )
+            from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+            backend = C10dRendezvousBackend(store, parameters.run_id)
+            handler = create_handler(store, backend, parameters)
+    if handler is None:
+        handler = registry.get_rendezvous_handler(parameters)
+    create = getattr(type(handler), "_create_tcp_store_server", None)
+    if create is not None:  # torch's method for the workers' store: on this node's address
+        weak = weakref.ref(handler)  # no cycle: the stores go with the handler
+
+        def on_one_address(master_addr: str, master_port: int) -> Any:
+            bound = store_server(master_addr, master_port)
+            return bound if bound is not None else create(weak(), master_addr, master_port)
+
+        handler._create_tcp_store_server = on_one_address
+    return handler

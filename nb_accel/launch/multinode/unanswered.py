@@ -1,0 +1,85 @@
+"""Calls to the rendezvous store that may never be answered.
+
+A call to a store whose host was cut off from the network waits as long as the system keeps
+the connection (many minutes): torch's store timeouts are the server's to send. The node's
+agent asks the store on every turn of its loop whether nodes are waiting to join, and closes
+the rendezvous as it ends; on a node cut off from the store, either would keep the node (and
+its notebook's cell) waiting for minutes after its workers gave up. Here the loop reads the
+answer a background thread last got (which also tells that another node closed the
+rendezvous: it ended the launch), and the end waits a few seconds at most; a call that never
+returns is left to its thread (a daemon).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+__all__ = ["END_WAIT_S", "RendezvousWatch", "returned_within"]
+
+#: How long a node's agent waits, as it ends, for the store to take its last word.
+END_WAIT_S = 5.0
+
+
+class RendezvousWatch:
+    """The handler's ``num_nodes_waiting`` and ``is_closed``, asked by a background thread
+    every ``interval_s`` once :meth:`start` ran. A call returns the last count of nodes
+    waiting to join (0 before the first answer), or raises the error the store's call
+    raised, never waiting for the store; :attr:`closed` says whether another node closed
+    the rendezvous (it ended the launch)."""
+
+    def __init__(self, handler: Any, interval_s: float) -> None:
+        self._count: Callable[[], int] = handler.num_nodes_waiting
+        self._is_closed: Callable[[], bool] = handler.is_closed
+        self._interval_s = interval_s
+        self._last = 0
+        self._error: BaseException | None = None
+        #: Whether the rendezvous was closed at the last answer.
+        self.closed = False
+        self._stop = threading.Event()
+        self._thread = threading.Thread(
+            target=self._run, name="nb_accel-rendezvous-watch", daemon=True
+        )
+
+    def __call__(self) -> int:
+        """How many nodes were waiting to join at the last answer."""
+        if self._error is not None:
+            raise self._error
+        return self._last
+
+    def start(self) -> None:
+        """Start asking."""
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop asking; a call still waiting for the store is left to its thread."""
+        self._stop.set()
+        if self._thread.ident is not None:
+            self._thread.join(END_WAIT_S)
+
+    def _run(self) -> None:
+        while not self._stop.wait(self._interval_s):
+            try:
+                self._last = self._count()
+                self.closed = self._is_closed()
+            except Exception as error:  # noqa: BLE001 - raised in the agent's loop instead
+                self._error = error
+                return
+
+
+def returned_within(seconds: float, call: Callable[[], object]) -> bool:
+    """Run ``call`` in a thread of its own; whether it returned (or raised) within
+    ``seconds``. Its error, if any, is dropped: the store's host may be gone."""
+    done = threading.Event()
+
+    def run() -> None:
+        try:
+            call()
+        except Exception:  # noqa: BLE001 - a store that is gone is the expected case
+            pass
+        finally:
+            done.set()
+
+    threading.Thread(target=run, name="nb_accel-store-end", daemon=True).start()
+    return done.wait(seconds)

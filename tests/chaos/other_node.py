@@ -1,0 +1,34 @@
+"""Node 1 of the chaos campaign's ``nodes`` style, run on its own machine (a network namespace)
+as a user runs the same launch on a second machine: ``python other_node.py PLAN OPTIONS``, the
+plan and the launch's options as JSON. It defines the campaign's training function as the
+notebook does, launches its share (rank 1), prints the result or the error it ended in, and
+exits (1 after an error). Its standard input answers a debugger's prompt (``c``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from notebook_code import FUNCTIONS, TIMEOUT_S
+
+
+def main() -> None:
+    """Launch node 1's share of the plan the command line gives."""
+    plan, options = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+    exec(FUNCTIONS, globals())  # the notebook's cell, as the user wrote it
+    launch = globals()["notebook_launcher"]
+    try:
+        result = launch(
+            globals()["chaos_train"], args=(plan,), timeout=TIMEOUT_S, num_processes=1, **options
+        )
+    except BaseException as error:  # noqa: BLE001 - said, as a notebook shows it
+        print(f"node 1 ended in {type(error).__name__}: {error}", flush=True)
+        sys.exit(1)
+    print(f"node 1's results: {result}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
