@@ -191,7 +191,10 @@ USES: tuple[Use, ...] = (
         ),
         ("launch/multinode/elastic_agent.py",),
         "overridden: the kernel hears of each restart of the workers (max_restarts), which "
-        "restart it is and which workers' deaths caused it; the agent has no public hook there",
+        "restart it is and which workers' deaths caused it; where each node's kernel sees only "
+        "its own workers, a worker killed by a signal is recorded for the other nodes' ranks, "
+        "and a node whose workers still run when another node closed the rendezvous stops "
+        "them; the agent has no public hook there",
     ),
     Use(
         "torch",
