@@ -7,7 +7,7 @@ TORCH_PIN := torch==2.13.0
 # The Accelerate release the compatibility lane runs the tests of (and the benchmarks compare with).
 ACCELERATE_PIN := accelerate==1.15.0
 
-.PHONY: setup test-setup hosts-setup trackers-env demo lab docs test test-docs test-chaos test-install lint test-accelerate test-xla test-trackers \
+.PHONY: setup test-setup hosts-setup trackers-env demo lab docs test test-docs test-chaos test-install lint test-accelerate test-xla test-trackers ray-env test-ray \
 	test-browser test-colab test-colab-units test-colab-kernels test-kaggle test-classic chromium \
 	screenshots bench clean
 
@@ -153,6 +153,22 @@ trackers-env: $(TRACKERS_VENV)/.installed
 test-trackers: trackers-env
 	NB_ACCEL_TRACKERS_LANE=1 $(TRACKERS_VENV)/bin/python -m pytest -v -rs \
 		tests/multiproc/test_trackers_more.py tests/unit/test_private_apis.py
+
+# The Ray lane: launches on a real Ray cluster (Ray's own `ray start` on two network namespaces,
+# the kernel on the head node), with the package as `pip install nb-accel[ray]` gets it, in its
+# own venv; NB_ACCEL_RAY_LANE=1 makes a missing Ray a failure instead of a skip.
+RAY_VENV := .venv-ray
+$(RAY_VENV)/.installed: pyproject.toml Makefile
+	test -x $(RAY_VENV)/bin/python || $(PYTHON) -m venv $(RAY_VENV)
+	$(RAY_VENV)/bin/python -m pip install --quiet --upgrade pip
+	$(RAY_VENV)/bin/python -m pip install --quiet $(TORCH_PIN)
+	$(RAY_VENV)/bin/python -m pip install --quiet -e ".[ray,examples]" $(LANE_TEST_DEPS) $(TORCH_PIN)
+	touch $@
+
+ray-env: $(RAY_VENV)/.installed
+
+test-ray: ray-env hosts-setup
+	NB_ACCEL_RAY_LANE=1 $(RAY_VENV)/bin/python -m pytest -v -rs tests/ray
 
 # Opt-in: the notebooks run in JupyterLab in headless Chromium (Debian's package: Playwright
 # downloads no browser here); screenshots go to build/browser/.

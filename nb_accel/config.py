@@ -102,7 +102,8 @@ class Config:
         max_restarts: times the worker group is restarted after a failure, on one machine or
             several (torch's elastic agent restarts every rank; 0: never).
         hosts: machines a launch runs on, driven from this kernel: host names as ssh knows
-            them, or ``"slurm"`` for the nodes of the current SLURM allocation.
+            them, ``"slurm"`` for the nodes of the current SLURM allocation, or ``"ray"`` for
+            the nodes of the Ray cluster the kernel is on (``num_nodes``: how many of them).
         ssh_config: an OpenSSH client configuration file for ``hosts`` (``None``: yours).
         reuse_workers: keep launches' workers warm for the next launches (the
             ``%%distributed`` pool's workers), instead of starting and stopping them each time.
@@ -197,13 +198,14 @@ class Config:
         hosts_problem = _hosts_problem(self.hosts)
         if hosts_problem:
             found["hosts"] = hosts_problem
-        elif self.hosts is not None and self.num_nodes > 1:
+        elif self.hosts is not None and self.hosts != "ray" and self.num_nodes > 1:
             found["hosts"] = "leave num_nodes at 1 with hosts: there is one node per host"
         if self.ssh_config is not None and (
             not isinstance(self.ssh_config, str) or not self.ssh_config.strip()
         ):
             found["ssh_config"] = f"must be a file's path, got {self.ssh_config!r}"
-        if self.num_nodes > 1 and not _is_endpoint(self.rdzv_endpoint):
+        on_ray = self.hosts == "ray"  # num_nodes: how many of the cluster's nodes
+        if self.num_nodes > 1 and not on_ray and not _is_endpoint(self.rdzv_endpoint):
             found["rdzv_endpoint"] = (
                 f"must be 'host:port' when num_nodes > 1, got {self.rdzv_endpoint!r}"
             )
@@ -226,7 +228,7 @@ def _mesh_problem(config: Config, found: dict[str, str]) -> None:
     sizes = {name: getattr(config, name) for name in MESH_SIZES}
     used = [name for name, size in sizes.items() if size > 1]
     hosts = config.hosts
-    if not used or hosts == "slurm" or "num_processes" in found or "hosts" in found:
+    if not used or hosts in ("slurm", "ray") or "num_processes" in found or "hosts" in found:
         return
     machines = len(hosts) if isinstance(hosts, (list, tuple)) else config.num_nodes
     ranks = config.num_processes * machines
@@ -240,10 +242,10 @@ def _mesh_problem(config: Config, found: dict[str, str]) -> None:
 
 def _hosts_problem(hosts: object) -> str:
     """What is wrong with ``hosts`` ("" when nothing)."""
-    if hosts is None or hosts == "slurm":
+    if hosts is None or hosts in ("slurm", "ray"):
         return ""
     if isinstance(hosts, str) or not isinstance(hosts, (list, tuple)) or not hosts:
-        return f'must be a list of host names or "slurm", got {hosts!r}'
+        return f'must be a list of host names, "slurm" or "ray", got {hosts!r}'
     if not all(isinstance(name, str) and name.strip() for name in hosts):
         return f"must hold host names, got {list(hosts)!r}"
     repeated = sorted({name for name in hosts if list(hosts).count(name) > 1})

@@ -99,10 +99,12 @@ def _settle(condition: Callable[[], bool]) -> None:
 
 
 #: Fixtures wider than a test that keep a kernel from one test to the next (the chaos
-#: campaign's, one per style): a test using one has its leftovers checked by the campaign's own
-#: invariants after every scenario (the kernel's processes, threads, descriptors), and the
-#: kernel's by the fixture once it shuts it down.
-KEEPS_A_KERNEL = ("style_kernels",)
+#: campaign's, one per style), or a cluster whose daemons start processes of their own while a
+#: test runs (the Ray lane's, whose kernels run on its head node): a test using one has its
+#: leftovers checked by its own invariants (the campaign's after every scenario: the kernel's
+#: processes, threads, descriptors; the Ray tests': every process on the cluster's machines),
+#: and the kernel's or the cluster's by the fixture once it shuts it down.
+KEEPS_A_KERNEL = ("style_kernels", "ray_cluster")
 
 
 @pytest.fixture(autouse=True)

@@ -35,17 +35,23 @@ class CellRun:
     results: list[dict[str, Any]] = field(default_factory=list)
 
 
-def _wrapped_kernel(folder: Path, wrap: list[str]) -> KernelManager:
+def _wrapped_kernel(folder: Path, wrap: list[str], ip: str | None) -> KernelManager:
     """A manager for a kernel started by ``wrap`` (a command that runs the command after it:
-    ``unshare ...``), described by a kernel spec of its own in ``folder``."""
+    ``unshare ...``), described by a kernel spec of its own in ``folder``; listening on ``ip``
+    where given (a kernel in another network namespace), interrupted by a message then (its
+    process is not the one ``wrap`` started)."""
     spec = folder / "kernels" / "wrapped"
     spec.mkdir(parents=True)
     argv = [*wrap, sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    (spec / "kernel.json").write_text(
-        json.dumps({"argv": argv, "display_name": "wrapped", "language": "python"})
-    )
+    described = {"argv": argv, "display_name": "wrapped", "language": "python"}
+    if ip is not None:
+        described["interrupt_mode"] = "message"
+    (spec / "kernel.json").write_text(json.dumps(described))
     specs = KernelSpecManager(kernel_dirs=[str(folder / "kernels")])
-    return KernelManager(kernel_name="wrapped", kernel_spec_manager=specs)
+    manager = KernelManager(kernel_name="wrapped", kernel_spec_manager=specs)
+    if ip is not None:
+        manager.ip = ip
+    return manager
 
 
 @contextmanager
@@ -54,14 +60,15 @@ def running_kernel(
     scratch: Path | None = None,
     env: dict[str, str] | None = None,
     wrap: list[str] | None = None,
+    ip: str | None = None,
 ) -> Iterator[tuple[KernelManager, BlockingKernelClient]]:
     """A started kernel and its client (started in ``folder``, its ``TMPDIR`` ``scratch``,
     where given, with ``env`` added to this process's environment, and by ``wrap`` where
-    given: see :func:`_wrapped_kernel`); shut down (and its processes gone) on exit, or
-    cleaned up after if the test killed it."""
+    given, listening on ``ip`` then: see :func:`_wrapped_kernel`); shut down (and its processes
+    gone) on exit, or cleaned up after if the test killed it."""
     if wrap is not None:
         assert folder is not None, "a wrapped kernel's spec goes in its folder"
-        manager = _wrapped_kernel(folder, wrap)
+        manager = _wrapped_kernel(folder, wrap, ip)
     else:
         manager = KernelManager(kernel_name="python3")
     if folder is None and env is None:

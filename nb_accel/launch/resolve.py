@@ -117,6 +117,8 @@ def resolve_spec(
         reuse = True  # one fresh interpreter per rank once, not at every launch
     if not pool and in_ipython():  # the rank that raises waits for %debug
         plan = dataclasses.replace(plan, post_mortem_s=float(config.post_mortem_wait))
+    if hosts is not None:  # a Ray cluster's nodes, found for the plan's ranks
+        hosts = hosts.found(plan.num_processes, plan.device.cluster_resource)
     spec = LaunchSpec(plan, nodes, hosts, output, request, reuse_workers=reuse)
     mesh = _mesh(sizes, spec.world_size, sharding, device)
     return dataclasses.replace(spec, plan=dataclasses.replace(plan, mesh=mesh))
@@ -215,6 +217,8 @@ def _nodes(request: LaunchRequest, config: Config) -> NodePlan:
     """The machines of a launch run from several kernels: each option given, else saved.
     A ``join_timeout`` in ``rdzv_conf`` counts as ``rdzv_timeout`` given."""
     given: dict[str, Any] = {name: getattr(request, name) for name in NODE_FIELDS}
+    if _on_ray(request, config):  # how many of the cluster's nodes is the hosts' to say
+        given["num_nodes"] = 1
     if given["rdzv_endpoint"] is None and request.master_addr and request.use_port is not None:
         given["rdzv_endpoint"] = f"{request.master_addr}:{request.use_port}"
     conf = request.rdzv_conf
@@ -229,6 +233,11 @@ def _nodes(request: LaunchRequest, config: Config) -> NodePlan:
         rdzv_id=request.rdzv_id,
         monitor_interval=request.monitor_interval,
     )
+
+
+def _on_ray(request: LaunchRequest, config: Config) -> bool:
+    """Whether the launch runs on a Ray cluster's nodes (given, or saved)."""
+    return request.hosts == "ray" or (request.hosts is None and config.hosts == "ray")
 
 
 def _nodes_given(request: LaunchRequest) -> bool:
@@ -256,7 +265,13 @@ def _hosts(
         ssh_config = config.ssh_config if ssh_config is None else ssh_config
     if hosts is None:
         return None
-    return make_host_plan(hosts, ssh_config, nodes, given_nodes, request.remote_python)
+    given_place = request.node_rank is not None or request.rdzv_endpoint is not None
+    num_nodes = request.num_nodes
+    if hosts == "ray" and num_nodes is None and request.hosts is None:
+        num_nodes = config.num_nodes if config.num_nodes > 1 else None  # saved with the hosts
+    return make_host_plan(
+        hosts, ssh_config, nodes, given_place, request.remote_python, num_nodes=num_nodes
+    )
 
 
 def _warn_without_agent(device: DeviceType, request: LaunchRequest) -> None:

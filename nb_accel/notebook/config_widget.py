@@ -80,11 +80,11 @@ Options = list[tuple[str, Any]]
 
 
 def hosts_from_text(text: str) -> str | list[str] | None:
-    """The hosts a form's text names: ``"slurm"``, host names split at commas and spaces, or
-    ``None`` for none."""
+    """The hosts a form's text names: ``"slurm"``, ``"ray"``, host names split at commas and
+    spaces, or ``None`` for none."""
     names = [name for name in text.replace(",", " ").split() if name]
-    if names == ["slurm"]:
-        return "slurm"
+    if names in (["slurm"], ["ray"]):
+        return names[0]
     return names or None
 
 
@@ -250,7 +250,7 @@ class ConfigWidget(ipywidgets.VBox):  # type: ignore[misc]
             ),
             "rdzv_timeout": ipywidgets.FloatText(),
             "max_restarts": whole(min=0, max=MAX_INT),
-            "hosts": ipywidgets.Text(placeholder="gpu0, gpu1  (or: slurm)"),
+            "hosts": ipywidgets.Text(placeholder="gpu0, gpu1  (or: slurm, ray)"),
             "ssh_config": ipywidgets.Text(placeholder="~/.ssh/config"),
             "reuse_workers": ipywidgets.Checkbox(indent=True, layout=_fits_its_label()),
             "post_mortem_wait": ipywidgets.FloatText(),

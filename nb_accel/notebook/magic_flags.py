@@ -40,7 +40,8 @@ def ranks_option(text: str | None) -> list[int] | None:
 #: The help of ``--hosts``.
 _HOSTS_HELP = (
     "spread the pool over these machines, -n ranks on each: host names separated by commas, "
-    "slurm for the nodes of this SLURM allocation, or local for this machine only (default: "
+    "slurm for the nodes of this SLURM allocation, ray for the nodes of the Ray cluster, or "
+    "local for this machine only (default: "
     "the saved hosts, if any)"
 )
 #: The help of ``--ssh-config``.
@@ -51,11 +52,11 @@ def hosts_option(text: str | None) -> str | list[str] | None:
     """``--hosts``' value as ``WorkerPool`` takes it."""
     if text is None:
         return None
-    if text.strip() in ("slurm", "local"):
+    if text.strip() in ("slurm", "ray", "local"):
         return text.strip()
     names = [part.strip() for part in text.split(",") if part.strip()]
     if not names:
-        raise UsageError("--hosts takes host names separated by commas, or slurm")
+        raise UsageError("--hosts takes host names separated by commas, slurm or ray")
     return names
 
 

@@ -109,8 +109,8 @@ def test_the_command_line_prints_the_configuration_and_the_environment(tmp_path:
 
 def test_hosts_are_a_list_of_names_or_slurm_and_survive_the_file(tmp_path: Path) -> None:
     for bad, said in (
-        ("gpu0", 'must be a list of host names or "slurm"'),
-        ([], 'must be a list of host names or "slurm"'),
+        ("gpu0", 'must be a list of host names, "slurm" or "ray"'),
+        ([], 'must be a list of host names, "slurm" or "ray"'),
         (["gpu0", ""], "must hold host names"),
         (["gpu0", "gpu0"], "names gpu0 more than once"),
     ):

@@ -332,6 +332,18 @@ def test_the_xla_path_is_loaded_only_on_demand(path: Path) -> None:
     assert module not in _loads_torch_xla(), f"loading {module} loads torch_xla"
 
 
+#: The only modules that import Ray (``hosts="ray"``), inside functions only: loading the
+#: package never loads Ray.
+RAY_MODULES = ("nb_accel.launch.placement.ray_cluster", "nb_accel.launch.placement.ray_nodes")
+
+
+@pytest.mark.parametrize("path", ALL_MODULES, ids=_module_name)
+def test_ray_is_imported_in_two_modules_and_only_when_a_launch_names_it(path: Path) -> None:
+    module = _module_name(path)
+    for imported in _imports(path, lazy=module not in RAY_MODULES):
+        assert imported.split(".")[0] != "ray", f"{module} imports {imported}"
+
+
 def test_the_runtime_never_imports_the_kernel_side_nor_the_worker() -> None:
     """The library runs where no launch put it (a script, ``torchrun``): it reaches a worker
     only through the sink the worker installs (lazy imports count)."""

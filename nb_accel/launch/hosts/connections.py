@@ -10,14 +10,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
-import shutil
-import signal
 import subprocess
 import sys
-import threading
 import time
-from multiprocessing.connection import Connection, wait
+from multiprocessing.connection import wait
 from typing import Any
 
 from ..._messages import (
@@ -42,6 +38,8 @@ from ..failures.verdict import rank_list
 from ..launchers.dispatch import TICK_S
 from ..multinode.restarts import worker_deaths
 from ..placement.hosts import HostPlan
+from ..placement.node_process import NodeProcess
+from ..placement.transport import Reservation
 from ..plan import LaunchPlan
 from ..workers import worker_env
 from .protocol import ALIVE_EVERY_S, SILENT_S, local_versions, receive, send
@@ -57,14 +55,6 @@ HOST_STOP_GRACE_S = 2.0
 GRACEFUL_STOP_S = 10.0
 
 
-def _dying_with_the_kernel(command: list[str]) -> list[str]:
-    """``command`` run so that it is killed when the kernel dies (util-linux's ``setpriv
-    --pdeathsig``, kept across ``exec``), which ends the channel, which stops the host's node
-    and its workers; as it is where ``setpriv`` is missing."""
-    setpriv = shutil.which("setpriv")
-    return [setpriv, "--pdeathsig", "KILL", "--", *command] if setpriv else command
-
-
 class NodeChannel:
     """The kernel's end of one host's node process.
 
@@ -76,22 +66,12 @@ class NodeChannel:
         open: whether its channel is still open.
     """
 
-    def __init__(self, index: int, host: str, command: list[str]) -> None:
+    def __init__(self, index: int, host: str, process: NodeProcess) -> None:
         self.index = index
         self.host = host
-        self.process = subprocess.Popen(
-            command,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # the kernel's interrupt is the kernel's to pass on
-        )
-        assert self.process.stdin and self.process.stdout and self.process.stderr
-        self.reader = Connection(os.dup(self.process.stdout.fileno()), writable=False)
-        self.writer = Connection(os.dup(self.process.stdin.fileno()), readable=False)
-        self._stderr: list[str] = []
-        self._errors = threading.Thread(target=self._read_stderr, daemon=True)
-        self._errors.start()
+        self.process = process
+        self.reader = process.reader
+        self.writer = process.writer
         self.hello: Hello | None = None
         self.ended: AgentEnded | None = None
         self.open = True
@@ -100,16 +80,9 @@ class NodeChannel:
         #: Whether the kernel gave the host up, silent for :data:`SILENT_S`.
         self.silent = False
 
-    def _read_stderr(self) -> None:
-        assert self.process.stderr is not None
-        for line in iter(self.process.stderr.readline, b""):
-            self._stderr.append(line.decode(errors="replace"))
-            del self._stderr[:-40]
-
     def stderr_tail(self) -> str:
         """The last lines the node process (or the SSH client) wrote to its stderr."""
-        self._errors.join(1.0)
-        return "".join(self._stderr).strip()
+        return self.process.stderr_tail()
 
     def tell(self, message: Any) -> None:
         """Send ``message`` to the node, unless its channel has gone."""
@@ -144,8 +117,7 @@ class NodeChannel:
         if time.monotonic() - self.heard_at < SILENT_S or self.reader.poll():
             return False
         self.silent, self.open = True, False
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(self.process.pid, signal.SIGKILL)  # the transport's client: ssh, srun
+        self.process.kill()  # the transport's client (ssh, srun), or the node's actor
         return True
 
     def event(self, forwarded: Forwarded) -> Event:
@@ -161,20 +133,7 @@ class NodeChannel:
 
     def close(self) -> None:
         """End the node process (its channel's end stops the node) and reap it."""
-        for conn in (self.writer, self.reader):
-            conn.close()
-        for stream in (self.process.stdin, self.process.stdout):
-            with contextlib.suppress(OSError):
-                stream.close()  # type: ignore[union-attr]
-        try:
-            self.process.wait(HOST_STOP_GRACE_S)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.process.pid, signal.SIGKILL)
-            self.process.wait()
-        self._errors.join(5)
-        if self.process.stderr is not None:
-            self.process.stderr.close()
+        self.process.close(HOST_STOP_GRACE_S)
 
 
 class HostNodes:
@@ -189,15 +148,19 @@ class HostNodes:
         self.plan = plan
         self.hosts = hosts
         self.nodes: list[NodeChannel] = []
+        self._reservation: Reservation | None = None
 
     def start(self, payload: bytes, max_restarts: int | None = None) -> None:
         """Start every host's node process, check their versions, and send each its job with
         ``payload`` (the pickled call); a :class:`LaunchError` naming the host when one cannot
         take part (nothing started anywhere then)."""
-        transport = self.hosts.transport
-        for index, host in enumerate(self.hosts.hosts):
-            command = _dying_with_the_kernel(transport.command(host, self.hosts.python))
-            self.nodes.append(NodeChannel(index, host, command))
+        resource = self.plan.device.cluster_resource
+        per_host = self.plan.num_processes
+        reservation = self.hosts.transport.reserve(self.hosts.hosts, per_host, resource)
+        self._reservation = reservation
+        for index, host in enumerate(reservation.hosts):
+            process = reservation.start(index, self.hosts.python)
+            self.nodes.append(NodeChannel(index, host, process))
         for node in self.nodes:
             self._greet(node)
         mismatched = self._mismatched(local_versions())
@@ -205,7 +168,7 @@ class HostNodes:
             raise LaunchError(mismatched)
         first = self.nodes[0]
         assert first.hello is not None
-        endpoint = f"{transport.address(first.host)}:{first.hello.free_port}"
+        endpoint = f"{reservation.address(0)}:{first.hello.free_port}"
         # Big buffers travel inside the workers' messages: the kernel cannot map the hosts' files.
         # Breakpoints and input() ask in the kernel, through the node (ToWorker answers).
         env = {**worker_env(self.plan, single_node=False), INLINE_ENV: "1", PROMPTS_VARIABLE: "1"}
@@ -249,7 +212,8 @@ class HostNodes:
             )
         said = node.stderr_tail() or "nothing"
         transport = self.hosts.transport
-        if transport.unreachable(node.process.returncode):
+        code = node.process.poll()
+        if node.process.unreachable():
             return (
                 f"host {node.host} could not be reached over {transport.name}: {said}. Check "
                 f"that `{transport.name} {node.host}` works from this machine without a "
@@ -257,7 +221,7 @@ class HostNodes:
             )
         return (
             f"nb_accel could not start on host {node.host} with {self.hosts.python} (exit code "
-            f"{node.process.returncode}): {said}. Install the kernel's versions of nb_accel and "
+            f"{code}): {said}. Install the kernel's versions of nb_accel and "
             "torch there, or name the interpreter that has them"
         )
 
@@ -347,3 +311,6 @@ class HostNodes:
                 node.messages()  # its last words: how it ended, what it said of the runs
             node.close()
         self.nodes = []
+        if self._reservation is not None:
+            self._reservation.release()
+            self._reservation = None

@@ -10,6 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .nodes import NodePlan
+from .ray_cluster import RAY, RayTransport
 from .transport import SrunTransport, SshTransport, Transport, slurm_hosts
 
 __all__ = ["LOCAL", "HostPlan", "make_host_plan"]
@@ -35,6 +36,14 @@ class HostPlan:
     transport: Transport
     python: str
     agent: NodePlan = field(default_factory=NodePlan)
+
+    def found(self, per_host: int, resource: str) -> HostPlan:
+        """These hosts, where the transport finds them itself (a Ray cluster's nodes) those
+        that hold ``per_host`` ranks each, one ``resource`` (``"CPU"``, ``"GPU"``) a rank;
+        ``ValueError`` when too few can."""
+        if self.hosts:
+            return self
+        return dataclasses.replace(self, hosts=self.transport.find_hosts(per_host, resource))
 
     @property
     def given_as(self) -> str | list[str]:
@@ -81,22 +90,39 @@ def make_host_plan(
     nodes: NodePlan,
     given_nodes: bool,
     python: str | None = None,
+    num_nodes: int | None = None,
 ) -> HostPlan | None:
     """The launch's :class:`HostPlan` (``None`` for :data:`LOCAL`: this machine); ``ValueError``
     (or ``TypeError``) saying what is wrong, before any process starts.
 
     Args:
-        hosts: ``"slurm"``, the host names (as ``ssh`` knows them), or ``"local"``.
+        hosts: ``"slurm"``, ``"ray"``, the host names (as ``ssh`` knows them), or
+            ``"local"``.
         ssh_config: an OpenSSH client configuration file (``None``: the user's own).
         nodes: the node options (``rdzv_timeout``, ``max_restarts``, ``rdzv_conf``,
             ``rdzv_id`` and ``monitor_interval`` apply to the hosts).
         given_nodes: whether ``num_nodes``, ``node_rank`` or ``rdzv_endpoint`` was passed:
             the hosts decide those themselves.
-        python: the interpreter the hosts run (``None``: the kernel's own path).
+        python: the interpreter the hosts run (``None``: the kernel's own path; on Ray, the
+            node actors').
+        num_nodes: how many of a Ray cluster's nodes to use (``None``: all that can hold the
+            ranks); with other hosts, it counts as a node option given.
     """
     interpreter = python or sys.executable
     if hosts == LOCAL:
         return None
+    if hosts == RAY:
+        if given_nodes:
+            raise ValueError(
+                'hosts="ray" places the nodes itself (node 0 holds the rendezvous): leave '
+                "node_rank and rdzv_endpoint out (num_nodes= says how many of its nodes to use)"
+            )
+        if ssh_config is not None:
+            raise ValueError('ssh_config applies to SSH hosts, not to hosts="ray"')
+        if num_nodes is not None and (not isinstance(num_nodes, int) or num_nodes < 1):
+            raise ValueError(f"num_nodes must be a whole number above 0, got {num_nodes!r}")
+        return HostPlan((), RayTransport(num_nodes), interpreter, nodes)
+    given_nodes = given_nodes or num_nodes is not None
     if given_nodes:
         raise ValueError(
             "hosts= decides num_nodes, node_rank and rdzv_endpoint itself (one node per host, "
@@ -105,8 +131,8 @@ def make_host_plan(
     if isinstance(hosts, str):
         if hosts != "slurm":
             raise ValueError(
-                f'hosts must be a list of host names, "slurm" or "local"; got {hosts!r} (for '
-                f"one host, write hosts=[{hosts!r}])"
+                f'hosts must be a list of host names, "slurm", "ray" or "local"; got {hosts!r} '
+                f"(for one host, write hosts=[{hosts!r}])"
             )
         if ssh_config is not None:
             raise ValueError('ssh_config applies to SSH hosts, not to hosts="slurm"')

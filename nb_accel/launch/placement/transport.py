@@ -17,10 +17,44 @@ import subprocess
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
-__all__ = ["NODE_MODULE", "SshTransport", "SrunTransport", "Transport", "slurm_hosts"]
+from .node_process import NodeProcess, PipedNode
+
+__all__ = [
+    "NODE_MODULE",
+    "CommandReservation",
+    "Reservation",
+    "SshTransport",
+    "SrunTransport",
+    "Transport",
+    "slurm_hosts",
+]
 
 #: The module every host runs (``python -m ...``).
 NODE_MODULE = "nb_accel.launch.hosts.remote_node"
+
+
+class Reservation(ABC):
+    """The hosts of one launch or pool, held from before their node processes start until
+    after they ended (:meth:`release`).
+
+    Attributes:
+        hosts: the hosts, node 0 first, named as the launch's messages name them.
+    """
+
+    hosts: tuple[str, ...]
+
+    @abstractmethod
+    def start(self, index: int, python: str) -> NodeProcess:
+        """Start host ``index``'s node process with ``python``."""
+
+    @abstractmethod
+    def address(self, index: int) -> str:
+        """The address the other hosts reach host ``index`` at (for the rendezvous)."""
+
+    def release(self) -> None:
+        """Give the hosts back, their node processes ended (nothing to do unless a transport
+        holds something for them)."""
+        return None
 
 
 class Transport(ABC):
@@ -49,6 +83,36 @@ class Transport(ABC):
         """Whether a node process that ended with ``returncode`` before saying hello never
         reached its host (as opposed to failing there)."""
         return False
+
+    def reserve(self, hosts: tuple[str, ...], per_host: int, resource: str) -> Reservation:
+        """Hold ``hosts`` for a launch or pool of ``per_host`` ranks on each, one ``resource``
+        (``"CPU"``, ``"GPU"``) a rank; a :class:`~nb_accel.errors.LaunchError` when they cannot
+        be had. A command transport holds nothing: it starts each node with :meth:`command`."""
+        del per_host, resource
+        return CommandReservation(self, hosts)
+
+    def find_hosts(self, per_host: int, resource: str) -> tuple[str, ...]:
+        """The hosts a launch of ``per_host`` ranks on each (one ``resource`` a rank) takes,
+        where the transport finds them itself (``()``: the hosts were named)."""
+        del per_host, resource
+        return ()
+
+
+@dataclass(frozen=True)
+class CommandReservation(Reservation):
+    """Hosts reached by a transport's command (``ssh``, ``srun``), held by nothing."""
+
+    transport: Transport
+    hosts: tuple[str, ...]
+
+    def start(self, index: int, python: str) -> NodeProcess:
+        """The transport's command for host ``index``, run here."""
+        command = self.transport.command(self.hosts[index], python)
+        return PipedNode(command, self.transport.unreachable)
+
+    def address(self, index: int) -> str:
+        """The transport's address of host ``index``."""
+        return self.transport.address(self.hosts[index])
 
 
 @dataclass(frozen=True)

@@ -28,6 +28,7 @@ class CudaDevices(DeviceType):
     first_calls: ClassVar[str] = ".cuda(), .to('cuda'), torch.cuda.*"
     tracks_first_use: ClassVar[bool] = True
     context_parallel: ClassVar[bool] = True
+    cluster_resource: ClassVar[str] = "GPU"
 
     def visible_count(self) -> int:
         """NVML's count (or, where NVML cannot count, a forked child's)."""

@@ -78,6 +78,8 @@ class DeviceType(ABC):
     precisions: ClassVar[tuple[str, ...] | None] = None
     #: The start methods its workers can have (``None``: every one the platform offers).
     start_methods: ClassVar[tuple[str, ...] | None] = None
+    #: The resource a cluster's scheduler counts one rank of it in (Ray's ``"CPU"``, ``"GPU"``).
+    cluster_resource: ClassVar[str] = "CPU"
     #: True when torch's context parallelism (``ParallelismConfig(cp_size=...)``) runs on it.
     context_parallel: ClassVar[bool] = False
 

@@ -94,6 +94,7 @@ class XlaDevices(DeviceType):
     """This machine's XLA devices, used whole or one at a time, through ``xmp.spawn``."""
 
     name: ClassVar[str] = "xla"
+    cluster_resource: ClassVar[str] = "TPU"
     label: ClassVar[str] = "XLA device"
     distributed_type: ClassVar[DistributedType] = DistributedType.XLA
     runtime: ClassVar[str] = "XLA"

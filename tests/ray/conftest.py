@@ -1,0 +1,28 @@
+"""The Ray lane's tests reach the test machines of ``tests/multiproc`` and share one Ray cluster
+for the session (about 6 s to start)."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "multiproc")]
+
+from ray_cluster import RayCluster, require_ray_cluster  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def ray_cluster(
+    tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Iterator[RayCluster]:
+    """Two Ray nodes, ``rayhead`` and ``raynode1``, for the whole session."""
+    require_ray_cluster()
+    finalizers: list = []
+    try:
+        yield RayCluster(tmp_path_factory.mktemp("ray"), finalizers.append)
+    finally:
+        for finalizer in reversed(finalizers):
+            finalizer()

@@ -1,0 +1,69 @@
+"""``hosts="ray"`` before anything starts: the options it takes and refuses, the saved
+configuration, the magic's flag and the form's text, and what a kernel without Ray is told.
+Launches on a real Ray cluster are the Ray lane's (``tests/ray``, ``make test-ray``)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from nb_accel import notebook_launcher
+from nb_accel.config import Config, config_problems, load_config, save_config
+from nb_accel.notebook.config_widget import hosts_from_text
+from nb_accel.notebook.magic_flags import hosts_option
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def nothing() -> None:
+    return None
+
+
+@pytest.fixture
+def without_ray(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel where ``import ray`` fails, whatever is installed."""
+    monkeypatch.setitem(sys.modules, "ray", None)
+
+
+def test_a_kernel_without_ray_is_told_which_extra_to_install(without_ray: None) -> None:
+    with pytest.raises(ValueError, match=r"pip install 'nb-accel\[ray\]'"):
+        notebook_launcher(nothing, num_processes=2, hosts="ray")
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"node_rank": 0}, 'hosts="ray" places the nodes itself'),
+        ({"rdzv_endpoint": "10.0.0.1:29500"}, 'hosts="ray" places the nodes itself'),
+        ({"ssh_config": "ssh_config"}, 'ssh_config applies to SSH hosts, not to hosts="ray"'),
+    ],
+)
+def test_options_the_cluster_decides_are_refused_before_ray_is_asked(
+    without_ray: None, options: dict[str, object], message: str
+) -> None:
+    with pytest.raises(ValueError, match=message):
+        notebook_launcher(nothing, num_processes=2, hosts="ray", **options)  # type: ignore[arg-type]
+
+
+def test_num_nodes_is_how_many_of_the_cluster_s_nodes(without_ray: None) -> None:
+    # num_nodes alone is no multi-node launch of this kernel's: no rendezvous is asked for
+    with pytest.raises(ValueError, match=r"nb-accel\[ray\]"):
+        notebook_launcher(nothing, num_processes=2, hosts="ray", num_nodes=2)
+    with pytest.raises(ValueError, match="num_nodes must be a whole number"):
+        notebook_launcher(nothing, num_processes=2, hosts="ray", num_nodes=0)
+
+
+def test_saved_ray_hosts_take_num_nodes_and_survive_the_file(tmp_path: Path) -> None:
+    assert config_problems(hosts="ray", num_nodes=3) == {}
+    path = tmp_path / "config.yaml"
+    save_config(Config(hosts="ray", num_nodes=3), path)
+    assert load_config(path).hosts == "ray"
+    assert "hosts" in config_problems(hosts="rays")
+
+
+def test_the_magic_flag_and_the_form_read_ray() -> None:
+    assert hosts_option(" ray ") == "ray"
+    assert hosts_from_text("ray") == "ray"
+    assert hosts_from_text("ray, gpu1") == ["ray", "gpu1"]  # a host that happens to be named so
