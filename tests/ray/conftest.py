@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-sys.path[:0] = [str(Path(__file__).resolve().parents[1] / "multiproc")]
+sys.path[:0] = [
+    str(Path(__file__).resolve().parents[1] / "multiproc"),
+    str(Path(__file__).resolve().parents[1]),
+]
 
 from ray_cluster import RayCluster, require_ray_cluster  # noqa: E402
 

@@ -142,6 +142,13 @@ class RayCluster(BridgedMachines):
         kernels' (scripts in :attr:`kernels`, run on the head)."""
         return [line for line in super().processes() if str(self.kernels) not in line]
 
+    def pids(self, host: Host, command: str) -> list[int]:
+        """The pids (seen from here) of the processes on ``host`` whose command line holds
+        ``command``."""
+        return [
+            pid for pid, (on, line) in self._running().items() if on is host and command in line
+        ]
+
     def _wait_for_nodes(self, count: int) -> None:
         """Wait until the cluster shows ``count`` nodes alive (``ray status`` on the head)."""
         probe = (

@@ -9,6 +9,7 @@ after the kernel dies."""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -292,3 +293,134 @@ def test_warm_workers_stay_on_the_cluster_between_launches(ray_cluster: RayClust
     assert [host for _, host in outcome["first"]] == ["rayhead"] * 2 + ["raynode1"] * 2  # type: ignore[union-attr]
     assert outcome["kept"] == ["CREATED"]
     assert outcome["groups"] == []
+
+
+def test_a_node_actor_that_dies_names_its_node_and_stops_the_launch(
+    ray_cluster: RayCluster,
+) -> None:
+    folder = ray_cluster.kernels / "marks-actor"
+    folder.mkdir()
+    script = _script(
+        ray_cluster,
+        "actor_dies",
+        f"""
+        from nb_accel.errors import LaunchError
+
+        def waits(folder):
+            Path(folder, f"rank{{dist.get_rank()}}").touch()
+            threading.Event().wait(600)
+
+        try:
+            notebook_launcher(waits, ({str(folder)!r},), num_processes=2, hosts="ray")
+        except LaunchError as error:
+            say(error=str(error), groups=placement_groups())
+        """,
+    )
+    kernel = subprocess.Popen(
+        ray_cluster.on_head([sys.executable, str(script)]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for_files(*(folder / f"rank{rank}" for rank in range(4)), timeout_s=120)
+        actors = ray_cluster.pids(ray_cluster.node, "ray::NodeHolder")
+        assert len(actors) == 1, ray_cluster.processes()
+        psutil.Process(actors[0]).kill()  # as Ray's own end of an actor, or its node's
+        stdout, errors = kernel.communicate(timeout=60)
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+            kernel.communicate()
+    outcome = _outcome(stdout)
+    node = ray_cluster.node.address
+    error = str(outcome["error"])
+    assert f"the connection to host {node} ended while its workers (ranks 2, 3) ran" in error
+    assert "its Ray actor died" in error, error
+    assert outcome["groups"] == []
+    ray_cluster.settle(30)
+    assert ray_cluster.processes() == []
+
+
+def test_a_breakpoint_asks_in_the_kernel_and_a_late_rank_is_named_where_it_was(
+    ray_cluster: RayCluster,
+) -> None:
+    script = _script(
+        ray_cluster,
+        "debugged",
+        """
+        from nb_accel.errors import CollectiveTimeoutError
+
+        def stops_at_a_breakpoint():
+            hidden = 21.0 + dist.get_rank() - 2
+            if dist.get_rank() == 2:
+                breakpoint()
+            value = torch.ones(1) * (dist.get_rank() + 1)
+            dist.all_reduce(value)
+            return value.item()
+
+        def late_on_rank_three():
+            if dist.get_rank() == 3:
+                time.sleep(600)  # its own code: only the launch's stop ends it
+            dist.all_reduce(torch.ones(1))
+
+        results = notebook_launcher(stops_at_a_breakpoint, num_processes=2, hosts="ray", timeout=5)
+        try:
+            notebook_launcher(late_on_rank_three, num_processes=2, hosts="ray", timeout=3)
+        except CollectiveTimeoutError as error:
+            late = str(error)
+        say(results=results, late=late, groups=placement_groups())
+        """,
+    )
+    done = subprocess.run(
+        ray_cluster.on_head([sys.executable, str(script)]),
+        input="p hidden\nc\n",
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    outcome = _outcome(done.stdout)
+    assert outcome["results"] == [10.0] * 4
+    assert "(Pdb rank 2) " in done.stdout + done.stderr, done.stdout
+    assert f"[{ray_cluster.node.address} rank 2] 21.0" in done.stdout, done.stdout
+    late = str(outcome["late"])
+    assert "Rank 3 did not arrive (was still running, at `late_on_rank_three` (" in late, late
+    assert "debugged.py, line " in late, late
+    assert outcome["groups"] == []
+    assert ray_cluster.processes() == []
+
+
+NO_CLUSTER = """
+from nb_accel import notebook_launcher
+try:
+    notebook_launcher(print, num_processes=1, hosts="ray")
+except ValueError as error:
+    print("REFUSED", error)
+"""
+
+
+@pytest.mark.parametrize("address", [None, "127.0.0.1:9"])
+def test_a_kernel_that_reaches_no_cluster_is_told_what_to_do(
+    tmp_path: Path, address: str | None
+) -> None:
+    """Outside the cluster's machines (no ``/tmp/ray`` here; nothing listens on port 9)."""
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    if address is not None:
+        env["RAY_ADDRESS"] = address
+    done = subprocess.run(
+        [sys.executable, "-c", NO_CLUSTER],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        cwd=tmp_path,
+        env={**env, "TMPDIR": str(tmp_path)},
+    )
+    said = done.stdout + done.stderr
+    if address is None:
+        assert "REFUSED hosts=\"ray\" found no Ray cluster at address='auto'" in said, said
+        assert "ray start --head" in said, said
+    else:
+        assert f"REFUSED hosts=\"ray\" found no Ray cluster at RAY_ADDRESS='{address}'" in said

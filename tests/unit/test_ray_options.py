@@ -67,3 +67,21 @@ def test_the_magic_flag_and_the_form_read_ray() -> None:
     assert hosts_option(" ray ") == "ray"
     assert hosts_from_text("ray") == "ray"
     assert hosts_from_text("ray, gpu1") == ["ray", "gpu1"]  # a host that happens to be named so
+
+
+def test_a_node_process_leaves_out_what_ray_set_for_its_own_workers() -> None:
+    from nb_accel.launch.placement.ray_nodes import node_environment
+
+    actor = {
+        "PATH": "/usr/bin",
+        "CUDA_VISIBLE_DEVICES": "2,3",
+        "PYTHONBREAKPOINT": "ray.util.rpdb.set_trace",
+        "RAY_JOB_ID": "01000000",
+        "RAY_RAYLET_PID": "73",
+        "OMP_NUM_THREADS": "2",
+    }
+    assert node_environment(actor, 2) == {"PATH": "/usr/bin", "CUDA_VISIBLE_DEVICES": "2,3"}
+    # what the cluster's own setup chose stays
+    mine = {"PYTHONBREAKPOINT": "ipdb.set_trace", "OMP_NUM_THREADS": "4"}
+    assert node_environment(mine, 2) == mine
+    assert node_environment({"OMP_NUM_THREADS": "1"}, 0) == {}  # a GPU bundle's actor: 0 CPUs

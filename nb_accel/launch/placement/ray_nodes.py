@@ -31,7 +31,13 @@ from ...errors import LaunchError
 from .node_process import NodeProcess, StderrTail
 from .transport import NODE_MODULE, Reservation
 
-__all__ = ["PLACE_WAIT_S", "NodeHolder", "RayNodeProcess", "RayReservation"]
+__all__ = [
+    "PLACE_WAIT_S",
+    "NodeHolder",
+    "RayNodeProcess",
+    "RayReservation",
+    "node_environment",
+]
 
 #: How long the cluster may take to place the launch's bundles.
 PLACE_WAIT_S = 60.0
@@ -39,6 +45,23 @@ PLACE_WAIT_S = 60.0
 ACTOR_CALL_S = 30.0
 #: The secret's length, in bytes.
 SECRET_BYTES = 32
+#: What Ray sets in its worker processes for themselves, left out of the node process's
+#: environment: its ranks are no Ray workers (``PYTHONBREAKPOINT`` would send their
+#: ``breakpoint()`` to Ray's debugger instead of the kernel).
+RAY_WORKER_VARIABLES = ("RAY_JOB_ID", "RAY_RAYLET_PID", "RAY_LD_PRELOAD_ON_WORKERS", "SPT_NOENV")
+
+
+def node_environment(environ: dict[str, str], actor_cpus: int) -> dict[str, str]:
+    """The node process's environment: the actor's (``CUDA_VISIBLE_DEVICES`` for its bundle's
+    GPUs included) less what Ray set for its own workers: :data:`RAY_WORKER_VARIABLES`, its
+    ``PYTHONBREAKPOINT``, and the ``OMP_NUM_THREADS`` it sets to the actor's CPUs (each rank
+    shares the node's cores instead, unless the cluster set the variable itself)."""
+    env = {k: v for k, v in environ.items() if k not in RAY_WORKER_VARIABLES}
+    if env.get("PYTHONBREAKPOINT", "").startswith("ray."):
+        del env["PYTHONBREAKPOINT"]
+    if env.get("OMP_NUM_THREADS") == str(max(actor_cpus, 1)):
+        del env["OMP_NUM_THREADS"]
+    return env
 
 
 class NodeHolder:
@@ -48,7 +71,8 @@ class NodeHolder:
     answer).
     """
 
-    def __init__(self) -> None:
+    def __init__(self, cpus: int) -> None:
+        self._cpus = cpus
         self._listener: socket.socket | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._stderr: StderrTail | None = None
@@ -98,6 +122,7 @@ class NodeHolder:
             with conn:
                 self._process = subprocess.Popen(
                     command,
+                    env=node_environment(dict(os.environ), self._cpus),
                     stdin=conn.fileno(),
                     stdout=conn.fileno(),
                     stderr=subprocess.PIPE,
@@ -236,7 +261,9 @@ class RayReservation(Reservation):
                 options["num_gpus"] = per_host
             else:
                 options["resources"] = {resource: per_host}
-            actor = holder.options(scheduling_strategy=strategy, **options).remote()
+            actor = holder.options(scheduling_strategy=strategy, **options).remote(
+                int(options["num_cpus"])
+            )
             self._actors.append(actor)
 
     def start(self, index: int, python: str) -> NodeProcess:
