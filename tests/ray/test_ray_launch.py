@@ -327,7 +327,7 @@ def test_a_node_actor_that_dies_names_its_node_and_stops_the_launch(
         actors = ray_cluster.pids(ray_cluster.node, "ray::NodeHolder")
         assert len(actors) == 1, ray_cluster.processes()
         psutil.Process(actors[0]).kill()  # as Ray's own end of an actor, or its node's
-        stdout, errors = kernel.communicate(timeout=60)
+        stdout, _ = kernel.communicate(timeout=60)
     finally:
         if kernel.poll() is None:
             kernel.kill()
