@@ -14,7 +14,13 @@ sys.path[:0] = [
     str(Path(__file__).resolve().parents[1]),
 ]
 
-from ray_cluster import RayCluster, require_ray_cluster  # noqa: E402
+from ray_cluster import RayCluster, require_ray, require_ray_cluster  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def ray_installed() -> None:
+    """Every test here needs Ray: skipped outside the Ray lane where it is missing."""
+    require_ray()
 
 
 @pytest.fixture(scope="session")

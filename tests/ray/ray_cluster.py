@@ -21,6 +21,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import psutil
+import pytest
 from machines import NETNS_ETC, BridgedMachines, Host, ip, require, run
 
 #: The Ray head's GCS port.
@@ -39,14 +40,18 @@ def ray_program() -> str | None:
     return str(found) if found.exists() else None
 
 
+def require_ray() -> None:
+    """Skip where Ray is not installed (the Ray lane's environment has it: ``make test-ray``),
+    except in that lane (``NB_ACCEL_RAY_LANE=1``), where it fails."""
+    if ray_program() is None:
+        if os.environ.get("NB_ACCEL_RAY_LANE") == "1":
+            pytest.fail("the Ray lane's environment has no `ray` (make ray-env)")
+        pytest.skip("needs Ray: the Ray lane's tests (make test-ray, in .venv-ray)")
+
+
 def require_ray_cluster() -> None:
     """Skip (in CI, and in the Ray lane: fail), saying why, where the cluster cannot be made."""
-    if ray_program() is None:
-        from machines import unavailable
-
-        if os.environ.get("NB_ACCEL_RAY_LANE") == "1":
-            raise RuntimeError("the Ray lane's environment has no `ray` (make ray-env)")
-        unavailable("needs Ray (`make test-ray` installs it in .venv-ray)")
+    require_ray()
     require(["nsenter"], [])
 
 
