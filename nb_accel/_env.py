@@ -16,6 +16,7 @@ __all__ = [
     "default_start_method",
     "AUTOGRAD_THREAD_PREFIX",
     "autograd_threads_started",
+    "ray_connected",
     "loopback_interface",
     "in_notebook",
     "text_view_asked",
@@ -51,6 +52,16 @@ def autograd_threads_started() -> bool:
         except OSError:  # the thread ended meanwhile
             continue
     return False
+
+
+def ray_connected() -> bool:
+    """True when this process is connected to a Ray cluster (``ray.init`` ran here, by the
+    user or by a launch on Ray), read from the module already loaded: Ray is never imported
+    for the question. A child forked from such a process breaks the connection it shares with
+    Ray's node (Ray does not support ``fork`` after ``ray.init``)."""
+    ray = sys.modules.get("ray")
+    is_initialized = getattr(ray, "is_initialized", None)
+    return bool(callable(is_initialized) and is_initialized())
 
 
 def default_start_method() -> str:

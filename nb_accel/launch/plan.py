@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .. import _env
-from .._env import autograd_threads_started
+from .._env import autograd_threads_started, ray_connected
 from ..config import MAX_TIMEOUT_S
 from ..errors import LaunchError
 from ..runtime.device_types import DeviceType, FirstUse, device_type
@@ -60,6 +60,11 @@ DEVICE_STATE = "{runtime} was initialised in this kernel ({culprit})"
 AUTOGRAD_STATE = (
     "torch's autograd started its device threads in this kernel (a backward pass ran here, "
     "after torch.compile or on a device), so forked workers could not run a backward pass"
+)
+#: The kernel is connected to a Ray cluster (see :func:`~nb_accel._env.ray_connected`).
+RAY_STATE = (
+    "this kernel is connected to a Ray cluster (ray.init), and a forked worker would break "
+    "the kernel's connection to it"
 )
 
 
@@ -196,10 +201,13 @@ def make_plan(
     sharding: str = DEFAULT,
     environ: Mapping[str, str] | None = None,
     warm_fallback: bool = False,
+    forked_here: bool = True,
 ) -> LaunchPlan:
     """Validate the launch options and decide what ``device``'s launch runs: ranks, backend,
     start method, notes and variables. ``warm_fallback``: where the workers cannot be forked,
-    the launch goes to warm workers (the note says so).
+    the launch goes to warm workers (the note says so). ``forked_here``: the workers are
+    started by this process, whose state may keep them from being forked (False: by a node
+    process on each host, which starts as a fresh interpreter).
 
     Raises ``TypeError``/``ValueError`` for bad values and :class:`LaunchError` for a kernel
     state that forbids the launch, each saying what to do instead.
@@ -210,9 +218,11 @@ def make_plan(
     method = _check_start_method(start_method, device)
     timeout_s = _check_timeout(timeout)
     count = device.ranks_per_node(requested)
-    method, notes = _start_method(
-        device, method, explicit=start_method is not None, warm=warm_fallback
-    )
+    notes: tuple[str, ...] = ()
+    if forked_here:
+        method, notes = _start_method(
+            device, method, explicit=start_method is not None, warm=warm_fallback
+        )
     advice = device.advice(count, precision, environ)
     cpu_collectives = strategy_class(sharding).cpu_collectives
     return LaunchPlan(
@@ -240,7 +250,8 @@ def _start_method(
     if method != "fork":
         return method, ()
     devices_fork = device.forks_safely()
-    if devices_fork and not autograd_threads_started():
+    autograd = devices_fork and autograd_threads_started()
+    if devices_fork and not autograd and not ray_connected():
         return method, ()
     culprit = first_use_in_words(device.first_use()) if device.tracks_first_use else ""
     available = [m for m in ("forkserver", "spawn") if m in multiprocessing.get_all_start_methods()]
@@ -253,6 +264,11 @@ def _start_method(
             if available
             else ""
         )
+        if devices_fork and not autograd:
+            raise LaunchError(
+                f"{RAY_STATE}: pass start_method='spawn' or 'forkserver', or leave it unset "
+                "(nb_accel then starts workers with forkserver)"
+            )
         if devices_fork:
             raise LaunchError(
                 f"{AUTOGRAD_STATE}. Restart the kernel and keep training steps inside the "
@@ -267,7 +283,7 @@ def _start_method(
             + "."
         )
     if devices_fork:
-        state = AUTOGRAD_STATE
+        state = AUTOGRAD_STATE if autograd else RAY_STATE
     else:
         state = DEVICE_STATE.format(runtime=device.runtime, culprit=culprit)
     template = WARM_FALLBACK_NOTE if warm else FORK_FALLBACK_NOTE

@@ -112,6 +112,7 @@ def resolve_spec(
         config.gradient_accumulation_steps,
         sharding,
         warm_fallback=warm_fallback,
+        forked_here=hosts is None,
     )
     if plan.fork_fallback and warm_fallback:
         reuse = True  # one fresh interpreter per rank once, not at every launch

@@ -2,7 +2,8 @@
 (:class:`~machines.BridgedMachines`), each in its own network, mount, PID and host-name
 namespaces, with its own ``/tmp`` (so its own ``/tmp/ray``) and ``/dev/shm``, no default route,
 and one private ``/etc/hosts`` in which every machine's name resolves to loopback (as on many
-cloud images): nothing may find a node's address by its name.
+cloud images): nothing may find a node's address by its name (``loopback_names=False``: each
+name resolves to its machine's address, for what needs that: Ray Train, in the benchmark).
 
 The head is ``rayhead`` (machine 0), the other node ``raynode1``; a kernel runs on the head
 (:meth:`RayCluster.on_head`), in the head's namespaces, where ``ray.init(address="auto")``
@@ -78,16 +79,23 @@ class RayCluster(BridgedMachines):
         "agent.py",
     )
 
-    def __init__(self, tmp_path: Path, cleanup: Callable[[Callable[[], None]], None]) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        cleanup: Callable[[Callable[[], None]], None],
+        loopback_names: bool = True,
+    ) -> None:
         super().__init__(tmp_path, cleanup, count=2, prefix="raynode")
         self.head, self.node = self.hosts
         self.head.name = "rayhead"
         for host in self.hosts:
             # no default route: nothing reaches a node by a route it was not given
             ip("-n", host.namespace, "route", "del", "default")
-            (NETNS_ETC / host.namespace / "hosts").write_text(
-                "127.0.0.1 localhost\n" + "".join(f"127.0.1.1 {h.name}\n" for h in self.hosts)
+            # every name loopback (``loopback_names``), else each at its own address
+            names = "".join(
+                f"{'127.0.1.1' if loopback_names else h.address} {h.name}\n" for h in self.hosts
             )
+            (NETNS_ETC / host.namespace / "hosts").write_text("127.0.0.1 localhost\n" + names)
         #: Where the kernels' scripts go (each run on the head: :meth:`on_head`).
         self.kernels = self.folder / "kernels"
         self.kernels.mkdir()

@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from plans import plan_of
 
-from nb_accel import notebook_launcher
+from nb_accel import LaunchError, notebook_launcher
 from nb_accel.config import Config, config_problems, load_config, save_config
 from nb_accel.notebook.config_widget import hosts_from_text
 from nb_accel.notebook.magic_flags import hosts_option
@@ -85,3 +87,28 @@ def test_a_node_process_leaves_out_what_ray_set_for_its_own_workers() -> None:
     mine = {"PYTHONBREAKPOINT": "ipdb.set_trace", "OMP_NUM_THREADS": "4"}
     assert node_environment(mine, 2) == mine
     assert node_environment({"OMP_NUM_THREADS": "1"}, 0) == {}  # a GPU bundle's actor: 0 CPUs
+
+
+@pytest.fixture
+def ray_connected_here(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A kernel connected to a Ray cluster, as ``ray.is_initialized()`` tells."""
+    monkeypatch.setitem(sys.modules, "ray", SimpleNamespace(is_initialized=lambda: True))
+
+
+def test_a_kernel_connected_to_ray_starts_its_own_workers_without_fork(
+    ray_connected_here: None,
+) -> None:
+    plan = plan_of(num_processes=2, cpu=True, reuse_workers=False)
+    assert plan.start_method == "forkserver"
+    assert any("connected to a Ray cluster" in note for note in plan.notes), plan.notes
+    with pytest.raises(LaunchError, match="connected to a Ray cluster.*start_method='spawn'"):
+        plan_of(num_processes=2, cpu=True, start_method="fork")
+
+
+def test_hosts_start_their_own_workers_whatever_the_kernel_s_state(
+    ray_connected_here: None, tmp_path: Path
+) -> None:
+    config = tmp_path / "ssh_config"
+    config.write_text("")
+    plan = plan_of(num_processes=2, cpu=True, hosts=["gpu0", "gpu1"], ssh_config=str(config))
+    assert plan.start_method == "fork" and plan.notes == ()
