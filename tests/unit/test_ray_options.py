@@ -101,7 +101,7 @@ def test_a_kernel_connected_to_ray_starts_its_own_workers_without_fork(
     plan = plan_of(num_processes=2, cpu=True, reuse_workers=False)
     assert plan.start_method == "forkserver"
     assert any("connected to a Ray cluster" in note for note in plan.notes), plan.notes
-    with pytest.raises(LaunchError, match="connected to a Ray cluster.*start_method='spawn'"):
+    with pytest.raises(LaunchError, match=r"connected to a Ray cluster.*start_method='spawn'"):
         plan_of(num_processes=2, cpu=True, start_method="fork")
 
 
