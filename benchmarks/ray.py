@@ -56,11 +56,10 @@ import torch
 import torch.distributed as dist
 from nb_accel import notebook_launcher, stop_workers
 
-ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
 from ray.train import RunConfig, ScalingConfig
 from ray.train.torch import TorchTrainer
 
-ROUNDS, STORAGE = int(sys.argv[1]), sys.argv[2]
+ROUNDS, STORAGE = (int(sys.argv[1]), sys.argv[2]) if len(sys.argv) > 2 else (0, "")
 
 
 def summed():
@@ -113,35 +112,39 @@ def fit(round_):
     TorchTrainer(trained, scaling_config=ScalingConfig(num_workers=4), run_config=config).fit()
 
 
-figures = {"cold": [], "fit": [], "warm": [], "ping": [], "step": [], "step_here": []}
-nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
-strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
-actors = [
-    Pinged.options(scheduling_strategy=strategy(n, soft=False)).remote() for n in nodes * 2
-]
-ray.get([a.ping.remote() for a in actors])
-for round_ in range(ROUNDS):
-    order = ["cold", "fit"] if round_ % 2 == 0 else ["fit", "cold"]
-    for which in order:
-        if which == "cold":
-            t = timed(
-                lambda: notebook_launcher(summed, num_processes=2, hosts="ray", show_progress=False)
-            )
-        else:
-            t = timed(lambda: fit(round_))
-        figures[which].append(t)
-notebook_launcher(summed, num_processes=2, hosts="ray", reuse_workers=True, show_progress=False)
-for round_ in range(ROUNDS * 4):
-    figures["warm"].append(timed(lambda: notebook_launcher(
-        summed, num_processes=2, hosts="ray", reuse_workers=True, show_progress=False)))
-    figures["ping"].append(timed(lambda: ray.get([a.ping.remote() for a in actors])))
-stop_workers()
-for round_ in range(ROUNDS):
-    spread = notebook_launcher(steps, num_processes=2, hosts="ray", show_progress=False)
-    here = notebook_launcher(steps, num_processes=4, hosts="local", show_progress=False)
-    figures["step"].append(statistics.median(spread))
-    figures["step_here"].append(statistics.median(here))
-print("FIGURES", json.dumps(figures), flush=True)
+def main():
+    ray.init(address="auto", logging_level="ERROR", log_to_driver=False)
+    figures = {"cold": [], "fit": [], "warm": [], "ping": [], "step": [], "step_here": []}
+    nodes = [n["NodeID"] for n in ray.nodes() if n["Alive"]]
+    strategy = ray.util.scheduling_strategies.NodeAffinitySchedulingStrategy
+    actors = [
+        Pinged.options(scheduling_strategy=strategy(n, soft=False)).remote() for n in nodes * 2
+    ]
+    ray.get([a.ping.remote() for a in actors])
+    for round_ in range(ROUNDS):
+        order = ["cold", "fit"] if round_ % 2 == 0 else ["fit", "cold"]
+        for which in order:
+            if which == "cold":
+                t = timed(lambda: notebook_launcher(summed, num_processes=2, hosts="ray"))
+            else:
+                t = timed(lambda: fit(round_))
+            figures[which].append(t)
+    notebook_launcher(summed, num_processes=2, hosts="ray", reuse_workers=True, show_progress=False)
+    for round_ in range(ROUNDS * 4):
+        figures["warm"].append(timed(lambda: notebook_launcher(
+            summed, num_processes=2, hosts="ray", reuse_workers=True, show_progress=False)))
+        figures["ping"].append(timed(lambda: ray.get([a.ping.remote() for a in actors])))
+    stop_workers()
+    for round_ in range(ROUNDS):
+        spread = notebook_launcher(steps, num_processes=2, hosts="ray", show_progress=False)
+        here = notebook_launcher(steps, num_processes=4, hosts="local", show_progress=False)
+        figures["step"].append(statistics.median(spread))
+        figures["step_here"].append(statistics.median(here))
+    print("FIGURES", json.dumps(figures), flush=True)
+
+
+if __name__ == "__main__":  # workers started by forkserver import this file too
+    main()
 """
 
 

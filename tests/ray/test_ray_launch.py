@@ -275,7 +275,7 @@ def test_warm_workers_stay_on_the_cluster_between_launches(ray_cluster: RayClust
         ray_cluster,
         "warm",
         """
-        from nb_accel import stop_workers
+        from nb_accel import LaunchError, stop_workers
 
         def who():
             return os.getpid(), socket.gethostname()
@@ -283,8 +283,12 @@ def test_warm_workers_stay_on_the_cluster_between_launches(ray_cluster: RayClust
         first = notebook_launcher(who, num_processes=2, hosts="ray", reuse_workers=True)
         second = notebook_launcher(who, num_processes=2, hosts="ray", reuse_workers=True)
         kept = placement_groups()
+        try:  # the warm workers hold every CPU: a cold launch cannot have them
+            notebook_launcher(who, num_processes=2, hosts="ray")
+        except LaunchError as error:
+            held = str(error)
         stop_workers()
-        say(first=first, second=second, kept=kept, groups=placement_groups())
+        say(first=first, second=second, kept=kept, held=held, groups=placement_groups())
         pause()
         """,
         look=True,
@@ -292,6 +296,11 @@ def test_warm_workers_stay_on_the_cluster_between_launches(ray_cluster: RayClust
     assert outcome["first"] == outcome["second"]
     assert [host for _, host in outcome["first"]] == ["rayhead"] * 2 + ["raynode1"] * 2  # type: ignore[union-attr]
     assert outcome["kept"] == ["CREATED"]
+    head = ray_cluster.head.address
+    assert f"node {head} has 2 CPUs and this kernel holds 2 of them already" in str(
+        outcome["held"]
+    ), outcome
+    assert "nb_accel.stop_workers()" in str(outcome["held"])
     assert outcome["groups"] == []
 
 
@@ -402,21 +411,27 @@ except ValueError as error:
 
 
 @pytest.mark.parametrize("address", [None, "127.0.0.1:9"])
-def test_a_kernel_that_reaches_no_cluster_is_told_what_to_do(
-    tmp_path: Path, address: str | None
-) -> None:
-    """Outside the cluster's machines (no ``/tmp/ray`` here; nothing listens on port 9)."""
+def test_a_kernel_that_reaches_no_cluster_is_told_what_to_do(address: str | None) -> None:
+    """A kernel on a machine of its own, with no cluster: its own PID namespace (Ray's
+    ``address="auto"`` looks for a cluster's processes too, and would find the session's) and
+    its own ``/tmp`` (no ``/tmp/ray``); nothing listens on port 9."""
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     if address is not None:
         env["RAY_ADDRESS"] = address
+    alone = [
+        *("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--mount"),
+        *("--propagation", "private", "--", "sh", "-c"),
+        'mount -t tmpfs nb-alone /tmp && exec "$@"',
+        "sh",
+    ]
     done = subprocess.run(
-        [sys.executable, "-c", NO_CLUSTER],
+        [*alone, sys.executable, "-c", NO_CLUSTER],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
-        cwd=tmp_path,
-        env={**env, "TMPDIR": str(tmp_path)},
+        cwd="/",
+        env={**env, "TMPDIR": "/tmp"},
     )
     said = done.stdout + done.stderr
     if address is None:

@@ -14,9 +14,10 @@ import socket
 from dataclasses import dataclass
 from typing import Any
 
+from .ray_nodes import RayNode, RayReservation
 from .transport import Reservation, Transport
 
-__all__ = ["RAY", "RayNode", "RayTransport", "import_ray", "ray_nodes"]
+__all__ = ["RAY", "RayTransport", "connected_ray", "import_ray", "ray_nodes"]
 
 #: ``hosts=RAY``: the nodes of the Ray cluster the kernel is connected to.
 RAY = "ray"
@@ -71,25 +72,6 @@ def _answers(address: str) -> None:
             f'hosts="ray" found no Ray cluster at RAY_ADDRESS={address!r}: {error}. Check the '
             "address (the head's GCS port, 6379 unless set), or unset RAY_ADDRESS on the head node"
         ) from None
-
-
-@dataclass(frozen=True)
-class RayNode:
-    """One alive node of the cluster, as a launch sees it.
-
-    Attributes:
-        node_id: Ray's id of the node.
-        address: the node's IP address (Ray's ``NodeManagerAddress``).
-        resources: its resources, as Ray counts them (``{"CPU": 8.0, "GPU": 2.0, ...}``).
-    """
-
-    node_id: str
-    address: str
-    resources: tuple[tuple[str, float], ...]
-
-    def count(self, resource: str) -> float:
-        """How many of ``resource`` it has."""
-        return dict(self.resources).get(resource, 0.0)
 
 
 def ray_nodes(ray: Any) -> tuple[list[RayNode], str | None]:
@@ -165,8 +147,6 @@ class RayTransport(Transport):
     def reserve(self, hosts: tuple[str, ...], per_host: int, resource: str) -> Reservation:
         """A placement group with one bundle of ``per_host`` of ``resource`` (GPUs, CPUs) on
         each node (``STRICT_SPREAD``), and a node actor in each bundle."""
-        from .ray_nodes import RayReservation
-
         ray = connected_ray()
-        ids = {node.address: node.node_id for node in ray_nodes(ray)[0]}
-        return RayReservation(ray, hosts, [ids.get(host) for host in hosts], per_host, resource)
+        known = {node.address: node for node in ray_nodes(ray)[0]}
+        return RayReservation(ray, [known.get(host) for host in hosts], hosts, per_host, resource)

@@ -24,6 +24,8 @@ import socket
 import subprocess
 import sys
 import threading
+from collections import defaultdict
+from dataclasses import dataclass
 from multiprocessing.connection import Connection
 from typing import Any
 
@@ -32,8 +34,10 @@ from .node_process import NodeProcess, StderrTail
 from .transport import NODE_MODULE, Reservation
 
 __all__ = [
+    "HELD",
     "PLACE_WAIT_S",
     "NodeHolder",
+    "RayNode",
     "RayNodeProcess",
     "RayReservation",
     "node_environment",
@@ -62,6 +66,53 @@ def node_environment(environ: dict[str, str], actor_cpus: int) -> dict[str, str]
     if env.get("OMP_NUM_THREADS") == str(max(actor_cpus, 1)):
         del env["OMP_NUM_THREADS"]
     return env
+
+
+@dataclass(frozen=True)
+class RayNode:
+    """One alive node of the cluster, as a launch sees it.
+
+    Attributes:
+        node_id: Ray's id of the node.
+        address: the node's IP address (Ray's ``NodeManagerAddress``).
+        resources: its resources, as Ray counts them (``{"CPU": 8.0, "GPU": 2.0, ...}``).
+    """
+
+    node_id: str
+    address: str
+    resources: tuple[tuple[str, float], ...]
+
+    def count(self, resource: str) -> float:
+        """How many of ``resource`` it has."""
+        return dict(self.resources).get(resource, 0.0)
+
+
+def _no_delay(sock: socket.socket) -> None:
+    """Send each frame at once: the channel's messages are small and answered rarely, and
+    Nagle's algorithm would hold the second of two until the first's (delayed) ACK."""
+    sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+
+#: What this process's live reservations hold, by (node id, resource): its warm workers' and
+#: its running launch's bundles.
+HELD: defaultdict[tuple[str, str], float] = defaultdict(float)
+
+
+def _check_own_holds(nodes: list[RayNode | None], per_host: int, resource: str) -> None:
+    """A :class:`~nb_accel.errors.LaunchError` where what this process holds already leaves a
+    node fewer than ``per_host`` of ``resource`` (Ray would wait for them in vain)."""
+    for node in nodes:
+        if node is None:
+            continue
+        held = HELD[(node.node_id, resource)]
+        total = node.count(resource)
+        if held > 0 and held + per_host > total:
+            raise LaunchError(
+                f"node {node.address} has {total:g} {resource}s and this kernel holds {held:g} "
+                f"of them already (its warm workers: reuse_workers=True or %%distributed), so "
+                f"{per_host} more cannot be placed there: stop them with nb_accel.stop_workers() "
+                "(or %distributed stop), or launch on them with reuse_workers=True"
+            )
 
 
 class NodeHolder:
@@ -109,6 +160,7 @@ class NodeHolder:
                     break
                 conn.close()
         conn.settimeout(None)
+        _no_delay(conn)
         command = [python or sys.executable, "-m", NODE_MODULE]
         thread = threading.Thread(target=self._run, args=(command, conn), daemon=True)
         thread.start()  # the node process dies with this thread (its parent, to the kernel)
@@ -170,6 +222,7 @@ class RayNodeProcess(NodeProcess):
         with socket.create_connection((address, port), timeout=ACTOR_CALL_S) as sock:
             sock.sendall(secret)
             sock.settimeout(None)
+            _no_delay(sock)
             self.reader = Connection(os.dup(sock.fileno()), writable=False)
             self.writer = Connection(os.dup(sock.fileno()), readable=False)
         ray.get(served, timeout=ACTOR_CALL_S)
@@ -214,18 +267,19 @@ class RayNodeProcess(NodeProcess):
 
 class RayReservation(Reservation):
     """The placement group and node actors of one launch or pool across ``hosts`` (node
-    addresses, node 0 first; ``node_ids``: Ray's ids of them, where known), ``per_host`` of
-    ``resource`` (``"GPU"``, ``"CPU"``) on each.
+    addresses, node 0 first; ``nodes``: what the cluster said of each, where known), ``per_host``
+    of ``resource`` (``"GPU"``, ``"CPU"``) on each.
 
-    A :class:`~nb_accel.errors.LaunchError` when the cluster cannot place the bundles within
-    :data:`PLACE_WAIT_S` (nothing is left then).
+    A :class:`~nb_accel.errors.LaunchError` at once when this kernel's own reservations (its
+    warm workers) leave a node too little, and when the cluster cannot place the bundles
+    within :data:`PLACE_WAIT_S` (nothing is left then).
     """
 
     def __init__(
         self,
         ray: Any,
+        nodes: list[RayNode | None],
         hosts: tuple[str, ...],
-        node_ids: list[str | None],
         per_host: int,
         resource: str,
     ) -> None:
@@ -234,16 +288,20 @@ class RayReservation(Reservation):
 
         self._ray = ray
         self._remove = remove_placement_group
+        self.hosts = hosts
+        self._actors: list[Any] = []
+        self._held = [(node.node_id, resource, float(per_host)) for node in nodes if node]
+        _check_own_holds(nodes, per_host, resource)
         bundle = {resource: float(per_host)}
         # each bundle on the node found for it (node 0: the kernel's), where all are known
-        selectors = [{"ray.io/node-id": node} for node in node_ids if node is not None]
+        selectors = [{"ray.io/node-id": node.node_id} for node in nodes if node is not None]
         self._group = placement_group(
             [dict(bundle) for _ in hosts],
             strategy="STRICT_SPREAD",
             bundle_label_selector=selectors if len(selectors) == len(hosts) else None,
         )
-        self.hosts = hosts
-        self._actors: list[Any] = []
+        for held in self._held:
+            HELD[held[:2]] += held[2]
         if not self._group.wait(timeout_seconds=PLACE_WAIT_S):
             self.release()
             raise LaunchError(
@@ -283,3 +341,6 @@ class RayReservation(Reservation):
         self._actors = []
         with contextlib.suppress(Exception):
             self._remove(self._group)
+        for node_id, resource, amount in self._held:
+            HELD[(node_id, resource)] -= amount
+        self._held = []
