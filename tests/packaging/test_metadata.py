@@ -31,6 +31,7 @@ OPTIONAL = {
     "clearml": "clearml",
     "dvclive": "dvclive",
     "swanlab": "swanlab",
+    "ray": "ray",
 }
 #: Where the module's distribution is another one than the extra names.
 _PROVIDED_BY = {"mlflow": "mlflow-skinny"}
@@ -191,6 +192,7 @@ def test_the_lanes_ci_runs_install_the_package_as_users_get_it() -> None:
         "make test-classic",
         "make test-xla",
         "make test-trackers",
+        "make test-ray",
         "make test-browser",
         "make test-docs",
         "make test-chaos",
@@ -199,8 +201,11 @@ def test_the_lanes_ci_runs_install_the_package_as_users_get_it() -> None:
     background = [line.split()[1] for line in run if line.strip().startswith("in_background ")]
     assert background == ["test-colab-units", "test-install"]  # meanwhile, in the background
     makefile = (ROOT / "Makefile").read_text()
-    lanes = re.findall(r"^(\$\(TRACKERS_VENV\)/\.installed):.*\n((?:\t.*\n)+)", makefile, re.M)
-    assert [name for name, _ in lanes] == ["$(TRACKERS_VENV)/.installed"]  # test-trackers's
+    lanes = re.findall(
+        r"^(\$\((?:TRACKERS|RAY)_VENV\)/\.installed):.*\n((?:\t.*\n)+)", makefile, re.M
+    )
+    names = [name for name, _ in lanes]
+    assert names == ["$(TRACKERS_VENV)/.installed", "$(RAY_VENV)/.installed"]  # their lanes
     for name, recipe in lanes:
         installs = [line for line in recipe.splitlines() if "-e " in line]
         assert installs and all("--no-deps" not in line for line in installs), name
