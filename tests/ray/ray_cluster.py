@@ -163,7 +163,7 @@ class RayCluster(BridgedMachines):
         ]
 
     def _wait_for_nodes(self, count: int) -> None:
-        """Wait until the cluster shows ``count`` nodes alive (``ray status`` on the head)."""
+        """Wait until the cluster shows ``count`` nodes alive (asked from the head)."""
         probe = (
             "import ray, sys; ray.init(address='auto', logging_level='ERROR'); "
             "print(sum(n['Alive'] for n in ray.nodes()))"
