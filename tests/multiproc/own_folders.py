@@ -18,7 +18,7 @@ from pathlib import Path
 
 import nb_accel
 
-__all__ = ["OWN_FOLDERS", "on_machine"]
+__all__ = ["OWN_FOLDERS", "on_machine", "own_folders_command"]
 
 #: The folders each machine has of its own (fresh and empty on each).
 OWN_FOLDERS = tuple(sorted({"/dev/shm", "/tmp", tempfile.gettempdir()}))
@@ -49,6 +49,16 @@ def on_machine(namespace: str, shared: Sequence[Path], command: Sequence[str]) -
     The shared folders are opened before the fresh file systems hide them, then mounted back
     from those descriptors; the command replaces the shell (its pid is the one started).
     """
+    return [
+        *("ip", "netns", "exec", namespace),
+        *("unshare", "--mount", "--propagation", "private", "--"),
+        *own_folders_command(shared, command),
+    ]
+
+
+def own_folders_command(shared: Sequence[Path], command: Sequence[str]) -> list[str]:
+    """``command`` run with fresh :data:`OWN_FOLDERS` (in a mount namespace the caller made),
+    ``shared`` and what the interpreter needs mounted back in."""
     kept = list(enumerate(map(str, _reached(shared)), start=3))  # descriptor, folder
     steps = [f"exec {fd}<{shlex.quote(folder)}" for fd, folder in kept]
     for own in map(shlex.quote, OWN_FOLDERS):
@@ -59,8 +69,4 @@ def on_machine(namespace: str, shared: Sequence[Path], command: Sequence[str]) -
         steps.append(f"mount --no-canonicalize --bind /proc/self/fd/{fd} {shlex.quote(folder)}")
         steps.append(f"exec {fd}<&-")
     steps.append('exec "$@"')
-    return [
-        *("ip", "netns", "exec", namespace),
-        *("unshare", "--mount", "--propagation", "private", "--"),
-        *("sh", "-c", " && ".join(steps), "sh", *command),
-    ]
+    return ["sh", "-c", " && ".join(steps), "sh", *command]

@@ -19,6 +19,7 @@ from pathlib import Path
 import psutil
 import pytest
 from markers import wait_for_files
+from own_folders import own_folders_command
 from ray_cluster import RayCluster
 
 pytestmark = pytest.mark.timeout(240)
@@ -415,23 +416,21 @@ def test_a_kernel_that_reaches_no_cluster_is_told_what_to_do(address: str | None
     """A kernel on a machine of its own, with no cluster: its own PID namespace (Ray's
     ``address="auto"`` looks for a cluster's processes too, and would find the session's) and
     its own ``/tmp`` (no ``/tmp/ray``); nothing listens on port 9."""
-    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "TMPDIR")}
     if address is not None:
         env["RAY_ADDRESS"] = address
     alone = [
         *("unshare", "--pid", "--fork", "--kill-child", "--mount-proc", "--mount"),
-        *("--propagation", "private", "--", "sh", "-c"),
-        'mount -t tmpfs nb-alone /tmp && exec "$@"',
-        "sh",
+        *("--propagation", "private", "--"),
     ]
     done = subprocess.run(
-        [*alone, sys.executable, "-c", NO_CLUSTER],
+        [*alone, *own_folders_command([], [sys.executable, "-c", NO_CLUSTER])],
         capture_output=True,
         text=True,
         timeout=60,
         check=False,
         cwd="/",
-        env={**env, "TMPDIR": "/tmp"},
+        env=env,
     )
     said = done.stdout + done.stderr
     if address is None:

@@ -29,9 +29,6 @@ ALLOWED: dict[tuple[str, str], str] = {
         "machine's own mount namespace, so nothing reaches the real ones"
     ),
     ("multiproc/own_folders.py", "/dev/shm"): "as /tmp: hidden by a tmpfs of the machine's own",
-    ("ray/test_ray_launch.py", "/tmp"): (
-        "a kernel alone on a machine: a fresh tmpfs mounted over /tmp in its own mount namespace"
-    ),
     ("unit/test_model_io.py", "~/weights"): "HOME is set to tmp_path: it is tmp_path/weights",
     ("unit/test_model_io.py", "~"): "tmp_path / '~': checks no folder named '~' was made",
     ("unit/test_config.py", "~/cluster/ssh_config"): "a configuration value, never opened",
