@@ -32,6 +32,12 @@ def ray_cluster(
     finalizers: list = []
     try:
         yield RayCluster(tmp_path_factory.mktemp("ray"), finalizers.append)
-    finally:
+    finally:  # every one runs, as pytest runs finalizers; the first failure is raised
+        failures: list[BaseException] = []
         for finalizer in reversed(finalizers):
-            finalizer()
+            try:
+                finalizer()
+            except BaseException as failure:  # noqa: BLE001 - raised below, once all ran
+                failures.append(failure)
+        if failures:
+            raise failures[0]
