@@ -634,6 +634,8 @@ def _told(pid: int) -> str:
             f"{pid} (parent {process.ppid()} {state}, {process.status()}, "
             f"{process.num_threads()} threads, {' '.join(process.cmdline()[:4])})"
         )
+    except psutil.ZombieProcess:
+        return f"{pid} (a zombie: it ended and was never reaped)"
     except psutil.Error:
         return str(pid)
 

@@ -18,6 +18,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
 from .node_process import NodeProcess, PipedNode
+from .short_commands import command_output
 
 __all__ = [
     "NODE_MODULE",
@@ -154,9 +155,7 @@ class SshTransport(Transport):
     def address(self, host: str) -> str:
         """``host``'s ``HostName`` as the configuration resolves it (``ssh -G``)."""
         try:
-            shown = subprocess.run(
-                [*self._base(), "-G", host], capture_output=True, text=True, timeout=10, check=False
-            ).stdout
+            shown = command_output([*self._base(), "-G", host], timeout=10).stdout
         except (OSError, subprocess.TimeoutExpired):
             return host
         for line in shown.splitlines():
@@ -196,13 +195,8 @@ class SrunTransport(Transport):
         """The node's ``NodeAddr`` (``scontrol show node``; its name when SLURM gives none)."""
         scontrol = shutil.which("scontrol") or "scontrol"
         try:
-            shown = subprocess.run(
-                [scontrol, "show", "node", "--oneliner", host],
-                capture_output=True,
-                text=True,
-                timeout=30,
-                check=False,
-            ).stdout
+            asked = [scontrol, "show", "node", "--oneliner", host]
+            shown = command_output(asked, timeout=30).stdout
         except (OSError, subprocess.TimeoutExpired):
             return host
         for field in shown.split():
@@ -224,13 +218,13 @@ def slurm_hosts() -> list[str]:
     scontrol = shutil.which("scontrol")
     if scontrol is None:
         raise ValueError('hosts="slurm" needs SLURM\'s scontrol on PATH to list the nodes')
-    listed = subprocess.run(
-        [scontrol, "show", "hostnames", nodelist],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=False,
-    )
+    try:
+        listed = command_output([scontrol, "show", "hostnames", nodelist], timeout=30)
+    except subprocess.TimeoutExpired as error:
+        raise ValueError(
+            f"scontrol show hostnames {nodelist} did not answer in 30 s: is SLURM's controller up "
+            "(scontrol ping)?"
+        ) from error
     hosts = listed.stdout.split()
     if listed.returncode != 0 or not hosts:
         raise ValueError(f"scontrol show hostnames {nodelist} failed: {listed.stderr.strip()}")
