@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "chaos"))
 sys.path.insert(
     0, str(Path(__file__).resolve().parents[1] / "tests" / "multiproc")
 )  # the SSH hosts
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "ray"))  # the Ray cluster
 
 from campaign import INVARIANTS, Outcome, bound_of, run_scenario
 from scenarios import draw

@@ -49,8 +49,9 @@ def _wrapped_kernel(folder: Path, wrap: list[str], ip: str | None) -> KernelMana
     (spec / "kernel.json").write_text(json.dumps(described))
     specs = KernelSpecManager(kernel_dirs=[str(folder / "kernels")])
     manager = KernelManager(kernel_name="wrapped", kernel_spec_manager=specs)
-    if ip is not None:
-        manager.ip = ip
+    if ip is not None:  # jupyter_client starts kernels on this machine's addresses only
+        manager.ip = "0.0.0.0"  # every address of the kernel's namespace
+        manager.connection_file = str(folder / "kernel-connection.json")  # in its command
     return manager
 
 
@@ -78,6 +79,10 @@ def running_kernel(
         if folder is not None:
             environ["TMPDIR"] = str(scratch or folder)
         manager.start_kernel(cwd=str(folder or os.getcwd()), env=environ)
+    if ip is not None:  # reached at its namespace's address (the control socket reconnected)
+        manager.ip = ip
+        manager._close_control_socket()
+        manager._connect_control_socket()
     client = manager.client()
     client.start_channels()
     try:

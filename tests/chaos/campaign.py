@@ -41,6 +41,7 @@ from notebook_code import (
     plan_of,
 )
 from other_node_peer import OtherNode
+from ray_cluster import RayCluster
 from scenarios import Scenario
 from slurm_cluster import SlurmCluster, require_slurm_cluster
 from small_disk import small_disk
@@ -192,14 +193,16 @@ def _answer_prompts(client: BlockingKernelClient, end: CellEnd, after: float) ->
         client.input("c")
 
 
-def _kill(manager: KernelManager) -> None:
-    pid = manager.provisioner.process.pid  # type: ignore[union-attr]
-    os.kill(pid, signal.SIGKILL)
+def _kill(kernel: psutil.Process) -> None:
+    os.kill(kernel.pid, signal.SIGKILL)
 
 
 def _cut_host(machines: BridgedMachines, rank: int) -> Any:
-    """The host of rank ``rank`` (of the ``nodes`` style, whose kernel is node 0: the other
-    node's, cut off from the kernel's either way)."""
+    """The host of rank ``rank`` (of the ``nodes`` style, whose kernel is node 0, and of the
+    ``ray`` style, whose kernel is on the head with rank 0: the other node's, cut off from the
+    kernel's either way)."""
+    if isinstance(machines, RayCluster):
+        return machines.node
     return machines.hosts[min(rank, len(machines.hosts) - 1)]
 
 
@@ -210,12 +213,28 @@ def _cut(machines: BridgedMachines, rank: int, marks: Path) -> None:
 
 
 def _kernel_process(manager: KernelManager) -> psutil.Process:
-    return psutil.Process(manager.provisioner.process.pid)  # type: ignore[union-attr]
+    """The kernel's process: the one its manager started, or that one's child where it was
+    ``nsenter`` into a PID namespace (which forks the command it runs)."""
+    started = psutil.Process(manager.provisioner.process.pid)  # type: ignore[union-attr]
+    if not started.cmdline()[0].endswith("nsenter"):
+        return started
+    children = started.children()
+    assert len(children) == 1, children  # the kernel has answered: it runs
+    return children[0]
 
 
-def _shm() -> set[str]:
+def _pid_inside(pid: int) -> int:
+    """``pid`` as its own PID namespace numbers it (as it names what it makes)."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("NSpid:"):
+            return int(line.split()[-1])
+    return pid
+
+
+def _shm(root: str = "") -> set[str]:
+    """What ``/dev/shm`` holds (``root``: of the machine whose file system is seen there)."""
     try:
-        return set(os.listdir("/dev/shm"))
+        return set(os.listdir(f"{root}/dev/shm"))
     except OSError:
         return set()
 
@@ -224,7 +243,7 @@ def _worker_pids(marks: Path) -> set[int]:
     return {int(path.name.split("-")[2]) for path in marks.glob("pid-*")}
 
 
-def _expect_error(outcome: Outcome, end: CellEnd) -> None:
+def _expect_error(outcome: Outcome, end: CellEnd, machines: BridgedMachines | None = None) -> None:
     """The error of a fault's cell names the faulty rank and what happened."""
     scenario = outcome.scenario
     rank, fault, text = scenario.rank, scenario.fault, end.evalue + "\n" + end.traceback
@@ -242,6 +261,9 @@ def _expect_error(outcome: Outcome, end: CellEnd) -> None:
     }
     if scenario.style == "nodes":  # the kernel is node 0 (rank 0); it sees no other node's rank
         wanted.update(_nodes_wanted(scenario))
+    if isinstance(machines, RayCluster):  # hosts named by address; the node cut holds rank 1
+        cut = ["ank 1", f"host {machines.node.address} ended", "no word from the host"]
+        wanted["link-cut"] = ("", cut)
     if fault not in wanted:
         return
     ename, pieces = wanted[fault]
@@ -292,6 +314,8 @@ class KernelSession:
     machines: BridgedMachines | None = None
     other_node: OtherNode | None = None
     left: list[str] = field(default_factory=list)
+    #: Where the kernel's machine's file system is seen from here ("": this one's).
+    root: str = ""
 
     def place(self, folder: Path) -> Path:
         """Where a scenario given ``folder`` runs: there, or, where the ranks run on hosts
@@ -305,12 +329,14 @@ class KernelSession:
 
 @contextmanager
 def kernel_session(
-    folder: Path, style: str = "", small_shm: bool = False
+    folder: Path, style: str = "", small_shm: bool = False, cluster: RayCluster | None = None
 ) -> Iterator[KernelSession]:
     """A set-up kernel under ``folder`` while the block runs (for a host ``style``, with its
-    hosts; with ``small_shm``, a small ``/dev/shm`` of its own); its leftovers said once it
-    shut down (a kernel the block killed leaves nothing to say, but on the hosts)."""
-    shm_before = _shm()
+    hosts; with ``small_shm``, a small ``/dev/shm`` of its own; for the ``ray`` style, on the
+    head node of ``cluster``, under whose folder ``folder`` must be); its leftovers said once
+    it shut down (a kernel the block killed leaves nothing to say, but on the hosts)."""
+    root = cluster.head_root() if cluster is not None else ""
+    shm_before = _shm(root)
     scratch = folder / "scratch"
     scratch.mkdir()
     with contextlib.ExitStack() as machinery:
@@ -319,29 +345,60 @@ def kernel_session(
         def cleanup(step: Callable[[], None]) -> None:
             machinery.callback(step)
 
-        machines, options, env = _machines(style, folder, cleanup)
+        machines, options, env = _machines(style, folder, cleanup, cluster)
         if machines is not None:
             setup += HOSTS.format(hosts=options)
         other = OtherNode(machines, options, folder) if style == "nodes" and machines else None
         wrap = SMALL_SHM if small_shm else None
-        with running_kernel(folder, scratch, env, wrap) as (manager, client):
+        address = None
+        if cluster is not None:  # the kernel in the head's namespaces, at the head's address
+            wrap, address = cluster.on_head([]), cluster.head.address
+            setup += RAY_CONNECTED
+        with running_kernel(folder, scratch, env, wrap, address) as (manager, client):
             kernel = _kernel_process(manager)
-            session = KernelSession(manager, client, kernel, folder, machines, other)
+            session = KernelSession(manager, client, kernel, folder, machines, other, root=root)
             ready, _ = _run(client, setup + LIFELONG)
             assert ready.status == "ok", ready
+            if address is not None:  # interrupted by message: its control thread says so
+                _ask_on_control(client)
+            own_pid = _pid_inside(kernel.pid)
             yield session
             killed = not manager.is_alive()
         if not killed:  # the kernel's own go at exit
-            session.left = _files_left(folder, shm_before, session.kernel.pid)
+            session.left = _files_left(folder, shm_before, own_pid, root)
         if machines is not None:
             session.left += _left_on_hosts(machines)
 
 
+def _ask_on_control(client: BlockingKernelClient) -> None:
+    """Ask the kernel something on its control channel, and wait for the answer: ipykernel's
+    control thread says it is busy, then idle (its first words make it an event pipe, a socket
+    and an eventfd, kept for the kernel's life), as for each interrupt sent by message."""
+    request = client.session.msg("kernel_info_request")
+    client.control_channel.send(request)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            reply = client.control_channel.get_msg(timeout=1)
+        except queue.Empty:
+            continue
+        if reply["parent_header"].get("msg_id") == request["header"]["msg_id"]:
+            return
+    raise TimeoutError("the kernel did not answer on its control channel")
+
+
 def _machines(
-    style: str, folder: Path, cleanup: Callable[[Callable[[], None]], None]
+    style: str,
+    folder: Path,
+    cleanup: Callable[[Callable[[], None]], None],
+    cluster: RayCluster | None = None,
 ) -> tuple[BridgedMachines | None, dict[str, object], dict[str, str]]:
-    """The machines a host ``style`` runs on (torn down by ``cleanup``, after the kernel), the
-    launch's options that name them, and what the kernel's environment needs for them."""
+    """The machines a host ``style`` runs on (torn down by ``cleanup``, after the kernel; the
+    ``ray`` style's are ``cluster``, the lane's), the launch's options that name them, and what
+    the kernel's environment needs for them."""
+    if style == "ray":
+        assert cluster is not None, "the ray style runs on the Ray lane's cluster"
+        return cluster, {"hosts": "ray"}, {}
     if style == "ssh":
         require_ssh_machines()
         hosts = SshMachines(folder, cleanup)
@@ -365,12 +422,19 @@ def _free_port(address: str) -> int:
         return int(probe.getsockname()[1])
 
 
-def run_scenario(scenario: Scenario, folder: Path, session: KernelSession | None = None) -> Outcome:
+def run_scenario(
+    scenario: Scenario,
+    folder: Path,
+    session: KernelSession | None = None,
+    cluster: RayCluster | None = None,
+) -> Outcome:
     """Run ``scenario`` under ``folder``, in ``session`` or a fresh kernel of its own (and
-    then what the kernel left once shut down counts too); what it broke."""
+    then what the kernel left once shut down counts too; the ``ray`` style's on ``cluster``);
+    what it broke."""
     if session is not None:
         return _run_scenario(scenario, session.place(folder), session)
-    with kernel_session(folder, scenario.style, scenario.fault == "shm-full") as own:
+    small_shm = scenario.fault == "shm-full"
+    with kernel_session(folder, scenario.style, small_shm, cluster) as own:
         outcome = _run_scenario(scenario, folder, own)
     for left in own.left:
         outcome.fail("nothing left", left)
@@ -414,7 +478,7 @@ def _play(outcome: Outcome, marks: Path, checkpoints: Path, session: KernelSessi
             "teardown": marks / f"end-{scenario.rank}",
         }[scenario.moment]
     elif scenario.fault == "kernel-killed":
-        action = lambda: _kill(manager)  # noqa: E731
+        action = lambda: _kill(kernel)  # noqa: E731
     elif scenario.fault == "link-cut":
         assert machines is not None, scenario
         action = lambda: _cut(machines, scenario.rank, marks)  # noqa: E731
@@ -456,7 +520,7 @@ def _play(outcome: Outcome, marks: Path, checkpoints: Path, session: KernelSessi
     # a run that restarts runs once more, whole, after the fault
     again = follow.ended_at - follow_started if scenario.style == "restarts" else 0.0
     _check_end(outcome, end, seen_at, again)
-    _check_fault(outcome, end)
+    _check_fault(outcome, end, machines)
     if scenario.style == "cell" and follow.status == "ok":  # the values -o stored
         shown, _ = _run(client, "print(chaos_result)", manager)
         follow.stdout += shown.stdout
@@ -464,6 +528,10 @@ def _play(outcome: Outcome, marks: Path, checkpoints: Path, session: KernelSessi
     stopped, _ = _run(client, "from nb_accel import stop_workers\nstop_workers()", manager)
     if stopped.status != "ok":
         outcome.fail("nothing left", f"stop_workers(): {stopped.ename}: {stopped.evalue}")
+    if isinstance(machines, RayCluster):
+        held, _ = _run(client, RAY_GROUPS_HELD, manager)
+        if held.stdout.strip() != "[]":
+            outcome.fail("nothing left", f"Ray placement groups: {held.stdout.strip()}")
     _check_checkpoints(outcome, checkpoints, checkpoints / "clean")
     _check_nothing_left(outcome, kernel, threads_before, _threads(client))
     if machines is not None:
@@ -498,7 +566,7 @@ def _check_end(outcome: Outcome, end: CellEnd, seen_at: float | None, again: flo
         )
 
 
-def _check_fault(outcome: Outcome, end: CellEnd) -> None:
+def _check_fault(outcome: Outcome, end: CellEnd, machines: BridgedMachines | None = None) -> None:
     scenario = outcome.scenario
     if scenario.style in AGENT_STYLES and scenario.fault == "shm-full":  # see SHM_LIMIT
         if end.ename != "LaunchError" or SHM_LIMIT not in end.evalue:
@@ -516,7 +584,7 @@ def _check_fault(outcome: Outcome, end: CellEnd) -> None:
         if end.status != "ok":
             outcome.fail("names the fault", f"{scenario.fault} ended in {end.ename}: {end.evalue}")
         return
-    _expect_error(outcome, end)
+    _expect_error(outcome, end, machines)
 
 
 def _check_follow_up(outcome: Outcome, end: CellEnd, follow: CellEnd) -> None:
@@ -584,11 +652,12 @@ def _check_nothing_left(
         outcome.fail("nothing left", f"the kernel's threads: {new_threads} new")
 
 
-def _files_left(folder: Path, shm: set[str], kernel: int) -> list[str]:
-    """What kernel ``kernel`` left: its ``/dev/shm`` folders (not in ``shm`` before it), files in
-    its scratch folder (``folder/scratch``) but what others keep there on purpose."""
+def _files_left(folder: Path, shm: set[str], kernel: int, root: str = "") -> list[str]:
+    """What kernel ``kernel`` (its pid in its own namespace) left: its ``/dev/shm`` folders (not
+    in ``shm`` before it; on the machine at ``root``), files in its scratch folder
+    (``folder/scratch``) but what others keep there on purpose."""
     left = []
-    new_shm = sorted(name for name in _shm() - shm if f"-{kernel}-" in name)  # its folders
+    new_shm = sorted(name for name in _shm(root) - shm if f"-{kernel}-" in name)  # its folders
     if new_shm:
         left.append(f"/dev/shm: {new_shm}")
     scratch = [p.name for p in (folder / "scratch").iterdir() if not p.name.startswith(OTHERS)]
@@ -608,6 +677,8 @@ def _check_orphans(outcome: Outcome, marks: Path, machines: BridgedMachines | No
     if machines is not None:
         for left in _left_on_hosts(machines):
             outcome.fail("no orphans", left)
+    if machines is not None and machines.own_pids:  # the pids the workers wrote are theirs
+        return
     pids = _worker_pids(marks)
     deadline = time.monotonic() + ORPHAN_WAIT_S
     alive = pids
@@ -692,6 +763,26 @@ import torch.distributed as _dist
 _dist.TCPStore("127.0.0.1", 0, is_master=True, wait_for_workers=False)
 print("x" * 100_000)
 """
+#: The ``ray`` style's kernel connects to its cluster once, as a notebook on the head node does,
+#: and has an actor answer once: the actor's worker connects back to the kernel (its owner),
+#: a connection Ray keeps (Ray's threads and connections are the kernel's for its life).
+RAY_CONNECTED = """
+import ray
+ray.init(address="auto", logging_level="WARNING", log_to_driver=False)
+@ray.remote(num_cpus=0)
+class _Answers:
+    def answer(self):
+        return None
+_answering = _Answers.remote()
+ray.get(_answering.answer.remote())
+ray.kill(_answering)
+del _answering
+"""
+#: Lists the cluster's placement groups that hold resources still (the ``ray`` style's).
+RAY_GROUPS_HELD = (
+    "print(sorted(group['placement_group_id'] for group in "
+    "ray.util.placement_group_table().values() if group['state'] != 'REMOVED'))"
+)
 #: ipykernel's own housekeeping, done now: it closes the event pipe of each thread that has
 #: ended (a socket and its eventfd) every 10 s (ipykernel 7; earlier, when the thread goes).
 EVENT_PIPES_CLOSED = """

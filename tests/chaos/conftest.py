@@ -1,4 +1,5 @@
-"""The chaos campaign's tests reach the test machines (SSH hosts) of ``tests/multiproc``."""
+"""The chaos campaign's tests reach the test machines (SSH hosts) of ``tests/multiproc``, and
+the Ray cluster of ``tests/ray`` (whose style runs in the Ray lane)."""
 
 from __future__ import annotations
 
@@ -6,3 +7,4 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multiproc"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ray"))

@@ -184,6 +184,7 @@ def _launch(style: str, plan: dict[str, object]) -> str:
         "ssh": "num_processes=1, **CHAOS_HOSTS",  # one rank on each host
         "slurm": "num_processes=1, **CHAOS_HOSTS",
         "nodes": "num_processes=1, **CHAOS_HOSTS",  # node 0's rank; node 1 runs the other
+        "ray": "num_processes=1, **CHAOS_HOSTS",  # a rank on each node of the cluster
     }[style]
     big = f" torch.ones({plan['big']} // 4)" if plan["big"] else ""  # there and back
     return (

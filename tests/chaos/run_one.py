@@ -10,6 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the kernel driver
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "multiproc"))  # the SSH hosts
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "ray"))  # the Ray cluster
 
 from campaign import run_scenario
 from scenarios import draw

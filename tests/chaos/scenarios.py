@@ -9,11 +9,13 @@ import random
 from dataclasses import dataclass
 
 __all__ = [
+    "ALL_STYLES",
     "FAULTS",
     "FOUND",
     "HOST_STYLES",
     "NETWORK_STYLES",
     "KNOWN",
+    "LANE_STYLES",
     "NOT_IN",
     "OWN_KERNEL",
     "STYLES",
@@ -28,8 +30,13 @@ __all__ = [
 #: two nodes that each run the launch themselves (``num_nodes=2``), a rank on each: the
 #: kernel is node 0, a script on another machine node 1.
 STYLES = ("cold-fork", "cold-spawn", "warm", "cell", "restarts", "ssh", "slurm", "nodes")
+#: The styles with a lane of their own (its own environment): a Ray cluster of two machines,
+#: the kernel on its head node, a rank on each node (``make test-ray``).
+LANE_STYLES = ("ray",)
+#: Every style, the lanes' last: a pair's seed is its place among them all.
+ALL_STYLES = (*STYLES, *LANE_STYLES)
 #: The styles whose ranks the kernel starts on other machines.
-HOST_STYLES = ("ssh", "slurm")
+HOST_STYLES = ("ssh", "slurm", "ray")
 #: The styles with a machine of their own to cut off the network.
 NETWORK_STYLES = (*HOST_STYLES, "nodes")
 
@@ -55,7 +62,7 @@ FAULTS = (
 #: it (their shared folders are bound once, at their start); big values to and from hosts
 #: travel inside the messages, never through the kernel's /dev/shm.
 NOT_IN: dict[str, tuple[str, ...]] = {
-    **{style: ("link-cut",) for style in STYLES if style not in NETWORK_STYLES},
+    **{style: ("link-cut",) for style in ALL_STYLES if style not in NETWORK_STYLES},
     **{style: ("disk-full", "shm-full") for style in HOST_STYLES},
     "nodes": ("disk-full",),
 }
@@ -111,14 +118,15 @@ def draw(
     return Scenario(seed, chosen_style, chosen_fault, rank, step, moment, answer)
 
 
-def covering_seeds() -> list[Scenario]:
-    """A fixed set of scenarios covering every style and fault pair that can happen once
-    (their seeds fixed: the pair's place in the list), each rank and step as its seed draws it."""
-    pairs = itertools.product(STYLES, FAULTS)
+def covering_seeds(styles: tuple[str, ...] = STYLES) -> list[Scenario]:
+    """A fixed set of scenarios covering every pair of a style of ``styles`` and a fault that
+    can happen in it once (their seeds fixed: the pair's place among every style's), each rank
+    and step as its seed draws it."""
+    pairs = itertools.product(ALL_STYLES, FAULTS)
     return [
         draw(index, style, fault)
         for index, (style, fault) in enumerate(pairs)
-        if fault not in NOT_IN.get(style, ())
+        if style in styles and fault not in NOT_IN.get(style, ())
     ]
 
 

@@ -148,6 +148,9 @@ class BridgedMachines:
 
     #: Programs of the machinery itself, not of a launch (left out of :meth:`processes`).
     daemons: tuple[str, ...] = ()
+    #: Whether each machine numbers its processes itself (a PID namespace of its own): a pid
+    #: a process there reports is not this machine's.
+    own_pids: bool = False
 
     def __init__(
         self,

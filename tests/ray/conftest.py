@@ -1,5 +1,6 @@
-"""The Ray lane's tests reach the test machines of ``tests/multiproc`` and share one Ray cluster
-for the session (about 6 s to start)."""
+"""The Ray lane's tests reach the test machines of ``tests/multiproc`` and the chaos campaign of
+``tests/chaos`` (its ``ray`` style runs here), and share one Ray cluster for the session (about
+6 s to start)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import pytest
 
 sys.path[:0] = [
     str(Path(__file__).resolve().parents[1] / "multiproc"),
+    str(Path(__file__).resolve().parents[1] / "chaos"),
     str(Path(__file__).resolve().parents[1]),
 ]
 

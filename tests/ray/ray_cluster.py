@@ -79,6 +79,8 @@ class RayCluster(BridgedMachines):
         "agent.py",
     )
 
+    own_pids = True
+
     def __init__(
         self,
         tmp_path: Path,
@@ -149,6 +151,10 @@ class RayCluster(BridgedMachines):
         nsenter = shutil.which("nsenter") or "nsenter"
         target = str(self._inits[self.head.name])
         return [nsenter, "--target", target, "--mount", "--net", "--pid", "--uts", "--", *command]
+
+    def head_root(self) -> str:
+        """The head node's file system as seen from here (its own ``/tmp``, ``/dev/shm``)."""
+        return f"/proc/{self._inits[self.head.name]}/root"
 
     def processes(self) -> list[str]:
         """The processes of launches on the machines now: neither Ray's own nor the

@@ -40,6 +40,7 @@ ALLOWED: dict[tuple[str, str], str] = {
         "mount namespace (unshare --mount), gone with it"
     ),
     ("chaos/campaign.py", "/root"): "part of /proc/<pid>/root: that kernel's own view of it",
+    ("ray/ray_cluster.py", "/root"): "part of /proc/<pid>/root: the head node's view, read only",
     ("chaos/notebook_code.py", "/dev/shm"): "where the kernel's own tmpfs is mounted, as above",
     ("multiproc/test_shm_full.py", "/dev/shm"): (
         "where the script's own tmpfs is mounted, in a mount namespace of its own"
