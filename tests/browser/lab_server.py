@@ -13,7 +13,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import IO, Any
 
 import psutil
+from ports import free_port
 
 #: How long the server gets to answer its status page after it is started.
 START_TIMEOUT_S = 90.0
@@ -56,14 +56,6 @@ USER_SETTINGS = {
         "checkForUpdates": False,
     },
 }
-
-
-def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
 
 
 def isolated_env(home: Path) -> dict[str, str]:

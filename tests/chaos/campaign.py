@@ -14,7 +14,6 @@ import contextlib
 import os
 import queue
 import signal
-import socket
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, nullcontext
@@ -41,6 +40,7 @@ from notebook_code import (
     plan_of,
 )
 from other_node_peer import OtherNode
+from ports import free_port
 from ray_cluster import RayCluster
 from scenarios import Scenario
 from slurm_cluster import SlurmCluster, require_slurm_cluster
@@ -411,15 +411,9 @@ def _machines(
     if style == "nodes":  # the kernel is node 0 and hosts the rendezvous; node 1 a machine
         require([], [])  # root, ip, unshare
         machines = BridgedMachines(folder, cleanup, count=1)
-        endpoint = f"{machines.kernel_address}:{_free_port(machines.kernel_address)}"
+        endpoint = f"{machines.kernel_address}:{free_port(machines.kernel_address)}"
         return machines, {"num_nodes": 2, "node_rank": 0, "rdzv_endpoint": endpoint}, {}
     return None, {}, {}
-
-
-def _free_port(address: str) -> int:
-    with socket.socket() as probe:
-        probe.bind((address, 0))
-        return int(probe.getsockname()[1])
 
 
 def run_scenario(

@@ -9,13 +9,13 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 import pytest
+from ports import free_port
 
 from nb_accel.runtime.device_types import cuda_facts
 
@@ -44,17 +44,11 @@ print("OUTCOME", json.dumps({"count": count, "results": results, "left": left}))
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def test_each_rank_on_a_ray_cluster_has_its_bundle_s_gpu(tmp_path: Path) -> None:
     pytest.importorskip("ray", reason="needs Ray (the ray extra)")
     ray_program = Path(sys.executable).with_name("ray")
     count = cuda_facts.cuda_device_count()
-    port = _free_port()
+    port = free_port()
     env = {**os.environ, "RAY_ADDRESS": f"127.0.0.1:{port}", "TMPDIR": str(tmp_path)}
     head = subprocess.Popen(
         [

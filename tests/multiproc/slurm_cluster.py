@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from machines import BridgedMachines, require
+from ports import free_port
 
 
 def require_slurm_cluster() -> None:
@@ -66,7 +67,7 @@ class SlurmCluster(BridgedMachines):
             f"SlurmdPidFile={folder}/slurmd-%n.pid\n"
             f"SlurmctldLogFile={folder / 'slurmctld.log'}\n"
             f"SlurmdLogFile={folder}/slurmd-%n.log\n"
-            f"SlurmctldPort={_free_port()}\nSlurmdPort=6818\n"  # slurmd: one per namespace
+            f"SlurmctldPort={free_port('')}\nSlurmdPort=6818\n"  # slurmd: one per namespace
             "ProctrackType=proctrack/linuxproc\nTaskPlugin=task/none\n"
             "JobAcctGatherType=jobacct_gather/none\nReturnToService=2\nMpiDefault=none\n"
             f"{nodes}"
@@ -152,10 +153,3 @@ class SlurmCluster(BridgedMachines):
         command = ["salloc", f"--nodes={len(self.hosts)}", sys.executable, str(script), *args]
         pipe = subprocess.PIPE if capture else None
         return subprocess.Popen(command, env=self.env, text=True, stdout=pipe, stderr=pipe)
-
-
-def _free_port() -> int:
-    """A TCP port free in this namespace now (for slurmctld: runs side by side differ)."""
-    with socket.socket() as probe:
-        probe.bind(("", 0))
-        return int(probe.getsockname()[1])

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -20,17 +19,12 @@ from typing import Any
 import pytest
 from markers import wait_for_files, wait_until
 from multinode_node import ASLEEP_FOLDER, RUNS_FOLDER, run_marker
+from ports import free_port
 
 from nb_accel.launch.multinode.elastic_agent import EXIT_BARRIER_S
 
 NODE_SCRIPT = Path(__file__).with_name("multinode_node.py")
 NODE_TIMEOUT_S = 90
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 def _start(
@@ -85,7 +79,7 @@ def _wait_for_its_launch(process: subprocess.Popen[bytes], out: Path) -> None:
 def _both_asleep(tmp_path: Path, scenario: str) -> tuple[Started, Started]:
     """Both nodes started on ``scenario`` (whose workers sleep), once every rank of both has
     written that it is asleep."""
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     folder = tmp_path / "asleep"
     folder.mkdir()
     env = {ASLEEP_FOLDER: str(folder)}
@@ -109,7 +103,7 @@ def _two_nodes(
     node_ranks: tuple[str, str] = ("0", "1"),
     endpoint: str | None = None,
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    endpoint = endpoint or f"127.0.0.1:{_free_port()}"
+    endpoint = endpoint or f"127.0.0.1:{free_port()}"
     first = _start(tmp_path, node_ranks[0], endpoint, scenario, *options, env=env)
     _wait_for_its_launch(*first)  # node 0 first, as a user would (the rendezvous does not need it)
     second = _start(tmp_path, node_ranks[1], endpoint, scenario, *options, env=env)
@@ -163,7 +157,7 @@ def test_nodes_with_different_rdzv_ids_do_not_meet(tmp_path: Path) -> None:
     """Each node waits in its own run: node 0 (alone in its run) says the others did not join.
     Node 1 waits up to a minute to reach node 0's store (rdzv_conf's read_timeout), whichever
     starts first, then fails too."""
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     options = ("num_nodes=2", "rdzv_timeout=3", 'rdzv_conf={"read_timeout": 60}')
     node0 = _start(tmp_path, "0", endpoint, "ok", *options, "rdzv_id=first")
     node1 = _start(tmp_path, "1", endpoint, "ok", *options, "rdzv_id=second")
@@ -244,7 +238,7 @@ def test_without_restarts_the_same_failure_ends_the_launch(tmp_path: Path) -> No
 @pytest.mark.timeout(200)
 def test_the_nodes_settings_come_from_the_saved_configuration(tmp_path: Path) -> None:
     config = tmp_path / "config.yaml"
-    config.write_text(f"num_nodes: 2\nrdzv_endpoint: 127.0.0.1:{_free_port()}\n")
+    config.write_text(f"num_nodes: 2\nrdzv_endpoint: 127.0.0.1:{free_port()}\n")
     env = {"NB_ACCEL_CONFIG_FILE": str(config)}
     node0, node1 = _two_nodes(tmp_path, "ok", env=env, endpoint="-")
     assert [r["rank"] for r in node0["results"]] == [0, 1], node0
@@ -253,7 +247,7 @@ def test_the_nodes_settings_come_from_the_saved_configuration(tmp_path: Path) ->
 
 @pytest.mark.timeout(120)
 def test_an_unreachable_rendezvous_is_a_clear_error_within_the_timeout(tmp_path: Path) -> None:
-    endpoint = f"127.0.0.1:{_free_port()}"  # nobody listens there
+    endpoint = f"127.0.0.1:{free_port()}"  # nobody listens there
     started = time.monotonic()
     record = _finish(*_start(tmp_path, "1", endpoint, "ok", "num_nodes=2", "rdzv_timeout=3"))
     assert record.get("error") == "LaunchError", record
@@ -264,7 +258,7 @@ def test_an_unreachable_rendezvous_is_a_clear_error_within_the_timeout(tmp_path:
 
 @pytest.mark.timeout(120)
 def test_a_node_left_alone_says_the_others_did_not_join(tmp_path: Path) -> None:
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     record = _finish(*_start(tmp_path, "0", endpoint, "ok", "num_nodes=2", "rdzv_timeout=3"))
     assert record.get("error") == "LaunchError", record
     assert "not every node joined" in record["message"]

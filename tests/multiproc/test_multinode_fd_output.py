@@ -5,11 +5,11 @@ machine, each a process running ``notebook_launcher(..., num_nodes=2)``."""
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
 
 import pytest
+from ports import free_port
 
 NODE = """
 import os, sys
@@ -41,18 +41,12 @@ if __name__ == "__main__":
 NODE_TIMEOUT_S = 120
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 def _run_nodes(tmp_path: os.PathLike[str], last_words: str) -> list[str]:
     """Both nodes' output; rank 1 writes ``last_words`` to its fd 2 and aborts."""
     script = os.path.join(tmp_path, "node.py")
     with open(script, "w") as handle:
         handle.write(NODE)
-    endpoint = f"127.0.0.1:{_free_port()}"
+    endpoint = f"127.0.0.1:{free_port()}"
     nodes = [
         subprocess.Popen(
             [sys.executable, script, str(node), endpoint, last_words],

@@ -4,7 +4,6 @@ returns their results."""
 
 from __future__ import annotations
 
-import socket
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +11,7 @@ from pathlib import Path
 import pytest
 from nbclient import NotebookClient
 from nbformat.v4 import new_code_cell, new_notebook
+from ports import free_port
 from widget_models import label_texts, shown_models
 
 NODE_SCRIPT = Path(__file__).parents[1] / "multiproc" / "multinode_node.py"
@@ -34,15 +34,9 @@ print("results", results)
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.mark.timeout(240)
 def test_node_1_in_a_kernel_shows_and_returns_ranks_2_and_3(tmp_path: Path) -> None:
-    port = _free_port()
+    port = free_port()
     endpoint, out = f"127.0.0.1:{port}", str(tmp_path / "node0.json")
     node0 = subprocess.Popen(
         [sys.executable, str(NODE_SCRIPT), "0", endpoint, "ok", out, "num_nodes=2"],

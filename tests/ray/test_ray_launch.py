@@ -14,6 +14,8 @@ import signal
 import subprocess
 import sys
 import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
@@ -218,6 +220,43 @@ def test_num_nodes_takes_fewer_nodes_and_too_many_is_refused_before_anything_sta
     assert outcome["groups"] == []  # the refused launches made none
 
 
+#: A launch whose four ranks (two on each node) say they run, then wait; ``{caught}``: what
+#: the kernel does with the launch's end.
+WAITING_LAUNCH = """
+from nb_accel.errors import LaunchError
+
+def waits(folder):
+    Path(folder, f"rank{{dist.get_rank()}}").touch()
+    threading.Event().wait(600)
+
+try:
+    notebook_launcher(waits, ({folder!r},), num_processes=2, hosts="ray")
+{caught}
+"""
+
+
+@contextmanager
+def _ranks_waiting(cluster: RayCluster, name: str, caught: str) -> Iterator[subprocess.Popen[str]]:
+    """A kernel on the head node whose launch's four ranks all run (and wait), while the block
+    runs; ended at its end if it still runs."""
+    folder = cluster.kernels / f"marks-{name}"
+    folder.mkdir()
+    script = _script(cluster, name, WAITING_LAUNCH.format(folder=str(folder), caught=caught))
+    kernel = subprocess.Popen(
+        cluster.on_head([sys.executable, str(script)]),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        wait_for_files(*(folder / f"rank{rank}" for rank in range(4)), timeout_s=120)
+        yield kernel
+    finally:
+        if kernel.poll() is None:
+            kernel.kill()
+            kernel.communicate()
+
+
 def _kernel_python(kernel: subprocess.Popen[str]) -> psutil.Process:
     """The kernel's interpreter (``nsenter`` runs it as its child, in the head's namespaces)."""
     for process in psutil.Process(kernel.pid).children(recursive=True):
@@ -228,32 +267,10 @@ def _kernel_python(kernel: subprocess.Popen[str]) -> psutil.Process:
 
 @pytest.mark.parametrize("end", ["interrupt", "kernel killed"])
 def test_an_interrupt_or_the_kernel_s_death_leaves_nothing_on_the_nodes(
-    ray_cluster: RayCluster, end: str, request: pytest.FixtureRequest
+    ray_cluster: RayCluster, end: str
 ) -> None:
-    folder = ray_cluster.kernels / f"marks-{request.node.callspec.id.replace(' ', '-')}"
-    folder.mkdir()
-    script = _script(
-        ray_cluster,
-        "stopped",
-        f"""
-        def waits(folder):
-            Path(folder, f"rank{{dist.get_rank()}}").touch()
-            threading.Event().wait(600)
-
-        try:
-            notebook_launcher(waits, ({str(folder)!r},), num_processes=2, hosts="ray")
-        except KeyboardInterrupt:
-            say(interrupted=True, groups=placement_groups())
-        """,
-    )
-    kernel = subprocess.Popen(
-        ray_cluster.on_head([sys.executable, str(script)]),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for_files(*(folder / f"rank{rank}" for rank in range(4)), timeout_s=120)
+    caught = "except KeyboardInterrupt:\n    say(interrupted=True, groups=placement_groups())"
+    with _ranks_waiting(ray_cluster, f"stopped-{end.replace(' ', '-')}", caught) as kernel:
         python = _kernel_python(kernel)
         if end == "interrupt":
             python.send_signal(signal.SIGINT)
@@ -265,10 +282,6 @@ def test_an_interrupt_or_the_kernel_s_death_leaves_nothing_on_the_nodes(
             kernel.communicate(timeout=60)
         ray_cluster.settle(30)
         assert ray_cluster.processes() == []
-    finally:
-        if kernel.poll() is None:
-            kernel.kill()
-            kernel.communicate()
 
 
 def test_warm_workers_stay_on_the_cluster_between_launches(ray_cluster: RayCluster) -> None:
@@ -308,40 +321,12 @@ def test_warm_workers_stay_on_the_cluster_between_launches(ray_cluster: RayClust
 def test_a_node_actor_that_dies_names_its_node_and_stops_the_launch(
     ray_cluster: RayCluster,
 ) -> None:
-    folder = ray_cluster.kernels / "marks-actor"
-    folder.mkdir()
-    script = _script(
-        ray_cluster,
-        "actor_dies",
-        f"""
-        from nb_accel.errors import LaunchError
-
-        def waits(folder):
-            Path(folder, f"rank{{dist.get_rank()}}").touch()
-            threading.Event().wait(600)
-
-        try:
-            notebook_launcher(waits, ({str(folder)!r},), num_processes=2, hosts="ray")
-        except LaunchError as error:
-            say(error=str(error), groups=placement_groups())
-        """,
-    )
-    kernel = subprocess.Popen(
-        ray_cluster.on_head([sys.executable, str(script)]),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    try:
-        wait_for_files(*(folder / f"rank{rank}" for rank in range(4)), timeout_s=120)
+    caught = "except LaunchError as error:\n    say(error=str(error), groups=placement_groups())"
+    with _ranks_waiting(ray_cluster, "actor-dies", caught) as kernel:
         actors = ray_cluster.pids(ray_cluster.node, "ray::NodeHolder")
         assert len(actors) == 1, ray_cluster.processes()
         psutil.Process(actors[0]).kill()  # as Ray's own end of an actor, or its node's
         stdout, _ = kernel.communicate(timeout=60)
-    finally:
-        if kernel.poll() is None:
-            kernel.kill()
-            kernel.communicate()
     outcome = _outcome(stdout)
     node = ray_cluster.node.address
     error = str(outcome["error"])
