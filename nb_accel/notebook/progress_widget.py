@@ -24,6 +24,7 @@ from typing import Any
 import ipywidgets
 
 from .._messages import Report
+from ..launch.failures.verdict import rank_list
 from ..launch.views.stall import ProgressClock, locate_stalled
 from ..launch.views.stall import stall_after_s as default_stall_after_s
 from . import compat_widgets as compat
@@ -42,7 +43,7 @@ from .rank_row import (
     RankState,
     set_changed,
 )
-from .rank_summary import choose_shown, rank_list, summarize_rest
+from .rank_summary import choose_shown, summarize_rest
 
 __all__ = [
     "COLLAPSED_ROWS",

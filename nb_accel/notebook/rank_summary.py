@@ -9,14 +9,15 @@ among them, so that none is ever out of sight.
 from __future__ import annotations
 
 import statistics
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 
+from ..launch.failures.verdict import rank_list
 from ..launch.views.bar_text import amount_text
 from .meter_text import count_text, known_total
 from .rank_row import DONE, FAILED, STARTING, STOPPED, RankState
 
-__all__ = ["RestSummary", "choose_shown", "rank_list", "summarize_rest"]
+__all__ = ["RestSummary", "choose_shown", "summarize_rest"]
 
 
 def _group(state: RankState) -> int:
@@ -40,19 +41,6 @@ def choose_shown(states: Sequence[RankState], count: int) -> list[int]:
         return group, state.progress() if group == 3 else (), index
 
     return sorted(sorted(range(len(states)), key=key)[:count])
-
-
-def rank_list(ranks: Iterable[int]) -> str:
-    """Rank numbers with runs joined: ``"rank 3"``, ``"ranks 0, 2-5, 9"``."""
-    numbers = sorted(ranks)
-    runs: list[list[int]] = []
-    for number in numbers:
-        if runs and number == runs[-1][1] + 1:
-            runs[-1][1] = number
-        else:
-            runs.append([number, number])
-    parts = [str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}-{b}" for a, b in runs]
-    return f"rank{'s' if len(numbers) > 1 else ''} {', '.join(parts)}"
 
 
 @dataclass(frozen=True)

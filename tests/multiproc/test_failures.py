@@ -58,7 +58,7 @@ def test_identical_failures_are_reported_once_with_all_ranks() -> None:
     with pytest.raises(KeyError) as info:
         notebook_launcher(everyone_fails, num_processes=3)
     notes = "\n".join(info.value.__notes__)
-    assert "ranks 0, 1, 2 of 3 (identical on each)" in notes
+    assert "ranks 0-2 of 3 (identical on each)" in notes
     assert "Other failures" not in notes
 
 

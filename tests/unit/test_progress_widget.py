@@ -14,6 +14,7 @@ import pytest
 import traitlets
 
 from nb_accel._messages import BarState, MetricPoint, Report
+from nb_accel.launch.failures.verdict import rank_list
 from nb_accel.launch.views.view import LaunchView
 from nb_accel.notebook.compat_widgets import text_color, text_of, tooltip_of
 from nb_accel.notebook.metrics_chart import (
@@ -33,7 +34,6 @@ from nb_accel.notebook.progress_widget import (
     REST_INTERVAL_S,
     ProgressWidget,
 )
-from nb_accel.notebook.rank_summary import rank_list
 
 
 class Clock:

@@ -228,10 +228,18 @@ def judge(ordered: Sequence[WorkerFailure], timeout_ranks: set[int]) -> Verdict:
     return Verdict(root, consequences, [g for g in others if g])
 
 
-def rank_list(ranks: Sequence[int]) -> str:
-    """``"rank 1"`` or ``"ranks 0, 2"``."""
-    ranks = sorted(ranks)
-    return f"rank {ranks[0]}" if len(ranks) == 1 else "ranks " + ", ".join(map(str, ranks))
+def rank_list(ranks: Iterable[int]) -> str:
+    """Rank numbers in order, three or more in a row joined: ``"rank 3"``, ``"ranks 2, 3"``,
+    ``"ranks 0, 2-5, 9"``."""
+    numbers = sorted(ranks)
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][1] + 1:
+            runs[-1][1] = number
+        else:
+            runs.append([number, number])
+    parts = [str(a) if a == b else f"{a}, {b}" if b == a + 1 else f"{a}-{b}" for a, b in runs]
+    return f"rank{'s' if len(numbers) > 1 else ''} {', '.join(parts)}"
 
 
 def _group(failures: list[WorkerFailure]) -> list[list[WorkerFailure]]:
