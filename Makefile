@@ -155,8 +155,9 @@ test-trackers: trackers-env
 		tests/multiproc/test_trackers_more.py tests/unit/test_private_apis.py
 
 # The Ray lane: launches on a real Ray cluster (Ray's own `ray start` on two network namespaces,
-# the kernel on the head node), with the package as `pip install nb-accel[ray]` gets it, in its
-# own venv; NB_ACCEL_RAY_LANE=1 makes a missing Ray a failure instead of a skip.
+# the kernel on the head node), the chaos campaign's ray style among them, with the package as
+# `pip install nb-accel[ray]` gets it, in its own venv; NB_ACCEL_RAY_LANE=1 makes a missing Ray
+# a failure instead of a skip.
 RAY_VENV := .venv-ray
 $(RAY_VENV)/.installed: pyproject.toml Makefile
 	test -x $(RAY_VENV)/bin/python || $(PYTHON) -m venv $(RAY_VENV)
