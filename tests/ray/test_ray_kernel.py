@@ -109,4 +109,5 @@ def test_cells_and_warm_launches_run_on_the_cluster_s_actors(ray_cluster: RayClu
     assert "died: worker for rank 2 (pid" in launches, launches
     assert f"on {node}) was killed" in launches, launches
     assert "same: True fresh: 4 set()" in launches, launches  # new workers after the death
+    ray_cluster.settle(30)  # Ray ends the actors' processes just after
     assert ray_cluster.processes() == []

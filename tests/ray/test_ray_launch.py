@@ -82,6 +82,7 @@ def _run_kernel(
                 said += line
                 if line.startswith("PAUSED"):
                     break
+            cluster.settle(30)  # Ray ends a killed actor's process just after the call
             left = cluster.processes()
             assert left == [], "\n".join(left) + said  # the actors gone, the driver still on
             kernel.stdin.write("go on\n")
@@ -155,6 +156,7 @@ def test_an_exception_comes_back_with_its_type_rank_and_node(ray_cluster: RayClu
     notes = "\n".join(outcome["notes"])  # type: ignore[arg-type]
     assert f"Raised on rank 3 of 4 (host {ray_cluster.node.address})" in notes, notes
     assert outcome["groups"] == []
+    ray_cluster.settle(30)  # Ray ends the actors' processes just after
     assert ray_cluster.processes() == []
 
 
@@ -189,6 +191,7 @@ def test_a_killed_rank_is_named_with_its_node_and_a_restart_resumes(
     ), outcome
     assert outcome["restarted"] == [[rank, "1"] for rank in range(4)]
     assert outcome["groups"] == []
+    ray_cluster.settle(30)  # Ray ends the actors' processes just after
     assert ray_cluster.processes() == []
 
 
@@ -384,6 +387,7 @@ def test_a_breakpoint_asks_in_the_kernel_and_a_late_rank_is_named_where_it_was(
     assert "Rank 3 did not arrive (was still running, at `late_on_rank_three` (" in late, late
     assert "debugged.py, line " in late, late
     assert outcome["groups"] == []
+    ray_cluster.settle(30)  # Ray ends the actors' processes just after
     assert ray_cluster.processes() == []
 
 
