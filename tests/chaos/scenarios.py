@@ -133,7 +133,13 @@ def covering_seeds(styles: tuple[str, ...] = STYLES) -> list[Scenario]:
 #: Scenarios known to break an invariant, their bug not fixed yet (by style, fault and rank),
 #: with what breaks: their tests are reported as expected to fail, not run (a stuck host takes
 #: a minute to tear down); `run_one.py` runs one, the soak draws them.
-KNOWN: dict[tuple[str, str, int], str] = {}
+KNOWN: dict[tuple[str, str, int], str] = {
+    ("slurm", "interrupt", 1): (
+        "an interrupt at start-up leaves a zombie child of the kernel, one run in two in CI: not "
+        "the kernel's scontrol (now reaped), most likely a command whose start (Popen) the "
+        "interrupt struck, which CPython leaves unreaped while IPython keeps the traceback"
+    ),
+}
 
 #: The scenarios that found a bug, kept as tests: each drawn as it was when it broke.
 FOUND = (
