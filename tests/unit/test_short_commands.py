@@ -68,3 +68,17 @@ def test_a_command_ended_early_is_killed_and_reaped(how: str, tmp_path: Path) ->
 def test_output_and_exit_code() -> None:
     ran = command_output(["sh", "-c", "echo out; echo err >&2; exit 3"], timeout=10)
     assert (ran.returncode, ran.stdout, ran.stderr) == (3, "out\n", "err\n")
+
+
+def test_an_interrupt_during_a_child_s_start_is_raised_after_it() -> None:
+    import signal
+
+    from nb_accel.launch.placement.short_commands import interrupt_deferred
+
+    after: list[str] = []
+    with pytest.raises(KeyboardInterrupt):
+        with interrupt_deferred():
+            os.kill(os.getpid(), signal.SIGINT)  # as the stop button, mid-start
+            after.append("the block went on")
+    assert after == ["the block went on"]
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler

@@ -18,6 +18,8 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 
+from .short_commands import interrupt_deferred
+
 __all__ = ["NodeProcess", "PipedNode", "StderrTail"]
 
 
@@ -117,18 +119,19 @@ class PipedNode(NodeProcess):
     """
 
     def __init__(self, command: list[str], unreachable: Callable[[int], bool]) -> None:
-        self.process = subprocess.Popen(
-            _dying_with_the_kernel(command),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            start_new_session=True,  # the kernel's interrupt is the kernel's to pass on
-        )
-        assert self.process.stdin and self.process.stdout and self.process.stderr
-        self.reader = Connection(os.dup(self.process.stdout.fileno()), writable=False)
-        self.writer = Connection(os.dup(self.process.stdin.fileno()), readable=False)
-        self._unreachable = unreachable
-        self._stderr = StderrTail(self.process.stderr)
+        with interrupt_deferred():  # made whole, or not started at all
+            self.process = subprocess.Popen(
+                _dying_with_the_kernel(command),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                start_new_session=True,  # the kernel's interrupt is the kernel's to pass on
+            )
+            assert self.process.stdin and self.process.stdout and self.process.stderr
+            self.reader = Connection(os.dup(self.process.stdout.fileno()), writable=False)
+            self.writer = Connection(os.dup(self.process.stdin.fileno()), readable=False)
+            self._unreachable = unreachable
+            self._stderr = StderrTail(self.process.stderr)
 
     def poll(self) -> int | None:
         """The client's exit code, once it ended."""

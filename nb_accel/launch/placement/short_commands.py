@@ -9,10 +9,14 @@ reaped before the interrupt goes on.
 
 from __future__ import annotations
 
+import signal
 import subprocess
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
-__all__ = ["CommandOutput", "command_output"]
+__all__ = ["CommandOutput", "command_output", "interrupt_deferred"]
 
 
 @dataclass(frozen=True)
@@ -37,9 +41,14 @@ def command_output(command: list[str], timeout: float) -> CommandOutput:
         OSError: the command could not be started.
         subprocess.TimeoutExpired: it ran past ``timeout`` (it was killed and reaped).
     """
-    process = subprocess.Popen(
-        command, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
+    with interrupt_deferred():  # started and held, or not started at all
+        process = subprocess.Popen(
+            command,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
     try:
         stdout, stderr = process.communicate(timeout=timeout)
     except BaseException:  # the timeout, or the kernel's interrupt: nothing is left behind
@@ -50,3 +59,21 @@ def command_output(command: list[str], timeout: float) -> CommandOutput:
                 stream.close()
         raise
     return CommandOutput(process.returncode, stdout, stderr)
+
+
+@contextmanager
+def interrupt_deferred() -> Iterator[None]:
+    """While the block runs, the kernel's interrupt (SIGINT, on the main thread) waits, and is
+    raised as the block ends: for a child's start and the kernel's note of it, which an
+    interrupt must not split (CPython never reaps a child whose ``Popen`` it interrupted)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    heard: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: heard.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    if heard and callable(previous):
+        previous(signal.SIGINT, None)  # Python's own raises KeyboardInterrupt
