@@ -47,7 +47,15 @@ from slurm_cluster import SlurmCluster, require_slurm_cluster
 from small_disk import small_disk
 from ssh_hosts import SshMachines, require_ssh_machines
 
-__all__ = ["INVARIANTS", "KernelSession", "Outcome", "bound_of", "kernel_session", "run_scenario"]
+__all__ = [
+    "INVARIANTS",
+    "HeldKernel",
+    "KernelSession",
+    "Outcome",
+    "bound_of",
+    "kernel_session",
+    "run_scenario",
+]
 
 #: What must hold after every scenario.
 INVARIANTS = (
@@ -325,6 +333,31 @@ class KernelSession:
         placed = self.folder / folder.name
         placed.mkdir()
         return placed
+
+
+class HeldKernel:
+    """A kernel session held open across scenarios until :meth:`close`."""
+
+    def __init__(self) -> None:
+        self._open: contextlib.ExitStack | None = None
+        #: The session held now (``None``: none).
+        self.session: KernelSession | None = None
+
+    def hold(self, started: contextlib.AbstractContextManager[KernelSession]) -> KernelSession:
+        """Enter ``started`` (a :func:`kernel_session`) and hold it."""
+        self.close()
+        self._open = contextlib.ExitStack()
+        self.session = self._open.enter_context(started)
+        return self.session
+
+    def close(self) -> list[str]:
+        """Shut the held kernel down; what it left."""
+        session, opened = self.session, self._open
+        self.session = self._open = None
+        if opened is None or session is None:
+            return []
+        opened.close()
+        return session.left
 
 
 @contextmanager

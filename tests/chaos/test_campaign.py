@@ -9,12 +9,11 @@ random run in ``benchmarks/chaos.py``."""
 
 from __future__ import annotations
 
-import contextlib
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from campaign import KernelSession, kernel_session, run_scenario
+from campaign import HeldKernel, KernelSession, kernel_session, run_scenario
 from scenarios import FOUND, KNOWN, OWN_KERNEL, Scenario, covering_seeds
 
 pytestmark = pytest.mark.chaos
@@ -55,29 +54,21 @@ class StyleKernels:
     def __init__(self, folders: pytest.TempPathFactory) -> None:
         self._folders = folders
         self._style = ""
-        self._open: contextlib.ExitStack | None = None
-        self._session: KernelSession | None = None
+        self._held = HeldKernel()
 
     def session(self, scenario: Scenario) -> KernelSession | None:
         """The kernel for ``scenario`` (``None``: it needs one of its own, which it kills)."""
         if scenario.fault in OWN_KERNEL:
             return None
-        if self._session is None or self._style != scenario.style:
-            self.close()
-            self._open = contextlib.ExitStack()
+        if self._held.session is None or self._style != scenario.style:
             folder = self._folders.mktemp(f"kernel-{scenario.style}")
-            self._session = self._open.enter_context(kernel_session(folder, scenario.style))
+            self._held.hold(kernel_session(folder, scenario.style))
             self._style = scenario.style
-        return self._session
+        return self._held.session
 
     def close(self) -> list[str]:
         """Shut the kernel down; what it left."""
-        session, opened = self._session, self._open
-        self._session = self._open = None
-        if opened is None or session is None:
-            return []
-        opened.close()
-        return session.left
+        return self._held.close()
 
 
 @pytest.fixture(scope="module")

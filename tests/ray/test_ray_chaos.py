@@ -8,13 +8,12 @@ once it shut down is checked after the last."""
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from campaign import KernelSession, kernel_session, run_scenario
+from campaign import HeldKernel, KernelSession, kernel_session, run_scenario
 from ray_cluster import RayCluster
 from scenarios import OWN_KERNEL, Scenario, covering_seeds
 
@@ -31,26 +30,18 @@ class SharedKernel:
 
     def __init__(self, cluster: RayCluster) -> None:
         self._cluster = cluster
-        self._open: contextlib.ExitStack | None = None
-        self._session: KernelSession | None = None
+        self._held = HeldKernel()
 
     def session(self) -> KernelSession:
         """The shared kernel, started where there is none."""
-        if self._session is None:
-            self._open = contextlib.ExitStack()
+        if self._held.session is None:
             folder = _folder(self._cluster, "kernel")
-            started = kernel_session(folder, "ray", cluster=self._cluster)
-            self._session = self._open.enter_context(started)
-        return self._session
+            return self._held.hold(kernel_session(folder, "ray", cluster=self._cluster))
+        return self._held.session
 
     def close(self) -> list[str]:
         """Shut the kernel down; what it left."""
-        session, opened = self._session, self._open
-        self._session = self._open = None
-        if opened is None or session is None:
-            return []
-        opened.close()
-        return session.left
+        return self._held.close()
 
 
 def _folder(cluster: RayCluster, name: str) -> Path:
