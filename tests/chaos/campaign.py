@@ -538,7 +538,8 @@ def _play(outcome: Outcome, marks: Path, checkpoints: Path, session: KernelSessi
         seen_at = marker.stat().st_mtime - time.time() + time.monotonic()
     Path(str(plan["filler"])).unlink(missing_ok=True)  # the user frees the space
     Path(f"/proc/{kernel.pid}/root{SHM_FILLER}").unlink(missing_ok=True)  # in its /dev/shm
-    clean_plan = plan_of(None, str(marks), str(checkpoints / "clean"))
+    # the clean run checkpoints where the scenario's did: its checkpoints are the reference
+    clean_plan = plan_of(None, str(marks), str(checkpoints / "clean"), bool(plan["checkpoint"]))
     follow_started = time.monotonic()
     with other.running(clean_plan) if other else nullcontext():
         follow, _ = _run(client, follow_up_cell(scenario.style, clean_plan), manager)

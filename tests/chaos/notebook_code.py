@@ -158,9 +158,13 @@ def chaos_train(plan, big=None):
 """
 
 
-def plan_of(scenario: Scenario | None, marks: str, checkpoints: str) -> dict[str, object]:
+def plan_of(
+    scenario: Scenario | None, marks: str, checkpoints: str, checkpoint: bool = False
+) -> dict[str, object]:
     """What ``chaos_train`` is told: the fault (none for a clean run), where, and where to
-    leave markers and checkpoints."""
+    leave markers and checkpoints; a scenario's run checkpoints every step where its fault
+    strikes in a save or its run resumes from them, a clean run where it is told to
+    (``checkpoint``: its checkpoints are compared with the scenario's)."""
     return {
         "fault": scenario.fault if scenario else "none",
         "rank": scenario.rank if scenario else -1,
@@ -168,7 +172,9 @@ def plan_of(scenario: Scenario | None, marks: str, checkpoints: str) -> dict[str
         "steps": STEPS,
         "marks": marks,
         "checkpoints": checkpoints,
-        "checkpoint": scenario is None or scenario.style == "restarts" or scenario.fault in SAVES,
+        "checkpoint": (
+            checkpoint if scenario is None else scenario.style == "restarts" or scenario.fault in SAVES
+        ),
         "filler": f"{checkpoints}/filler",
         "mb": HOST_MB_PRINTED if scenario and scenario.style in HOST_STYLES else MB_PRINTED,
         "big": BIG_BYTES if scenario is not None and scenario.fault == "shm-full" else 0,

@@ -144,6 +144,20 @@ USES: tuple[Use, ...] = (
     ),
     Use(
         "torch",
+        (
+            "torch.distributed.elastic.rendezvous.dynamic_rendezvous:_delay",
+            "torch.distributed.elastic.rendezvous.dynamic_rendezvous:"
+            "DynamicRendezvousHandler()._state_holder",
+            "torch.distributed.elastic.rendezvous.dynamic_rendezvous:"
+            "_BackendRendezvousStateHolder()._cache_duration",
+        ),
+        ("launch/multinode/rendezvous_pace.py",),
+        "scaled to the number of nodes while an agent runs: torch's rendezvous waits a second "
+        "between two looks at its state (and serves a look from a second-old cache), paced for "
+        "thousands of nodes, with no setting; without them, torch's pace",
+    ),
+    Use(
+        "torch",
         ("torch.distributed.tensor._redistribute:logger",),
         ("runtime/parallelism/tensor.py",),
         "held at ERROR while nb_accel makes 2-D tensor parallel DTensors whole (a gradient "
@@ -310,6 +324,14 @@ USES: tuple[Use, ...] = (
         ("launch/processes.py",),
         "the forkserver preloads nb_accel, and it and the resource tracker stop after a launch "
         "that started them (without these, both run as multiprocessing runs them)",
+    ),
+    Use(
+        "Python",
+        ("atexit:_run_exitfuncs",),
+        ("launch/hosts/remote_node.py",),
+        "a host's node process runs its exit functions, then ends without tearing its modules "
+        "down (torch's take a third of a second, which every launch on hosts waited for); "
+        "Python has no public call that runs them; without it, a plain exit",
     ),
     Use(
         "Python",
@@ -1076,3 +1098,18 @@ def test_forkserver_launches_run_where_multiprocessing_lacks_its_helpers(
     monkeypatch.delattr(forkserver, "_forkserver")
     with multiprocessing_helpers("forkserver"):
         pass
+
+
+def test_torch_without_its_rendezvous_waits_keeps_its_own_pace(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A torch whose rendezvous does not wait through ``_delay``: its own pace, untouched."""
+    from torch.distributed.elastic.rendezvous import dynamic_rendezvous
+
+    from nb_accel.launch.multinode.rendezvous_pace import brisk_rendezvous
+
+    holder = types.SimpleNamespace(_cache_duration=1)
+    monkeypatch.delattr(dynamic_rendezvous, "_delay")
+    with brisk_rendezvous(types.SimpleNamespace(_state_holder=holder), 2):
+        assert holder._cache_duration == 1
+        assert not hasattr(dynamic_rendezvous, "_delay")

@@ -36,6 +36,7 @@ from ...worker.transfer.segments import SHM_ROOT
 from ..placement.nodes import NodePlan
 from .failure_relay import keep_store_for_readers, launch_ranks, relay_signal_deaths
 from .node_addresses import NodeNetwork
+from .rendezvous_pace import brisk_rendezvous
 from .rendezvous_stores import rendezvous_handler
 from .unanswered import END_WAIT_S, RendezvousWatch, returned_within
 from .unreaped import continue_children, ended_unreaped, stop_children
@@ -410,7 +411,8 @@ def run_agent(
     agent.watch = watch
     watch.start()
     try:
-        result = agent.run()
+        with brisk_rendezvous(handler, config.max_nodes):
+            result = agent.run()
         close_rendezvous = hosts_store or result.is_failed()
         if result.is_failed() and agent.alone:
             agent.keep_store_for_readers()

@@ -9,6 +9,7 @@ import weakref
 from typing import Any
 
 from .network import rendezvous_listener, split_endpoint
+from .rendezvous_pace import wait_listening
 
 __all__ = ["rendezvous_handler", "store_server"]
 
@@ -59,6 +60,11 @@ def rendezvous_handler(parameters: Any, hosts_store: bool) -> Any:
             backend = C10dRendezvousBackend(store, parameters.run_id)
             handler = create_handler(store, backend, parameters)
     if handler is None:
+        if not hosts_store and parameters.backend == "c10d":  # node 0 may be starting it now
+            host, port = split_endpoint(parameters.endpoint)
+            if port is not None:
+                read_timeout = float(parameters.get_as_int("read_timeout", 60))
+                wait_listening(host, port, read_timeout)
         handler = registry.get_rendezvous_handler(parameters)
     create = getattr(type(handler), "_create_tcp_store_server", None)
     if create is not None:  # torch's method for the workers' store: on this node's address
