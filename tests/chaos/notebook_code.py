@@ -172,13 +172,17 @@ def plan_of(
         "steps": STEPS,
         "marks": marks,
         "checkpoints": checkpoints,
-        "checkpoint": (
-            checkpoint if scenario is None else scenario.style == "restarts" or scenario.fault in SAVES
-        ),
+        "checkpoint": checkpoint if scenario is None else _checkpoints(scenario),
         "filler": f"{checkpoints}/filler",
         "mb": HOST_MB_PRINTED if scenario and scenario.style in HOST_STYLES else MB_PRINTED,
         "big": BIG_BYTES if scenario is not None and scenario.fault == "shm-full" else 0,
     }
+
+
+def _checkpoints(scenario: Scenario) -> bool:
+    """Whether ``scenario``'s run checkpoints every step: its fault strikes in a save, or its
+    run resumes from them."""
+    return scenario.style == "restarts" or scenario.fault in SAVES
 
 
 def _launch(style: str, plan: dict[str, object]) -> str:
