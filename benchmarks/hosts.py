@@ -34,6 +34,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "multiproc"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # system_features
 
 from ssh_hosts import SshMachines
 

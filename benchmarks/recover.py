@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "multiproc"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # system_features
 
 from resumable_training import train
 
