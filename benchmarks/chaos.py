@@ -1,6 +1,13 @@
 """A soak of the chaos campaign: many scenarios drawn at random (each from its seed), each run in
 a real kernel, the invariants checked after each (``tests/chaos/campaign.py``).
 
+The scenarios of a style share a kernel, one after the other in the order of their seeds, as
+a user's notebook meets one fault after another and as ``make test-chaos`` runs them (a
+scenario that kills its kernel or fills a small ``/dev/shm`` of its own gets a kernel of its
+own; after a scenario broke an invariant the style starts a new kernel; what a kernel left once
+shut down counts against the scenario before). ``--fresh-kernels`` gives each scenario a kernel
+of its own.
+
 It reports how many scenarios ran per style and per fault; per invariant, how many broke it
 (the target is 0 for each) and the seeds that did, each reproduced alone by
 ``python tests/chaos/run_one.py SEED``; and per fault, the slowest time from the fault (or the
@@ -27,8 +34,8 @@ sys.path.insert(
 )  # the SSH hosts
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "ray"))  # the Ray cluster
 
-from campaign import INVARIANTS, Outcome, bound_of, run_scenario
-from scenarios import draw
+from campaign import INVARIANTS, Outcome, StyleKernels, bound_of, run_scenario
+from scenarios import STYLES, Scenario, draw
 
 
 def report(outcomes: list[Outcome], took_s: float) -> str:
@@ -54,23 +61,45 @@ def report(outcomes: list[Outcome], took_s: float) -> str:
     return "\n".join(lines)
 
 
+def _run_all(scenarios: list[Scenario], root: Path, fresh: bool) -> list[Outcome]:
+    """Run ``scenarios`` under ``root``: by style, in the style's shared kernel (unless
+    ``fresh``); each outcome said on stderr as it comes."""
+    kernels = StyleKernels(lambda name: Path(tempfile.mkdtemp(prefix=name, dir=root)))
+    outcomes: list[Outcome] = []
+    try:
+        for index, scenario in enumerate(scenarios):
+            folder = Path(tempfile.mkdtemp(prefix=f"seed-{scenario.seed}-", dir=root))
+            outcome = run_scenario(scenario, folder, None if fresh else kernels.session(scenario))
+            following = scenarios[index + 1] if index + 1 < len(scenarios) else None
+            if outcome.broken or following is None or following.style != scenario.style:
+                for left in kernels.close():
+                    outcome.fail("nothing left", f"the {scenario.style} kernel, shut down: {left}")
+            outcomes.append(outcome)
+            state = "ok" if not outcome.broken else "BROKE " + ", ".join(outcome.broken)
+            if outcome.seconds_to_end is not None:
+                state += f" ({outcome.seconds_to_end:.1f} s from the fault to the end)"
+            print(f"{scenario}: {state}", file=sys.stderr, flush=True)
+            for invariant, seen in outcome.broken.items():
+                print(f"    {invariant}: {seen}", file=sys.stderr, flush=True)
+    finally:
+        kernels.close()
+    return outcomes
+
+
 def main() -> None:
     """Run the soak the command line asks for and print its report."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--scenarios", type=int, default=24, help="how many to run")
     parser.add_argument("--first-seed", type=int, default=1000, help="the first scenario's seed")
+    parser.add_argument(
+        "--fresh-kernels", action="store_true", help="a kernel of its own for each scenario"
+    )
     args = parser.parse_args()
-    outcomes: list[Outcome] = []
+    drawn = [draw(seed) for seed in range(args.first_seed, args.first_seed + args.scenarios)]
+    in_order = sorted(drawn, key=lambda scenario: (STYLES.index(scenario.style), scenario.seed))
     started = time.monotonic()
-    for seed in range(args.first_seed, args.first_seed + args.scenarios):
-        scenario = draw(seed)
-        with tempfile.TemporaryDirectory() as folder:
-            outcome = run_scenario(scenario, Path(folder))
-        outcomes.append(outcome)
-        state = "ok" if not outcome.broken else "BROKE " + ", ".join(outcome.broken)
-        if outcome.seconds_to_end is not None:
-            state += f" ({outcome.seconds_to_end:.1f} s from the fault to the end)"
-        print(f"{scenario}: {state}", file=sys.stderr, flush=True)
+    with tempfile.TemporaryDirectory() as root:
+        outcomes = _run_all(in_order, Path(root), args.fresh_kernels)
     print(report(outcomes, time.monotonic() - started))
 
 

@@ -42,7 +42,7 @@ from notebook_code import (
 from other_node_peer import OtherNode
 from ports import free_port
 from ray_cluster import RayCluster
-from scenarios import Scenario
+from scenarios import OWN_KERNEL, Scenario
 from slurm_cluster import SlurmCluster, require_slurm_cluster
 from small_disk import small_disk
 from ssh_hosts import SshMachines, require_ssh_machines
@@ -52,6 +52,7 @@ __all__ = [
     "HeldKernel",
     "KernelSession",
     "Outcome",
+    "StyleKernels",
     "bound_of",
     "kernel_session",
     "run_scenario",
@@ -358,6 +359,31 @@ class HeldKernel:
             return []
         opened.close()
         return session.left
+
+
+class StyleKernels:
+    """The kernel the current style's scenarios share; a new one for the next style, or after
+    a scenario broke an invariant (what broke may spoil the next). ``make_folder(name)`` makes
+    a new folder for each kernel."""
+
+    def __init__(self, make_folder: Callable[[str], Path]) -> None:
+        self._make_folder = make_folder
+        self._style = ""
+        self._held = HeldKernel()
+
+    def session(self, scenario: Scenario) -> KernelSession | None:
+        """The kernel for ``scenario`` (``None``: it needs one of its own, which it kills)."""
+        if scenario.fault in OWN_KERNEL:
+            return None
+        if self._held.session is None or self._style != scenario.style:
+            folder = self._make_folder(f"kernel-{scenario.style}")
+            self._held.hold(kernel_session(folder, scenario.style))
+            self._style = scenario.style
+        return self._held.session
+
+    def close(self) -> list[str]:
+        """Shut the kernel down; what it left."""
+        return self._held.close()
 
 
 @contextmanager

@@ -13,8 +13,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from campaign import HeldKernel, KernelSession, kernel_session, run_scenario
-from scenarios import FOUND, KNOWN, OWN_KERNEL, Scenario, covering_seeds
+from campaign import StyleKernels, run_scenario
+from scenarios import FOUND, KNOWN, Scenario, covering_seeds
 
 pytestmark = pytest.mark.chaos
 
@@ -47,33 +47,9 @@ COVERING = [
 ]
 
 
-class StyleKernels:
-    """The kernel the current style's scenarios share; a new one for the next style, or after
-    a scenario broke an invariant (what broke may spoil the next)."""
-
-    def __init__(self, folders: pytest.TempPathFactory) -> None:
-        self._folders = folders
-        self._style = ""
-        self._held = HeldKernel()
-
-    def session(self, scenario: Scenario) -> KernelSession | None:
-        """The kernel for ``scenario`` (``None``: it needs one of its own, which it kills)."""
-        if scenario.fault in OWN_KERNEL:
-            return None
-        if self._held.session is None or self._style != scenario.style:
-            folder = self._folders.mktemp(f"kernel-{scenario.style}")
-            self._held.hold(kernel_session(folder, scenario.style))
-            self._style = scenario.style
-        return self._held.session
-
-    def close(self) -> list[str]:
-        """Shut the kernel down; what it left."""
-        return self._held.close()
-
-
 @pytest.fixture(scope="module")
 def style_kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StyleKernels]:
-    shared = StyleKernels(tmp_path_factory)
+    shared = StyleKernels(tmp_path_factory.mktemp)
     try:
         yield shared
     finally:
