@@ -152,6 +152,11 @@ FOUND = (
     # a cold spawn launch interrupted as its ranks returned waited for the stacks of ranks
     # that had exited, twice over (2 s, bound 2 s; one run in four)
     Scenario(14, "cold-spawn", "interrupt", 0, 3, "teardown", 0.5),
+    # a max_restarts run took seconds more to restart its workers (6.1 s from the fault to the
+    # end, bound 4 s; 0.8 s before the nodes' faster pace): the rendezvous watch's questions,
+    # asked on their own thread and now read afresh each time, undid the round's changes to
+    # the handler's one state (the watch is now quiet while a round runs)
+    Scenario(1112, "restarts", "sigkill", 1, 5, "start-up", 0.5),
     # (the covering set's seed 83, slurm / interrupt at start-up, once left scontrol a zombie
     # of the kernel: the interrupt struck as the kernel asked SLURM for a node's address; its
     # test is tests/unit/test_short_commands.py, which strikes there every time)

@@ -244,7 +244,9 @@ def _agent_class() -> type:
             super()._shutdown(death_sig, *args, **kwargs)
 
         def _rendezvous(self, worker_group: Any) -> None:
-            super()._rendezvous(worker_group)
+            watch = self.watch
+            with watch.quiet() if watch is not None else contextlib.nullcontext():
+                super()._rendezvous(worker_group)
             self._group = worker_group
             self._rounds += 1
             self._attempt = _meet(

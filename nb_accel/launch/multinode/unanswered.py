@@ -12,8 +12,9 @@ returns is left to its thread (a daemon).
 
 from __future__ import annotations
 
+import contextlib
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 __all__ = ["END_WAIT_S", "RendezvousWatch", "returned_within"]
@@ -27,7 +28,10 @@ class RendezvousWatch:
     every ``interval_s`` once :meth:`start` ran. A call returns the last count of nodes
     waiting to join (0 before the first answer), or raises the error the store's call
     raised, never waiting for the store; :attr:`closed` says whether another node closed
-    the rendezvous (it ended the launch)."""
+    the rendezvous (it ended the launch). It is :meth:`quiet` while the agent runs a
+    rendezvous round: torch's handler keeps one state that a round and a question would both
+    read and write (with the state read anew on every look, a round lost its changes to the
+    watch's questions, and took seconds more to complete)."""
 
     def __init__(self, handler: Any, interval_s: float) -> None:
         self._count: Callable[[], int] = handler.num_nodes_waiting
@@ -38,6 +42,8 @@ class RendezvousWatch:
         #: Whether the rendezvous was closed at the last answer.
         self.closed = False
         self._stop = threading.Event()
+        self._quiet = threading.Event()  # a rendezvous round runs: not a word to the store
+        self._asking = threading.Lock()  # held while a question is in flight
         self._thread = threading.Thread(
             target=self._run, name="nb_accel-rendezvous-watch", daemon=True
         )
@@ -58,14 +64,30 @@ class RendezvousWatch:
         if self._thread.ident is not None:
             self._thread.join(END_WAIT_S)
 
+    @contextlib.contextmanager
+    def quiet(self) -> Iterator[None]:
+        """No asking while the block runs (a rendezvous round: the handler's state is then
+        the round's alone, as torch stops its own heartbeats for it), once a question in
+        flight was answered (or :data:`END_WAIT_S` passed: the store does not answer)."""
+        self._quiet.set()
+        self._asking.acquire(timeout=END_WAIT_S)
+        self._asking.release()
+        try:
+            yield
+        finally:
+            self._quiet.clear()
+
     def _run(self) -> None:
         while not self._stop.wait(self._interval_s):
-            try:
-                self._last = self._count()
-                self.closed = self._is_closed()
-            except Exception as error:  # noqa: BLE001 - raised in the agent's loop instead
-                self._error = error
-                return
+            with self._asking:
+                if self._quiet.is_set():
+                    continue
+                try:
+                    self._last = self._count()
+                    self.closed = self._is_closed()
+                except Exception as error:  # noqa: BLE001 - raised in the agent's loop instead
+                    self._error = error
+                    return
 
 
 def returned_within(seconds: float, call: Callable[[], object]) -> bool:

@@ -1,0 +1,42 @@
+"""The rendezvous watch of a node agent: it asks the store in the background while the agent
+monitors its workers, and asks nothing while a rendezvous round runs."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from nb_accel.launch.multinode.unanswered import RendezvousWatch
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def test_the_watch_asks_nothing_while_a_rendezvous_round_runs() -> None:
+    """Torch's handler keeps one rendezvous state: while a round runs (the agent's thread
+    reads and writes it) the watch's thread asks nothing, and asks again after the round."""
+    asked: list[str] = []
+    answered = threading.Event()
+
+    class Handler:
+        def num_nodes_waiting(self) -> int:
+            asked.append("count")
+            answered.set()
+            return 0
+
+        def is_closed(self) -> bool:
+            return False
+
+    watch = RendezvousWatch(Handler(), 0.01)
+    watch.start()
+    try:
+        assert answered.wait(10)
+        with watch.quiet():
+            before = len(asked)
+            done = threading.Event()
+            done.wait(0.3)  # thirty intervals of the watch, in which it would have asked
+            assert len(asked) == before
+        answered.clear()
+        assert answered.wait(10), "the watch did not ask again after the round"
+    finally:
+        watch.stop()
