@@ -10,7 +10,8 @@ of its own.
 
 It reports how many scenarios ran per style and per fault; per invariant, how many broke it
 (the target is 0 for each) and the seeds that did, each reproduced alone by
-``python tests/chaos/run_one.py SEED``; and per fault, the slowest time from the fault (or the
+``python tests/chaos/run_one.py SEED`` (``SEED STYLE FAULT`` after ``--styles``: the command is
+said with each); and per fault, the slowest time from the fault (or the
 interrupt) to the end of its cell, against its bound.
 
 Run from the repository root::
@@ -81,6 +82,9 @@ def _run_all(scenarios: list[Scenario], root: Path, fresh: bool) -> list[Outcome
             print(f"{scenario}: {state}", file=sys.stderr, flush=True)
             for invariant, seen in outcome.broken.items():
                 print(f"    {invariant}: {seen}", file=sys.stderr, flush=True)
+            if outcome.broken:
+                again = f"{scenario.seed} {scenario.style} {scenario.fault}"
+                print(f"    again: tests/chaos/run_one.py {again}", file=sys.stderr, flush=True)
     finally:
         kernels.close()
     return outcomes
@@ -94,8 +98,18 @@ def main() -> None:
     parser.add_argument(
         "--fresh-kernels", action="store_true", help="a kernel of its own for each scenario"
     )
+    parser.add_argument(
+        "--styles",
+        default="",
+        help="only these styles, comma-separated (each seed takes the next in turn)",
+    )
     args = parser.parse_args()
-    drawn = [draw(seed) for seed in range(args.first_seed, args.first_seed + args.scenarios)]
+    styles = [style for style in args.styles.split(",") if style]
+    unknown = sorted(set(styles) - set(STYLES))
+    if unknown:
+        parser.error(f"no style {', '.join(unknown)}: the styles are {', '.join(STYLES)}")
+    seeds = range(args.first_seed, args.first_seed + args.scenarios)
+    drawn = [draw(seed, styles[seed % len(styles)] if styles else None) for seed in seeds]
     in_order = sorted(drawn, key=lambda scenario: (STYLES.index(scenario.style), scenario.seed))
     started = time.monotonic()
     with tempfile.TemporaryDirectory() as root:
