@@ -41,17 +41,21 @@ def command_output(command: list[str], timeout: float) -> CommandOutput:
         OSError: the command could not be started.
         subprocess.TimeoutExpired: it ran past ``timeout`` (it was killed and reaped).
     """
-    with interrupt_deferred():  # started and held, or not started at all
-        process = subprocess.Popen(
-            command,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    process: subprocess.Popen[str] | None = None
     try:
+        with interrupt_deferred():  # started and held, or not started at all
+            process = subprocess.Popen(
+                command,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+        # (an interrupt deferred across the start is raised above, inside this try)
         stdout, stderr = process.communicate(timeout=timeout)
     except BaseException:  # the timeout, or the kernel's interrupt: nothing is left behind
+        if process is None:
+            raise
         process.kill()
         process.wait()
         for stream in (process.stdout, process.stderr):
