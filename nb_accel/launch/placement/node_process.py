@@ -119,19 +119,25 @@ class PipedNode(NodeProcess):
     """
 
     def __init__(self, command: list[str], unreachable: Callable[[int], bool]) -> None:
-        with interrupt_deferred():  # made whole, or not started at all
-            self.process = subprocess.Popen(
-                _dying_with_the_kernel(command),
-                stdin=subprocess.PIPE,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                start_new_session=True,  # the kernel's interrupt is the kernel's to pass on
-            )
-            assert self.process.stdin and self.process.stdout and self.process.stderr
-            self.reader = Connection(os.dup(self.process.stdout.fileno()), writable=False)
-            self.writer = Connection(os.dup(self.process.stdin.fileno()), readable=False)
-            self._unreachable = unreachable
-            self._stderr = StderrTail(self.process.stderr)
+        self._unreachable = unreachable
+        try:
+            with interrupt_deferred():  # made whole, or not started at all
+                self.process = subprocess.Popen(
+                    _dying_with_the_kernel(command),
+                    stdin=subprocess.PIPE,
+                    stdout=subprocess.PIPE,
+                    stderr=subprocess.PIPE,
+                    start_new_session=True,  # the kernel's interrupt is the kernel's to pass on
+                )
+                assert self.process.stdin and self.process.stdout and self.process.stderr
+                self.reader = Connection(os.dup(self.process.stdout.fileno()), writable=False)
+                self.writer = Connection(os.dup(self.process.stdin.fileno()), readable=False)
+                self._stderr = StderrTail(self.process.stderr)
+        except BaseException:  # the interrupt deferred across the start: nothing is left
+            if hasattr(self, "_stderr"):  # made whole: killed, then closed and reaped
+                self.kill()
+                self.close(5.0)
+            raise
 
     def poll(self) -> int | None:
         """The client's exit code, once it ended."""
