@@ -70,8 +70,8 @@ class RendezvousWatch:
         the round's alone, as torch stops its own heartbeats for it), once a question in
         flight was answered (or :data:`END_WAIT_S` passed: the store does not answer)."""
         self._quiet.set()
-        self._asking.acquire(timeout=END_WAIT_S)
-        self._asking.release()
+        if self._asking.acquire(timeout=END_WAIT_S):  # else the question is left to its thread
+            self._asking.release()
         try:
             yield
         finally:
