@@ -10,8 +10,9 @@ server). Each round, alternating the order, times until every rank's result is b
 - nb_accel: ``notebook_launcher(fn, num_processes=2, hosts=["node0", "node1"])`` in this
   process.
 
-Then, from the kernel, the time until an exception raised at once on rank 3 is re-raised, and
-from an interrupt to the launch's end with nothing left on the hosts.
+Then, from the kernel, the time until an exception raised at once on rank 3 is re-raised, until
+rank 3 killed at once is reported, and from an interrupt to the launch's end with nothing left
+on the hosts.
 
 Last, a ``%%distributed`` pool spread over the two hosts (``WorkerPool(2, hosts=[...])``): how
 long it takes to start, against starting a pool of four ranks on this machine, and what an
@@ -39,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))  # system
 from ssh_hosts import SshMachines
 
 from nb_accel import notebook_launcher
+from nb_accel.errors import WorkerDiedError
 from nb_accel.launch.pool import WorkerPool
 
 BY_HAND = """
@@ -72,6 +74,17 @@ def fails_at_once() -> None:
 
     if dist.get_rank() == 3:
         raise ValueError("rank 3")
+    dist.barrier()
+
+
+def killed_at_once() -> None:
+    import os
+    import signal
+
+    import torch.distributed as dist
+
+    if dist.get_rank() == 3:
+        os.kill(os.getpid(), signal.SIGKILL)
     dist.barrier()
 
 
@@ -114,7 +127,7 @@ def _from_kernel(machines: SshMachines, function: Callable[..., object], *args: 
             ssh_config=machines.ssh_config,
             show_progress=False,
         )
-    except ValueError:
+    except (ValueError, WorkerDiedError):
         pass
     return time.perf_counter() - started
 
@@ -200,7 +213,7 @@ def main() -> None:
             script = Path(folder) / "node.py"
             script.write_text(BY_HAND)
             _from_kernel(machines, summed)  # warm-up: the page cache, the hosts' keys
-            hand, kernel, failing, interrupts = [], [], [], []
+            hand, kernel, failing, killed, interrupts = [], [], [], [], []
             for index in range(args.rounds):
                 order = [True, False] if index % 2 == 0 else [False, True]
                 for manual in order:
@@ -209,6 +222,7 @@ def main() -> None:
                     else:
                         kernel.append(_from_kernel(machines, summed))
                 failing.append(_from_kernel(machines, fails_at_once))
+                killed.append(_from_kernel(machines, killed_at_once))
                 interrupts.append(_interrupt(machines, Path(folder), index))
             pools = _pools(machines, args.rounds, args.cells)
         finally:
@@ -219,6 +233,7 @@ def main() -> None:
     print(_row("by hand: ssh to each host, multi-node call (baseline)", hand, hand))
     print(_row("nb_accel: notebook_launcher(hosts=[node0, node1])", kernel, hand))
     print(_row("nb_accel: rank 3 raises at once, until re-raised", failing, None))
+    print(_row("nb_accel: rank 3 killed (SIGKILL), until its error", killed, None))
     print(_row("interrupt to the launch's end, nothing left on the hosts", interrupts, None))
     here, there = pools["start here"], pools["start there"]
     print(_row("%%distributed pool of 4 ranks on this machine: start (baseline)", here, here))

@@ -5,6 +5,7 @@ documents resuming ends exactly where an uninterrupted run ends."""
 
 from __future__ import annotations
 
+import logging
 import os
 import signal
 from pathlib import Path
@@ -43,6 +44,44 @@ def test_a_killed_rank_restarts_the_whole_group(capfd: pytest.CaptureFixture[str
     assert "restart 1 of 2 after rank 1 was killed by SIGKILL" in err
     assert "restart 2" not in err
     assert psutil.Process().children(recursive=True) == []
+
+
+class _Records(logging.Handler):
+    """Keeps every record that reaches it."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+def killed_on_every_attempt() -> None:
+    if dist.get_rank() == 1:
+        os.kill(os.getpid(), signal.SIGKILL)
+    dist.barrier()
+
+
+@pytest.mark.timeout(120)
+def test_torchs_elastic_agent_logs_nothing_of_its_own() -> None:
+    """The launch says what happened, once; torch's agent (which would log each stop and each
+    worker's traceback, and import ``torch._dynamo`` for a second to format them) is quiet
+    while it runs, on every node, and its loggers' levels are given back after."""
+    records = _Records()
+    torch_logger = logging.getLogger("torch")
+    spawn_logger = logging.getLogger("torch.multiprocessing.spawn")
+    level = spawn_logger.level
+    spawn_logger.setLevel(logging.INFO)
+    torch_logger.addHandler(records)
+    try:
+        with pytest.raises(WorkerDiedError, match=r"rank 1 .* was killed by SIGKILL"):
+            notebook_launcher(killed_on_every_attempt, num_processes=2, max_restarts=1)
+        assert spawn_logger.level == logging.INFO
+    finally:
+        torch_logger.removeHandler(records)
+        spawn_logger.setLevel(level)
+    assert [f"{r.name}: {r.getMessage()}" for r in records.records] == []
 
 
 def rank_zero_always_fails() -> None:

@@ -34,6 +34,7 @@ from ...errors import LaunchError
 from ...runtime.device_types.cuda_facts import fork_safe_cuda_queries
 from ...worker.transfer.segments import SHM_ROOT
 from ..placement.nodes import NodePlan
+from .elastic_logs import quiet_elastic_logs
 from .failure_relay import keep_store_for_readers, launch_ranks, relay_signal_deaths
 from .node_addresses import NodeNetwork
 from .rendezvous_pace import brisk_rendezvous
@@ -338,6 +339,7 @@ def _agent_class() -> type:
     return NodeAgent
 
 
+@quiet_elastic_logs()
 def run_agent(
     config: Any,
     entrypoint: Callable[..., Any],

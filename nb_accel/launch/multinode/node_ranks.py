@@ -13,7 +13,6 @@ failed is the outcome when no rank failed, else a note on the failure it came af
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import signal
 from collections.abc import Callable, Iterator
@@ -40,27 +39,15 @@ from .restarts import with_restarts, worker_deaths
 __all__ = ["NodeRanks"]
 
 _SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
-_ELASTIC_LOGGERS = (
-    "torch.distributed.elastic",
-    "torch.distributed.launcher",
-    "torch.multiprocessing",
-)
 
 
 @contextlib.contextmanager
 def _kernel_untouched() -> Iterator[None]:
-    """Give back what the elastic agent changes in the calling process: its signal handlers,
-    an environment variable, and the level of its (chatty) loggers."""
+    """Give back what the elastic agent changes in the calling process: its signal handlers
+    and an environment variable (its loggers are quiet while it runs: see
+    :mod:`.elastic_logs`)."""
     handlers = {name: signal.getsignal(getattr(signal, name)) for name in _SIGNALS}
     variable = os.environ.get("TORCHELASTIC_SIGNALS_TO_HANDLE")
-    names = [
-        name
-        for name in [*_ELASTIC_LOGGERS, *logging.root.manager.loggerDict]
-        if name.startswith(_ELASTIC_LOGGERS)
-    ]
-    levels = {name: logging.getLogger(name).level for name in names}
-    for name in names:
-        logging.getLogger(name).setLevel(logging.CRITICAL)
     try:
         yield
     finally:
@@ -71,8 +58,6 @@ def _kernel_untouched() -> Iterator[None]:
             os.environ.pop("TORCHELASTIC_SIGNALS_TO_HANDLE", None)
         else:
             os.environ["TORCHELASTIC_SIGNALS_TO_HANDLE"] = variable
-        for name, level in levels.items():
-            logging.getLogger(name).setLevel(level)
 
 
 def rendezvous_error(error: Exception, nodes: NodePlan, started: bool) -> LaunchError:
