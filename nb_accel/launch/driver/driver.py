@@ -82,6 +82,9 @@ class RankDriver:
         self._given_up = False  # the ranks were stopped for good
         self._waiting_for: list[int] = []  # the ranks the current command was sent to
         self._late = LateRanks()  # the current command's ranks freed after another's failure
+        #: The ranks that had returned when the current command's first failure was seen
+        #: (``None`` before it): a rank that returns after it was still running then.
+        self._returned_first: set[int] | None = None
         self._prompts_from = prompts_shown()  # those shown since are the current command's
         #: The current command's view.
         self.view: LaunchView = NullView()
@@ -98,6 +101,7 @@ class RankDriver:
         group = self.ranks
         targets = list(range(self.world_size)) if targets is None else targets
         self._waiting_for, self.view, self._late = targets, view, LateRanks()
+        self._returned_first = None
         try:
             self._wait(group, targets, view, None)
         except KeyboardInterrupt as interrupt:
@@ -144,6 +148,7 @@ class RankDriver:
                 if not group.replaces_dead_ranks or self._replacing:
                     self._died()
         self._waiting_for, self.view, self._late = targets, printer.view, LateRanks()
+        self._returned_first = None
         self._prompts_from = prompts_shown()
         try:
             self._wait(group, targets, printer.view, None)
@@ -209,12 +214,16 @@ class RankDriver:
             now, late = time.monotonic(), self._late
             if group.restarting():  # the failures so far are an earlier attempt's
                 late.window_ends = None
+                self._returned_first = None
                 failed = []
             else:
                 if all(rank in group.done or rank in dead for rank in targets):
                     break  # a dead rank is replaced once the others are done
                 failed = [r for r in targets if r in group.done and group.done[r].failure]
                 failed += [r for r in targets if r in dead]
+            if failed and self._returned_first is None:
+                done = group.done
+                self._returned_first = {r for r in done if done[r].failure is None}
             if failed and late.window_ends is None:
                 late.window_ends = now + group.collect_window(targets, dead)
             if late.window_ends is not None and late.deadline is None and now >= late.window_ends:
@@ -364,6 +373,8 @@ class RankDriver:
         stopped = [r for r in targets if r in done and late.stopped_by_failure(done[r])]
         log = group.command_failures(targets, stopped, view)
         finished = [r for r, d in done.items() if d.failure is None]
+        first = self._returned_first
+        returned_later = [] if first is None else [r for r in finished if r not in first]
         if not log:
             problem = group.unexplained_end()
             if problem is None and len(finished) == len(targets):
@@ -383,6 +394,7 @@ class RankDriver:
             finished,
             unfinished,
             finished_as=group.finished_as,
+            returned_later=returned_later,
             where=where if log.timeout_ranks else None,
             kept=group.keeps,
             prompts={r: p.status() for r, p in prompts_since(self._prompts_from).items()},

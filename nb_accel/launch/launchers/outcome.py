@@ -16,10 +16,13 @@ from ...worker.transfer.pickling import loads
 from ..failures.failure_log import FailureLog
 from ..failures.whereabouts import RankStack, stacks_note
 
-__all__ = ["CAME_LATE", "FROZEN", "RETURNED", "failure_outcome", "load_result"]
+__all__ = ["CAME_LATE", "FROZEN", "RETURNED", "RETURNED_LATER", "failure_outcome", "load_result"]
 
 #: What a rank that returned before the failure is said to have done.
 RETURNED = "had already returned"
+#: What a rank that was still running when the failure came, and returned after it, did (in
+#: a timeout: it was late, not absent).
+RETURNED_LATER = "was still running then; it returned later"
 #: What a rank whose connections were lost after the others timed out is said to have done.
 CAME_LATE = "its collective failed when the waiting ranks gave up"
 #: What a rank whose process was stopped (SIGSTOP, Ctrl-Z, a debugger holding it) did.
@@ -46,6 +49,7 @@ def failure_outcome(
     finished: Iterable[int],
     unfinished: Iterable[int] = (),
     finished_as: str = RETURNED,
+    returned_later: Iterable[int] = (),
     where: Mapping[int, RankStack] | None = None,
     kept: bool = False,
     prompts: Mapping[int, str] | None = None,
@@ -63,6 +67,8 @@ def failure_outcome(
         unfinished: ranks that neither finished nor failed (the launcher stopped them): shown
             stopped by the root cause.
         finished_as: what the finished ranks are said to have done.
+        returned_later: finished ranks that were still running when the first failure came:
+            said to have returned later (:data:`RETURNED_LATER`), not before it.
         where: where unfinished ranks were (their stacks), by rank: each one's summary is
             said with its status, and every thread's frames in a note.
         kept: whether the ranks outlive the failure (a pool's, a warm launch's): those it
@@ -80,6 +86,7 @@ def failure_outcome(
     unfinished = list(unfinished)
     failures.settle(unfinished)
     status = dict.fromkeys(finished, finished_as)
+    status.update(dict.fromkeys(returned_later, RETURNED_LATER))
     for rank, stack in (where or {}).items():
         status[rank] = f"was still running, {stack.summary()}"
     for rank in frozen:
