@@ -42,7 +42,9 @@ test-docs: test-setup
 	$(BIN)/python -m pytest -m docs_code tests/notebook/test_docs_code.py
 
 # The chaos campaign: every style of running ranks with every fault, in a real kernel, the
-# invariants checked after each (tests/chaos/); benchmarks/chaos.py runs many at random.
+# invariants checked after each (tests/chaos/), one shard after the other; benchmarks/chaos.py
+# runs many at random. tools/chaos_shards.py runs the two shards at once (faster, and a
+# loaded machine: it still finds timing bugs, see benchmarks/README.md).
 test-chaos: test-setup
 	$(BIN)/python -m pytest -m chaos tests/chaos
 

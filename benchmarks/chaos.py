@@ -6,11 +6,13 @@ a user's notebook meets one fault after another and as ``make test-chaos`` runs 
 scenario that kills its kernel or fills a small ``/dev/shm`` of its own gets a kernel of its
 own; after a scenario broke an invariant the style starts a new kernel; what a kernel left once
 shut down counts against the scenario before). ``--fresh-kernels`` gives each scenario a kernel
-of its own.
+of its own. ``--shards`` runs the campaign's two shards at once, as ``make test-chaos`` does
+(``tests/chaos/scenarios.py``: the styles on this machine, and those on other machines), each
+in a process of its own; ``--shard NAME`` runs one.
 
 It reports how many scenarios ran per style and per fault; per invariant, how many broke it
 (the target is 0 for each) and the seeds that did, each reproduced alone by
-``python tests/chaos/run_one.py SEED`` (``SEED STYLE FAULT`` after ``--styles``: the command is
+``python tests/chaos/run_one.py SEED`` (``SEED STYLE`` after ``--styles``: the command is
 said with each); and per fault, the slowest time from the fault (or the
 interrupt) to the end of its cell, against its bound.
 
@@ -23,6 +25,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import pickle
+import subprocess
 import sys
 import tempfile
 import time
@@ -36,7 +40,7 @@ sys.path.insert(
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "ray"))  # the Ray cluster
 
 from campaign import INVARIANTS, Outcome, StyleKernels, bound_of, run_scenario
-from scenarios import STYLES, Scenario, draw
+from scenarios import SHARDS, STYLES, Scenario, draw
 
 
 def report(outcomes: list[Outcome], took_s: float) -> str:
@@ -62,9 +66,10 @@ def report(outcomes: list[Outcome], took_s: float) -> str:
     return "\n".join(lines)
 
 
-def _run_all(scenarios: list[Scenario], root: Path, fresh: bool) -> list[Outcome]:
+def _run_all(scenarios: list[Scenario], root: Path, fresh: bool, styled: bool) -> list[Outcome]:
     """Run ``scenarios`` under ``root``: by style, in the style's shared kernel (unless
-    ``fresh``); each outcome said on stderr as it comes."""
+    ``fresh``); each outcome said on stderr as it comes (with the command that runs a broken
+    one again: its seed, and its style where ``styled``, the styles given)."""
     kernels = StyleKernels(lambda name: Path(tempfile.mkdtemp(prefix=name, dir=root)))
     outcomes: list[Outcome] = []
     try:
@@ -82,8 +87,8 @@ def _run_all(scenarios: list[Scenario], root: Path, fresh: bool) -> list[Outcome
             print(f"{scenario}: {state}", file=sys.stderr, flush=True)
             for invariant, seen in outcome.broken.items():
                 print(f"    {invariant}: {seen}", file=sys.stderr, flush=True)
-            if outcome.broken:
-                again = f"{scenario.seed} {scenario.style} {scenario.fault}"
+            if outcome.broken:  # drawn from its seed alone, or with its style given
+                again = f"{scenario.seed} {scenario.style}" if styled else f"{scenario.seed}"
                 print(f"    again: tests/chaos/run_one.py {again}", file=sys.stderr, flush=True)
     finally:
         kernels.close()
@@ -103,18 +108,61 @@ def main() -> None:
         default="",
         help="only these styles, comma-separated (each seed takes the next in turn)",
     )
+    parser.add_argument("--shards", action="store_true", help="the two shards at once")
+    parser.add_argument("--shard", choices=sorted(SHARDS), help="only this shard's styles")
+    parser.add_argument("--outcomes", help=argparse.SUPPRESS)  # a shard's, for --shards
     args = parser.parse_args()
     styles = [style for style in args.styles.split(",") if style]
     unknown = sorted(set(styles) - set(STYLES))
     if unknown:
         parser.error(f"no style {', '.join(unknown)}: the styles are {', '.join(STYLES)}")
-    seeds = range(args.first_seed, args.first_seed + args.scenarios)
-    drawn = [draw(seed, styles[seed % len(styles)] if styles else None) for seed in seeds]
-    in_order = sorted(drawn, key=lambda scenario: (STYLES.index(scenario.style), scenario.seed))
     started = time.monotonic()
-    with tempfile.TemporaryDirectory() as root:
-        outcomes = _run_all(in_order, Path(root), args.fresh_kernels)
+    if args.shards:
+        outcomes = _in_shards(sys.argv[1:])
+    else:
+        seeds = range(args.first_seed, args.first_seed + args.scenarios)
+        drawn = [draw(seed, styles[seed % len(styles)] if styles else None) for seed in seeds]
+        if args.shard:
+            drawn = [scenario for scenario in drawn if scenario.style in SHARDS[args.shard]]
+        in_order = sorted(drawn, key=lambda scenario: (STYLES.index(scenario.style), scenario.seed))
+        with tempfile.TemporaryDirectory() as root:
+            outcomes = _run_all(in_order, Path(root), args.fresh_kernels, bool(styles))
+    if args.outcomes:
+        Path(args.outcomes).write_bytes(pickle.dumps(outcomes))
+        return
     print(report(outcomes, time.monotonic() - started))
+
+
+def _in_shards(arguments: list[str]) -> list[Outcome]:
+    """Each shard's scenarios of the soak ``arguments`` ask for, run at once in a process of
+    its own (this script, told its shard); their outcomes together."""
+    others = [argument for argument in arguments if argument != "--shards"]
+    with tempfile.TemporaryDirectory() as root:
+        runs = {
+            shard: subprocess.Popen(
+                [
+                    sys.executable,
+                    __file__,
+                    *others,
+                    "--shard",
+                    shard,
+                    "--outcomes",
+                    str(Path(root, shard)),
+                ]
+            )
+            for shard in SHARDS
+        }
+        try:
+            codes = {shard: run.wait() for shard, run in runs.items()}
+        finally:
+            for run in runs.values():
+                if run.poll() is None:
+                    run.terminate()
+                    run.wait()
+        failed = [f"{shard} (exit code {code})" for shard, code in codes.items() if code]
+        if failed:
+            raise SystemExit(f"the soak's shards {', '.join(failed)} did not finish")
+        return [o for shard in SHARDS for o in pickle.loads(Path(root, shard).read_bytes())]
 
 
 if __name__ == "__main__":

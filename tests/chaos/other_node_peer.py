@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -19,6 +20,11 @@ __all__ = ["OtherNode"]
 SCRIPT = Path(__file__).with_name("other_node.py")
 #: How long node 1 may take to end after node 0's cell did.
 END_WAIT_S = 15.0
+#: Where node 0 may never have reached the rendezvous (interrupted as it started), how long
+#: node 1 is left to end on its own before its user interrupts it (it waits for node 0 at the
+#: rendezvous, as it should: node 0 may be run again), and how long it then has to end.
+WAITING_S = 3.0
+INTERRUPTED_END_S = 5.0
 
 
 class OtherNode:
@@ -34,9 +40,12 @@ class OtherNode:
         self.trouble = ""
 
     @contextlib.contextmanager
-    def running(self, plan: dict[str, object]) -> Iterator[None]:
+    def running(self, plan: dict[str, object], may_wait: bool = False) -> Iterator[None]:
         """Node 1 launching ``plan`` while the block runs node 0's cell; once the block is
-        done, node 1 has ended (killed after :data:`END_WAIT_S`, :attr:`trouble` saying so)."""
+        done, node 1 has ended (killed after :data:`END_WAIT_S`, :attr:`trouble` saying so).
+        ``may_wait``: node 0 may never have reached the rendezvous; node 1, still waiting
+        for it :data:`WAITING_S` later, is interrupted, and must end within
+        :data:`INTERRUPTED_END_S`."""
         self._runs += 1
         log = self._folder / f"node1-{self._runs}.log"
         command = [sys.executable, str(SCRIPT), json.dumps(plan), json.dumps(self._options)]
@@ -57,10 +66,23 @@ class OtherNode:
         try:
             yield
         finally:
+            self._end(process, log, may_wait)
+
+    def _end(self, process: subprocess.Popen[bytes], log: Path, may_wait: bool) -> None:
+        """Wait for node 1 to end (interrupting it first where it ``may_wait`` for node 0);
+        kill it, :attr:`trouble` saying so, when it does not."""
+        waited, told = END_WAIT_S, f"{END_WAIT_S:.0f} s after node 0 ended"
+        if may_wait:
             try:
-                process.wait(END_WAIT_S)
+                process.wait(WAITING_S)
+                return
             except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
-                tail = log.read_text(errors="replace")[-1500:]
-                self.trouble = f"node 1 still ran {END_WAIT_S:.0f} s after node 0 ended: {tail}"
+                process.send_signal(signal.SIGINT)  # its user stops it: node 0 is not coming
+            waited, told = INTERRUPTED_END_S, f"{INTERRUPTED_END_S:.0f} s after its interrupt"
+        try:
+            process.wait(waited)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+            tail = log.read_text(errors="replace")[-1500:]
+            self.trouble = f"node 1 still ran {told}: {tail}"

@@ -1,5 +1,7 @@
-"""Run chaos scenarios by seed from a shell: ``python tests/chaos/run_one.py SEED [STYLE FAULT]``
-prints each invariant it broke (nothing: it held them all)."""
+"""Run chaos scenarios by seed from a shell: ``python tests/chaos/run_one.py SEED [STYLE
+[FAULT]]`` prints each invariant it broke (nothing: it held them all). What is not given is
+drawn from the seed as the soak draws it (``benchmarks/chaos.py`` says the command for each
+scenario that broke an invariant)."""
 
 from __future__ import annotations
 
@@ -19,7 +21,8 @@ from scenarios import draw
 def main() -> None:
     """Run the scenario the command line names."""
     seed = int(sys.argv[1])
-    style, fault = (sys.argv[2], sys.argv[3]) if len(sys.argv) > 3 else (None, None)
+    style = sys.argv[2] if len(sys.argv) > 2 else None
+    fault = sys.argv[3] if len(sys.argv) > 3 else None
     scenario = draw(seed, style, fault)
     with tempfile.TemporaryDirectory() as folder:
         outcome = run_scenario(scenario, Path(folder))
