@@ -28,7 +28,8 @@ from .failures.oom import oom_verdict
 from .failures.verdict import died_failure, frozen_failure
 from .failures.whereabouts import RankStack, take_stacks
 from .launchers.dispatch import DispatchHooks, EventDispatcher
-from .launchers.stopping import EXIT_GRACE_S, stop_processes
+from .launchers.stopping import EXIT_GRACE_S, stop_processes, wait_exits
+from .placement.short_commands import interrupt_deferred
 from .processes import WorkerProcess
 from .views.view import LaunchView
 
@@ -231,14 +232,19 @@ class WorkerGroup(DispatchHooks):
         self._stopped = True
         stopping = [w for w in self.workers if w is not self._kept]  # the kept one is its own
         try:
-            stop_processes(stopping, EXIT_GRACE_S if graceful else 0.0)
-            for worker in stopping:
-                worker.reap()
-                self._read_run_news(worker)
-                if worker.captured is not None and worker.rank not in self._exited:
-                    for event in worker.captured.finish():  # its last words, if it had any
-                        self.events.on_output(event)
-                worker.close()
+            try:
+                if graceful:
+                    wait_exits(stopping, EXIT_GRACE_S)
+            finally:  # an interrupt ends the grace, never the stopping: none is left unreaped
+                with interrupt_deferred():
+                    stop_processes(stopping)
+                    for worker in stopping:
+                        worker.reap()
+                        self._read_run_news(worker)
+                        if worker.captured is not None and worker.rank not in self._exited:
+                            for event in worker.captured.finish():  # its last words, if any
+                                self.events.on_output(event)
+                        worker.close()
         finally:
             for worker in stopping:
                 worker.close()
