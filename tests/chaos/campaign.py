@@ -13,6 +13,7 @@ from __future__ import annotations
 import contextlib
 import os
 import queue
+import re
 import signal
 import time
 from collections.abc import Callable, Iterator
@@ -642,7 +643,8 @@ def _check_fault(outcome: Outcome, end: CellEnd, machines: BridgedMachines | Non
         return
     if scenario.fault == "interrupt":
         if end.status == "error" and end.ename != "KeyboardInterrupt":
-            outcome.fail("names the fault", f"interrupted: {end.ename}: {end.evalue}")
+            where = _last_frames(end.traceback)
+            outcome.fail("names the fault", f"interrupted: {end.ename}: {end.evalue}\n{where}")
         return
     if scenario.fault == "print-flood" and _flood_outlasted_the_timeout(scenario, end):
         return  # the other rank rightly gave up on it, and says it was late, not absent
@@ -886,6 +888,13 @@ def _descriptors(client: BlockingKernelClient, kernel: psutil.Process) -> dict[i
         except OSError:
             continue
     return found
+
+
+def _last_frames(traceback: str, lines: int = 12) -> str:
+    """The last ``lines`` lines of a cell's ``traceback``, without its colours: where an
+    unexpected error came from."""
+    plain = re.sub(r"\x1b\[[0-9;]*m", "", traceback).strip().splitlines()
+    return "\n".join(plain[-lines:])
 
 
 def _new(before: dict[int, str], after: dict[int, str]) -> dict[int, str]:

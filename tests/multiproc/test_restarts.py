@@ -63,6 +63,24 @@ def killed_on_every_attempt() -> None:
     dist.barrier()
 
 
+def process_group() -> tuple[int, int]:
+    return os.getpid(), os.getpgrp()
+
+
+@pytest.mark.timeout(120)
+def test_a_nodes_workers_hear_the_kernels_interrupt_only_through_its_agent() -> None:
+    """Jupyter sends its interrupt to the kernel's whole process group: a worker of torch's
+    agent in the kernel (``max_restarts``, a node of ``num_nodes``) leads a group of its own,
+    as every worker does. In the kernel's group it heard the interrupt at once, as the agent
+    woke it to exit, and unlocked the agent's lock of that wake-up a second time: the agent
+    failed with ``ValueError: semaphore or lock released too many times`` instead of the
+    interrupt, leaving the launch's store and the other node running (a chaos scenario,
+    nodes / interrupt at teardown, under load)."""
+    groups = notebook_launcher(process_group, num_processes=2, max_restarts=1)
+    assert [group for _, group in groups] == [pid for pid, _ in groups]  # each its own
+    assert os.getpgrp() not in [group for _, group in groups]
+
+
 @pytest.mark.timeout(120)
 def test_torchs_elastic_agent_logs_nothing_of_its_own() -> None:
     """The launch says what happened, once; torch's agent (which would log each stop and each

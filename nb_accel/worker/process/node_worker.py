@@ -375,7 +375,12 @@ def node_worker_main(args: NodeWorkerArgs) -> None:
     as this worker's failure (and restarts the group when restarts are left).
     """
     node = _Node(args)
-    start = RankStart(node.rank, node.environment(), attempt=node.attempt, own_process_group=False)
+    # A process group of its own, as every worker: Jupyter sends its interrupt to the kernel's
+    # whole group, and a node's worker must hear it only through its agent. Heard at once,
+    # it struck the worker as torch's agent woke it to exit, and the worker released the
+    # agent's lock of that wake-up a second time (the agent, in the kernel, then failed on
+    # its own release: "semaphore or lock released too many times").
+    start = RankStart(node.rank, node.environment(), attempt=node.attempt)
     channel, outcome = live_as_rank(
         start,
         lambda: _connect(node),
