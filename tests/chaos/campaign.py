@@ -48,7 +48,7 @@ from slurm_cluster import SlurmCluster, require_slurm_cluster
 from small_disk import small_disk
 from ssh_hosts import SshMachines, require_ssh_machines
 
-from nb_accel.launch.launchers.outcome import RETURNED_LATER
+from nb_accel.launch.launchers.outcome import CAME_LATE, RETURNED_LATER
 
 __all__ = [
     "INVARIANTS",
@@ -626,6 +626,8 @@ def _check_end(outcome: Outcome, end: CellEnd, seen_at: float | None, again: flo
     bound = bound_of(scenario.fault) + again
     if took > bound:
         said = f"{end.ename}: {end.evalue}" if end.ename else end.status
+        if end.traceback:  # the error's last lines and notes (where the ranks were said to be)
+            said += "\n" + _last_frames(end.traceback, 8)
         outcome.fail(
             "ends in time", f"{took:.1f} s after the fault (bound {bound:.0f} s), ending {said}"
         )
@@ -657,10 +659,11 @@ def _check_fault(outcome: Outcome, end: CellEnd, machines: BridgedMachines | Non
 
 def _flood_outlasted_the_timeout(scenario: Scenario, end: CellEnd) -> bool:
     """Whether a flooding rank's cell ended in the other rank's collective timeout, the
-    flooding rank named as still running then (on a loaded machine its output can take longer
-    than the timeout to drain): its lateness said, never that it had returned before."""
+    flooding rank named as still running then, or as reaching its collective after the others
+    gave up (on a loaded machine its output can take longer than the timeout to drain): its
+    lateness said, never that it had returned before."""
     said = end.evalue
-    late = ("was still running", RETURNED_LATER)
+    late = ("was still running", RETURNED_LATER, CAME_LATE)
     return (
         end.ename == "CollectiveTimeoutError"
         and f"Rank {scenario.rank} did not arrive (" in said

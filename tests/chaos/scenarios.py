@@ -178,6 +178,15 @@ FOUND = (
     # released too many times" instead of the interrupt, node 1 left running; the covering
     # set runs the seed again, and tests/multiproc/test_restarts.py checks that the agent's
     # workers lead process groups of their own, which the interrupt does not reach)
+    # (seed 4379, nodes / interrupt at start-up, in a soak of both shards at once: node 1,
+    # interrupted by its user as it waited for a node 0 that had stopped, went on for more
+    # than 5 s: torch's store client tries to connect again and again in native code, deaf to
+    # the interrupt until the rendezvous timeout; node 1 now makes it try a second at a time.
+    # Its test is tests/multiproc/test_multinode.py, whose store drops every connection)
+    # (seeds 4364, warm, and 4097, cell, print-flood on rank 0: on the loaded machine rank 0's
+    # 100 MB outlasted the collective timeout, and the pool said rank 0 reached its collective
+    # after the others gave up: true, and now accepted with the other ways of saying it came
+    # late)
     # (seed 3185, cold-spawn / print-flood, rank 1 at step 1, in a soak of both shards at
     # once: rank 1's 100 MB took longer than the 4 s timeout to drain, rank 0 rightly timed
     # out, and the error said rank 1 "had already returned" as it returned after the timeout;

@@ -10,8 +10,10 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -254,6 +256,44 @@ def test_an_unreachable_rendezvous_is_a_clear_error_within_the_timeout(tmp_path:
     assert f"could not reach the rendezvous at {endpoint}" in record["message"]
     assert "node 0's launch hosts it, so start that first" in record["message"]
     assert time.monotonic() - started < 60
+
+
+def _accept_and_close(listener: socket.socket, accepted: threading.Semaphore) -> None:
+    """Accept each connection and close it at once, releasing ``accepted`` for each, until
+    ``listener`` is closed."""
+    while True:
+        try:
+            connection, _ = listener.accept()
+        except OSError:
+            return
+        connection.close()
+        accepted.release()
+
+
+@pytest.mark.timeout(120)
+def test_a_node_whose_store_drops_it_still_hears_its_interrupt(tmp_path: Path) -> None:
+    """Node 0's address accepts each connection and closes it (a store going away as node 0
+    stops): node 1 tries to connect again and again, yet ends on its interrupt, not at the end
+    of its 60 s rendezvous timeout. torch's store client tries again in native code, where no
+    interrupt is heard until it gives up: node 1 makes it try a second at a time."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    accepted = threading.Semaphore(0)
+    server = threading.Thread(target=_accept_and_close, args=(listener, accepted))
+    server.start()
+    try:
+        endpoint = f"127.0.0.1:{listener.getsockname()[1]}"
+        node = _start(tmp_path, "1", endpoint, "ok", "num_nodes=2", "rdzv_timeout=60")
+        for _ in range(3):  # node 1's look whether it listens, then its store client's tries
+            assert accepted.acquire(timeout=60), "node 1 never tried to connect"
+        interrupted = time.monotonic()
+        node[0].send_signal(signal.SIGINT)
+        record = _finish(*node)
+    finally:
+        listener.shutdown(socket.SHUT_RDWR)
+        listener.close()
+        server.join()
+    assert record.get("error") == "KeyboardInterrupt", record
+    assert time.monotonic() - interrupted < 15  # not the rendezvous timeout
 
 
 @pytest.mark.timeout(120)

@@ -5,13 +5,17 @@ machine."""
 
 from __future__ import annotations
 
+import time
 import weakref
 from typing import Any
 
 from .network import rendezvous_listener, split_endpoint
 from .rendezvous_pace import wait_listening
 
-__all__ = ["rendezvous_handler", "store_server"]
+__all__ = ["CONNECT_TRY_S", "rendezvous_handler", "store_client", "store_server"]
+
+#: The longest one try of a node's store client may take to connect and be answered.
+CONNECT_TRY_S = 1.0
 
 
 def store_server(address: str, port: int, timeout_s: float | None = None) -> Any:
@@ -38,6 +42,41 @@ def store_server(address: str, port: int, timeout_s: float | None = None) -> Any
     )
 
 
+def store_client(host: str, port: int, within_s: float) -> Any:
+    """A client of the TCP store at ``host:port``, connected within ``within_s`` seconds (its
+    calls then wait as long), in tries of :data:`CONNECT_TRY_S` at most: torch's client tries
+    again and waits for the store's answer in native code, where the notebook's interrupt is
+    not heard until it gives up (a node whose peer's store listened, then stopped, waited out
+    the whole rendezvous timeout after its user pressed stop).
+
+    Raises:
+        RendezvousConnectionError: no store answered in time (as torch's own client says).
+    """
+    from datetime import timedelta
+
+    import torch.distributed as dist
+    from torch.distributed.elastic.rendezvous import RendezvousConnectionError
+
+    deadline = time.monotonic() + within_s
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            store = dist.TCPStore(
+                host,
+                port,
+                is_master=False,
+                timeout=timedelta(seconds=max(0.1, min(CONNECT_TRY_S, left))),
+            )
+        except (RuntimeError, TimeoutError, ValueError) as problem:
+            if deadline - time.monotonic() > 0:
+                continue
+            raise RendezvousConnectionError(
+                "The connection to the C10d store has failed."
+            ) from problem
+        store.set_timeout(timedelta(seconds=within_s))
+        return store
+
+
 def rendezvous_handler(parameters: Any, hosts_store: bool) -> Any:
     """torch's c10d rendezvous handler, whose stores listen on one address only: the
     rendezvous store (hosted here) on the endpoint's, and the store the workers share (hosted
@@ -59,12 +98,21 @@ def rendezvous_handler(parameters: Any, hosts_store: bool) -> Any:
 
             backend = C10dRendezvousBackend(store, parameters.run_id)
             handler = create_handler(store, backend, parameters)
+    if handler is None and not hosts_store and parameters.backend == "c10d":
+        host, port = split_endpoint(parameters.endpoint)
+        if port is not None:  # node 0 may be starting it now
+            read_timeout = float(parameters.get_as_int("read_timeout", 60))
+            deadline = time.monotonic() + read_timeout
+            wait_listening(host, port, read_timeout)
+            store = store_client(host, port, max(1.0, deadline - time.monotonic()))
+            from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
+                C10dRendezvousBackend,
+            )
+            from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+            backend = C10dRendezvousBackend(store, parameters.run_id)
+            handler = create_handler(store, backend, parameters)
     if handler is None:
-        if not hosts_store and parameters.backend == "c10d":  # node 0 may be starting it now
-            host, port = split_endpoint(parameters.endpoint)
-            if port is not None:
-                read_timeout = float(parameters.get_as_int("read_timeout", 60))
-                wait_listening(host, port, read_timeout)
         handler = registry.get_rendezvous_handler(parameters)
     create = getattr(type(handler), "_create_tcp_store_server", None)
     if create is not None:  # torch's method for the workers' store: on this node's address
