@@ -67,7 +67,7 @@ def store_client(host: str, port: int, within_s: float) -> Any:
                 is_master=False,
                 timeout=timedelta(seconds=max(0.1, min(CONNECT_TRY_S, left))),
             )
-        except (RuntimeError, TimeoutError, ValueError) as problem:
+        except (RuntimeError, TimeoutError) as problem:  # (a bad address raises at once)
             if deadline - time.monotonic() > 0:
                 continue
             raise RendezvousConnectionError(
@@ -75,6 +75,16 @@ def store_client(host: str, port: int, within_s: float) -> Any:
             ) from problem
         store.set_timeout(timedelta(seconds=within_s))
         return store
+
+
+def _handler_on(store: Any, parameters: Any) -> Any:
+    """torch's c10d rendezvous handler on ``store`` (made here, not by torch's registry)."""
+    from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
+        C10dRendezvousBackend,
+    )
+    from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
+
+    return create_handler(store, C10dRendezvousBackend(store, parameters.run_id), parameters)
 
 
 def rendezvous_handler(parameters: Any, hosts_store: bool) -> Any:
@@ -91,13 +101,7 @@ def rendezvous_handler(parameters: Any, hosts_store: bool) -> Any:
         read_timeout = float(parameters.get_as_int("read_timeout", 60))
         store = store_server(host, port, read_timeout) if port is not None else None
         if store is not None:
-            from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
-                C10dRendezvousBackend,
-            )
-            from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
-
-            backend = C10dRendezvousBackend(store, parameters.run_id)
-            handler = create_handler(store, backend, parameters)
+            handler = _handler_on(store, parameters)
     if handler is None and not hosts_store and parameters.backend == "c10d":
         host, port = split_endpoint(parameters.endpoint)
         if port is not None:  # node 0 may be starting it now
@@ -105,13 +109,7 @@ def rendezvous_handler(parameters: Any, hosts_store: bool) -> Any:
             deadline = time.monotonic() + read_timeout
             wait_listening(host, port, read_timeout)
             store = store_client(host, port, max(1.0, deadline - time.monotonic()))
-            from torch.distributed.elastic.rendezvous.c10d_rendezvous_backend import (
-                C10dRendezvousBackend,
-            )
-            from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handler
-
-            backend = C10dRendezvousBackend(store, parameters.run_id)
-            handler = create_handler(store, backend, parameters)
+            handler = _handler_on(store, parameters)
     if handler is None:
         handler = registry.get_rendezvous_handler(parameters)
     create = getattr(type(handler), "_create_tcp_store_server", None)
