@@ -198,11 +198,14 @@ class AskWorkers:
             (their resident memory in MB) or ``"frozen"`` (whether each is stopped: SIGSTOP,
             Ctrl-Z). A frozen worker cannot say where it is: it is left out of ``"where"``.
         senders: the workers asked about, as rank -> connection number.
+        wait_s: how long the node waits for each round of a worker's answer (its stacks,
+            again if cut short, its last collective).
     """
 
     request: int
     what: str
     senders: dict[int, int]
+    wait_s: float = 1.0
 
 
 @dataclass(frozen=True)

@@ -65,7 +65,9 @@ class ScriptedRanks(PoolRanks):
     def dead_ranks(self) -> list[int]:
         return []
 
-    def stacks(self, ranks: list[int], collectives: bool) -> dict[int, RankStack]:
+    def stacks(
+        self, ranks: list[int], collectives: bool, within_s: float | None = None
+    ) -> dict[int, RankStack]:
         return {}
 
     def abort_collectives(self, ranks: list[int]) -> None:

@@ -26,6 +26,7 @@ from ..._messages import CellDone, Command, Debug, Release, Settle, encode_comma
 from ...errors import LaunchError, WorkerDiedError
 from ..debugging.post_mortems import offer_post_mortem, raising_ranks
 from ..debugging.prompts import prompts_shown, prompts_since
+from ..failures.verdict import rank_list
 from ..failures.whereabouts import RankStack, stacks_note, where_lines
 from ..launchers.outcome import failure_outcome
 from ..pool_ranks.interface import PoolRanks
@@ -46,6 +47,9 @@ __all__ = ["INTERRUPT_GRACE_S", "RankDriver", "checked_targets"]
 
 #: How long interrupted ranks (by the user, or as another failed) may take to stop (seconds).
 INTERRUPT_GRACE_S = 10.0
+#: How long an interrupted launch waits to learn where its ranks were before it stops them
+#: (the user waits: a rank, or a host, that cannot say by then is said not to have).
+INTERRUPT_WHERE_S = 1.0
 
 
 class RankDriver:
@@ -250,8 +254,10 @@ class RankDriver:
             group.watch(view, remaining)
         return True
 
-    def _where(self, ranks: list[int], collectives: bool = True) -> Mapping[int, RankStack]:
-        return self.ranks.stacks(ranks, collectives) if ranks else {}
+    def _where(
+        self, ranks: list[int], collectives: bool = True, within_s: float | None = None
+    ) -> Mapping[int, RankStack]:
+        return self.ranks.stacks(ranks, collectives, within_s) if ranks else {}
 
     def _where_one(self, rank: int) -> Location | None:
         stack = self._where([rank]).get(rank) if 0 <= rank < self.world_size else None
@@ -275,9 +281,14 @@ class RankDriver:
             return
         dead = group.dead_ranks()
         running = [r for r in targets if r not in group.done and r not in dead]
-        stacks = self._where(running)
-        if stacks and hasattr(interrupt, "add_note"):  # where the ranks were, before they stop
-            interrupt.add_note("Interrupted while:\n" + "\n".join(where_lines(stacks, "was")))
+        stacks = self._where(running, within_s=INTERRUPT_WHERE_S)
+        if running and hasattr(interrupt, "add_note"):  # where the ranks were, before they stop
+            silent = [rank for rank in running if rank not in stacks]
+            lines = where_lines(stacks, "was")
+            if silent:
+                said = f"did not say where it was within {INTERRUPT_WHERE_S:g} s"
+                lines.append(f"  {rank_list(silent)} {said}")
+            interrupt.add_note("Interrupted while:\n" + "\n".join(lines))
             if note := stacks_note(stacks):
                 interrupt.add_note(note)
 

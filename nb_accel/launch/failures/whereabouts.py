@@ -39,6 +39,7 @@ __all__ = [
     "stacks_note",
     "where_lines",
     "take_stacks",
+    "wait_per_round",
 ]
 
 #: How many of the user's frames a summary names.
@@ -46,6 +47,9 @@ _SUMMARISED = 3
 
 #: How long the kernel waits for a rank's stacks.
 STACK_WAIT_S = 1.0
+#: The most rounds of waiting :func:`take_stacks` makes: the dumps, a dump cut short asked
+#: again, the last collectives.
+_ROUNDS = 3
 
 #: How often the kernel looks whether a rank has finished writing them.
 _POLL_S = 0.01
@@ -278,6 +282,12 @@ def _size(path: str) -> int:
         return os.path.getsize(path)
     except OSError:
         return -1
+
+
+def wait_per_round(within_s: float | None) -> float:
+    """How long :func:`take_stacks` waits in each round for the whole of it to take at most
+    ``within_s`` seconds (``None``: :data:`STACK_WAIT_S` a round)."""
+    return STACK_WAIT_S if within_s is None else within_s / _ROUNDS
 
 
 def take_stacks(

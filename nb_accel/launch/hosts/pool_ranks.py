@@ -31,7 +31,7 @@ from ..._messages import (
 from ...errors import LaunchError
 from ...worker.process.pool_worker import serve
 from ...worker.transfer.pickling import Pickled
-from ..failures.whereabouts import STACK_WAIT_S, RankStack
+from ..failures.whereabouts import STACK_WAIT_S, RankStack, wait_per_round
 from ..launchers.dispatch import TICK_S
 from ..multinode.node_events import NodeHooks
 from ..payload import launch_payload
@@ -45,6 +45,9 @@ __all__ = ["HostRanks", "start_host_ranks"]
 
 #: How long a host may take to answer a question about its ranks, beyond their own wait.
 ANSWER_SLACK_S = 5.0
+#: The share of a bounded question's time (an interrupt's) that a host spends asking its
+#: ranks; the rest is for its answer to arrive.
+HOST_SHARE = 0.75
 
 
 class HostRanks(NodeHooks, PoolRanks):
@@ -169,8 +172,11 @@ class HostRanks(NodeHooks, PoolRanks):
         self.events.set_view(view)
         self._pump(timeout)
 
-    def _ask(self, what: str, ranks: list[int], wait_s: float) -> dict[int, Any]:
-        """Ask each host ``what`` about its ranks among ``ranks``; the answers, by rank."""
+    def _ask(
+        self, what: str, ranks: list[int], wait_s: float, within_s: float | None = None
+    ) -> dict[int, Any]:
+        """Ask each host ``what`` about its ranks among ``ranks`` (each rank given ``wait_s``
+        a round); the answers by rank, those that came within ``within_s`` where given."""
         requests = []
         for node in self._hosts.nodes:
             senders = {
@@ -180,11 +186,12 @@ class HostRanks(NodeHooks, PoolRanks):
             }
             if senders and not self._ended(node):
                 request = next(self._requests)
-                node.tell(AskWorkers(request, what, senders))
+                node.tell(AskWorkers(request, what, senders, wait_s))
                 requests.append(request)
         if what == "abort":
             return {}
-        deadline = time.monotonic() + wait_s + ANSWER_SLACK_S
+        waited = wait_s + ANSWER_SLACK_S if within_s is None else within_s
+        deadline = time.monotonic() + waited
         while any(r not in self._answers for r in requests) and time.monotonic() < deadline:
             if self.dead_ranks():
                 break
@@ -194,10 +201,15 @@ class HostRanks(NodeHooks, PoolRanks):
             found.update(self._answers.pop(request, {}))
         return found
 
-    def stacks(self, ranks: list[int], collectives: bool) -> dict[int, RankStack]:
+    def stacks(
+        self, ranks: list[int], collectives: bool, within_s: float | None = None
+    ) -> dict[int, RankStack]:
         """Taken by each rank's host."""
         what = "where+collectives" if collectives else "where"
-        return self._ask(what, ranks, STACK_WAIT_S)
+        if within_s is None:
+            return self._ask(what, ranks, STACK_WAIT_S)
+        # the host's rounds end in time for its answer to cross the link within the bound
+        return self._ask(what, ranks, wait_per_round(within_s * HOST_SHARE), within_s)
 
     def out_of_reach(self, ranks: list[int]) -> dict[int, str]:
         """The ranks of a host whose connection ended before its agent said how it ended."""

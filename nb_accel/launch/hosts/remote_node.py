@@ -177,7 +177,7 @@ class _Host:
         else:  # a frozen worker cannot say where it is: not asked
             collectives = question.what == "where+collectives"
             thawed = {rank: pid for rank, pid in pids.items() if not process_frozen(pid)}
-            value = dict(take_stacks(self.folder, thawed, collectives=collectives))
+            value = dict(take_stacks(self.folder, thawed, question.wait_s, collectives))
         with self.lock, contextlib.suppress(OSError):
             send(self.writer, WorkersAnswer(question.request, value))
 

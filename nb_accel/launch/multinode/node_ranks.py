@@ -301,7 +301,9 @@ class NodeRanks(PoolRanks):
             "were stopped, since the others will not come back to their collectives"
         )
 
-    def stacks(self, ranks: list[int], collectives: bool) -> dict[int, RankStack]:
+    def stacks(
+        self, ranks: list[int], collectives: bool, within_s: float | None = None
+    ) -> dict[int, RankStack]:
         """Where each of ``ranks`` was when the agent stopped it (the driver asks once the
         agent has ended)."""
         return {rank: self._stopped_at[rank] for rank in ranks if rank in self._stopped_at}

@@ -224,9 +224,13 @@ class PoolRanks(ABC):
         """Wait for events (or ``timeout``) and handle them, telling ``view``."""
 
     @abstractmethod
-    def stacks(self, ranks: list[int], collectives: bool) -> dict[int, RankStack]:
+    def stacks(
+        self, ranks: list[int], collectives: bool, within_s: float | None = None
+    ) -> dict[int, RankStack]:
         """Where each of ``ranks`` is (and its last collective, with ``collectives``); ranks
-        that cannot say within a second are left out."""
+        that cannot say within a second are left out. With ``within_s``, the answer comes
+        within that many seconds at most, whoever has not said by then left out (an
+        interrupt's: the user waits)."""
 
     @abstractmethod
     def abort_collectives(self, ranks: list[int]) -> None:

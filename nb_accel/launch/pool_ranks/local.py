@@ -17,7 +17,7 @@ from ...worker.process.pool_worker import serve
 from ...worker.transfer.pickling import Pickled
 from ...worker.transfer.sent_buffers import SentBuffers
 from ..debugging.prompts import prompt_clock
-from ..failures.whereabouts import RankStack, abort_collectives, take_stacks
+from ..failures.whereabouts import RankStack, abort_collectives, take_stacks, wait_per_round
 from ..payload import LaunchPayload, launch_payload
 from ..plan import LaunchPlan
 from ..processes import WorkerProcess, multiprocessing_helpers, resident_mb
@@ -121,7 +121,9 @@ class LocalRanks(WorkerGroup, PoolRanks):
         self.events.set_view(view)
         self._watch_once(timeout)
 
-    def stacks(self, ranks: list[int], collectives: bool) -> dict[int, RankStack]:
+    def stacks(
+        self, ranks: list[int], collectives: bool, within_s: float | None = None
+    ) -> dict[int, RankStack]:
         """Every rank's stacks, from the pool's folder."""
         frozen = set(self.frozen(ranks))  # a stopped process cannot say: not asked
         pids = {
@@ -129,7 +131,8 @@ class LocalRanks(WorkerGroup, PoolRanks):
             for r in ranks
             if self.workers[r].poll() is None and r not in frozen
         }
-        return take_stacks(self._store, pids, collectives=collectives)
+        wait_s = wait_per_round(within_s)
+        return take_stacks(self._store, pids, wait_s, collectives=collectives)
 
     def abort_collectives(self, ranks: list[int]) -> None:
         """Through the pool's folder."""

@@ -194,7 +194,9 @@ class XlaRanks(DispatchHooks, PoolRanks):
     def note_exits(self) -> None:
         """Nothing: the deaths are judged once the workers are heard out."""
 
-    def stacks(self, ranks: list[int], collectives: bool) -> dict[int, RankStack]:
+    def stacks(
+        self, ranks: list[int], collectives: bool, within_s: float | None = None
+    ) -> dict[int, RankStack]:
         """None: an XLA rank does not say where it is."""
         return {}
 
