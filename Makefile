@@ -7,7 +7,7 @@ TORCH_PIN := torch==2.13.0
 # The Accelerate release the compatibility lane runs the tests of (and the benchmarks compare with).
 ACCELERATE_PIN := accelerate==1.15.0
 
-.PHONY: setup test-setup hosts-setup trackers-env demo lab docs test test-docs test-chaos test-install lint test-accelerate test-xla test-trackers ray-env test-ray \
+.PHONY: setup test-setup hosts-setup trackers-env demo lab docs test test-serial test-docs test-chaos test-install lint test-accelerate test-xla test-trackers ray-env test-ray \
 	test-browser test-colab test-colab-units test-colab-kernels test-kaggle test-classic chromium \
 	screenshots bench clean
 
@@ -33,20 +33,28 @@ demo: setup
 
 # The tests that make fresh virtual environments (the wheel alone, under Colab's and Kaggle's
 # package lists, Binder's files) are a lane of their own: make test-install; the linters (ruff,
-# mypy) are make lint.
+# mypy) are make lint. The suite runs as two halves at once (tools/at_once.py), each a pytest
+# of its own (--suite-half, tests/conftest.py): the multi-process tests on this machine, and
+# the rest (the kernels', the units', the hosts'). Most of a multi-process test's time is spent waiting for its processes: one
+# half after the other leaves a core idle. `make test-serial` runs the suite in one pytest.
+SUITE := -m "not fresh_env and not lint and not docs_code and not chaos"
 test: test-setup hosts-setup
-	$(BIN)/python -m pytest -m "not fresh_env and not lint and not docs_code and not chaos"
+	$(BIN)/python tools/at_once.py 'processes=$(SUITE) --suite-half processes' \
+		'others=$(SUITE) --suite-half others'
+
+test-serial: test-setup hosts-setup
+	$(BIN)/python -m pytest $(SUITE)
 
 # The documentation's code blocks, run as written in a real kernel, page by page.
 test-docs: test-setup
 	$(BIN)/python -m pytest -m docs_code tests/notebook/test_docs_code.py
 
 # The chaos campaign: every style of running ranks with every fault, in a real kernel, the
-# invariants checked after each (tests/chaos/), one shard after the other; benchmarks/chaos.py
-# runs many at random. tools/chaos_shards.py runs the two shards at once (faster, and a
-# loaded machine: it still finds timing bugs, see benchmarks/README.md).
+# invariants checked after each (tests/chaos/), its two shards at once (tools/chaos_shards.py:
+# a loaded machine, which finds timing bugs, see benchmarks/README.md); benchmarks/chaos.py
+# runs many at random.
 test-chaos: test-setup
-	$(BIN)/python -m pytest -m chaos tests/chaos
+	$(BIN)/python tools/chaos_shards.py
 
 test-install: test-setup
 	$(BIN)/python -m pytest -m fresh_env tests/packaging tests/binder

@@ -13,8 +13,10 @@ in a process of its own; ``--shard NAME`` runs one.
 It reports how many scenarios ran per style and per fault; per invariant, how many broke it
 (the target is 0 for each) and the seeds that did, each reproduced alone by
 ``python tests/chaos/run_one.py SEED`` (``SEED STYLE`` after ``--styles``: the command is
-said with each); and per fault, the slowest time from the fault (or the
-interrupt) to the end of its cell, against its bound.
+said with each); per fault, the slowest time from the fault (or the interrupt) to the end of
+its cell, against its bound; and by style, where the time went (the phases of
+``campaign.PHASES``). ``--covering`` runs the covering set of ``make test-chaos`` instead of
+drawn scenarios: where that time goes.
 
 Run from the repository root::
 
@@ -39,8 +41,8 @@ sys.path.insert(
 )  # the SSH hosts
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests" / "ray"))  # the Ray cluster
 
-from campaign import INVARIANTS, Outcome, StyleKernels, bound_of, run_scenario
-from scenarios import SHARDS, STYLES, Scenario, draw
+from campaign import INVARIANTS, PHASES, Outcome, StyleKernels, bound_of, run_scenario
+from scenarios import SHARDS, STYLES, Scenario, covering_seeds, draw
 
 
 def report(outcomes: list[Outcome], took_s: float) -> str:
@@ -63,7 +65,19 @@ def report(outcomes: list[Outcome], took_s: float) -> str:
             slowest[fault] = max(slowest.get(fault, 0.0), outcome.seconds_to_end)
     for fault, seconds in sorted(slowest.items()):
         lines.append(f"| {fault} | {seconds:.1f} | {bound_of(fault):.0f} |")
-    return "\n".join(lines)
+    return "\n".join([*lines, "", *_phases_table(outcomes)])
+
+
+def _phases_table(outcomes: list[Outcome]) -> list[str]:
+    """Where the scenarios' time went: by style, the seconds of each phase in all."""
+    by_style: dict[str, collections.Counter[str]] = collections.defaultdict(collections.Counter)
+    for outcome in outcomes:
+        by_style[outcome.scenario.style].update(outcome.phases)
+    lines = ["| style | " + " | ".join(PHASES) + " | all (s) |", "|---" * (len(PHASES) + 2) + "|"]
+    for style, phases in sorted(by_style.items(), key=lambda item: STYLES.index(item[0])):
+        cells = " | ".join(f"{phases[phase]:.0f}" for phase in PHASES)
+        lines.append(f"| {style} | {cells} | {sum(phases.values()):.0f} |")
+    return lines
 
 
 def _run_all(scenarios: list[Scenario], root: Path, fresh: bool, styled: bool) -> list[Outcome]:
@@ -108,6 +122,11 @@ def main() -> None:
         default="",
         help="only these styles, comma-separated (each seed takes the next in turn)",
     )
+    parser.add_argument(
+        "--covering",
+        action="store_true",
+        help="the covering set of make test-chaos (every style with every fault), not drawn",
+    )
     parser.add_argument("--shards", action="store_true", help="the two shards at once")
     parser.add_argument("--shard", choices=sorted(SHARDS), help="only this shard's styles")
     parser.add_argument("--outcomes", help=argparse.SUPPRESS)  # a shard's, for --shards
@@ -122,6 +141,9 @@ def main() -> None:
     else:
         seeds = range(args.first_seed, args.first_seed + args.scenarios)
         drawn = [draw(seed, styles[seed % len(styles)] if styles else None) for seed in seeds]
+        if args.covering:
+            wanted = styles or STYLES
+            drawn = [scenario for scenario in covering_seeds() if scenario.style in wanted]
         if args.shard:
             drawn = [scenario for scenario in drawn if scenario.style in SHARDS[args.shard]]
         in_order = sorted(drawn, key=lambda scenario: (STYLES.index(scenario.style), scenario.seed))

@@ -67,6 +67,38 @@ def _import_what_changes_the_environment() -> None:
     import torch._dynamo  # noqa: F401
 
 
+#: ``make test``'s two halves, run at once (``tools/at_once.py``), by ``--suite-half``: the
+#: multi-process tests on this machine, and the rest (the kernels', the units', and the tests
+#: whose ranks run on other machines: SSH hosts, a SLURM cluster), of about the same time.
+OTHER_MACHINES = ("test_hosts_ssh.py", "test_hosts_slurm.py", "test_hosts_pool.py")
+SUITE_HALVES = ("processes", "others")
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    """The ``--suite-half`` option."""
+    parser.addoption(
+        "--suite-half",
+        choices=SUITE_HALVES,
+        default=None,
+        help="only this half of the suite (make test runs both at once)",
+    )
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Deselect the other half's tests when ``--suite-half`` names one."""
+    half = config.getoption("--suite-half")
+    if half is None:
+        return
+    kept, dropped = [], []
+    for item in items:
+        path = item.path
+        on_this_machine = path.parent.name == "multiproc" and path.name not in OTHER_MACHINES
+        (kept if on_this_machine == (half == "processes") else dropped).append(item)
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 def pytest_unconfigure(config: pytest.Config) -> None:
     """Remove the run's configuration folder and restore the variables."""
     if _CONFIG_RUN not in config.stash:

@@ -52,6 +52,7 @@ from nb_accel.launch.launchers.outcome import CAME_LATE, RETURNED_LATER
 
 __all__ = [
     "INVARIANTS",
+    "PHASES",
     "HeldKernel",
     "KernelSession",
     "Outcome",
@@ -72,6 +73,10 @@ INVARIANTS = (
     "nothing left",  # no process, /dev/shm entry or scratch file; the kernel's threads, descriptors
     "no orphans",  # a killed kernel leaves no worker behind
 )
+#: The phases of a scenario whose time is measured: its own kernel started and shut down
+#: (with its machines), the style's set-up (a pool started, warmed), the fault's run, the
+#: clean run after it, the workers stopped, the checks of what is left.
+PHASES = ("own kernel", "set-up", "fault run", "next run", "stop", "checks")
 #: Past the collective timeout, how long the cell of a fault that waits for it may take to end.
 END_MARGIN_S = 5.0
 #: How long the cell of a fault that is not a wait may take to end: under the collective
@@ -128,10 +133,22 @@ class Outcome:
     scenario: Scenario
     broken: dict[str, str] = field(default_factory=dict)
     seconds_to_end: float | None = None
+    #: Where the scenario's time went: seconds by phase (see :data:`PHASES`).
+    phases: dict[str, float] = field(default_factory=dict)
 
     def fail(self, invariant: str, seen: str) -> None:
         """Count ``invariant`` broken, ``seen`` saying how."""
         self.broken.setdefault(invariant, seen[:2000])
+
+    @contextmanager
+    def timed(self, phase: str) -> Iterator[None]:
+        """Add the block's time to ``phase``'s."""
+        started = time.monotonic()
+        try:
+            yield
+        finally:
+            taken = time.monotonic() - started
+            self.phases[phase] = self.phases.get(phase, 0.0) + taken
 
 
 def _run(
@@ -495,8 +512,11 @@ def run_scenario(
     if session is not None:
         return _run_scenario(scenario, session.place(folder), session)
     small_shm = scenario.fault == "shm-full"
+    started = time.monotonic()
     with kernel_session(folder, scenario.style, small_shm, cluster) as own:
         outcome = _run_scenario(scenario, folder, own)
+        played = sum(outcome.phases.values())
+    outcome.phases["own kernel"] = time.monotonic() - started - played
     for left in own.left:
         outcome.fail("nothing left", left)
     return outcome
@@ -517,15 +537,9 @@ def _play(outcome: Outcome, marks: Path, checkpoints: Path, session: KernelSessi
     """The scenario of ``outcome`` in ``session``: its fault, the next run, the checks."""
     scenario, folder = outcome.scenario, marks.parent
     manager, client, kernel = session.manager, session.client, session.kernel
-    if scenario.style == "cell":
-        started, _ = _run(client, f"%%distributed -n {RANKS}\n{FUNCTIONS}\nkept = rank")
-        assert started.status == "ok", started
-    if scenario.style == "warm":  # the workers are warm when the fault strikes
-        clean = plan_of(None, str(folder / "warm-up"), str(checkpoints / "warm-up"))
-        (folder / "warm-up").mkdir()
-        warmed, _ = _run(client, follow_up_cell("warm", clean), manager)
-        assert warmed.status == "ok", warmed
-    threads_before, descriptors_before = _threads(client), _descriptors(client, kernel)
+    with outcome.timed("set-up"):
+        _set_up(scenario.style, session, folder, checkpoints)
+        threads_before, descriptors_before = _threads(client), _descriptors(client, kernel)
     plan = plan_of(scenario, str(marks), str(checkpoints))
     marker = marks / f"step-{scenario.rank}-{scenario.step}-0"  # the first attempt's
     action: Callable[[], None] | None = None
@@ -550,7 +564,10 @@ def _play(outcome: Outcome, marks: Path, checkpoints: Path, session: KernelSessi
     try:
         # interrupted as it starts, node 0 may never reach the rendezvous: node 1 waits for it
         starting = scenario.fault == "interrupt" and scenario.moment == "start-up"
-        with other.running(plan, may_wait=starting) if other else nullcontext():
+        with (
+            outcome.timed("fault run"),
+            other.running(plan, may_wait=starting) if other else nullcontext(),
+        ):
             end, seen_at = _run(
                 client,
                 code,
@@ -578,7 +595,7 @@ def _play(outcome: Outcome, marks: Path, checkpoints: Path, session: KernelSessi
     # the clean run checkpoints where the scenario's did: its checkpoints are the reference
     clean_plan = plan_of(None, str(marks), str(checkpoints / "clean"), bool(plan["checkpoint"]))
     follow_started = time.monotonic()
-    with other.running(clean_plan) if other else nullcontext():
+    with outcome.timed("next run"), other.running(clean_plan) if other else nullcontext():
         follow, _ = _run(client, follow_up_cell(scenario.style, clean_plan), manager)
     if other is not None and other.trouble:
         outcome.fail("next run works", other.trouble)
@@ -590,19 +607,36 @@ def _play(outcome: Outcome, marks: Path, checkpoints: Path, session: KernelSessi
         shown, _ = _run(client, "print(chaos_result)", manager)
         follow.stdout += shown.stdout
     _check_follow_up(outcome, end, follow)
-    stopped, _ = _run(client, "from nb_accel import stop_workers\nstop_workers()", manager)
+    with outcome.timed("stop"):
+        stopped, _ = _run(client, "from nb_accel import stop_workers\nstop_workers()", manager)
     if stopped.status != "ok":
         outcome.fail("nothing left", f"stop_workers(): {stopped.ename}: {stopped.evalue}")
     if isinstance(machines, RayCluster):
         held, _ = _run(client, RAY_GROUPS_HELD, manager)
         if held.stdout.strip() != "[]":
             outcome.fail("nothing left", f"Ray placement groups: {held.stdout.strip()}")
-    _check_checkpoints(outcome, checkpoints, checkpoints / "clean")
-    _check_nothing_left(outcome, kernel, threads_before, _threads(client))
-    if machines is not None:
-        for left in _left_on_hosts(machines):
-            outcome.fail("nothing left", left)
-    _check_descriptors(outcome, descriptors_before, _settled(client, kernel, descriptors_before))
+    with outcome.timed("checks"):
+        _check_checkpoints(outcome, checkpoints, checkpoints / "clean")
+        _check_nothing_left(outcome, kernel, threads_before, _threads(client))
+        if machines is not None:
+            for left in _left_on_hosts(machines):
+                outcome.fail("nothing left", left)
+        settled = _settled(client, kernel, descriptors_before)
+        _check_descriptors(outcome, descriptors_before, settled)
+
+
+def _set_up(style: str, session: KernelSession, folder: Path, checkpoints: Path) -> None:
+    """What the style does before its fault's run: a ``cell`` scenario starts its pool, a
+    ``warm`` one warms its workers."""
+    client, manager = session.client, session.manager
+    if style == "cell":
+        started, _ = _run(client, f"%%distributed -n {RANKS}\n{FUNCTIONS}\nkept = rank")
+        assert started.status == "ok", started
+    if style == "warm":  # the workers are warm when the fault strikes
+        clean = plan_of(None, str(folder / "warm-up"), str(checkpoints / "warm-up"))
+        (folder / "warm-up").mkdir()
+        warmed, _ = _run(client, follow_up_cell("warm", clean), manager)
+        assert warmed.status == "ok", warmed
 
 
 def bound_of(fault: str) -> float:
@@ -661,9 +695,12 @@ def _flood_outlasted_the_timeout(scenario: Scenario, end: CellEnd) -> bool:
     """Whether a flooding rank's cell ended in the other rank's collective timeout, the
     flooding rank named as still running then, or as reaching its collective after the others
     gave up (on a loaded machine its output can take longer than the timeout to drain): its
-    lateness said, never that it had returned before."""
+    lateness said, never that it had returned before. A flooding rank on the ``nodes`` style's
+    node 1 is said to be there (node 0's kernel does not see it; node 1's launch says where)."""
     said = end.evalue
     late = ("was still running", RETURNED_LATER, CAME_LATE)
+    if scenario.style == "nodes":
+        late += (f"is on node {scenario.rank}, whose own launch says where it was",)
     return (
         end.ename == "CollectiveTimeoutError"
         and f"Rank {scenario.rank} did not arrive (" in said

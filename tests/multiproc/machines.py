@@ -11,13 +11,14 @@ where ``make test`` installs what they need, they fail instead: :func:`unavailab
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import os
 import secrets
 import shutil
 import signal
 import subprocess
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -28,6 +29,19 @@ from own_folders import on_machine
 #: The machines' networks are ``10.213.N.0/24``, N chosen free per instance (runs side by side
 #: on one machine must not share addresses).
 NETWORK_PREFIX = "10.213"
+
+
+@contextlib.contextmanager
+def _choosing_a_subnet() -> Iterator[None]:
+    """Inside the block, no other test process chooses a network (runs side by side, as the
+    chaos campaign's shards: each checks the networks in use, then takes one). The lock is
+    this module's own file's: nothing is made for it."""
+    with open(__file__, "rb") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(held, fcntl.LOCK_UN)
 
 
 def _free_subnet() -> str:
@@ -166,17 +180,18 @@ class BridgedMachines:
         self._daemons: list[subprocess.Popen[bytes]] = []
         #: Each machine by its network namespace (found by it after its name is gone too).
         self._namespaces: dict[tuple[int, int], Host] = {}
-        subnet = _free_subnet()
-        #: The kernel's address on the bridge (the machines' gateway).
-        self.kernel_address = f"{subnet}.254"
+        bridge = f"nbbr{tag}"
+        with _choosing_a_subnet():  # chosen and taken before another process looks
+            subnet = _free_subnet()
+            #: The kernel's address on the bridge (the machines' gateway).
+            self.kernel_address = f"{subnet}.254"
+            ip("link", "add", bridge, "type", "bridge")
+            cleanup(lambda: run("ip", "link", "del", bridge))
+            ip("addr", "add", f"{self.kernel_address}/24", "dev", bridge)
         self.hosts = [
             Host(f"{prefix}{i}", f"nbm-{tag}-{i}", f"{subnet}.{i + 1}", f"nbw{tag}{i}")
             for i in range(count)
         ]
-        bridge = f"nbbr{tag}"
-        ip("link", "add", bridge, "type", "bridge")
-        cleanup(lambda: run("ip", "link", "del", bridge))
-        ip("addr", "add", f"{self.kernel_address}/24", "dev", bridge)
         ip("link", "set", bridge, "up")
         for index, host in enumerate(self.hosts):
             ip("netns", "add", host.namespace)

@@ -5,11 +5,12 @@ SIGKILLed."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,8 +19,10 @@ import numpy as np
 import pandas as pd
 import psutil
 import pytest
+import system_features
 import torch
 import torch.distributed as dist
+from own_folders import own_folders_command
 
 from nb_accel import notebook_launcher
 from nb_accel.errors import WorkerDiedError
@@ -232,34 +235,63 @@ notebook_launcher(wait_forever, args=(torch.ones(4_000_000), sys.argv[1]), num_p
                   start_method="spawn")
 """
 
+#: Kills :data:`KILLED_KERNEL` once its ranks run, then launches: what the killed kernel left
+#: in ``/dev/shm``, what the next launch returned, and what was left after it.
+KILLS_THEN_LAUNCHES = """
+import json, os, signal, subprocess, sys
+import psutil, torch
+from nb_accel import notebook_launcher
 
-def test_the_next_launch_removes_what_a_sigkilled_kernel_left(
-    tmp_path: Path, shared_memory_is_left_as_found: set[str]
-) -> None:
-    marker = tmp_path / "rank0-waiting"
-    kernel = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(KILLED_KERNEL), str(marker)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+def big_result(n):
+    import torch.distributed as dist
+    return torch.full((4_000_000,), float(dist.get_rank())) + n
+
+def left(pid):
+    return sorted(n for n in os.listdir("/dev/shm") if n.startswith(f"nb_accel-launch-{pid}-"))
+
+marker = sys.argv[1]
+kernel = subprocess.Popen([sys.executable, "-c", sys.argv[2], marker])
+while not os.path.exists(marker):
+    assert kernel.poll() is None, "the kernel ended before its ranks started"
+    os.sched_yield()
+workers = psutil.Process(kernel.pid).children(recursive=True)
+kernel.send_signal(signal.SIGKILL)
+kernel.wait(timeout=60)
+_, alive = psutil.wait_procs(workers, timeout=60)  # they die with their kernel
+outcome = {"alive": len(alive), "left": left(kernel.pid)}
+result = notebook_launcher(big_result, args=(10,), num_processes=2)
+outcome["result"] = float(result[1][0])
+outcome["after"] = left(kernel.pid) + sorted(os.listdir("/dev/shm"))
+print("OUTCOME", json.dumps(outcome))
+"""
+
+
+def test_the_next_launch_removes_what_a_sigkilled_kernel_left(tmp_path: Path) -> None:
+    """In a ``/dev/shm`` of their own (a launch anywhere else on the machine, another test's,
+    would remove the killed kernel's folder first: every launch removes those of kernels that
+    are gone)."""
+    if os.geteuid() != 0 or shutil.which("unshare") is None:
+        system_features.unavailable("needs root and unshare for a /dev/shm of its own")
+    script = tmp_path / "kills_then_launches.py"
+    script.write_text(KILLS_THEN_LAUNCHES)
+    command = [sys.executable, str(script), str(tmp_path / "rank0-waiting"), KILLED_KERNEL]
+    done = subprocess.run(
+        [
+            *("unshare", "--mount", "--propagation", "private", "--"),
+            *own_folders_command([tmp_path], command),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
+        check=False,
     )
-    try:
-        parent = psutil.Process(kernel.pid)
-        while not marker.exists():
-            assert kernel.poll() is None, "the kernel ended before its ranks started"
-            os.sched_yield()
-        workers = parent.children(recursive=True)
-        kernel.send_signal(signal.SIGKILL)
-        kernel.wait(timeout=60)
-        _, alive = psutil.wait_procs(workers, timeout=60)  # they die with their kernel
-        assert alive == []
-        left = _shared_entries(kernel.pid) - shared_memory_is_left_as_found
-        assert any(name.startswith(f"nb_accel-launch-{kernel.pid}-") for name in left), left
-    finally:
-        if kernel.poll() is None:
-            kernel.kill()
-            kernel.wait(timeout=60)
-    assert notebook_launcher(big_result, args=(10,), num_processes=2)[1].sum() == 10.0
-    assert _shared_entries(kernel.pid) == shared_memory_is_left_as_found
+    lines = [line for line in done.stdout.splitlines() if line.startswith("OUTCOME ")]
+    assert lines, done.stdout + done.stderr
+    outcome = json.loads(lines[-1].removeprefix("OUTCOME "))
+    assert outcome["alive"] == 0, outcome
+    assert outcome["left"], outcome  # the killed kernel's launch folder
+    assert outcome["result"] == 11.0, outcome
+    assert outcome["after"] == [], outcome  # removed by the next launch, which removed its own
 
 
 @pytest.fixture
