@@ -282,12 +282,15 @@ class RankDriver:
         dead = group.dead_ranks()
         running = [r for r in targets if r not in group.done and r not in dead]
         stacks = self._where(running, within_s=INTERRUPT_WHERE_S)
-        if running and hasattr(interrupt, "add_note"):  # where the ranks were, before they stop
-            silent = [rank for rank in running if rank not in stacks]
+        told = bool(stacks) or group.asked_where
+        if running and told and hasattr(interrupt, "add_note"):  # where they were, before stopping
+            silent = [rank for rank in running if rank not in stacks and group.asked_where]
             lines = where_lines(stacks, "was")
             if silent:
-                said = f"did not say where it was within {INTERRUPT_WHERE_S:g} s"
-                lines.append(f"  {rank_list(silent)} {said}")
+                it = "it was" if len(silent) == 1 else "they were"
+                lines.append(
+                    f"  {rank_list(silent)} did not say where {it} within {INTERRUPT_WHERE_S:g} s"
+                )
             interrupt.add_note("Interrupted while:\n" + "\n".join(lines))
             if note := stacks_note(stacks):
                 interrupt.add_note(note)

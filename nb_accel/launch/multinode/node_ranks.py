@@ -109,6 +109,7 @@ class NodeRanks(PoolRanks):
     """
 
     keeps = False
+    asked_where = False  # the agent stops them first (see stacks)
     finished_as = RETURNED
 
     def __init__(

@@ -105,6 +105,9 @@ class PoolRanks(ABC):
     keeps: bool = True
     #: What a rank that finished the command is said to have done, when another failed.
     finished_as: str = "finished the cell"
+    #: Whether the ranks can be asked where they are while they run (:meth:`stacks`);
+    #: ``False``: they never say (XLA), or only once they were stopped (a node's agent).
+    asked_where: bool = True
 
     def collect_window(self, targets: list[int], dead: list[int]) -> float:
         """How long after the first failure of the current command to wait for the others'

@@ -50,6 +50,7 @@ class XlaRanks(DispatchHooks, PoolRanks):
     """
 
     keeps = False
+    asked_where = False
     finished_as = RETURNED
 
     def __init__(
