@@ -14,6 +14,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
@@ -295,10 +296,13 @@ def waits_for_ever(folder: str) -> None:
     threading.Event().wait(600)
 
 
-def _launch_waiting(machines: SshMachines, folder: Path) -> None:
-    """Two ranks on each host, waiting for ever once they marked ``folder``."""
+def _launch_waiting(
+    machines: SshMachines, folder: Path, function: Callable[[str], None] = waits_for_ever
+) -> None:
+    """Two ranks on each host, running ``function`` (waiting for ever once they marked
+    ``folder``)."""
     notebook_launcher(
-        waits_for_ever,
+        function,
         (str(folder),),
         num_processes=2,
         cpu=True,
@@ -367,14 +371,7 @@ def test_an_interrupt_does_not_wait_for_a_rank_that_cannot_say_where_it_is(
         when_marked(tmp_path, 4, interrupt),
         pytest.raises(KeyboardInterrupt) as info,
     ):
-        notebook_launcher(
-            waits_deaf_to_the_stack_signal,
-            (str(tmp_path),),
-            num_processes=2,
-            cpu=True,
-            hosts=["node0", "node1"],
-            ssh_config=machines.ssh_config,
-        )
+        _launch_waiting(machines, tmp_path, waits_deaf_to_the_stack_signal)
     took = time.monotonic() - interrupted[0]
     notes = "\n".join(getattr(info.value, "__notes__", []))
     assert "rank 3 did not say where it was within 1 s" in notes, notes

@@ -282,9 +282,8 @@ class RankDriver:
         dead = group.dead_ranks()
         running = [r for r in targets if r not in group.done and r not in dead]
         stacks = self._where(running, within_s=INTERRUPT_WHERE_S)
-        told = bool(stacks) or group.asked_where
-        if running and told and hasattr(interrupt, "add_note"):  # where they were, before stopping
-            silent = [rank for rank in running if rank not in stacks and group.asked_where]
+        silent = [rank for rank in running if rank not in stacks] if group.asked_where else []
+        if (stacks or silent) and hasattr(interrupt, "add_note"):  # where, before they stop
             lines = where_lines(stacks, "was")
             if silent:
                 it = "it was" if len(silent) == 1 else "they were"
