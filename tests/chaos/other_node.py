@@ -6,7 +6,9 @@ exits (1 after an error). Its standard input answers a debugger's prompt (``c``)
 
 from __future__ import annotations
 
+import faulthandler
 import json
+import signal
 import sys
 from pathlib import Path
 
@@ -18,6 +20,7 @@ from notebook_code import FUNCTIONS, TIMEOUT_S
 def main() -> None:
     """Launch node 1's share of the plan the command line gives."""
     plan, options = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+    faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it is, when it hangs
     exec(FUNCTIONS, globals())  # the notebook's cell, as the user wrote it
     launch = globals()["notebook_launcher"]
     try:

@@ -25,6 +25,8 @@ END_WAIT_S = 15.0
 #: rendezvous, as it should: node 0 may be run again), and how long it then has to end.
 WAITING_S = 3.0
 INTERRUPTED_END_S = 5.0
+#: How long a node 1 that did not end is given to write its threads' stacks into its log.
+STACKS_S = 1.0
 
 
 class OtherNode:
@@ -82,7 +84,10 @@ class OtherNode:
         try:
             process.wait(waited)
         except subprocess.TimeoutExpired:
+            process.send_signal(signal.SIGUSR1)  # its threads' stacks, into its log
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                process.wait(STACKS_S)
             process.kill()
             process.wait()
-            tail = log.read_text(errors="replace")[-1500:]
+            tail = log.read_text(errors="replace")[-6000:]
             self.trouble = f"node 1 still ran {told}: {tail}"

@@ -192,6 +192,12 @@ FOUND = (
     # rank 1's 100 MB on node 1 outlasted the timeout, and node 0 said that rank 1 did not
     # arrive, being on node 1, whose own launch says where it was: true, and all node 0's
     # kernel can see; now accepted as its way of saying the flooding rank was late)
+    # (seed 5074, nodes / print-flood, rank 0 at step 4, in a soak of both shards at once:
+    # rank 0's 100 MB outlasted the timeout, node 1's rank gave up and left, and rank 0 then
+    # found its connection closed: node 0 said gloo's "Connection closed by peer", a
+    # consequence; the rank that times out now leaves its timeout in the workers' store for a
+    # late rank's node to say. Its test is tests/multiproc/test_multinode.py, whose node 0
+    # ranks reach their collective only once node 1's have ended)
     # (seed 3185, cold-spawn / print-flood, rank 1 at step 1, in a soak of both shards at
     # once: rank 1's 100 MB took longer than the 4 s timeout to drain, rank 0 rightly timed
     # out, and the error said rank 1 "had already returned" as it returned after the timeout;

@@ -106,6 +106,10 @@ def work(scenario: str) -> dict[str, Any] | None:
         loop_in_own_code(30.0)
     if scenario == "restart" and rank == 3 and attempt == 0:
         raise RuntimeError("first attempt fails")
+    if scenario == "late":
+        pids = accelerator.gather(torch.tensor([os.getpid()])).tolist()
+        if accelerator.local_process_index == rank:  # node 0's ranks come late
+            wait_until_ended(pids[accelerator.num_processes // 2 :])
     if scenario == "sleep":
         print("ready", flush=True)
         folder = os.environ[ASLEEP_FOLDER]
@@ -113,7 +117,7 @@ def work(scenario: str) -> dict[str, Any] | None:
         woken_by = time.monotonic() + 20  # the test interrupts a node meanwhile
         while not os.path.exists(os.path.join(folder, "wake")) and time.monotonic() < woken_by:
             time.sleep(0.05)
-    if scenario in ("fail", "restart", "sleep", "die", "stuck"):
+    if scenario in ("fail", "restart", "sleep", "die", "stuck", "late"):
         dist.barrier()
     answer = input(f"name of rank {rank}? ") if scenario == "ask" and rank == 3 else ""
     gathered = accelerator.gather(torch.tensor([rank]))
@@ -138,6 +142,22 @@ def loop_in_own_code(seconds: float) -> None:
     until = time.monotonic() + seconds
     while time.monotonic() < until:
         time.sleep(0.05)
+
+
+def wait_until_ended(pids: list[int]) -> None:
+    """Wait until the processes ``pids`` (the other node's ranks, on this machine too) have
+    ended, reaped or not: they gave up waiting for this rank (for 30 s at most)."""
+    until = time.monotonic() + 30.0
+    while time.monotonic() < until and any(_running(pid) for pid in pids):
+        time.sleep(0.01)
+
+
+def _running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().rpartition(")")[2].split()[0] != "Z"
+    except FileNotFoundError:
+        return False
 
 
 def use_the_lock_and_the_generator(lock: Any, numbers: Any) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from markers import wait_for_files, wait_until
 from multinode_node import ASLEEP_FOLDER, RUNS_FOLDER, run_marker
 from ports import free_port
 
+from nb_accel.launch.launchers.outcome import CAME_LATE
 from nb_accel.launch.multinode.elastic_agent import EXIT_BARRIER_S
 
 NODE_SCRIPT = Path(__file__).with_name("multinode_node.py")
@@ -360,3 +361,18 @@ def test_interrupting_node_1_is_reported_on_node_0_as_that_node_s_interrupt(
     assert first.get("error") == "LaunchError", first
     assert "was interrupted: its node's launch was stopped" in first["message"]
     assert any("(host " in note for note in first["notes"]), first
+
+
+@pytest.mark.timeout(200)
+def test_a_rank_that_comes_late_to_a_collective_another_node_gave_up_on_is_named_late(
+    tmp_path: Path,
+) -> None:
+    # node 0's ranks reach their collective only once node 1's ranks timed out and ended: their
+    # connections are closed, which is not the cause (the chaos campaign's seed 5074). Node 0's
+    # agent looks at the rendezvous every 2 s: it does not stop its ranks before they get there
+    node0, node1 = _two_nodes(tmp_path, "late", "num_nodes=2", "timeout=3", "monitor_interval=2")
+    assert node1.get("error") == "CollectiveTimeoutError", node1
+    assert node0.get("error") == "CollectiveTimeoutError", node0
+    said = node0["message"]
+    assert "Connection closed" not in said, node0
+    assert f"rank 0 {CAME_LATE}; rank 1 {CAME_LATE}" in said, node0  # late, not a lost peer

@@ -1,13 +1,14 @@
 """How a failure on one node reaches the ranks of the others, on the agents' side.
 
 A rank whose connection to another node's rank broke waits a moment for that rank's failure in
-the workers' store (``worker/process/node_worker.py``), where a failing rank records its own.
-Two failures cannot record themselves, and are seen to by the node's agent:
+the workers' store (``worker/process/node_worker.py``), where a failing rank records its own
+(a rank whose collective timed out records its timeout: a rank that came late, its peers gone,
+says it). Two failures cannot record themselves, and are seen to by the node's agent:
 
 - a worker killed by a signal (``SIGKILL``, a crash): its agent records how it died;
 - the store itself, hosted by the node the rendezvous made its rank 0, ends with that node:
-  after a failure, that node's agent keeps it until every rank has settled (read the failure,
-  or had its own), a few seconds at most.
+  after a failure or a timeout, that node's agent keeps it until every rank has settled (read
+  the failure, or had its own), a few seconds at most.
 """
 
 from __future__ import annotations

@@ -59,6 +59,8 @@ __all__ = [
 #: How long a rank whose collective broke waits for another rank's failure to show up.
 PEER_FAILURE_WAIT_S = 2.0
 _FIRST_FAILURE = "first_failure"
+#: The first collective timeout of a rank: why a rank that came late found its peers gone.
+_FIRST_TIMEOUT = "first_timeout"
 _T = TypeVar("_T")
 #: How long an agent relaying a death, or a rank, waits for the workers' store to answer.
 RELAY_TIMEOUT_S = 2.0
@@ -208,19 +210,21 @@ class _Node:
             deadline.connected()
 
     def publish_failure(self, failure: Failure) -> None:
-        """Record ``failure`` as the launch's first unless another rank's came first."""
-        store = self.store
-        self._ask(RELAY_TIMEOUT_S, lambda: _publish(store, failure))
+        """Record ``failure`` as the launch's first unless another rank's came first (a
+        collective timeout: as its first timeout)."""
+        store, key = self.store, _FIRST_TIMEOUT if failure.is_timeout else _FIRST_FAILURE
+        self._ask(RELAY_TIMEOUT_S, lambda: _publish(store, failure, key))
 
     def settled(self) -> None:
         """Count this rank as settled (see :func:`keep_store_for_readers`)."""
         store = self.store
         self._ask(RELAY_TIMEOUT_S, lambda: store.add(_SETTLED, 1))
 
-    def peer_failure(self, wait_s: float) -> Failure | None:
+    def peer_failure(self, wait_s: float, timeouts: bool = False) -> Failure | None:
         """Another rank's failure recorded in the store (waiting up to ``wait_s`` for one; a
-        store that does not answer, its host cut off, is given up after that too)."""
-        return self._ask(wait_s + ANSWER_SLACK_S, lambda: self._peer_failure(wait_s))
+        store that does not answer, its host cut off, is given up after that too);
+        ``timeouts``: or another rank's collective timeout, when no failure is."""
+        return self._ask(wait_s + ANSWER_SLACK_S, lambda: self._peer_failure(wait_s, timeouts))
 
     def _ask(self, seconds: float, call: Callable[[], _T]) -> _T | None:
         """What ``call`` to the store returns (``None``: it raised, or the store is lost);
@@ -231,12 +235,14 @@ class _Node:
         self.store_lost = not answered
         return value
 
-    def _peer_failure(self, wait_s: float) -> Failure | None:
+    def _peer_failure(self, wait_s: float, timeouts: bool) -> Failure | None:
         deadline = time.monotonic() + wait_s
+        keys = (_FIRST_FAILURE, _FIRST_TIMEOUT) if timeouts else (_FIRST_FAILURE,)
         while True:
-            if self.store.check([_FIRST_FAILURE]):
-                failure = pickle.loads(self.store.get(_FIRST_FAILURE))
-                return failure if failure.rank != self.rank else None
+            for key in keys:
+                if self.store.check([key]):
+                    failure = pickle.loads(self.store.get(key))
+                    return failure if failure.rank != self.rank else None
             if time.monotonic() >= deadline:
                 return None
             time.sleep(0.02)
@@ -267,9 +273,9 @@ def _attempt_store(address: str, port: int, attempt: int, timeout_s: float) -> A
     return dist.PrefixStore(f"nb_accel/attempt_{attempt}", tcp)
 
 
-def _publish(store: Any, failure: Failure) -> None:
+def _publish(store: Any, failure: Failure, key: str = _FIRST_FAILURE) -> None:
     try:
-        store.compare_set(_FIRST_FAILURE, "", pickle.dumps(failure))
+        store.compare_set(key, "", pickle.dumps(failure))
     except Exception:  # noqa: BLE001 - the store may be gone with its node
         pass
 
@@ -291,10 +297,10 @@ def keep_store_for_readers(address: str, port: int, attempt: int, ranks: int) ->
     attempt ``attempt`` are done: when a failure was recorded there, wait until each of the
     ``ranks`` has settled (:func:`_settle`: read the failure, or had its own), at most
     :data:`FAILURE_READ_S`, before the node ends and its store with it. The other nodes'
-    ranks whose connection broke read there what failed."""
+    ranks whose connection broke read there what failed (or which rank gave up waiting)."""
     try:
         store = _attempt_store(address, port, attempt, RELAY_TIMEOUT_S)
-        if not store.check([_FIRST_FAILURE]):
+        if not (store.check([_FIRST_FAILURE]) or store.check([_FIRST_TIMEOUT])):
             return
         deadline = time.monotonic() + FAILURE_READ_S
         while store.add(_SETTLED, 0) < ranks and time.monotonic() < deadline:
@@ -321,7 +327,13 @@ def _failure(node: _Node, exc: BaseException, own_files: tuple[str, ...]) -> Fai
     """What to report for ``exc``: another rank's original failure when this one only
     followed from it (a lost connection), else this rank's own, marked with its host."""
     own = _with_host(failure_event(node.rank, exc, own_files), node.host)
-    first = node.peer_failure(PEER_FAILURE_WAIT_S if _is_knock_on(own) else 0.0)
+    lost = is_peer_loss(own.message) and not own.is_timeout
+    first = node.peer_failure(PEER_FAILURE_WAIT_S if _is_knock_on(own) else 0.0, timeouts=lost)
+    if first is not None and first.is_timeout:  # it gave up waiting for this rank: late
+        channel = current_channel()
+        if channel is not None:  # the kernel judges both, as one node's would
+            send_flushed(channel, first)
+        return own
     if first is not None and first.type_name == "builtins.KeyboardInterrupt":
         stopped = LaunchError(
             f"rank {first.rank} (host {first.host}) was interrupted: its node's launch was "
@@ -337,11 +349,12 @@ def _with_host(failure: Failure, host: str) -> Failure:
 
 
 def _settle(node: _Node, outcome: Outcome) -> Outcome:
-    """This rank's own failure marked with its host and, when it may be the root cause,
-    relayed to the other ranks through the store; the rank counted as settled there."""
+    """This rank's own failure marked with its host and, when it may be the root cause or is
+    a collective timeout, relayed to the other ranks through the store (a lost peer is only a
+    consequence); the rank counted as settled there."""
     if isinstance(outcome, Failure) and outcome.rank == node.rank:
         outcome = _with_host(outcome, node.host)
-        if not _is_knock_on(outcome):  # only a possible root cause is relayed to the others
+        if outcome.is_timeout or not is_peer_loss(outcome.message):
             node.publish_failure(outcome)
     node.settled()
     return outcome
