@@ -696,11 +696,16 @@ def _flood_outlasted_the_timeout(scenario: Scenario, end: CellEnd) -> bool:
     flooding rank named as still running then, or as reaching its collective after the others
     gave up (on a loaded machine its output can take longer than the timeout to drain): its
     lateness said, never that it had returned before. A flooding rank on the ``nodes`` style's
-    node 1 is said to be there (node 0's kernel does not see it; node 1's launch says where)."""
+    node 1 is said to be there (node 0's kernel does not see it; node 1's launch says where);
+    one on node 0 that came once node 1 had gone, with the timeout it left, finds its
+    connections closed as it comes, node 1 having ended the launch first."""
     said = end.evalue
     late = ("was still running", RETURNED_LATER, CAME_LATE)
     if scenario.style == "nodes":
         late += (f"is on node {scenario.rank}, whose own launch says where it was",)
+        left = f"rank {scenario.rank}'s connections to another node's ranks were closed as it came"
+        if end.ename == "LaunchError" and said.startswith(left):
+            return True  # node 1 gone with the timeout it recorded: all node 0 can know
     return (
         end.ename == "CollectiveTimeoutError"
         and f"Rank {scenario.rank} did not arrive (" in said

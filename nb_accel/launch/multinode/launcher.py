@@ -103,6 +103,7 @@ def agent_run(
         mixed_precision=plan.mixed_precision,
         payload=payload,
         env={**env, SHARE_DIR_ENV: log_dir},
+        alone=not sees_other_nodes,
     )
     network = NodeNetwork(nodes.rdzv_endpoint or "", nodes.node_rank, plan.backend)
     config = launch_config(nodes, plan.num_processes, plan.start_method, log_dir, network.address)

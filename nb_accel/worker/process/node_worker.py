@@ -69,6 +69,10 @@ ANSWER_SLACK_S = 0.5
 #: After a failure, how long the node hosting the workers' store keeps it for the other
 #: nodes' ranks to read the failure there (they wait for one up to PEER_FAILURE_WAIT_S).
 FAILURE_READ_S = PEER_FAILURE_WAIT_S + 1.0
+#: After a collective timeout (and no failure), how long that node keeps it for a rank that
+#: comes late to read the timeout there: a rank stuck for good never comes, and the other
+#: nodes learn that the launch ended only once the store's node closes the rendezvous.
+TIMEOUT_READ_S = 1.5
 _SETTLED = "settled"
 _ABORT = "abort"
 
@@ -89,6 +93,8 @@ class NodeWorkerArgs:
         payload: the cloudpickled ``(function, args, kwargs)`` (or the call itself, for
             workers forked from the process that holds it).
         env: extra environment variables set before anything else.
+        alone: whether this node's kernel sees only this node's workers (a launch with
+            ``num_nodes``); not for a launch on hosts, whose kernel hears every node's.
     """
 
     address: str
@@ -101,6 +107,7 @@ class NodeWorkerArgs:
     mixed_precision: str
     payload: Payload
     env: dict[str, str] = field(default_factory=dict)
+    alone: bool = True
 
 
 def global_rank(node_rank: int, local_rank: int, per_node: int) -> int:
@@ -296,13 +303,18 @@ def keep_store_for_readers(address: str, port: int, attempt: int, ranks: int) ->
     """On the node hosting the workers' store (``address:port``), once its own workers of
     attempt ``attempt`` are done: when a failure was recorded there, wait until each of the
     ``ranks`` has settled (:func:`_settle`: read the failure, or had its own), at most
-    :data:`FAILURE_READ_S`, before the node ends and its store with it. The other nodes'
-    ranks whose connection broke read there what failed (or which rank gave up waiting)."""
+    :data:`FAILURE_READ_S` (:data:`TIMEOUT_READ_S` after a collective timeout), before the
+    node ends and its store with it. The other nodes' ranks whose connection broke read there
+    what failed, or which rank gave up waiting for them."""
     try:
         store = _attempt_store(address, port, attempt, RELAY_TIMEOUT_S)
-        if not (store.check([_FIRST_FAILURE]) or store.check([_FIRST_TIMEOUT])):
+        if store.check([_FIRST_FAILURE]):
+            keep_s = FAILURE_READ_S
+        elif store.check([_FIRST_TIMEOUT]):
+            keep_s = TIMEOUT_READ_S
+        else:
             return
-        deadline = time.monotonic() + FAILURE_READ_S
+        deadline = time.monotonic() + keep_s
         while store.add(_SETTLED, 0) < ranks and time.monotonic() < deadline:
             time.sleep(0.02)
     except Exception:  # noqa: BLE001 - a store of its own: it answers, or is gone
@@ -317,23 +329,20 @@ def _report_timeout(
     send_flushed(channel, _with_host(failure, node.host))
 
 
-def _is_knock_on(failure: Failure) -> bool:
-    """True for a failure that usually follows another rank's (a lost peer, a timed-out
-    collective): the same judgement as the kernel's."""
-    return failure.is_timeout or is_peer_loss(failure.message)
-
-
 def _failure(node: _Node, exc: BaseException, own_files: tuple[str, ...]) -> Failure:
     """What to report for ``exc``: another rank's original failure when this one only
     followed from it (a lost connection), else this rank's own, marked with its host."""
     own = _with_host(failure_event(node.rank, exc, own_files), node.host)
     lost = is_peer_loss(own.message) and not own.is_timeout
-    first = node.peer_failure(PEER_FAILURE_WAIT_S if _is_knock_on(own) else 0.0, timeouts=lost)
+    # a rank that timed out looks once: a failure that kept a rank away was recorded before
+    first = node.peer_failure(PEER_FAILURE_WAIT_S if lost else 0.0, timeouts=lost)
     if first is not None and first.is_timeout:  # it gave up waiting for this rank: late
         channel = current_channel()
         if channel is not None:  # the kernel judges both, as one node's would
             send_flushed(channel, first)
         return own
+    if first is None and lost and node.args.alone and node.args.num_nodes > 1:
+        return _left_first(node, exc, own_files)
     if first is not None and first.type_name == "builtins.KeyboardInterrupt":
         stopped = LaunchError(
             f"rank {first.rank} (host {first.host}) was interrupted: its node's launch was "
@@ -341,6 +350,21 @@ def _failure(node: _Node, exc: BaseException, own_files: tuple[str, ...]) -> Fai
         )
         return _with_host(failure_event(first.rank, stopped), first.host)
     return first if first is not None else own
+
+
+def _left_first(node: _Node, exc: BaseException, own_files: tuple[str, ...]) -> Failure:
+    """This rank's failure when its connections were lost and nothing was recorded of why
+    (the store gone with its node): another node ended the launch first. Said with the
+    rank's own frames (where it called the collective), the connection's words in a note."""
+    ended = LaunchError(
+        f"rank {node.rank}'s connections to another node's ranks were closed as it came to a "
+        "collective: that node ended the launch first (one of its ranks failed, or gave up "
+        "waiting for the ranks here in a collective timeout, or it was stopped). That node's "
+        "own output says which"
+    ).with_traceback(exc.__traceback__)
+    if hasattr(ended, "add_note"):  # Python 3.11 and later
+        ended.add_note(f"The collective said: {(str(exc) or repr(exc)).splitlines()[0]}")
+    return _with_host(failure_event(node.rank, ended, own_files), node.host)
 
 
 def _with_host(failure: Failure, host: str) -> Failure:
