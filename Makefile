@@ -50,7 +50,7 @@ test-docs: test-setup
 	$(BIN)/python -m pytest -m docs_code tests/notebook/test_docs_code.py
 
 # The chaos campaign: every style of running ranks with every fault, in a real kernel, the
-# invariants checked after each (tests/chaos/), its two shards at once (tools/chaos_shards.py:
+# invariants checked after each (tests/chaos/), its three shards at once (tools/chaos_shards.py:
 # a loaded machine, which finds timing bugs, see benchmarks/README.md); benchmarks/chaos.py
 # runs many at random.
 test-chaos: test-setup

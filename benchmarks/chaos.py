@@ -6,9 +6,9 @@ a user's notebook meets one fault after another and as ``make test-chaos`` runs 
 scenario that kills its kernel or fills a small ``/dev/shm`` of its own gets a kernel of its
 own; after a scenario broke an invariant the style starts a new kernel; what a kernel left once
 shut down counts against the scenario before). ``--fresh-kernels`` gives each scenario a kernel
-of its own. ``--shards`` runs the campaign's two shards at once, as ``make test-chaos`` does
-(``tests/chaos/scenarios.py``: the styles on this machine, and those on other machines), each
-in a process of its own; ``--shard NAME`` runs one.
+of its own. ``--shards`` runs the campaign's shards at once, as ``make test-chaos`` does
+(``tests/chaos/scenarios.py`` ``SHARDS``: each with styles on this machine and on other
+machines), each in a process of its own; ``--shard NAME`` runs one.
 
 It reports how many scenarios ran per style and per fault; per invariant, how many broke it
 (the target is 0 for each) and the seeds that did, each reproduced alone by
@@ -127,7 +127,7 @@ def main() -> None:
         action="store_true",
         help="the covering set of make test-chaos (every style with every fault), not drawn",
     )
-    parser.add_argument("--shards", action="store_true", help="the two shards at once")
+    parser.add_argument("--shards", action="store_true", help="the shards at once")
     parser.add_argument("--shard", choices=sorted(SHARDS), help="only this shard's styles")
     parser.add_argument("--outcomes", help=argparse.SUPPRESS)  # a shard's, for --shards
     args = parser.parse_args()

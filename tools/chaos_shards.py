@@ -4,9 +4,9 @@ Usage: python tools/chaos_shards.py [PYTEST OPTIONS]
 
 Each shard of ``tests/chaos/scenarios.py`` (``SHARDS``: styles of about the same time, each
 with styles whose ranks run on this machine and styles on other machines) runs in a pytest of
-its own, both at once (:mod:`at_once`); their lines are shown as they come, each after its
-shard's name. The exit code is the first nonzero of theirs (0: both passed). An interrupt
-stops both.
+its own, all at once (:mod:`at_once`); their lines are shown as they come, each after its
+shard's name. The exit code is the first nonzero of theirs (0: all passed). An interrupt
+stops them all.
 """
 
 from __future__ import annotations

@@ -21,6 +21,11 @@ def main() -> None:
     """Launch node 1's share of the plan the command line gives."""
     plan, options = json.loads(sys.argv[1]), json.loads(sys.argv[2])
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it is, when it hangs
+    # as node 0's kernel has (the campaign's LIFELONG): the workers forked here do not import
+    # it first thing (the optimizer does), which on a loaded machine took node 1's rank more
+    # than the 4 s timeout longer than node 0's to reach its first collective
+    import torch._dynamo  # noqa: F401
+
     exec(FUNCTIONS, globals())  # the notebook's cell, as the user wrote it
     launch = globals()["notebook_launcher"]
     try:

@@ -41,15 +41,17 @@ HOST_STYLES = ("ssh", "slurm", "ray")
 #: The styles with a machine of their own to cut off the network.
 NETWORK_STYLES = (*HOST_STYLES, "nodes")
 
-#: The campaign's two shards, run at once (``make test-chaos``, ``benchmarks/chaos.py --shards``),
-#: of about the same time (``benchmarks/chaos.py --covering`` says each style's): each with
-#: styles whose ranks run on this machine and styles on other machines, whose machines are
-#: their own (each set of machines takes a network of its own). Each shard's styles run one
-#: after the other; while one shard waits (a collective's timeout, a prompt's answer, a node
-#: waiting for the other at the rendezvous) the other's interpreters import torch.
+#: The campaign's three shards, run at once (``make test-chaos``, ``benchmarks/chaos.py
+#: --shards``), of about the same time (``benchmarks/chaos.py --covering`` says each style's):
+#: each with styles whose ranks run on this machine and styles on other machines, whose
+#: machines are their own (each set of machines takes a network of its own). Each shard's
+#: styles run one after the other; while one shard waits (a collective's timeout, a prompt's
+#: answer, a node waiting for the other at the rendezvous) the others' interpreters import
+#: torch: three at once on two cores end sooner than two.
 SHARDS: dict[str, tuple[str, ...]] = {
-    "spawn-nodes": ("cold-fork", "cold-spawn", "warm", "nodes"),
-    "hosts": ("cell", "restarts", "ssh", "slurm"),
+    "fork-nodes": ("cold-fork", "warm", "nodes"),
+    "ssh": ("cell", "restarts", "ssh"),
+    "spawn-slurm": ("cold-spawn", "slurm"),
 }
 
 #: The faults, as the worker (or the runner, for ``interrupt`` and ``kernel-killed``) makes them.
