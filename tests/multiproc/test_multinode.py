@@ -297,6 +297,89 @@ def test_a_node_whose_store_drops_it_still_hears_its_interrupt(tmp_path: Path) -
     assert time.monotonic() - interrupted < 15  # not the rendezvous timeout
 
 
+#: Node 0's store alone, in a process of its own (frozen by the test): a TCP store on PORT.
+_STORE_ALONE = """
+import datetime, sys, time
+import torch.distributed as dist
+store = dist.TCPStore("127.0.0.1", int(sys.argv[1]), is_master=True, multi_tenant=True,
+                      timeout=datetime.timedelta(seconds=60))
+print("listening", flush=True)
+time.sleep(600)
+"""
+
+
+def _has_joined(store: Any, key: str) -> bool:
+    """Whether the rendezvous state under ``key`` shows a node joined or waiting."""
+    import base64
+    import pickle
+
+    if not store.check([key]):
+        return False
+    try:  # torch's backend first puts a sentinel there, not a state
+        state = pickle.loads(base64.b64decode(store.get(key)))
+    except pickle.UnpicklingError:
+        return False
+    return bool(state.participants or state.wait_list)
+
+
+def _asked_unanswered(port: int) -> bool:
+    """Whether a connection to the local ``port`` holds a request not read yet (its
+    server frozen: the asking thread waits for the answer)."""
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as rows:
+            for row in list(rows)[1:]:
+                fields = row.split()
+                local_port = int(fields[1].rsplit(":", 1)[1], 16)
+                unread = int(fields[4].split(":")[1], 16)
+                if local_port == port and unread > 0:
+                    return True
+    return False
+
+
+@pytest.mark.timeout(120)
+def test_a_node_whose_store_froze_hears_its_interrupt_in_its_rendezvous(tmp_path: Path) -> None:
+    """Node 0's store stops answering (its process frozen) while node 1 waits in the
+    rendezvous: node 1's round waits for the store in native code, where no interrupt is
+    heard until the store's timeout; it runs on a thread of its own, and node 1 ends on its
+    interrupt, not a minute later."""
+    from datetime import timedelta
+
+    import torch.distributed as dist
+
+    port = free_port()
+    store_node = subprocess.Popen(
+        [sys.executable, "-c", _STORE_ALONE, str(port)], stdout=subprocess.PIPE
+    )
+    node: Started | None = None
+    try:
+        assert store_node.stdout is not None and store_node.stdout.readline() == b"listening\n"
+        looker = dist.TCPStore("127.0.0.1", port, is_master=False, timeout=timedelta(seconds=30))
+        node = _start(
+            tmp_path,
+            "1",
+            f"127.0.0.1:{port}",
+            "ok",
+            "num_nodes=2",
+            "rdzv_id=frozen",
+            "rdzv_timeout=60",
+        )
+        wait_until(lambda: _has_joined(looker, "torch.rendezvous.frozen"), "node 1 joining")
+        store_node.send_signal(signal.SIGSTOP)
+        wait_until(lambda: _asked_unanswered(port), "node 1's round asking the frozen store")
+        interrupted = time.monotonic()
+        node[0].send_signal(signal.SIGINT)
+        record = _finish(*node)
+    finally:
+        if node is not None and node[0].poll() is None:
+            node[0].kill()
+            node[0].communicate()
+        store_node.send_signal(signal.SIGCONT)
+        store_node.kill()
+        store_node.communicate()
+    assert record.get("error") == "KeyboardInterrupt", record
+    assert time.monotonic() - interrupted < 15  # not the rendezvous timeout
+
+
 @pytest.mark.timeout(120)
 def test_a_node_left_alone_says_the_others_did_not_join(tmp_path: Path) -> None:
     endpoint = f"127.0.0.1:{free_port()}"

@@ -39,7 +39,13 @@ from .failure_relay import keep_store_for_readers, launch_ranks, relay_signal_de
 from .node_addresses import NodeNetwork
 from .rendezvous_pace import brisk_rendezvous
 from .rendezvous_stores import rendezvous_handler
-from .unanswered import END_WAIT_S, RendezvousWatch, returned_within
+from .unanswered import (
+    END_WAIT_S,
+    INTERRUPTED_END_S,
+    RendezvousWatch,
+    heard_out,
+    returned_within,
+)
 from .unreaped import continue_children, ended_unreaped, stop_children
 
 __all__ = ["EXIT_BARRIER_S", "BeforeStop", "OnRestart", "launch_config", "run_agent"]
@@ -245,13 +251,23 @@ def _agent_class() -> type:
             super()._shutdown(death_sig, *args, **kwargs)
 
         def _rendezvous(self, worker_group: Any) -> None:
+            """torch's round, then :func:`_meet`: each on a thread of its own, waited for
+            here in short steps, where the user's interrupt is heard even while a store that
+            does not answer holds the round (see :func:`~.unanswered.heard_out`)."""
             watch = self.watch
+            round_of_torch = super()._rendezvous
             with watch.quiet() if watch is not None else contextlib.nullcontext():
-                super()._rendezvous(worker_group)
+                heard_out(lambda: round_of_torch(worker_group))
             self._group = worker_group
             self._rounds += 1
-            self._attempt = _meet(
-                worker_group, self._network, self._make_args, self._wait_s, self._rounds
+            network, make_args, wait_s, rounds = (
+                self._network,
+                self._make_args,
+                self._wait_s,
+                self._rounds,
+            )
+            self._attempt = heard_out(
+                lambda: _meet(worker_group, network, make_args, wait_s, rounds)
             )
             self._stopping = False
 
@@ -410,6 +426,7 @@ def run_agent(
     )
     agent.alone = not sees_other_nodes
     close_rendezvous = True
+    end_wait_s = END_WAIT_S
     watch = RendezvousWatch(handler, config.monitor_interval)
     handler.num_nodes_waiting = watch  # the agent's loop never waits for the store
     agent.watch = watch
@@ -424,15 +441,18 @@ def run_agent(
     except SignalException:
         close_rendezvous = False  # as torchrun: a stopped node leaves the rendezvous open
         raise
+    except KeyboardInterrupt:  # its user's stop: the cell ends at once
+        end_wait_s = INTERRUPTED_END_S
+        raise
     except OSError as problem:
         if problem.errno != errno.ENOSPC:
             raise
         said = _no_space(problem)
     finally:
-        watch.stop()
+        watch.stop(end_wait_s)
         del handler.num_nodes_waiting  # the watch holds the handler: no cycle is left
         if close_rendezvous:
-            returned_within(END_WAIT_S, handler.shutdown)
+            returned_within(end_wait_s, handler.shutdown)
         del agent, spec, handler, watch
     # raised here, without the OSError's frames: they hold the agent, its stores and their
     # connections, for as long as the error is kept (a notebook keeps the last one)

@@ -6,8 +6,12 @@ agent asks the store on every turn of its loop whether nodes are waiting to join
 the rendezvous as it ends; on a node cut off from the store, either would keep the node (and
 its notebook's cell) waiting for minutes after its workers gave up. Here the loop reads the
 answer a background thread last got (which also tells that another node closed the
-rendezvous: it ended the launch), and the end waits a few seconds at most; a call that never
-returns is left to its thread (a daemon).
+rendezvous: it ended the launch), and the end waits a few seconds at most (half a second
+after the user's interrupt); a call that never returns is left to its thread (a daemon).
+
+A store that does not answer also holds a node in its rendezvous round, in native code where
+the notebook's interrupt is not heard (node 0 frozen, or its kernel busy): the round runs on
+a thread of its own, waited for in short steps (:func:`heard_out`).
 """
 
 from __future__ import annotations
@@ -15,12 +19,23 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
-__all__ = ["END_WAIT_S", "RendezvousWatch", "returned_within"]
+__all__ = [
+    "END_WAIT_S",
+    "INTERRUPTED_END_S",
+    "RendezvousWatch",
+    "heard_out",
+    "returned_within",
+]
 
 #: How long a node's agent waits, as it ends, for the store to take its last word.
 END_WAIT_S = 5.0
+#: As long, once its user interrupted the node: the stop button ends the cell at once.
+INTERRUPTED_END_S = 0.5
+#: How often a thread waiting for a call on another (:func:`heard_out`) looks up.
+_STEP_S = 0.1
+_T = TypeVar("_T")
 
 
 class RendezvousWatch:
@@ -58,11 +73,12 @@ class RendezvousWatch:
         """Start asking."""
         self._thread.start()
 
-    def stop(self) -> None:
-        """Stop asking; a call still waiting for the store is left to its thread."""
+    def stop(self, wait_s: float = END_WAIT_S) -> None:
+        """Stop asking, waiting ``wait_s`` at most for a call in flight; a call still waiting
+        for the store then is left to its thread."""
         self._stop.set()
         if self._thread.ident is not None:
-            self._thread.join(END_WAIT_S)
+            self._thread.join(wait_s)
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
@@ -105,3 +121,31 @@ def returned_within(seconds: float, call: Callable[[], object]) -> bool:
 
     threading.Thread(target=run, name="nb_accel-store-end", daemon=True).start()
     return done.wait(seconds)
+
+
+def heard_out(call: Callable[[], _T]) -> _T:
+    """What ``call`` returns, made on a thread of its own while this one waits in short
+    steps, so that an interrupt is heard at once here: a call to a store that does not
+    answer holds its thread in native code until the store's timeout (a minute). Raises what
+    ``call`` raised; interrupted, the call is left to its thread (a daemon), which ends when
+    the store answers or times out."""
+    done = threading.Event()
+    outcome: list[tuple[bool, Any]] = []
+
+    def run() -> None:
+        try:
+            outcome.append((True, call()))
+        except BaseException as error:  # noqa: BLE001 - raised on the waiting thread
+            outcome.append((False, error))
+        finally:
+            done.set()
+
+    thread = threading.Thread(target=run, name="nb_accel-rendezvous-round", daemon=True)
+    thread.start()
+    while not done.wait(_STEP_S):
+        pass
+    thread.join()  # it has set the event: nothing of it is left
+    returned, value = outcome[0]
+    if not returned:
+        raise value
+    return value  # type: ignore[no-any-return]
