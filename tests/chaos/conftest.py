@@ -34,7 +34,10 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     kept, dropped = [], []
     for item in items:
         scenario = getattr(item, "callspec", None) and item.callspec.params.get("scenario")
-        in_shard = scenario is None or scenario.style in SHARDS[shard]
+        if scenario is None:  # not a scenario: in the first shard only
+            in_shard = shard == next(iter(SHARDS))
+        else:
+            in_shard = scenario.style in SHARDS[shard]
         (kept if in_shard else dropped).append(item)
     if dropped:
         config.hook.pytest_deselected(items=dropped)

@@ -21,6 +21,10 @@ def main() -> None:
     """Launch node 1's share of the plan the command line gives."""
     plan, options = json.loads(sys.argv[1]), json.loads(sys.argv[2])
     faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it is, when it hangs
+    # its user's interrupt raises KeyboardInterrupt, as in a kernel, also when the campaign was
+    # started with SIGINT ignored (a shell's background job, which Python leaves ignored in
+    # the processes it starts: node 1 heard no interrupt until its launch's workers started)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     # as node 0's kernel has (the campaign's LIFELONG): the workers forked here do not import
     # it first thing (the optimizer does), which on a loaded machine took node 1's rank more
     # than the 4 s timeout longer than node 0's to reach its first collective

@@ -9,11 +9,18 @@ random run in ``benchmarks/chaos.py``."""
 
 from __future__ import annotations
 
+import json
+import signal
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 from campaign import StyleKernels, run_scenario
+from notebook_code import plan_of
+from other_node_peer import SCRIPT as OTHER_NODE
+from ports import free_port
 from scenarios import FOUND, KNOWN, Scenario, covering_seeds
 
 pytestmark = pytest.mark.chaos
@@ -81,3 +88,36 @@ def test_a_scenario_that_found_a_bug_holds_every_invariant(
     outcome = run_scenario(scenario, tmp_path)
     said = "\n".join(f"{invariant}: {seen}" for invariant, seen in outcome.broken.items())
     assert not outcome.broken, f"{scenario} broke:\n{said}"
+
+
+@pytest.mark.timeout(120)
+def test_node_1_hears_its_user_s_interrupt_when_the_campaign_runs_with_sigint_ignored(
+    tmp_path: Path,
+) -> None:
+    """The ``nodes`` style's node 1 waits for a node 0 that never comes; its user's interrupt
+    ends it, as a kernel's would, also when the campaign was started with SIGINT ignored (a
+    shell's background job, as a soak often is: Python leaves it ignored in the processes it
+    starts, and node 1 ran on, seeds 5097 and 6111)."""
+    plan = plan_of(None, str(tmp_path / "marks"), str(tmp_path / "checkpoints"))
+    options = {"num_nodes": 2, "node_rank": 1, "rdzv_endpoint": f"127.0.0.1:{free_port()}"}
+    command = [sys.executable, str(OTHER_NODE), json.dumps(plan), json.dumps(options)]
+    process = subprocess.Popen(  # started as a shell starts a background job: SIGINT ignored
+        ["bash", "-c", 'trap "" INT; exec "$@"', "node1", *command],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    assert process.stdout is not None
+    try:
+        seen = b""
+        while b"Launching" not in seen:  # its launch waits for node 0's store now
+            line = process.stdout.readline()
+            assert line, f"node 1 ended before its launch: {seen!r}"
+            seen += line
+        process.send_signal(signal.SIGINT)
+        said, _ = process.communicate(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.communicate()
+    assert b"node 1 ended in KeyboardInterrupt" in said, seen + said
