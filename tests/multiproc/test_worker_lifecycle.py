@@ -72,7 +72,9 @@ def test_a_killed_rank_s_run_is_ended_by_its_own_node_s_kernel(
     tmp_path: Path, mlflow_uri: str
 ) -> None:
     """Rank 3 (node 1) is killed with its MLflow run open: node 1's kernel ends that run as
-    killed; the other ranks end theirs as failed on their way out."""
+    killed; the other ranks end theirs as failed on their way out, or, where their node's agent
+    stopped them on it (a second's grace, on a loaded machine), their kernel ends it as killed:
+    no run is left running."""
     from mlflow.tracking import MlflowClient
 
     MlflowClient(tracking_uri=mlflow_uri).create_experiment("killed")  # not made by 4 at once
@@ -81,7 +83,8 @@ def test_a_killed_rank_s_run_is_ended_by_its_own_node_s_kernel(
     assert "error" in node0, node0  # its ranks lost their peer
     runs = tracker_files.mlflow_runs(mlflow_uri)
     statuses = {run["params"]["rank"]: run["status"] for run in runs}
-    assert statuses == {"0": "FAILED", "1": "FAILED", "2": "FAILED", "3": "KILLED"}
+    assert sorted(statuses) == ["0", "1", "2", "3"] and statuses["3"] == "KILLED", statuses
+    assert {statuses[rank] for rank in "012"} <= {"FAILED", "KILLED"}, statuses
 
 
 def log_then_wait_for_a_failure(folder: str) -> None:

@@ -13,6 +13,7 @@ import dataclasses
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from multiprocessing.connection import wait
 from typing import Any
 
@@ -120,14 +121,18 @@ class NodeChannel:
         self.process.kill()  # the transport's client (ssh, srun), or the node's actor
         return True
 
-    def event(self, forwarded: Forwarded) -> Event:
+    def event(self, forwarded: Forwarded, host_of: Callable[[int], str] | None = None) -> Event:
         """The worker event inside ``forwarded``; a failure (a pool command's too) names the
-        host as the user did."""
+        host of its rank as the user did (``host_of(rank)``; this host without it): a rank
+        here that lost its peers relays the failure of a rank on another host."""
         event = decode(forwarded.data)
         if isinstance(event, Failure):
-            event = dataclasses.replace(event, host=self.host)
+            host = host_of(event.rank) if host_of is not None else self.host
+            event = dataclasses.replace(event, host=host)
         elif isinstance(event, CellDone) and event.failure is not None:
-            failure = dataclasses.replace(event.failure, host=self.host)
+            rank = event.failure.rank
+            host = host_of(rank) if host_of is not None else self.host
+            failure = dataclasses.replace(event.failure, host=host)
             event = dataclasses.replace(event, failure=failure)
         return event
 

@@ -118,7 +118,7 @@ class HostRanks(NodeHooks, PoolRanks):
 
     def _handle(self, node: NodeChannel, message: Any) -> None:
         if isinstance(message, Forwarded):
-            self.events.handle(node.event(message), (node.index, message.sender))
+            self.events.handle(node.event(message, self.place_of), (node.index, message.sender))
         elif isinstance(message, WorkersAnswer):
             self._answers[message.request] = message.value
         elif isinstance(message, AgentRestarting):  # a launch's ranks, restarted there
