@@ -217,7 +217,9 @@ def test_a_killed_remote_worker_s_run_is_ended_on_its_host(
     machines: SshMachines, tmp_path: Path, capfd: pytest.CaptureFixture[str]
 ) -> None:
     """The run's store could be on node1 only: node1's node process ends the run of its
-    killed worker, and the kernel says so."""
+    killed worker, and the kernel says so. The other ranks end theirs as failed on their way
+    out, or, where the launch's stop overtook them (a second's grace, on a loaded machine),
+    as killed: no run is left running."""
     from mlflow.tracking import MlflowClient
 
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -235,7 +237,8 @@ def test_a_killed_remote_worker_s_run_is_ended_on_its_host(
         [MlflowClient(tracking_uri=uri).get_experiment_by_name("killed").experiment_id]
     )
     statuses = {run.data.params["rank"]: run.info.status for run in runs}
-    assert statuses == {"0": "FAILED", "1": "FAILED", "2": "KILLED", "3": "FAILED"}
+    assert sorted(statuses) == ["0", "1", "2", "3"] and statuses["2"] == "KILLED", statuses
+    assert {statuses[rank] for rank in "013"} <= {"FAILED", "KILLED"}, statuses
     said = capfd.readouterr().err
     assert "rank 2 was stopped before it ended its mlflow run" in said, said
     assert "ended as killed (on host node1)" in said, said
