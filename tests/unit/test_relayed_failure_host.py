@@ -20,16 +20,13 @@ def _host_of(rank: int) -> str:
 
 
 @pytest.mark.timeout(30)
-def test_a_failure_relayed_by_another_host_names_its_rank_s_host() -> None:
-    first_host = NodeChannel(0, "gpu-a", SimpleNamespace(reader=None, writer=None))  # type: ignore[arg-type]
-    relayed = Failure(3, "builtins.KeyError", "'only on rank 3'", "", None, host="node1")
-    event = first_host.event(Forwarded(0, encode(relayed)), _host_of)
-    assert isinstance(event, Failure) and event.host == "gpu-b"
-
-
-@pytest.mark.timeout(30)
-def test_a_host_s_own_rank_s_failure_names_that_host() -> None:
-    second_host = NodeChannel(1, "gpu-b", SimpleNamespace(reader=None, writer=None))  # type: ignore[arg-type]
-    own = Failure(2, "builtins.ValueError", "bad", "", None, host="node1")
-    event = second_host.event(Forwarded(0, encode(own)), _host_of)
+@pytest.mark.parametrize(
+    ("index", "rank"),
+    [(0, 3), (1, 2)],  # relayed by gpu-a's rank; gpu-b's rank's own
+    ids=["relayed-by-another-host", "its-own-host"],
+)
+def test_a_forwarded_failure_names_its_rank_s_host(index: int, rank: int) -> None:
+    node = NodeChannel(index, HOSTS[index], SimpleNamespace(reader=None, writer=None))  # type: ignore[arg-type]
+    failed = Failure(rank, "builtins.KeyError", "'only here'", "", None, host="node1")
+    event = node.event(Forwarded(0, encode(failed)), _host_of)
     assert isinstance(event, Failure) and event.host == "gpu-b"

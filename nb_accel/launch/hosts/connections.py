@@ -121,18 +121,16 @@ class NodeChannel:
         self.process.kill()  # the transport's client (ssh, srun), or the node's actor
         return True
 
-    def event(self, forwarded: Forwarded, host_of: Callable[[int], str] | None = None) -> Event:
+    def event(self, forwarded: Forwarded, host_of: Callable[[int], str] | None) -> Event:
         """The worker event inside ``forwarded``; a failure (a pool command's too) names the
         host of its rank as the user did (``host_of(rank)``; this host without it): a rank
         here that lost its peers relays the failure of a rank on another host."""
+        host_of = host_of or (lambda rank: self.host)
         event = decode(forwarded.data)
         if isinstance(event, Failure):
-            host = host_of(event.rank) if host_of is not None else self.host
-            event = dataclasses.replace(event, host=host)
+            event = dataclasses.replace(event, host=host_of(event.rank))
         elif isinstance(event, CellDone) and event.failure is not None:
-            rank = event.failure.rank
-            host = host_of(rank) if host_of is not None else self.host
-            failure = dataclasses.replace(event.failure, host=host)
+            failure = dataclasses.replace(event.failure, host=host_of(event.failure.rank))
             event = dataclasses.replace(event, failure=failure)
         return event
 
