@@ -49,10 +49,12 @@ class Output:
 
 @dataclass(frozen=True)
 class Result:
-    """The function returned; ``data`` is the pickled return value."""
+    """The function returned; ``data`` is the pickled return value. ``at``: when, by the
+    worker's clock (``time.time()``; 0: unknown)."""
 
     rank: int
     data: bytes
+    at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,8 @@ class Failure:
     a timeout the rank's own deadline found, whether one of the kernel's prompts (a rank's
     debugger or ``input()``) was open then, as the rank's prompt clock said. ``signal_name``
     and ``exitcode``: for a worker that died without reporting, as its node's agent saw it and
-    relayed it to the other nodes (``type_name`` is then ``"signal"`` or ``"exit"``).
+    relayed it to the other nodes (``type_name`` is then ``"signal"`` or ``"exit"``). ``at``:
+    when it was found, by the worker's clock (``time.time()``; 0: unknown).
     """
 
     rank: int
@@ -83,6 +86,7 @@ class Failure:
     at_prompt: bool = False
     signal_name: str = ""
     exitcode: int | None = None
+    at: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -142,7 +146,8 @@ class CellDone:
 
     ``value`` is the pickled value asked for (a cell's last expression, a pulled variable),
     ``value_repr`` its ``repr`` when it could not be pickled; ``failure`` is set when the
-    command raised (the worker lives on).
+    command raised (the worker lives on). ``at``: when, by the worker's clock
+    (``time.time()``; 0: unknown).
     """
 
     rank: int
@@ -150,6 +155,15 @@ class CellDone:
     value: bytes | None = None
     value_repr: str | None = None
     failure: Failure | None = None
+    at: float = 0.0
+
+    @property
+    def when(self) -> float:
+        """When the command ended, by the worker's clock (its failure's time, where it
+        failed; 0: unknown)."""
+        if self.failure is not None and self.failure.at:
+            return self.failure.at
+        return self.at
 
 
 @dataclass(frozen=True)

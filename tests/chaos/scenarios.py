@@ -209,6 +209,17 @@ FOUND = (
     # consequence; the rank that times out now leaves its timeout in the workers' store for a
     # late rank's node to say. Its test is tests/multiproc/test_multinode.py, whose node 0
     # ranks reach their collective only once node 1's have ended)
+    # (seed 7455, nodes / print-flood, rank 0 at step 2, in a soak of the three shards at
+    # once: rank 0's 100 MB outlasted the timeout, node 1's rank gave up and ended the launch,
+    # and node 0, whose rank was still printing, said only that another node ended it; node 0
+    # now reads the timeout node 1's rank left in the workers' store and says that rank 0 did
+    # not arrive, being still running, where it was. Its test is
+    # tests/multiproc/test_multinode.py, whose node 0 ranks are busy in their own code)
+    # (seed 7373, ssh / print-flood, rank 0 at step 5, in the same soak: rank 0 returned
+    # after rank 1's timeout, but its result, behind its 100 MB of output on its host's
+    # channel, was read in the same look as the timeout, and the error said rank 0 "had
+    # already returned"; the workers now stamp their replies, and a return stamped after the
+    # first failure was late. Its test is tests/unit/test_late_returns.py)
     # (seed 3185, cold-spawn / print-flood, rank 1 at step 1, in a soak of both shards at
     # once: rank 1's 100 MB took longer than the 4 s timeout to drain, rank 0 rightly timed
     # out, and the error said rank 1 "had already returned" as it returned after the timeout;

@@ -38,6 +38,9 @@ RUNS_FOLDER = "NB_ACCEL_TEST_RUNS_FOLDER"
 #: The longest a node waits for the other nodes' markers (a bound against hanging, below the
 #: test's wait for the node, so that the node says what it waited for).
 MARKER_WAIT_S = 60.0
+#: Where given, how long each node's agent waits at the exit barrier for the other nodes
+#: (seconds), in place of the product's bound.
+EXIT_BARRIER = "NB_ACCEL_TEST_EXIT_BARRIER_S"
 
 
 def run_marker(folder: str, out: str, number: int, event: str) -> Path:
@@ -204,6 +207,10 @@ def main() -> None:
         options["node_rank"] = int(node_rank)
     if "ask" in scenario.split(","):  # what the user types at this node's kernel
         builtins.input = lambda prompt="": print(f"asked {prompt!r}", flush=True) or "ada"
+    if EXIT_BARRIER in os.environ:
+        from nb_accel.launch.multinode import elastic_agent
+
+        elastic_agent.EXIT_BARRIER_S = float(os.environ[EXIT_BARRIER])
     folder = os.environ.get(RUNS_FOLDER)  # only where a test waits for the markers
     runs = []
     for number, one in enumerate(scenario.split(",")):

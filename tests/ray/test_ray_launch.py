@@ -135,6 +135,50 @@ def test_ranks_on_both_nodes_return_in_rank_order_and_nothing_stays(
     assert f"[{node} rank 3] summed" in shown, shown
 
 
+def test_a_kernel_connected_by_a_ray_client_address_launches_on_the_cluster(
+    ray_cluster: RayCluster,
+) -> None:
+    """A notebook connected with a ``ray://`` address (Ray Client, the head's port 10001, as
+    from a laptop): the launch uses that connection, its ranks on both nodes, and a failure
+    comes back as with ``address="auto"``."""
+    outcome, _ = _run_kernel(
+        ray_cluster,
+        "ray_client",
+        f"""
+        import ray
+
+        ray.init("ray://{ray_cluster.head.address}:10001", logging_level="ERROR")
+        assert ray.util.client.ray.is_connected()
+
+        def work(fail):
+            value = torch.ones(1)
+            dist.all_reduce(value)
+            if fail and dist.get_rank() == 3:
+                raise KeyError("only on rank 3")
+            return dist.get_rank(), socket.gethostname(), value.item()
+
+        results = notebook_launcher(work, (False,), num_processes=2, hosts="ray")
+        try:
+            notebook_launcher(work, (True,), num_processes=2, hosts="ray")
+        except KeyError as error:
+            failed = [str(error), *error.__notes__]
+        say(results=results, failed=failed, groups=placement_groups())
+        ray.shutdown()
+        """,
+    )
+    assert outcome["results"] == [
+        [0, "rayhead", 4.0],
+        [1, "rayhead", 4.0],
+        [2, "raynode1", 4.0],
+        [3, "raynode1", 4.0],
+    ]
+    failed = "\n".join(outcome["failed"])  # type: ignore[arg-type]
+    assert f"Raised on rank 3 of 4 (host {ray_cluster.node.address})" in failed, failed
+    assert outcome["groups"] == []
+    ray_cluster.settle(30)  # Ray ends the actors' processes just after
+    assert ray_cluster.processes() == []
+
+
 def test_an_exception_comes_back_with_its_type_rank_and_node(ray_cluster: RayCluster) -> None:
     outcome, _ = _run_kernel(
         ray_cluster,

@@ -2,10 +2,13 @@
 is said to have returned later, not to have "already returned" (which says it never came to the
 collective the others waited in): a rank busy printing 100 MB past the timeout, then returning,
 was late, not absent. The driver tells the two apart by what had returned when it saw the
-first failure; the ranks' replies arrive as the script of a launch's group says."""
+first failure, and, where the workers stamped their replies, by those stamps: the ranks of a
+launch on hosts reply on different channels, and the one read first may have been sent last.
+The ranks' replies arrive as the script of a launch's group says."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterator
 
 import pytest
@@ -99,5 +102,23 @@ def test_a_rank_that_returns_after_the_others_timed_out_returned_later() -> None
 
 def test_a_rank_that_returned_before_the_timeout_had_already_returned() -> None:
     outcome = _outcome([[CellDone(1, 0, value=b"")], [CellDone(0, 0, failure=TIMEOUT)]])
+    assert isinstance(outcome, CollectiveTimeoutError)
+    assert f"Rank 1 did not arrive ({RETURNED})" in str(outcome), outcome
+
+
+def test_a_return_read_first_but_stamped_after_the_timeout_returned_later() -> None:
+    # seed 7373 of the chaos campaign (ssh / print-flood): rank 1's result, behind its 100 MB
+    # of output on its host's channel, was read in the same look as rank 0's timeout
+    timeout = dataclasses.replace(TIMEOUT, at=1000.0)
+    late = CellDone(1, 0, value=b"", at=1000.5)
+    outcome = _outcome([[late, CellDone(0, 0, failure=timeout)]])
+    assert isinstance(outcome, CollectiveTimeoutError)
+    assert f"Rank 1 did not arrive ({RETURNED_LATER})" in str(outcome), outcome
+
+
+def test_a_return_stamped_before_the_timeout_had_already_returned_whatever_the_order() -> None:
+    timeout = dataclasses.replace(TIMEOUT, at=1000.0)
+    early = CellDone(1, 0, value=b"", at=990.0)
+    outcome = _outcome([[early, CellDone(0, 0, failure=timeout)]])
     assert isinstance(outcome, CollectiveTimeoutError)
     assert f"Rank 1 did not arrive ({RETURNED})" in str(outcome), outcome

@@ -199,6 +199,19 @@ USES: tuple[Use, ...] = (
     Use(
         "torch",
         (
+            "torch.distributed.elastic.agent.server.api:SimpleElasticAgent._invoke_run",
+            "torch.distributed.elastic.utils.store:_barrier_nonblocking",
+            "torch.distributed.elastic.agent.server.api:_TERMINAL_STATE_SYNC_ID",
+            "torch.distributed.elastic.agent.server.api:SimpleElasticAgent()._store",
+        ),
+        ("launch/multinode/elastic_agent.py",),
+        "a node whose run failed checks in at the exit barrier as it leaves: torch's agent "
+        "waits there only after a success, and the nodes whose ranks succeeded would wait "
+        "for it the barrier's whole timeout; torch has no public call to check in",
+    ),
+    Use(
+        "torch",
+        (
             "torch.distributed.elastic.agent.server.api:SimpleElasticAgent._restart_workers",
             "torch.distributed.elastic.agent.server.api:SimpleElasticAgent._monitor_workers",
             "torch.distributed.elastic.agent.server.api:SimpleElasticAgent()._remaining_restarts",

@@ -8,6 +8,10 @@ notebook), and :meth:`KeptRank.release` stops and reaps it. It is released when 
 ends, when the next launch or ``%%distributed`` cell starts, when another failure is kept, or
 when the kernel exits; the worker also ends by itself once its wait (``post_mortem_wait``)
 passes. Nothing of it outlives the kernel.
+
+Where the rank runs is behind :class:`HeldProcess`: a worker process of this machine
+(:class:`LocalProcess`), or a worker on a host reached through its node process (the hosts'
+own, in :mod:`~nb_accel.launch.hosts`).
 """
 
 from __future__ import annotations
@@ -18,14 +22,21 @@ import shutil
 import sys
 from collections.abc import Callable
 from multiprocessing.connection import wait
-from typing import Any
+from typing import Any, Protocol
 
-from ..._messages import Debug, Output, Prompt, Stop, decode, encode_command
+from ..._messages import Debug, Event, Output, Prompt, Stop, decode, encode_command
 from ..launchers.stopping import EXIT_GRACE_S, stop_processes
 from ..processes import WorkerProcess
 from .prompts import answer_prompt
 
-__all__ = ["KeptRank", "RankEndedError", "release_kept_rank", "waiting_note"]
+__all__ = [
+    "HeldProcess",
+    "KeptRank",
+    "LocalProcess",
+    "RankEndedError",
+    "release_kept_rank",
+    "waiting_note",
+]
 
 
 class RankEndedError(RuntimeError):
@@ -50,17 +61,83 @@ def waiting_note(rank: int, wait_s: float) -> str:
     )
 
 
+class HeldProcess(Protocol):
+    """The kept rank's process, wherever it runs: the kernel's one way to it."""
+
+    #: The rank it runs.
+    rank: int
+
+    def ended(self) -> bool:
+        """Whether the process has ended."""
+
+    def send(self, data: bytes) -> None:
+        """Send the encoded command ``data`` to the rank (``OSError``: it has gone)."""
+
+    def receive(self, timeout: float | None) -> Event | None:
+        """The rank's next event, waiting up to ``timeout`` (``None`` when none came);
+        ``EOFError`` once the process has ended."""
+
+    def stop(self) -> None:
+        """Stop the process (it was told :class:`Stop` first) and close what the kernel
+        holds of it; twice is fine."""
+
+
+class LocalProcess:
+    """A worker process of this machine as the kept rank's process.
+
+    Args:
+        worker: the process, whose connection and output pipes are now the kept rank's.
+    """
+
+    def __init__(self, worker: WorkerProcess) -> None:
+        self.worker = worker
+        self.rank = worker.rank
+
+    def ended(self) -> bool:
+        """Whether the worker has exited."""
+        return self.worker.poll() is not None
+
+    def send(self, data: bytes) -> None:
+        """On the worker's connection."""
+        self.worker.conn.send_bytes(data)
+
+    def receive(self, timeout: float | None) -> Event | None:
+        """From the worker's connection (its exit ends them)."""
+        worker = self.worker
+        ready = wait([worker.conn, worker.sentinel], timeout)
+        if not ready:
+            return None
+        if worker.conn not in ready:
+            raise EOFError  # exited: nothing more can come
+        try:
+            return decode(worker.conn.recv_bytes())
+        except OSError:
+            raise EOFError from None
+
+    def stop(self) -> None:
+        """SIGTERM after a short grace, then SIGKILL; reaped and closed."""
+        worker = self.worker
+        try:
+            if worker.poll() is None:
+                stop_processes([worker], EXIT_GRACE_S)  # it exits at Stop
+            worker.reap()
+        finally:
+            worker.close()
+
+
 class KeptRank:
     """A cold launch's rank that raised, waiting for ``%debug`` (see the module).
 
     Args:
-        worker: its process, whose connection and output pipes are now the kept rank's.
+        worker: its process: one of this machine's (a :class:`WorkerProcess`), or any
+            :class:`HeldProcess`.
         wait_s: how long it waits for the debugger (said when it ended first).
     """
 
-    def __init__(self, worker: WorkerProcess, wait_s: float) -> None:
-        self.worker = worker
-        self.rank = worker.rank
+    def __init__(self, worker: WorkerProcess | HeldProcess, wait_s: float) -> None:
+        held = LocalProcess(worker) if isinstance(worker, WorkerProcess) else worker
+        self.worker: HeldProcess = held
+        self.rank = held.rank
         self._wait_s = wait_s
         self._released = False
         self._folders: list[str] = []
@@ -79,40 +156,43 @@ class KeptRank:
             )
         worker = self.worker
         try:
-            if worker.poll() is not None:
+            if worker.ended():
                 raise RankEndedError(
                     f"rank {rank} waited {self._wait_s:.0f} s for %debug and ended (the "
                     "saved setting post_mortem_wait says how long it waits)"
                 )
-            worker.conn.send_bytes(encode_command(Debug(cell=0, failed_cell=0)))
+            try:
+                worker.send(encode_command(Debug(cell=0, failed_cell=0)))
+            except OSError:
+                raise RankEndedError(
+                    f"rank {rank} ended before the debugger opened (its host's connection "
+                    "ended); run the failing launch again to inspect it anew"
+                ) from None
             self._serve(worker)
         finally:
             self.release()
 
-    def _serve(self, worker: WorkerProcess) -> None:
+    def _serve(self, worker: HeldProcess) -> None:
         """Show what the debugger writes and answer its prompts until the worker exits."""
         first = True
         while True:
-            ready = wait([worker.conn, worker.sentinel], FIRST_WORDS_S if first else None)
-            if not ready:
+            try:
+                event = worker.receive(FIRST_WORDS_S if first else None)
+            except EOFError:
+                return  # exited: nothing more can come
+            if event is None:
                 raise RankEndedError(
                     f"rank {self.rank} did not open the debugger within {FIRST_WORDS_S:.0f} s "
                     "of being asked (it was stuck after it raised); it has been stopped. Run "
                     "the failing launch again to inspect it anew"
                 )
             first = False
-            if worker.conn not in ready:
-                return  # exited: nothing more can come
-            try:
-                event = decode(worker.conn.recv_bytes())
-            except (EOFError, OSError):
-                return
             if isinstance(event, Output):
                 stream = sys.stdout if event.stream == "stdout" else sys.stderr
                 stream.write(event.text)
                 stream.flush()
             elif isinstance(event, Prompt):
-                answer_prompt(event, sys.stdout.flush, worker.conn.send_bytes)
+                answer_prompt(event, sys.stdout.flush, worker.send)
 
     def let_go_unless_raised(self, error: BaseException) -> None:
         """In IPython: once the cell that ran the launch ends, let the rank go unless that
@@ -156,15 +236,11 @@ class KeptRank:
             del _held["rank"]
         worker = self.worker
         try:
-            if worker.poll() is None:
-                try:
-                    worker.conn.send_bytes(encode_command(Stop()))
-                except OSError:
-                    pass
-                stop_processes([worker], EXIT_GRACE_S)  # it exits at Stop
-            worker.reap()
+            if not worker.ended():
+                with contextlib.suppress(OSError):
+                    worker.send(encode_command(Stop()))
+            worker.stop()
         finally:
-            worker.close()
             for folder in self._folders:
                 shutil.rmtree(folder, ignore_errors=True)
             self._folders.clear()

@@ -226,8 +226,7 @@ class RankDriver:
                 failed = [r for r in targets if r in group.done and group.done[r].failure]
                 failed += [r for r in targets if r in dead]
             if failed and self._returned_first is None:
-                done = group.done
-                self._returned_first = {r for r in done if done[r].failure is None}
+                self._returned_first = returned_before(group.done, failed)
             if failed and late.window_ends is None:
                 late.window_ends = now + group.collect_window(targets, dead)
             if late.window_ends is not None and late.deadline is None and now >= late.window_ends:
@@ -387,6 +386,8 @@ class RankDriver:
         log = group.command_failures(targets, stopped, view)
         finished = [r for r, d in done.items() if d.failure is None]
         first = self._returned_first
+        if first is None and log:  # every reply came in one look: their stamps tell
+            first = returned_before(done, [r for r, d in done.items() if d.failure])
         returned_later = [] if first is None else [r for r in finished if r not in first]
         if not log:
             problem = group.unexplained_end()
@@ -441,6 +442,21 @@ class RankDriver:
         took = time.monotonic() - started
         if hasattr(error, "add_note"):
             error.add_note(replaced_note(dead, pids, took, ran))
+
+
+def returned_before(done: dict[int, CellDone], failed: list[int]) -> set[int]:
+    """The ranks of ``done`` that returned before the first failure of the ``failed`` ranks:
+    those that had returned when it was seen, but those whose worker stamped its return later
+    than that failure (the replies of ranks on different hosts come on different channels,
+    and one read first may have been sent last: a rank that returned after another's timeout
+    came late, it was not absent)."""
+    stamps = [done[rank].when for rank in failed if rank in done]
+    first = min((stamp for stamp in stamps if stamp > 0), default=0.0)
+    return {
+        rank
+        for rank, reply in done.items()
+        if reply.failure is None and not (first and reply.when > first)
+    }
 
 
 def checked_targets(ranks: Sequence[int] | None, world_size: int) -> list[int]:

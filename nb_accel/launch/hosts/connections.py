@@ -299,21 +299,24 @@ class HostNodes:
         ranks = rank_list(range(node.index * per_node, (node.index + 1) * per_node))
         return f"the connection to host {node.host} ended while its workers ({ranks}) ran ({said})"
 
-    def stop(self, grace_s: float = HOST_STOP_GRACE_S) -> None:
-        """Tell every host to stop, give them ``grace_s``, then cut their channels."""
+    def stop(self, grace_s: float = HOST_STOP_GRACE_S, keep: NodeChannel | None = None) -> None:
+        """Tell every host to stop, give them ``grace_s``, then cut their channels; all but
+        ``keep``, where given (a rank there is kept for ``%debug``): it is left running, and
+        the hosts are held for it until the next stop."""
         unfollow_prompts(self.tell_prompt)
-        for node in self.nodes:
+        stopping = [node for node in self.nodes if node is not keep]
+        for node in stopping:
             if node.open:
                 node.tell(StopNode())
         deadline = time.monotonic() + grace_s
-        for node in self.nodes:
+        for node in stopping:
             with contextlib.suppress(subprocess.TimeoutExpired):
                 node.process.wait(max(deadline - time.monotonic(), 0.0))
-        for node in self.nodes:
+        for node in stopping:
             if node.open:
                 node.messages()  # its last words: how it ended, what it said of the runs
             node.close()
-        self.nodes = []
-        if self._reservation is not None:
+        self.nodes = [node for node in self.nodes if node is keep]
+        if keep is None and self._reservation is not None:
             self._reservation.release()
             self._reservation = None

@@ -6,7 +6,9 @@ driver (:mod:`~nb_accel.launch.driver.driver`). What differs is said here: a ran
 its result or failure; the agents may restart the ranks after a failure (``max_restarts``),
 and until the last attempt a failure is not the outcome; the failures' window is longer, as
 reports come through each host's node (and a worker's death is known once its host's agent
-noticed it); once the outcome is known every host is told to stop and heard out.
+noticed it); once the outcome is known every host is told to stop and heard out. In a
+notebook, the rank that raised is kept for ``%debug`` (see :mod:`.held_rank`): its host is
+left running, its other ranks ended by their own failure.
 """
 
 from __future__ import annotations
@@ -16,6 +18,8 @@ from typing import Any
 
 from ..._messages import Failure, Result, Started, StopNode
 from ...errors import LaunchError
+from ..debugging.kept_rank import KeptRank, waiting_note
+from ..debugging.post_mortems import in_ipython, offer_post_mortem, raising_ranks
 from ..failures.failure_log import EXPLAIN_WINDOW_S, FailureLog
 from ..launchers.dispatch import TICK_S
 from ..launchers.outcome import RETURNED
@@ -26,7 +30,8 @@ from ..plan import LaunchPlan
 from ..pool_ranks.interface import reply_of_outcome
 from ..views.output import OutputPrinter
 from ..views.view import LaunchView
-from .connections import GRACEFUL_STOP_S
+from .connections import GRACEFUL_STOP_S, NodeChannel
+from .held_rank import HeldOnHost
 from .pool_ranks import HostRanks
 
 __all__ = ["AGENT_STOP_S", "HOSTS_COLLECT_WINDOW_S", "HOSTS_EXPLAIN_WINDOW_S", "LaunchedHostRanks"]
@@ -60,6 +65,13 @@ class LaunchedHostRanks(HostRanks):
         self.output.printer = printer
         self._max_restarts = hosts.agent.max_restarts
         self.cell = 0  # the function the ranks were started with
+        #: How long the rank that raised waits for ``%debug`` (its agent would restart it
+        #: instead where restarts are allowed).
+        self._post_mortem_s = plan.post_mortem_s if self._max_restarts == 0 else 0.0
+        #: The rank whose host is left running after the failure, for ``%debug``.
+        self._spared: int | None = None
+        #: That rank, once kept.
+        self._kept: KeptRank | None = None
 
     def start_with(self, payload: bytes) -> None:
         """Start every host's node process, check their versions, and send each its job:
@@ -119,17 +131,57 @@ class LaunchedHostRanks(HostRanks):
         agent saw join the failures. A host that has not ended :data:`GRACEFUL_STOP_S` after
         that is cut off by the stop."""
         nodes = self._hosts.nodes
+        spared = None
         if all(r in self.done and not self.done[r].failure for r in range(self.world_size)):
             wait_s = EXIT_BARRIER_S + GRACEFUL_STOP_S
         else:
             wait_s = AGENT_STOP_S + GRACEFUL_STOP_S
+            spared = self._spared_node()
             for node in nodes:
-                if node.open and node.ended is None:
+                if node.open and node.ended is None and node is not spared:
                     node.tell(StopNode())
+        heard = [node for node in nodes if node is not spared]
         deadline = time.monotonic() + wait_s
-        while any(node.open for node in nodes) and time.monotonic() < deadline:
+        while any(node.open for node in heard) and time.monotonic() < deadline:
             self._pump(min(TICK_S, max(0.0, deadline - time.monotonic())))
         self.output.printer.flush()
+
+    def _spared_node(self) -> NodeChannel | None:
+        """The host of the rank that raised first, left running for ``%debug`` (that rank
+        waits there, the host's other ranks ended by their failure), where the launch keeps
+        one and that host still runs."""
+        ranks = raising_ranks(self.failures) if self._post_mortem_s > 0 else []
+        found = self._senders.get(ranks[0]) if ranks else None
+        if found is None or found[0].ended is not None or not found[0].open:
+            return None
+        self._spared = ranks[0]
+        return found[0]
+
+    def keep_for_debugging(self, error: BaseException, ranks: list[int]) -> None:
+        """Keep the first of ``ranks`` (the root cause's) waiting for ``%debug`` on its host,
+        left running for it (see :meth:`_spared_node`); the other hosts stop as usual."""
+        rank = self._spared
+        if rank is None or not ranks or ranks[0] != rank or rank not in self._senders:
+            self._spared = None
+            return
+        node, number = self._senders[rank]
+        held = HeldOnHost(self._hosts, node, number, rank, self.place_of)
+        kept = self._kept = KeptRank(held, self._post_mortem_s)
+        offer_post_mortem(error, [rank], kept.debug, kept)
+        if in_ipython() and hasattr(error, "add_note"):
+            error.add_note(waiting_note(rank, self._post_mortem_s))
+        kept.let_go_unless_raised(error)
+
+    def stop_hosts(self, grace_s: float) -> None:
+        """Tell every host to stop, give them ``grace_s``, then cut their channels; the host
+        of a rank kept for ``%debug`` is left to it."""
+        if self._kept is None or self._spared is None:
+            super().stop_hosts(grace_s)
+            return
+        try:
+            self._hosts.stop(grace_s, keep=self._senders[self._spared][0])
+        finally:
+            self.events.close()  # its hooks are these ranks: a cycle otherwise
 
     def died(self, world_size: int, timeout_s: float) -> BaseException:
         """The failures, else what :meth:`unexplained_end` says."""

@@ -146,6 +146,11 @@ class EventDispatcher:
         else:
             self._hooks.other(event, sender)
 
+    def record_failure(self, event: Failure) -> None:
+        """Record ``event``, a failure no worker here sent (another node's ranks recorded it),
+        once."""
+        self._failed(event, None)
+
     def _failed(self, event: Failure, sender_rank: int | None) -> None:
         """Record ``event`` once (another rank may relay the same failure)."""
         if not any(_same(event, seen) for seen in self.failures.records):

@@ -1,19 +1,22 @@
 """One node's elastic agent: torch's ``LocalElasticAgent`` with a c10d rendezvous.
 
 This does what ``torch.distributed.launcher.elastic_launch`` does with a ``LaunchConfig`` (the
-rendezvous handler, the worker spec, the agent, the rendezvous shut down afterwards), with two
+rendezvous handler, the worker spec, the agent, the rendezvous shut down afterwards), with the
 differences a notebook needs:
 
 - the exit barrier (how long a node whose workers finished waits for the other nodes before
-  leaving) is :data:`EXIT_BARRIER_S` instead of five minutes, so a node is not held for minutes
-  when another node's rank fails after the last collective;
+  leaving) is :data:`EXIT_BARRIER_S` instead of five minutes, and a node whose run failed
+  checks in there as it leaves (:mod:`.exit_barrier`), so a node is not held when another
+  node's rank fails after the last collective;
 - the result is returned as the agent's ``RunResult`` (failures included) rather than raised,
   and nothing of the agent outlives the call: a later launch on the same port gets a fresh
   rendezvous store;
-- right after each rendezvous, before any worker starts, the nodes show each other their
-  :class:`~nb_accel._messages.NodeCard` through the rendezvous store: a node
-  that could not meet the others (a loopback address for another machine) says why, every node
-  stops with that message, and otherwise the workers get the interface for their sockets;
+- right after each rendezvous, before any worker starts, the nodes meet through the
+  rendezvous store (:mod:`.node_meeting`): a node that could not meet the others (a loopback
+  address for another machine) says why, every node stops with that message, and otherwise
+  the workers get the interface for their sockets;
+- a worker that raised and waits for the kernel's ``%debug`` (a launch on hosts) is left
+  running when the others fail: the run ends once it does;
 - the rendezvous store and the store the workers share listen on one address each (the
   interface the other nodes reach), not on every address of the machine.
 """
@@ -25,18 +28,24 @@ import errno
 import math
 import os
 import signal
-import time
 from collections.abc import Callable
 from typing import Any
 
-from ..._messages import NodeCard
+from ..._messages import Failure
 from ...errors import LaunchError
 from ...runtime.device_types.cuda_facts import fork_safe_cuda_queries
 from ...worker.transfer.segments import SHM_ROOT
 from ..placement.nodes import NodePlan
 from .elastic_logs import quiet_elastic_logs
-from .failure_relay import keep_store_for_readers, launch_ranks, relay_signal_deaths
+from .exit_barrier import check_out
+from .failure_relay import (
+    keep_store_for_readers,
+    launch_ranks,
+    recorded_cause,
+    relay_signal_deaths,
+)
 from .node_addresses import NodeNetwork
+from .node_meeting import meet
 from .rendezvous_pace import brisk_rendezvous
 from .rendezvous_stores import rendezvous_handler
 from .unanswered import (
@@ -55,8 +64,9 @@ __all__ = ["EXIT_BARRIER_S", "BeforeStop", "OnRestart", "launch_config", "run_ag
 OnRestart = Callable[[int, list[tuple[int, int, int]]], None]
 #: Told, when the agent is about to stop its workers after the failure it will not restart
 #: them for, the workers still running then: their process ids by global rank (so that the
-#: kernel can say where each was).
-BeforeStop = Callable[[dict[int, int]], None]
+#: kernel can say where each was); and, when another node ended the launch, what its ranks
+#: recorded in the workers' store (their failure or timeout; ``None``: nothing).
+BeforeStop = Callable[[dict[int, int], Failure | None], None]
 
 #: How long a node whose workers have finished waits for the other nodes (seconds).
 EXIT_BARRIER_S = 30.0
@@ -97,90 +107,6 @@ def launch_config(
         )
 
 
-#: Keys of the rendezvous store (under the round's prefix) for the nodes' cards and verdicts.
-_CARD_KEY = "nb_accel/node_card/{}"
-_VERDICT_KEY = "nb_accel/node_verdict/{}"
-_READ_KEY = "nb_accel/node_read/{}"
-_ROUND_KEY = "nb_accel/node_round/{}"
-#: The variable that numbers the attempts (torch sets it per node: see :func:`_meet`).
-RESTART_COUNT = "TORCHELASTIC_RESTART_COUNT"
-#: How long a node that found a problem waits for the others to have read it.
-_READ_WAIT_S = 10.0
-
-
-#: How often a node looks for the other nodes' cards and verdicts (seconds).
-_POLL_S = 0.01
-
-
-def _exchange(store: Any, key: str, me: int, count: int, value: str, wait_s: float) -> list[bytes]:
-    """Put ``value`` under this node's ``key`` and return every node's, in rendezvous order,
-    waiting for them up to ``wait_s`` (in short steps, so an interrupt is heard at once)."""
-    from torch.distributed.elastic.rendezvous.api import (
-        RendezvousConnectionError,
-        RendezvousTimeoutError,
-    )
-
-    keys = [key.format(rank) for rank in range(count)]
-    deadline = time.monotonic() + wait_s
-    try:
-        store.set(keys[me], value)
-        while not store.check(keys):
-            if time.monotonic() > deadline:
-                raise RendezvousTimeoutError(
-                    f"the other nodes did not show their addresses within {wait_s:g} s"
-                )
-            time.sleep(_POLL_S)
-        return [store.get(name) for name in keys]
-    except RendezvousTimeoutError:
-        raise
-    except Exception as error:  # the store raises different kinds in different torch versions
-        text = f"the nodes could not compare their addresses ({error})"
-        raise RendezvousConnectionError(text) from error
-
-
-def _meet(
-    worker_group: Any,
-    network: NodeNetwork,
-    make_args: Callable[[dict[str, str]], tuple[Any, ...]],
-    wait_s: float,
-    rounds: int,
-) -> int:
-    """After a rendezvous (this node's ``rounds``-th): check with the other nodes that
-    everyone can meet, then give this node's workers the interface for their sockets and the
-    attempt's number (returned). Raises :class:`LaunchError` on every node when one of them found a
-    problem.
-
-    The number is the same on every node: torch counts only the restarts after a failure of
-    the node's own workers, so a node restarted because another node's workers failed keeps
-    its count, and two nodes would tell the same attempt by different numbers. Every node
-    takes part in every rendezvous (their number is fixed), so the rendezvous each node has
-    seen number the attempts alike; the workers' ``TORCHELASTIC_RESTART_COUNT`` is that."""
-    store, me = worker_group.store, worker_group.group_rank
-    count = worker_group.group_world_size
-    found = _exchange(store, _CARD_KEY, me, count, network.card.encode(), wait_s)
-    cards = [NodeCard.decode(text) for text in found]
-    master_addr = getattr(worker_group, "master_addr", None)
-    problem = network.problem(cards, me, master_addr) if master_addr else None
-    try:
-        verdicts = _exchange(store, _VERDICT_KEY, me, count, problem or "", wait_s)
-    except Exception:
-        if problem:  # the others may have stopped already: this node's own finding stands
-            raise LaunchError(problem) from None
-        raise
-    problems = [text.decode() for text in verdicts if text]
-    if problems:
-        # Every node has read the verdicts before any leaves: the node hosting the store
-        # closes it as it stops, and a node still reading would only see a lost connection.
-        with contextlib.suppress(Exception):
-            _exchange(store, _READ_KEY, me, count, "read", _READ_WAIT_S)
-        raise LaunchError(problems[0])
-    seen = _exchange(store, _ROUND_KEY, me, count, str(rounds), wait_s)
-    attempt = max(int(text) for text in seen) - 1
-    peers = [card for rank, card in enumerate(cards) if rank != me]
-    worker_group.spec.args = make_args({**network.worker_env(peers), RESTART_COUNT: str(attempt)})
-    return attempt
-
-
 def _agent_class() -> type:
     """torch's ``LocalElasticAgent``, meeting the other nodes after each rendezvous."""
     import torch
@@ -194,7 +120,7 @@ def _agent_class() -> type:
         )
 
     class NodeAgent(LocalElasticAgent):  # type: ignore[misc]
-        """A ``LocalElasticAgent`` that runs :func:`_meet` after each rendezvous and says
+        """A ``LocalElasticAgent`` that runs :func:`.meet` after each rendezvous and says
         when it restarts its workers, and why (``on_restart``)."""
 
         def __init__(
@@ -205,10 +131,12 @@ def _agent_class() -> type:
             on_restart: OnRestart | None,
             before_stop: BeforeStop | None = None,
             on_exit_barrier: Callable[[], None] | None = None,
+            awaiting: Callable[[], set[int]] | None = None,
             **options: Any,
         ) -> None:
             super().__init__(**options)
             self._on_exit_barrier = on_exit_barrier
+            self._awaiting = awaiting
             self._network = network
             self._make_args = make_args
             self._wait_s = wait_s
@@ -227,6 +155,20 @@ def _agent_class() -> type:
             #: another end the launch (set before the run).
             self.alone = True
             self._relayed: set[tuple[int, int]] = set()
+
+        def _invoke_run(self, role: str = "default") -> Any:
+            """torch's run; a run that failed then checks this node in at the exit barrier
+            (:meth:`_check_out`)."""
+            result = super()._invoke_run(role)
+            if result.is_failed():
+                self._check_out()
+            return result
+
+        def _check_out(self) -> None:
+            """Count this node as done at the exit barrier (see :mod:`.exit_barrier`)."""
+            store, group = self._store, self.get_worker_group()
+            if store is not None and group.group_world_size is not None:  # a rendezvous made
+                check_out(store, group.group_world_size)
 
         def _exit_barrier(self) -> None:
             """Say that this node's workers are done (``on_exit_barrier``), then wait for the
@@ -251,7 +193,7 @@ def _agent_class() -> type:
             super()._shutdown(death_sig, *args, **kwargs)
 
         def _rendezvous(self, worker_group: Any) -> None:
-            """torch's round, then :func:`_meet`: each on a thread of its own, waited for
+            """torch's round, then :func:`.meet`: each on a thread of its own, waited for
             here in short steps, where the user's interrupt is heard even while a store that
             does not answer holds the round (see :func:`~.unanswered.heard_out`)."""
             watch = self.watch
@@ -267,7 +209,7 @@ def _agent_class() -> type:
                 self._rounds,
             )
             self._attempt = heard_out(
-                lambda: _meet(worker_group, network, make_args, wait_s, rounds)
+                lambda: meet(worker_group, network, make_args, wait_s, rounds)
             )
             self._stopping = False
 
@@ -276,6 +218,10 @@ def _agent_class() -> type:
             if self._before_stop is not None and self._remaining_restarts <= 0:
                 self._before_last_stop(worker_group)
             self._continue_frozen(worker_group)
+            if self._held_for_debugger(worker_group):  # not looked at: torch would stop it
+                from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
+
+                return RunResult(state=WorkerState.HEALTHY)  # looked at once that worker ends
             result = super()._monitor_workers(worker_group)
             if self._ended_elsewhere(worker_group, result):
                 from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
@@ -288,6 +234,17 @@ def _agent_class() -> type:
             if self.alone and not self._stopping:
                 self._relay_deaths(worker_group, result.failures)
             return result
+
+        def _held_for_debugger(self, worker_group: Any) -> bool:
+            """Whether the workers are left as they are, not looked at, because one of them
+            raised and waits for the kernel's ``%debug`` (``awaiting``: the pids of those
+            that do), with no restart left: torch's look at workers one of which failed
+            stops the others, that one with them."""
+            if self._awaiting is None or self._remaining_restarts > 0:
+                return False
+            marked = self._awaiting()
+            pids = [w.id for w in worker_group.workers if isinstance(w.id, int) and w.id in marked]
+            return any(ended_unreaped(pid) is None for pid in pids)
 
         def keep_store_for_readers(self) -> None:
             """After the run failed: see :func:`failure_relay.keep_store_for_readers`."""
@@ -310,8 +267,9 @@ def _agent_class() -> type:
                 return False
             if self._before_stop is not None:
                 running = launch_ranks(worker_group, self._network.node_rank)
+                cause = recorded_cause(worker_group, self._attempt)
                 before_stop, self._before_stop = self._before_stop, None  # once
-                before_stop(running)
+                before_stop(running, cause)
             return True
 
         def _before_last_stop(self, worker_group: Any) -> None:
@@ -334,7 +292,7 @@ def _agent_class() -> type:
                     failed = failed or ended
             if failed and running and self._before_stop is not None:
                 before_stop, self._before_stop = self._before_stop, None  # once
-                before_stop(running)
+                before_stop(running, None)
 
         def _continue_frozen(self, worker_group: Any) -> None:
             """Once a worker has failed, continue the workers that are stopped (frozen): torch
@@ -366,6 +324,7 @@ def run_agent(
     before_stop: BeforeStop | None = None,
     on_exit_barrier: Callable[[], None] | None = None,
     sees_other_nodes: bool = False,
+    awaiting: Callable[[], set[int]] | None = None,
 ) -> Any:
     """Run this node's agent until its workers are done; the agent's ``RunResult``.
 
@@ -373,7 +332,9 @@ def run_agent(
     workers, chosen after the rendezvous) added to them; ``on_restart`` is told of each
     restart of the workers (see :data:`OnRestart`); ``before_stop`` of the workers still
     running when the agent stops them after its last failure (see :data:`BeforeStop`);
-    ``on_exit_barrier`` once this node's workers are done and it waits for the other nodes'.
+    ``on_exit_barrier`` once this node's workers are done and it waits for the other nodes';
+    ``awaiting`` gives the pids of the workers that wait for ``%debug``: one that still runs
+    when the others failed is left running, the run ending once it ends.
     Unless ``sees_other_nodes`` (a launch on hosts, whose kernel hears every node), this
     node's kernel sees only its own workers: the agent records how a worker here died by a
     signal for the other nodes' ranks, keeps the workers' store it hosts until they read a
@@ -385,7 +346,7 @@ def run_agent(
     find it gone already, and torch would print its connection errors).
 
     Raises what the rendezvous raises (``RendezvousError`` and its kinds), a
-    :class:`LaunchError` when the nodes cannot meet (see :func:`_meet`), and the agent's
+    :class:`LaunchError` when the nodes cannot meet (see :func:`.meet`), and the agent's
     ``SignalException`` when the process is told to stop.
     """
     from torch.distributed.elastic.agent.server.api import WorkerSpec
@@ -419,6 +380,7 @@ def run_agent(
         on_restart,
         before_stop,
         on_exit_barrier,
+        awaiting,
         spec=spec,
         logs_specs=config.logs_specs,
         start_method=config.start_method,

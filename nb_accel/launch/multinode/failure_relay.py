@@ -19,7 +19,7 @@ from typing import Any
 from ..._messages import Failure
 from ..failures.verdict import died_failure
 
-__all__ = ["keep_store_for_readers", "launch_ranks", "relay_signal_deaths"]
+__all__ = ["keep_store_for_readers", "launch_ranks", "recorded_cause", "relay_signal_deaths"]
 
 
 def relay_signal_deaths(
@@ -66,6 +66,17 @@ def keep_store_for_readers(group: Any, attempt: int) -> None:
         return
     ranks = group.group_world_size * group.spec.local_world_size
     keep(group.master_addr, group.master_port, attempt, ranks)
+
+
+def recorded_cause(group: Any, attempt: int) -> Failure | None:
+    """What another node's ranks recorded in the workers' store (``group``'s) before their
+    node ended attempt ``attempt``: their failure, else their collective timeout (see
+    :func:`~nb_accel.worker.process.node_worker.recorded_failure`)."""
+    from ...worker.process.node_worker import recorded_failure  # the workers' layer
+
+    if group.group_world_size < 2:
+        return None
+    return recorded_failure(group.master_addr, group.master_port, attempt)
 
 
 def launch_ranks(group: Any, node_rank: int) -> dict[int, int]:

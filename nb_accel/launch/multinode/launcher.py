@@ -31,6 +31,7 @@ from collections.abc import Callable
 from typing import Any, ClassVar
 
 from ..._messages import TrackerRun
+from ...worker.debugging.awaiting import awaiting_pids
 from ...worker.debugging.breakpoints import PROMPTS_VARIABLE
 from ...worker.process.node_worker import NodeWorkerArgs, global_rank, node_worker_main
 from ...worker.process.spec import Payload
@@ -91,7 +92,10 @@ def agent_run(
     returns the agent's ``RunResult``. ``sees_other_nodes``: the kernel hears every node's
     workers and agents (a launch on hosts), and judges the launch whole; else each node's
     kernel sees only its own, and the nodes tell each other how theirs failed (see
-    :func:`~nb_accel.launch.multinode.elastic_agent.run_agent`)."""
+    :func:`~nb_accel.launch.multinode.elastic_agent.run_agent`). A rank on hosts that raises
+    waits there for the kernel's ``%debug`` (``plan.post_mortem_s``) unless the workers are
+    restarted after a failure."""
+    keeps = sees_other_nodes and nodes.max_restarts == 0 and plan.post_mortem_s > 0
     args = NodeWorkerArgs(
         address=address,
         authkey=authkey,
@@ -104,6 +108,7 @@ def agent_run(
         payload=payload,
         env={**env, SHARE_DIR_ENV: log_dir},
         alone=not sees_other_nodes,
+        post_mortem_s=plan.post_mortem_s if keeps else 0.0,
     )
     network = NodeNetwork(nodes.rdzv_endpoint or "", nodes.node_rank, plan.backend)
     config = launch_config(nodes, plan.num_processes, plan.start_method, log_dir, network.address)
@@ -119,6 +124,7 @@ def agent_run(
         before_stop,
         on_exit_barrier,
         sees_other_nodes,
+        functools.partial(awaiting_pids, log_dir) if keeps else None,
     )
 
 

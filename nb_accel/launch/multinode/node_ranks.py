@@ -15,10 +15,11 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ..._messages import CellDone
+from ..._messages import CellDone, Failure
 from ..._openmp import release_openmp_threads
 from ...errors import LaunchError
 from ...worker.transfer.pickling import Pickled
@@ -39,6 +40,9 @@ from .restarts import with_restarts, worker_deaths
 __all__ = ["NodeRanks"]
 
 _SIGNALS = ("SIGTERM", "SIGINT", "SIGHUP", "SIGQUIT")
+#: The longest the agent waits for the listener to record another node's failure (it runs
+#: what it is given before it reads the next frames).
+CAUSE_WAIT_S = 1.0
 
 
 @contextlib.contextmanager
@@ -138,6 +142,8 @@ class NodeRanks(PoolRanks):
         self._stopped_at: dict[int, RankStack] = {}
         self._frozen_at: list[int] = []
         self._located: list[int] = []
+        #: Whether another node's ranks' failure was recorded here (see :meth:`locate`).
+        self._told_cause = False
         self._last_events: NodeEvents | None = None
 
     def elsewhere(self) -> dict[int, str]:
@@ -176,8 +182,8 @@ class NodeRanks(PoolRanks):
                 result = run()
             if result.is_failed():
                 self._agent_failures = dict(result.failures)
-                if not result.failures:  # another node ended the launch (see NodeAgent)
-                    self._problem = self._ended_elsewhere()
+                if not result.failures and not self._told_cause:  # another node ended it
+                    self._problem = self._ended_elsewhere()  # (see NodeAgent), saying nothing
             del result
         except SignalException as stopped:
             if stopped.sigval != signal.SIGINT:
@@ -276,14 +282,27 @@ class NodeRanks(PoolRanks):
     def note_exits(self) -> None:
         """Nothing: the agent sees the workers end."""
 
-    def locate(self, folder: str, running: dict[int, int]) -> None:
+    def locate(self, folder: str, running: dict[int, int], cause: Failure | None = None) -> None:
         """Where each of the ``running`` workers (pid by rank) is, taken before the agent
         stops them after its last failure (they answer in ``folder``), for the outcome; a
-        frozen one (it cannot answer) is said to be."""
+        frozen one (it cannot answer) is said to be. ``cause``: what another node's ranks
+        recorded before their node ended the launch (their failure, or their collective
+        timeout), recorded among the failures as theirs: the outcome then says it, and where
+        the ranks here were, as one machine's launch does."""
         self._frozen_at = [rank for rank, pid in running.items() if process_frozen(pid)]
         awake = {rank: pid for rank, pid in running.items() if rank not in self._frozen_at}
         self._stopped_at = take_stacks(folder, awake, collectives=True)
         self._located = sorted(running)
+        events = self._node_events
+        if cause is not None and cause.rank not in self.targets and events is not None:
+            recorded = threading.Event()
+
+            def record() -> None:  # on the listener's thread, which owns the failures
+                self.events.record_failure(cause)
+                recorded.set()
+
+            events.post(record)
+            self._told_cause = recorded.wait(CAUSE_WAIT_S)
 
     def _ended_elsewhere(self) -> LaunchError:
         """The error of a launch that another node ended while ranks here still ran."""

@@ -77,7 +77,7 @@ def reply_of_outcome(done: dict[int, CellDone], cell: int, event: Result | Failu
     """Keep a launched rank's result or failure in ``done`` as its reply to command ``cell``
     (a failure another rank relays for it counts too, as its first)."""
     if isinstance(event, Result):
-        done[event.rank] = CellDone(event.rank, cell, value=event.data)
+        done[event.rank] = CellDone(event.rank, cell, value=event.data, at=event.at)
     elif event.rank not in done:
         done[event.rank] = CellDone(event.rank, cell, failure=event)
 

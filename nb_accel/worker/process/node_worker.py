@@ -36,13 +36,17 @@ from ..._messages import Failure
 from ...errors import LaunchError, is_peer_loss
 from ...runtime.device_types import device_type
 from ...runtime.device_types.group_backends import cpu_collectives_only
+from ...runtime.groups.remaking import let_go_of_process_group
+from ..debugging.awaiting import marked_as_awaiting
 from ..debugging.deadline import stop_watching
+from ..debugging.post_mortem import has_failure, wait_for_post_mortem
 from ..debugging.prompt_clock import CLOCK_VARIABLE
 from ..reporting.channel import EventChannel, current_channel
+from ..transfer.segments import SHARE_DIR_ENV
 from . import rank_group
 from .accelerate_env import accelerate_environment
 from .fd_forwarder import forward_file_descriptors
-from .lifecycle import RankStart, live_as_rank, send_flushed
+from .lifecycle import RankStart, StopRequested, live_as_rank, send_flushed
 from .outcomes import Outcome, deadline_failure, failure_event
 from .rank_group import OwnDeadline, bound_device, leave_process_group, use_rank_device
 from .spec import Payload, unpack_payload
@@ -53,6 +57,7 @@ __all__ = [
     "global_rank",
     "keep_store_for_readers",
     "node_worker_main",
+    "recorded_failure",
     "relay_death",
 ]
 
@@ -95,6 +100,8 @@ class NodeWorkerArgs:
         env: extra environment variables set before anything else.
         alone: whether this node's kernel sees only this node's workers (a launch with
             ``num_nodes``); not for a launch on hosts, whose kernel hears every node's.
+        post_mortem_s: if the function raises here, how long the worker waits, paused, for
+            the kernel's ``%debug`` (0: it ends at once); a launch on hosts without restarts.
     """
 
     address: str
@@ -108,6 +115,7 @@ class NodeWorkerArgs:
     payload: Payload
     env: dict[str, str] = field(default_factory=dict)
     alone: bool = True
+    post_mortem_s: float = 0.0
 
 
 def global_rank(node_rank: int, local_rank: int, per_node: int) -> int:
@@ -299,6 +307,22 @@ def relay_death(address: str, port: int, attempt: int, failure: Failure) -> None
     _publish(store, failure)
 
 
+def recorded_failure(address: str, port: int, attempt: int) -> Failure | None:
+    """What the ranks of attempt ``attempt`` recorded first in the workers' store at
+    ``address:port``: a failure, else a collective timeout (``None``: neither, or the store is
+    gone with its node). A node another node's end found with ranks still running says it."""
+
+    def read() -> Failure | None:
+        store = _attempt_store(address, port, attempt, RELAY_TIMEOUT_S)
+        for key in (_FIRST_FAILURE, _FIRST_TIMEOUT):
+            if store.check([key]):
+                found = pickle.loads(store.get(key))
+                return found if isinstance(found, Failure) else None
+        return None
+
+    return _within(RELAY_TIMEOUT_S + ANSWER_SLACK_S, read)[1]
+
+
 def keep_store_for_readers(address: str, port: int, attempt: int, ranks: int) -> None:
     """On the node hosting the workers' store (``address:port``), once its own workers of
     attempt ``attempt`` are done: when a failure was recorded there, wait until each of the
@@ -404,6 +428,34 @@ def _run_function(node: _Node) -> Any:
     return function(*fargs, **fkwargs)
 
 
+def _keeps_frames(node: _Node, failure: Failure) -> bool:
+    """Whether this rank waits for ``%debug`` after ``failure``: its own exception (not a
+    lost peer, nor a timeout: consequences of another rank's failure), in a launch whose
+    kernel keeps a rank for it."""
+    return (
+        node.args.post_mortem_s > 0
+        and failure.rank == node.rank
+        and not failure.is_timeout
+        and not is_peer_loss(failure.message)
+        and has_failure()
+    )
+
+
+def _wait_for_debugger(node: _Node, channel: EventChannel) -> None:
+    """Wait, marked for the agent (which then leaves this worker running), for the kernel to
+    open the debugger here; the process group is let go first, so that the ranks waiting
+    for this one fail at once."""
+    folder = node.args.env.get(SHARE_DIR_ENV)
+    if not folder:
+        return
+    try:
+        with marked_as_awaiting(folder):
+            let_go_of_process_group()
+            wait_for_post_mortem(channel, node.args.post_mortem_s)
+    except StopRequested:  # the kernel let it go
+        pass
+
+
 def node_worker_main(args: NodeWorkerArgs) -> None:
     """Run the launch's function as one rank of a multi-node group (elastic's entrypoint).
 
@@ -427,6 +479,8 @@ def node_worker_main(args: NodeWorkerArgs) -> None:
         settle=lambda outcome: _settle(node, outcome),
     )
     stop_watching()
+    if isinstance(outcome, Failure) and _keeps_frames(node, outcome):
+        _wait_for_debugger(node, channel)
     channel.close()
     if isinstance(outcome, Failure):
         os._exit(1)

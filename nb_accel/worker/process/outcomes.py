@@ -4,6 +4,7 @@ was a collective that outlasted the launch's timeout)."""
 
 from __future__ import annotations
 
+import time
 from types import TracebackType
 from typing import Any
 
@@ -73,6 +74,7 @@ def failure_event(rank: int, exc: BaseException, own_files: tuple[str, ...] = ()
         is_timeout=timed_out,
         timeout_s=applied_timeout_s() if timed_out else None,
         collective=found.describe() if found else "",
+        at=time.time(),
     )
 
 
@@ -94,6 +96,7 @@ def deadline_failure(
         timeout_s=applied_timeout_s(),
         collective=collective,
         at_prompt=at_prompt,
+        at=time.time(),
     )
 
 
@@ -105,7 +108,7 @@ def result_event(rank: int, value: Any) -> Outcome:
     except TypeError as refused:
         return failure_event(rank, refused)
     try:
-        return Result(rank, dumps_result(value))
+        return Result(rank, dumps_result(value), at=time.time())
     except Exception as exc:  # noqa: BLE001 - reported to the kernel
         error = TypeError(
             f"rank {rank} returned a {type(value).__name__} that cannot be sent back to the "

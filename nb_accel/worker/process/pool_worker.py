@@ -13,6 +13,7 @@ kernel sends :class:`~nb_accel._messages.Settle` before the next command.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import linecache
 import re
 import signal
@@ -247,4 +248,4 @@ def serve() -> None:
             done, stopped = _outcome(channel, command, space)
         if stopped:
             interrupted = command.cell
-        send_flushed(channel, done)
+        send_flushed(channel, dataclasses.replace(done, at=time.time()))  # when it ended
