@@ -221,6 +221,8 @@ def _agent_class() -> type:
             if self._held_for_debugger(worker_group):  # not looked at: torch would stop it
                 from torch.distributed.elastic.agent.server.api import RunResult, WorkerState
 
+                if self.watch is not None:
+                    self.watch.silence()  # the other nodes have gone, their store with them
                 return RunResult(state=WorkerState.HEALTHY)  # looked at once that worker ends
             result = super()._monitor_workers(worker_group)
             if self._ended_elsewhere(worker_group, result):

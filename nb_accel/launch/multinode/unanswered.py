@@ -58,6 +58,7 @@ class RendezvousWatch:
         self.closed = False
         self._stop = threading.Event()
         self._quiet = threading.Event()  # a rendezvous round runs: not a word to the store
+        self._silenced = False  # the run is over but for a worker left running
         self._asking = threading.Lock()  # held while a question is in flight
         self._thread = threading.Thread(
             target=self._run, name="nb_accel-rendezvous-watch", daemon=True
@@ -65,9 +66,16 @@ class RendezvousWatch:
 
     def __call__(self) -> int:
         """How many nodes were waiting to join at the last answer."""
-        if self._error is not None:
+        if self._error is not None and not self._silenced:
             raise self._error
         return self._last
+
+    def silence(self) -> None:
+        """Ask no more, and raise nothing: the run is over but for a worker the agent leaves
+        running (one that waits for ``%debug``), and the rendezvous no longer matters (its
+        store may have gone with the node that hosted it)."""
+        self._silenced = True
+        self._quiet.set()
 
     def start(self) -> None:
         """Start asking."""
