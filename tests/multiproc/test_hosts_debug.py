@@ -59,7 +59,9 @@ def test_debug_opens_on_the_raising_rank_on_its_host_and_then_nothing_is_left(
         wait_until(lambda: _on(machines, "node0") == [], "the other host's end")
         assert _on(machines, "node1"), "rank 3's host was not left running for %debug"
 
-        run, prompts = run_answering(client, "%debug", ["p weights", "p socket.gethostname()", "q"])
+        run, prompts = run_answering(
+            client, "%debug", ["p weights", "p __import__('socket').gethostname()", "q"]
+        )
         assert prompts == ["(Pdb rank 3) "] * 3, run.stdout + run.stderr
         assert "tensor([0., 3., 6., 9.])" in run.stdout and "'node1'" in run.stdout, run.stdout
         assert "node_worker" not in run.stdout  # the user's frames, not the worker's
