@@ -5,6 +5,7 @@ the post-mortem's end, or the next launch, stops it, and nothing is left on the 
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -59,11 +60,12 @@ def test_debug_opens_on_the_raising_rank_on_its_host_and_then_nothing_is_left(
         wait_until(lambda: _on(machines, "node0") == [], "the other host's end")
         assert _on(machines, "node1"), "rank 3's host was not left running for %debug"
 
-        run, prompts = run_answering(
-            client, "%debug", ["p weights", "p __import__('socket').gethostname()", "q"]
-        )
+        network = "p __import__('os').readlink('/proc/self/ns/net')"  # the rank's machine's
+        run, prompts = run_answering(client, "%debug", ["p weights", network, "q"])
         assert prompts == ["(Pdb rank 3) "] * 3, run.stdout + run.stderr
-        assert "tensor([0., 3., 6., 9.])" in run.stdout and "'node1'" in run.stdout, run.stdout
+        assert "tensor([0., 3., 6., 9.])" in run.stdout, run.stdout
+        here = os.readlink("/proc/self/ns/net")
+        assert "'net:[" in run.stdout and f"'{here}'" not in run.stdout, run.stdout  # on node1
         assert "node_worker" not in run.stdout  # the user's frames, not the worker's
         machines.settle()
         assert machines.processes() == []  # the post-mortem's end stopped its host
