@@ -204,7 +204,7 @@ USES: tuple[Use, ...] = (
             "torch.distributed.elastic.agent.server.api:_TERMINAL_STATE_SYNC_ID",
             "torch.distributed.elastic.agent.server.api:SimpleElasticAgent()._store",
         ),
-        ("launch/multinode/elastic_agent.py",),
+        ("launch/multinode/elastic_agent.py", "launch/multinode/exit_barrier.py"),
         "a node whose run failed checks in at the exit barrier as it leaves: torch's agent "
         "waits there only after a success, and the nodes whose ranks succeeded would wait "
         "for it the barrier's whole timeout; torch has no public call to check in",

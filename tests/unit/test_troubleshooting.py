@@ -173,7 +173,7 @@ PASSED_ON: dict[tuple[str, str], str] = {
         "a host's node ended on its own LaunchError or rendezvous error, with the host named"
     ),
     ("launch/launchers/left_open_runs.py", "{note}"): "end_runs_left_open's say(...) lines",
-    ("launch/multinode/elastic_agent.py", "{problems[0]}"): (
+    ("launch/multinode/node_meeting.py", "{problems[0]}"): (
         "a node's NodeNetwork.problem() text, exchanged between the nodes"
     ),
     ("launch/plan.py", "{note}"): "the plan's notes: FORK_FALLBACK_NOTE and the GPU advice",
