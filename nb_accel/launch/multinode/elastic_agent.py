@@ -400,6 +400,12 @@ def run_agent(
             result = agent.run()
         close_rendezvous = hosts_store or result.is_failed()
         if result.is_failed() and agent.alone:
+            # The other nodes learn of the end from the closed rendezvous: closed first, so
+            # that they still find this attempt's failure in the workers' store, which this
+            # node may host and keeps for them only a few seconds.
+            with watch.quiet():
+                returned_within(end_wait_s, handler.shutdown)
+            close_rendezvous = False
             agent.keep_store_for_readers()
         return result
     except SignalException:

@@ -313,6 +313,9 @@ def recorded_failure(address: str, port: int, attempt: int) -> Failure | None:
     gone with its node). A node another node's end found with ranks still running says it."""
 
     def read() -> Failure | None:
+        # a store gone with its node: said at once, without the store client's retries (and
+        # the errors it writes for each)
+        socket.create_connection((address, port), timeout=RELAY_TIMEOUT_S).close()
         store = _attempt_store(address, port, attempt, RELAY_TIMEOUT_S)
         for key in (_FIRST_FAILURE, _FIRST_TIMEOUT):
             if store.check([key]):
