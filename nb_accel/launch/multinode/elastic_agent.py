@@ -390,6 +390,7 @@ def run_agent(
     )
     agent.alone = not sees_other_nodes
     close_rendezvous = True
+    watching = True
     end_wait_s = END_WAIT_S
     watch = RendezvousWatch(handler, config.monitor_interval)
     handler.num_nodes_waiting = watch  # the agent's loop never waits for the store
@@ -403,8 +404,9 @@ def run_agent(
             # The other nodes learn of the end from the closed rendezvous: closed first, so
             # that they still find this attempt's failure in the workers' store, which this
             # node may host and keeps for them only a few seconds.
-            with watch.quiet():
-                returned_within(end_wait_s, handler.shutdown)
+            watch.stop(end_wait_s)  # not a word to the store while it closes
+            watching = False
+            returned_within(end_wait_s, handler.shutdown)
             close_rendezvous = False
             agent.keep_store_for_readers()
         return result
@@ -419,7 +421,8 @@ def run_agent(
             raise
         said = _no_space(problem)
     finally:
-        watch.stop(end_wait_s)
+        if watching:  # (a question in flight to a store cut off is waited for once)
+            watch.stop(end_wait_s)
         del handler.num_nodes_waiting  # the watch holds the handler: no cycle is left
         if close_rendezvous:
             returned_within(end_wait_s, handler.shutdown)
