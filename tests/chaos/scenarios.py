@@ -165,6 +165,11 @@ FOUND = (
     # asked on their own thread and now read afresh each time, undid the round's changes to
     # the handler's one state (the watch is now quiet while a round runs)
     Scenario(1112, "restarts", "sigkill", 1, 5, "start-up", 0.5),
+    # node 1 ran on 15 s after node 0's link was cut: its failed run waited, one after the
+    # other, for its check-in at the exit barrier (2 s), a question of its rendezvous watch
+    # to the cut-off store (5 s, twice) and its rendezvous' close (5 s); now half a second,
+    # then 5 s once, then the close
+    Scenario(8044, "nodes", "link-cut", 0, 3, "teardown", 1.5),
     # (the covering set's seed 83, slurm / interrupt at start-up, once left scontrol a zombie
     # of the kernel: the interrupt struck as the kernel asked SLURM for a node's address; its
     # test is tests/unit/test_short_commands.py, which strikes there every time, and the
