@@ -220,6 +220,11 @@ FOUND = (
     # now reads the timeout node 1's rank left in the workers' store and says that rank 0 did
     # not arrive, being still running, where it was. Its test is
     # tests/multiproc/test_multinode.py, whose node 0 ranks are busy in their own code)
+    # (seed 8140, nodes / sigstop, rank 0 at step 5, in a soak of the three shards at once:
+    # node 1's rank timed out waiting for frozen rank 0, and node 0, now saying node 1's
+    # timeout, said rank 0 "was still running": the ranks its agent found frozen as it
+    # stopped them are now said frozen. Its test is tests/multiproc/test_multinode.py, whose
+    # node 0 rank 0 stops itself)
     # (seed 7373, ssh / print-flood, rank 0 at step 5, in the same soak: rank 0 returned
     # after rank 1's timeout, but its result, behind its 100 MB of output on its host's
     # channel, was read in the same look as the timeout, and the error said rank 0 "had

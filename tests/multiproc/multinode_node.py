@@ -107,6 +107,10 @@ def work(scenario: str) -> dict[str, Any] | None:
         os.kill(os.getpid(), signal.SIGKILL)
     if scenario == "stuck" and accelerator.local_process_index == rank:  # node 0's ranks
         loop_in_own_code(30.0)
+    if scenario == "frozen" and accelerator.local_process_index == rank:  # node 0's ranks
+        if rank == 0:
+            os.kill(os.getpid(), signal.SIGSTOP)  # frozen until the agent stops it
+        loop_in_own_code(30.0)
     if scenario == "restart" and rank == 3 and attempt == 0:
         raise RuntimeError("first attempt fails")
     if scenario == "late":
@@ -120,7 +124,7 @@ def work(scenario: str) -> dict[str, Any] | None:
         woken_by = time.monotonic() + 20  # the test interrupts a node meanwhile
         while not os.path.exists(os.path.join(folder, "wake")) and time.monotonic() < woken_by:
             time.sleep(0.05)
-    if scenario in ("fail", "restart", "sleep", "die", "stuck", "late"):
+    if scenario in ("fail", "restart", "sleep", "die", "stuck", "late", "frozen"):
         dist.barrier()
     answer = input(f"name of rank {rank}? ") if scenario == "ask" and rank == 3 else ""
     gathered = accelerator.gather(torch.tensor([rank]))

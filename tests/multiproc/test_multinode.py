@@ -214,6 +214,16 @@ def test_a_node_whose_ranks_are_busy_in_their_own_code_ends_when_another_node_en
 
 
 @pytest.mark.timeout(200)
+def test_a_frozen_rank_on_the_node_another_node_ended_is_said_frozen(tmp_path: Path) -> None:
+    # seed 8140 of the chaos campaign: node 0 said its frozen rank 0 "was still running"
+    node0, node1 = _two_nodes(tmp_path, "frozen", "num_nodes=2", "timeout=3")
+    assert node1.get("error") == "CollectiveTimeoutError", node1  # ranks 2-3 gave up waiting
+    assert node0.get("error") == "CollectiveTimeoutError", node0
+    assert "rank 0 was frozen" in node0["message"], node0
+    assert "rank 1 was still running" in node0["message"], node0
+
+
+@pytest.mark.timeout(200)
 def test_max_restarts_restarts_the_group_after_a_failure(tmp_path: Path) -> None:
     node0, node1 = _two_nodes(tmp_path, "restart", "num_nodes=2", "max_restarts=1")
     assert "error" not in node0 and "error" not in node1, (node0, node1)

@@ -321,6 +321,11 @@ class NodeRanks(PoolRanks):
             "were stopped, since the others will not come back to their collectives"
         )
 
+    def frozen(self, ranks: list[int]) -> list[int]:
+        """Those of ``ranks`` that were frozen when the agent stopped them (see
+        :meth:`locate`)."""
+        return [rank for rank in ranks if rank in self._frozen_at]
+
     def stacks(
         self, ranks: list[int], collectives: bool, within_s: float | None = None
     ) -> dict[int, RankStack]:
