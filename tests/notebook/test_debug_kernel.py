@@ -327,13 +327,13 @@ def test_input_in_a_cell_is_asked_in_the_notebook_rank_by_rank() -> None:
 STUCK_AFTER_RAISING = """
 import time, psutil
 import nb_accel.launch.debugging.kept_rank as kept_rank
-import nb_accel.worker.process.entrypoint as entrypoint
+import nb_accel.worker.process.lifecycle as lifecycle
 from nb_accel import notebook_launcher
 
 kept_rank.FIRST_WORDS_S = 3.0
 
 def train():
-    entrypoint.let_go_of_process_group = lambda: time.sleep(600)  # it hangs on its way to pdb
+    lifecycle.let_go_of_process_group = lambda: time.sleep(600)  # it hangs on its way to pdb
     raise ValueError("stuck")
 
 notebook_launcher(train, num_processes=1)

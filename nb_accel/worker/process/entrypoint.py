@@ -19,11 +19,11 @@ import torch.distributed as dist
 from ..._messages import Result
 from ...runtime.device_types.group_backends import cpu_collectives_only
 from ..debugging.deadline import stop_watching
-from ..debugging.post_mortem import has_failure, wait_for_post_mortem
+from ..debugging.post_mortem import has_failure
 from ..reporting.channel import EventChannel, current_channel
 from . import rank_group
 from .fd_forwarder import faulthandler_to_stderr
-from .lifecycle import RankStart, StopRequested, live_as_rank, send_flushed
+from .lifecycle import RankStart, await_post_mortem, live_as_rank, send_flushed
 from .outcomes import deadline_failure, failure_event, result_event
 from .rank_group import OwnDeadline, bound_device, leave_process_group, use_rank_device
 from .regroup import (
@@ -31,7 +31,6 @@ from .regroup import (
     Settle,
     join_process_group,
     keep_root_store,
-    let_go_of_process_group,
 )
 from .spec import WorkerArgs, unpack_payload
 from .trainer_support import reached_by, set_up_training_arguments
@@ -125,11 +124,7 @@ def run_worker(
     stop_watching()
     ok = isinstance(outcome, Result)
     if not ok and args.post_mortem_s > 0 and has_failure():
-        try:
-            let_go_of_process_group()  # the ranks waiting for this one fail at once
-            wait_for_post_mortem(channel, args.post_mortem_s)
-        except StopRequested:  # the kernel let it go
-            pass
+        await_post_mortem(channel, args.post_mortem_s)
     if ok:
         try:
             leave_process_group()

@@ -38,7 +38,7 @@ from ...runtime.rank_local import install_stream
 from ...runtime.state import reset_all_states
 from ...runtime.tracking.open_runs import finish_open_trackers
 from ..debugging.breakpoints import DebuggerQuit, install_prompts, quit_explained
-from ..debugging.post_mortem import keep_failure
+from ..debugging.post_mortem import keep_failure, wait_for_post_mortem
 from ..reporting.channel import EventChannel, set_current_channel
 from ..reporting.collective_trail import answer_collective_requests, enable_flight_recorder
 from ..reporting.foreign_bars import report_plain_bars
@@ -51,12 +51,13 @@ from ..transfer.segments import share_dir
 from .accelerate_env import forget_accelerate_state
 from .outcomes import Outcome, failure_event, result_event
 from .rank_group import forget_inherited_process_group
-from .regroup import abort_for_failed_peer
+from .regroup import abort_for_failed_peer, let_go_of_process_group
 from .trainer_support import support_trainer
 
 __all__ = [
     "RankStart",
     "StopRequested",
+    "await_post_mortem",
     "Explain",
     "become_rank",
     "open_channel",
@@ -105,6 +106,18 @@ class StopRequested(BaseException):
     was interrupted, the elastic agent tears the group down): the function unwinds, so that
     the trackers it left open are finished before the process ends. Nothing is reported for
     it: the kernel already knows why it stops the worker."""
+
+
+def await_post_mortem(channel: EventChannel, limit_s: float) -> None:
+    """After the launch's function raised here: let the process group go (the ranks waiting
+    for this one fail at once), then wait up to ``limit_s`` for the kernel's ``%debug`` on
+    these frames (:func:`~..debugging.post_mortem.wait_for_post_mortem`); the kernel's stop
+    ends the wait."""
+    try:
+        let_go_of_process_group()
+        wait_for_post_mortem(channel, limit_s)
+    except StopRequested:  # the kernel let it go
+        pass
 
 
 #: The worker whose SIGTERM handler this is (a process the function forks inherits it).

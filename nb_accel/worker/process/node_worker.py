@@ -36,17 +36,16 @@ from ..._messages import Failure
 from ...errors import LaunchError, is_peer_loss
 from ...runtime.device_types import device_type
 from ...runtime.device_types.group_backends import cpu_collectives_only
-from ...runtime.groups.remaking import let_go_of_process_group
 from ..debugging.awaiting import marked_as_awaiting
 from ..debugging.deadline import stop_watching
-from ..debugging.post_mortem import has_failure, wait_for_post_mortem
+from ..debugging.post_mortem import has_failure
 from ..debugging.prompt_clock import CLOCK_VARIABLE
 from ..reporting.channel import EventChannel, current_channel
 from ..transfer.segments import SHARE_DIR_ENV
 from . import rank_group
 from .accelerate_env import accelerate_environment
 from .fd_forwarder import forward_file_descriptors
-from .lifecycle import RankStart, StopRequested, live_as_rank, send_flushed
+from .lifecycle import RankStart, await_post_mortem, live_as_rank, send_flushed
 from .outcomes import Outcome, deadline_failure, failure_event
 from .rank_group import OwnDeadline, bound_device, leave_process_group, use_rank_device
 from .spec import Payload, unpack_payload
@@ -451,12 +450,8 @@ def _wait_for_debugger(node: _Node, channel: EventChannel) -> None:
     folder = node.args.env.get(SHARE_DIR_ENV)
     if not folder:
         return
-    try:
-        with marked_as_awaiting(folder):
-            let_go_of_process_group()
-            wait_for_post_mortem(channel, node.args.post_mortem_s)
-    except StopRequested:  # the kernel let it go
-        pass
+    with marked_as_awaiting(folder):
+        await_post_mortem(channel, node.args.post_mortem_s)
 
 
 def node_worker_main(args: NodeWorkerArgs) -> None:
