@@ -117,6 +117,13 @@ def work(scenario: str) -> dict[str, Any] | None:
         pids = accelerator.gather(torch.tensor([os.getpid()])).tolist()
         if accelerator.local_process_index == rank:  # node 0's ranks come late
             wait_until_ended(pids[accelerator.num_processes // 2 :])
+    if scenario == "crossed":  # node 1's ranks wait for a message node 0's never send
+        pids = accelerator.gather(torch.tensor([os.getpid()])).tolist()
+        half = accelerator.num_processes // 2
+        if accelerator.local_process_index == rank:  # node 0's: the barrier, once node 1 ended
+            wait_until_ended(pids[half:])
+        else:
+            dist.recv(torch.zeros(1), src=rank - half)
     if scenario == "sleep":
         print("ready", flush=True)
         folder = os.environ[ASLEEP_FOLDER]
@@ -124,7 +131,7 @@ def work(scenario: str) -> dict[str, Any] | None:
         woken_by = time.monotonic() + 20  # the test interrupts a node meanwhile
         while not os.path.exists(os.path.join(folder, "wake")) and time.monotonic() < woken_by:
             time.sleep(0.05)
-    if scenario in ("fail", "restart", "sleep", "die", "stuck", "late", "frozen"):
+    if scenario in ("fail", "restart", "sleep", "die", "stuck", "late", "frozen", "crossed"):
         dist.barrier()
     answer = input(f"name of rank {rank}? ") if scenario == "ask" and rank == 3 else ""
     gathered = accelerator.gather(torch.tensor([rank]))

@@ -469,3 +469,19 @@ def test_a_rank_that_comes_late_to_a_collective_another_node_gave_up_on_is_named
     said = node0["message"]
     assert "Connection closed" not in said, node0
     assert f"rank 0 {CAME_LATE}; rank 1 {CAME_LATE}" in said, node0  # late, not a lost peer
+
+
+@pytest.mark.timeout(200)
+def test_ranks_in_another_collective_than_the_one_that_timed_out_are_not_named_late(
+    tmp_path: Path,
+) -> None:
+    # node 1's ranks time out in a receive; node 0's ranks were never to call it: they call a
+    # barrier (here once node 1 ended). Each says the collective it was in (the chaos campaign's
+    # seed 8034), not that it came late to the receive
+    node0, node1 = _two_nodes(tmp_path, "crossed", "num_nodes=2", "timeout=3", "monitor_interval=2")
+    assert node1.get("error") == "CollectiveTimeoutError", node1
+    assert node0.get("error") == "CollectiveTimeoutError", node0
+    said = node0["message"]
+    assert CAME_LATE not in said and "Connection closed" not in said, node0
+    assert "rank 0 in barrier" in said and "rank 1 in barrier" in said, node0
+    assert "in recv (point-to-point)" in said, node0  # where node 1's rank gave up

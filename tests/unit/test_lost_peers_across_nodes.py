@@ -16,8 +16,9 @@ import pytest
 import torch.distributed as dist
 
 from nb_accel._messages import Failure
-from nb_accel.worker.process import node_worker
+from nb_accel.worker.process import node_worker, outcomes
 from nb_accel.worker.process.node_worker import NodeWorkerArgs
+from nb_accel.worker.reporting.collective_trail import LastCollective
 
 LOST = "[gloo/transport/tcp/pair.cc:553] Connection closed by peer [10.0.0.2]:4242"
 
@@ -112,3 +113,32 @@ def test_on_hosts_the_kernel_hears_every_node_and_the_lost_connection_stays_as_i
     node = _node(store, monkeypatch, rank=0, alone=False)
     said = node_worker._failure(node, _collective_failed(LOST), ())
     assert said.message == LOST  # the kernel judges it with the others' failures
+
+
+@pytest.mark.parametrize(
+    ("gave_up_in", "late"), [("recv (point-to-point)", False), ("all_reduce #8", True)]
+)
+@pytest.mark.timeout(60)
+def test_a_rank_waiting_in_another_collective_than_the_one_that_timed_out_says_its_own_wait(
+    store: Any,
+    channel: _Channel,
+    monkeypatch: pytest.MonkeyPatch,
+    gave_up_in: str,
+    late: bool,
+) -> None:
+    in_all_reduce = LastCollective("all_reduce", 8, state="completed")  # as its own rank saw it
+    monkeypatch.setattr(outcomes, "collective_raised_in", lambda exc: in_all_reduce)
+    other = _node(store, monkeypatch, rank=1)
+    gave_up = dataclasses.replace(_timeout_of_rank_1(), collective=gave_up_in)
+    node_worker._settle(other, gave_up)
+    said = node_worker._failure(_node(store, monkeypatch, rank=0), _collective_failed(LOST), ())
+    assert channel.sent == [dataclasses.replace(gave_up, host=other.host)]  # either way
+    if late:  # in the collective rank 1 gave up on: the kernel says rank 0 came late
+        assert said.message == LOST and not said.is_timeout
+        return
+    assert said.is_timeout and said.collective == "all_reduce #8, finished", said
+    assert said.message == (
+        "rank 0 was waiting in all_reduce #8 when rank 1, waiting for it in recv "
+        "(point-to-point), gave up: the ranks called different collectives"
+    )
+    assert "_collective_failed" in said.traceback  # where the rank called it

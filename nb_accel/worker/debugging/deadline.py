@@ -27,7 +27,12 @@ from collections.abc import Callable
 from types import FrameType
 
 from ...runtime.process_group import FAR_TIMEOUT, keep_own_deadline
-from ..reporting.collective_trail import LastCollective, collective_in_flight
+from ..reporting.collective_trail import (
+    C10D_FILE,
+    POINT_TO_POINT,
+    LastCollective,
+    collective_in_flight,
+)
 from .prompt_clock import prompt_open, prompt_seconds
 
 __all__ = [
@@ -50,10 +55,6 @@ Expired = Callable[[str, str, str, bool], None]
 Pending = Callable[[], "tuple[int, LastCollective] | None"]
 
 _PACKAGE = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-#: torch's module of collectives, whose functions a waiting thread is inside.
-_C10D_FILE = os.path.join("torch", "distributed", "distributed_c10d.py")
-#: Its blocking point-to-point functions (gloo does not record them in the flight recorder).
-_P2P = frozenset({"send", "recv"})
 
 _active: list[CollectiveDeadline] = []
 
@@ -151,8 +152,8 @@ class CollectiveDeadline:
         frame = sys._current_frames().get(self._waiting_thread)
         if (
             frame is None
-            or frame.f_code.co_name not in _P2P
-            or not frame.f_code.co_filename.endswith(_C10D_FILE)
+            or frame.f_code.co_name not in POINT_TO_POINT
+            or not frame.f_code.co_filename.endswith(C10D_FILE)
         ):
             self._frame = None
             return None

@@ -46,7 +46,7 @@ from . import rank_group
 from .accelerate_env import accelerate_environment
 from .fd_forwarder import forward_file_descriptors
 from .lifecycle import RankStart, await_post_mortem, live_as_rank, send_flushed
-from .outcomes import Outcome, deadline_failure, failure_event
+from .outcomes import Outcome, deadline_failure, failure_event, waited_in_another
 from .rank_group import OwnDeadline, bound_device, leave_process_group, use_rank_device
 from .spec import Payload, unpack_payload
 from .trainer_support import set_up_training_arguments
@@ -357,16 +357,20 @@ def _report_timeout(
 
 def _failure(node: _Node, exc: BaseException, own_files: tuple[str, ...]) -> Failure:
     """What to report for ``exc``: another rank's original failure when this one only
-    followed from it (a lost connection), else this rank's own, marked with its host."""
+    followed from it (a lost connection), else this rank's own, marked with its host. After a
+    timeout elsewhere, this rank's own: its lost connection (it came late to that collective)
+    or its wait in another collective."""
     own = _with_host(failure_event(node.rank, exc, own_files), node.host)
     lost = is_peer_loss(own.message) and not own.is_timeout
     # a rank that timed out looks once: a failure that kept a rank away was recorded before
     first = node.peer_failure(PEER_FAILURE_WAIT_S if lost else 0.0, timeouts=lost)
-    if first is not None and first.is_timeout:  # it gave up waiting for this rank: late
+    if first is not None and first.is_timeout:  # it gave up waiting for this rank
         channel = current_channel()
         if channel is not None:  # the kernel judges both, as one node's would
             send_flushed(channel, first)
-        return own
+        # late to that collective, or waiting in another one (seed 8034)
+        waited = waited_in_another(node.rank, exc, first, own_files) if lost else None
+        return own if waited is None else _with_host(waited, node.host)
     if first is None and lost and node.args.alone and node.args.num_nodes > 1:
         return _left_first(node, exc, own_files)
     if first is not None and first.type_name == "builtins.KeyboardInterrupt":

@@ -4,6 +4,7 @@ was a collective that outlasted the launch's timeout)."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from types import TracebackType
 from typing import Any
@@ -12,11 +13,18 @@ import torch.distributed as dist
 
 from ..._messages import Failure, Result
 from ...runtime.process_group import applied_timeout_s
-from ..reporting.collective_trail import last_collective
+from ..reporting.collective_trail import collective_raised_in
 from .folded_frames import folded_traceback
 from .returns import check_returnable, dumps_result
 
-__all__ = ["Outcome", "deadline_failure", "failure_event", "result_event", "is_timeout_error"]
+__all__ = [
+    "Outcome",
+    "deadline_failure",
+    "failure_event",
+    "result_event",
+    "is_timeout_error",
+    "waited_in_another",
+]
 
 #: What a rank's function came to: its return value, ready to travel, or its failure.
 Outcome = Result | Failure
@@ -64,7 +72,7 @@ def failure_event(rank: int, exc: BaseException, own_files: tuple[str, ...] = ()
         message = f"<str() of {type(exc).__name__} failed>"
     data = _pickled(exc)
     timed_out = is_timeout_error(exc)
-    found = last_collective() if timed_out else None
+    found = collective_raised_in(exc) if timed_out else None
     return Failure(
         rank=rank,
         type_name=f"{type(exc).__module__}.{type(exc).__qualname__}",
@@ -98,6 +106,35 @@ def deadline_failure(
         at_prompt=at_prompt,
         at=time.time(),
     )
+
+
+def waited_in_another(
+    rank: int, exc: BaseException, gave_up: Failure, own_files: tuple[str, ...] = ()
+) -> Failure | None:
+    """Rank ``rank``'s own wait, as a timeout, when its collective failed with ``exc`` (its
+    connections closed) because the rank of ``gave_up`` timed out waiting for it in another
+    collective: the two called different collectives, and this one was not late to the
+    other's (``None``: it was in that same collective, or either is not known)."""
+    mine = collective_raised_in(exc)
+    if mine is None or not gave_up.collective:
+        return None
+    own = mine.describe()
+    if _base(own) == _base(gave_up.collective):
+        return None
+    message = (
+        f"rank {rank} was waiting in {_base(own)} when rank {gave_up.rank}, waiting for it in "
+        f"{_base(gave_up.collective)}, gave up: the ranks called different collectives"
+    )
+    waited = failure_event(rank, TimeoutError(message).with_traceback(exc.__traceback__), own_files)
+    return dataclasses.replace(
+        waited, is_timeout=True, timeout_s=applied_timeout_s(), collective=own
+    )
+
+
+def _base(described: str) -> str:
+    """A collective as :meth:`LastCollective.describe` says it, without its state (one rank
+    may see it finished where another does not): ``all_reduce #3``."""
+    return described.split(", ")[0]
 
 
 def result_event(rank: int, value: Any) -> Outcome:

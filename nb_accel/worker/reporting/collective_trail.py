@@ -37,6 +37,9 @@ __all__ = [
     "answer_collective_requests",
     "answer_file",
     "answer_once",
+    "C10D_FILE",
+    "POINT_TO_POINT",
+    "collective_raised_in",
     "enable_flight_recorder",
     "last_collective",
     "request_file",
@@ -56,6 +59,11 @@ ABORT = b"!"
 
 #: The process groups torch names by default (not worth saying).
 _DEFAULT_GROUPS = frozenset({"default_pg", "undefined", ""})
+
+#: torch's module of collectives, whose functions a waiting thread is inside.
+C10D_FILE = os.path.join("torch", "distributed", "distributed_c10d.py")
+#: Its blocking point-to-point functions (gloo does not record them in the flight recorder).
+POINT_TO_POINT = frozenset({"send", "recv"})
 
 #: Aborts this process's collectives, from a thread other than the one waiting in them.
 Abort = Callable[[], None]
@@ -172,6 +180,21 @@ def last_collective() -> LastCollective | None:
     off, or a torch without it)."""
     entries = _recorded_entries()
     return _described(_newest(entries)) if entries else None
+
+
+def collective_raised_in(exc: BaseException) -> LastCollective | None:
+    """The collective ``exc`` was raised in: a blocking ``send`` or ``recv`` where its
+    traceback ends in one (the flight recorder has none of gloo's), else the newest the flight
+    recorder has (``None``: neither known)."""
+    tb, call = exc.__traceback__, ""
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        if code.co_filename.endswith(C10D_FILE):
+            call = code.co_name
+        tb = tb.tb_next
+    if call in POINT_TO_POINT:
+        return LastCollective(op=call, sequence=0, point_to_point=True)
+    return last_collective()
 
 
 def recorder_available() -> bool:
