@@ -7,9 +7,10 @@ Run from the repository root::
 The baseline's package is exported (``git archive``) to a temporary folder; the working tree is
 the other contender. Both are measured with this tree's ``benchmarks/launch.py``,
 ``benchmarks/step.py``, ``benchmarks/magic.py`` (an empty cell through a real kernel, whose
-pool's workers inherit the path) and ``benchmarks/late_rank.py`` (a rank late in its own code,
-in each way of running ranks), the same measuring code, each run in a fresh interpreter whose
-``PYTHONPATH`` puts one version first. The versions alternate (ABBA order) for ``--repeats``
+pool's workers inherit the path), ``benchmarks/late_rank.py`` (a rank late in its own code,
+in each way of running ranks) and ``benchmarks/warm.py`` (a warm launch and its floor), the
+same measuring code, each run in a fresh interpreter whose ``PYTHONPATH`` puts one version
+first. The versions alternate (ABBA order) for ``--repeats``
 rounds, so a slow spell of the machine falls on both; the table gives the median of each
 figure over the rounds, after / before, and each version's spread (lowest to highest round).
 """
@@ -44,6 +45,16 @@ FIGURES = {
         ("empty %%distributed cell, median ms", r"^\s+%%distributed cell\s+([\d.]+)\s+[\d.]+$"),
         ("its overhead on a plain cell, ms", r"^\s+overhead: ([\d.-]+) ms median"),
     ],
+    "warm": [
+        (
+            "warm launch, back to back, ms",
+            r"^warm launch, back to back \(no fork in between\)\s+([\d.]+)",
+        ),
+        (
+            "its floor: an empty command, ms",
+            r"^\s+floor: an empty command to the same workers\s+([\d.]+)",
+        ),
+    ],
     "late_rank": [
         (f"late rank, {style}: to the error, s", rf"^{style}\s+([\d.]+)\s")
         for style in ("cold launch", "warm launch", "pool cell", "agent launch")
@@ -54,6 +65,7 @@ COMMANDS = {
     "step": ["benchmarks/step.py", "--rounds", "20", "--runs", "1"],
     "magic": ["benchmarks/magic.py", "--rounds", "60", "--warmup", "10", "--no-load"],
     "late_rank": ["benchmarks/late_rank.py", "--rounds", "2"],
+    "warm": ["benchmarks/warm.py", "--rounds", "30", "--runs", "1", "--huge-gb", "0"],
 }
 
 

@@ -36,6 +36,7 @@ import torch.distributed as dist
 
 import nb_accel
 from nb_accel import notebook_launcher
+from nb_accel.launch.warm.kept import kept_pool
 from nb_accel.worker.transfer.segments import shared_root
 
 TARGET_MS = 3.0
@@ -83,6 +84,9 @@ def one_run(rounds: int, huge_gb: float) -> dict[str, float]:
         for name, call in order if index % 2 == 0 else order[::-1]:
             times[name].append(_timed(call))
     back_to_back = [_timed(warm) for _ in range(rounds)]  # no cold fork in between
+    pool = kept_pool()
+    assert pool is not None
+    empty_command = [_timed(lambda: pool.execute("pass")) for _ in range(rounds)]
     kernel = psutil.Process()
     workers = kernel.children(recursive=True)
     fds, rss = kernel.num_fds(), sum(w.memory_info().rss for w in workers)
@@ -115,6 +119,7 @@ def one_run(rounds: int, huge_gb: float) -> dict[str, float]:
         "cold_spawn": statistics.median(cold_spawn),
         "warm_spawn": statistics.median(warm_spawn),
         "back_to_back": statistics.median(back_to_back),
+        "empty_command": statistics.median(empty_command),
         "cold": statistics.median(times["cold"]),
         "warm": statistics.median(times["warm"]),
         "ratio": statistics.median(
@@ -171,6 +176,7 @@ def main() -> None:
     print(f"{'warm launch (reuse_workers=True)':52} {cell('warm')}")
     print(f"{'warm / cold, paired per round':52} {cell('ratio', 1.0)}")
     print(f"{'warm launch, back to back (no fork in between)':52} {cell('back_to_back')}")
+    print(f"{'  floor: an empty command to the same workers':52} {cell('empty_command')}")
     print(f"{'cold launch, spawn (the baseline)':52} {cell('cold_spawn')}")
     print(f"{'warm launch, workers started by spawn':52} {cell('warm_spawn')}")
     print(f"{'warm launch with a 400 MB tensor, first time':52} {cell('big_first')}")

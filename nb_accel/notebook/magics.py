@@ -285,6 +285,8 @@ class DistributedMagics(Magics):  # type: ignore[misc]
             return self._start(WorkerPool(**given))
         if not pool.running:
             raise UsageError("the pool has stopped (a rank died): %distributed restart")
+        if not given:  # a cell without flags runs on the pool as it is
+            return pool
         wanted = resolve_spec(pool.spec.with_options(**given), pool=True)
         shape, parser = pool.spec.shape, self.distributed.parser
         if wanted.shape == shape:

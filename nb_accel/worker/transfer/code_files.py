@@ -18,6 +18,8 @@ from typing import Any, ClassVar
 
 import cloudpickle
 
+from nb_accel.worker.transfer.submodules import remember_submodules
+
 __all__ = ["LIBRARY_ROOTS", "CodePickler", "dumps", "installed_code"]
 
 #: Folders of code that is not the user's: installed packages, the standard library; the
@@ -47,6 +49,7 @@ def installed_code(path: str) -> bool:
 #: What cloudpickle writes in place of a code object's file name.
 _PLACEHOLDER = "<dynamic-code>"
 _cloudpickle_code_reduce = cloudpickle.Pickler.dispatch_table[types.CodeType]
+remember_submodules()  # cloudpickle's search of sys.modules, once per set of modules
 
 
 def _code_reduce(code: types.CodeType) -> Any:
