@@ -193,9 +193,13 @@ def test_an_interrupt_stops_the_function_and_keeps_the_workers(tmp_path: Path) -
     assert [r[0] for r in after] == before and [r[2] for r in after] == [2, 2]
 
 
+@pytest.mark.parametrize("workers_first", [False, True], ids=["inherited", "imported_later"])
 def test_a_users_module_changed_on_disk_runs_in_its_new_version(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers_first: bool
 ) -> None:
+    nb_accel.stop_workers()
+    if workers_first:  # the workers import the module when the function first reaches them
+        _warm(where_and_what, 1)
     module = tmp_path / "nb_test_own_module.py"
     module.write_text("def version():\n    return 'first'\n")
     monkeypatch.syspath_prepend(str(tmp_path))

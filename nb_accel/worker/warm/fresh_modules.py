@@ -34,6 +34,8 @@ class StaleModuleError(ImportError):
 #: The names of ``sys.modules`` already looked at (only new names are looked at: resolving
 #: every module's path at each launch would cost more than the launch).
 _checked: set[str] = set()
+#: ``sys.modules``' names at the last look.
+_last_seen: tuple[str, ...] = ()
 
 
 def _own_file(module: ModuleType) -> str | None:
@@ -47,6 +49,11 @@ def _own_file(module: ModuleType) -> str | None:
 def note_new_modules() -> None:
     """Note the user's modules this worker loaded since the last look, as they are now (after
     a launch, the modules its function imported; at the start, those inherited)."""
+    global _last_seen  # noqa: PLW0603 - one worker, one sys.modules
+    names = tuple(sys.modules)
+    if names == _last_seen:  # no module came or went since the last look
+        return
+    _last_seen = names
     for name in sys.modules.keys() - _checked:
         _checked.add(name)
         module = sys.modules.get(name)
@@ -56,6 +63,11 @@ def note_new_modules() -> None:
                 _loaded[name] = (path, os.stat(path).st_mtime_ns)
             except OSError:
                 continue
+
+
+def _forget_last_look() -> None:
+    global _last_seen  # noqa: PLW0603 - one worker, one sys.modules
+    _last_seen = ()
 
 
 def reload_changed_modules() -> list[str]:
@@ -71,6 +83,7 @@ def reload_changed_modules() -> list[str]:
         if module is None:  # forgotten since: imported afresh when asked again
             del _loaded[name]
             _checked.discard(name)
+            _forget_last_look()
             continue
         try:
             now = os.stat(path).st_mtime_ns
