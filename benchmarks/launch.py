@@ -301,8 +301,9 @@ def print_header(args: argparse.Namespace) -> None:
         f"{stamp}; {os.cpu_count()} CPU cores, {gpu}; Python {platform.python_version()}, "
         f"torch {torch.__version__}, nb_accel {nb_accel.__version__}"
     )
+    sizes = ", ".join(str(size) for size in args.processes)
     print(
-        f"{WORLD_SIZE} processes, fork, gloo; {args.rounds} rounds after {args.warmup} "
+        f"{sizes} processes, fork, gloo; {args.rounds} rounds after {args.warmup} "
         f"warm-up rounds, contenders alternating\n"
     )
 
@@ -311,7 +312,7 @@ def print_launch_table(samples: dict[str, list[float]], floor_name: str) -> None
     """Median, p90 and ratio to the floor's median for every contender."""
     floor_median = statistics.median(samples[floor_name])
     width = max(len(name) for name in samples)
-    print("Launch + teardown, barrier on 2 ranks")
+    print(f"Launch + teardown, barrier on {WORLD_SIZE} ranks")
     print(f"{'contender':<{width}}  {'median s':>8}  {'p90 s':>7}  {'vs floor':>8}")
     for name, values in samples.items():
         median = statistics.median(values)
@@ -366,25 +367,40 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--sleep", type=float, default=5.0, help="seconds rank 0 sleeps while rank 1 fails"
     )
     parser.add_argument("--no-accelerate", action="store_true", help="skip Accelerate")
+    parser.add_argument(
+        "--processes",
+        type=int,
+        nargs="+",
+        default=[2],
+        help="ranks per launch: a launch table for each (the failure table runs with 2)",
+    )
     args = parser.parse_args(argv)
     if args.rounds < 1 or args.warmup < 0 or args.failure_rounds < 0:
         parser.error("--rounds must be >= 1, --warmup and --failure-rounds >= 0")
+    if any(size < 2 for size in args.processes):
+        parser.error("--processes must be 2 or more")
     return args
 
 
 def main(argv: list[str] | None = None) -> None:
     """Run both benchmarks and print their tables."""
+    global WORLD_SIZE  # noqa: PLW0603 - the forked ranks read the launch's size here
     args = parse_args(argv)
     print_header(args)
-    contenders = [Contender(FLOOR_NAME, launch_floor), Contender(NB_NAME, launch_nb_accel)]
-    accel = accelerate_contender() if not args.no_accelerate else "Accelerate: skipped by flag"
-    if isinstance(accel, Contender):
-        contenders.append(accel)
-    else:
-        print(f"{accel}\n")
-    samples = time_launches(contenders, args.rounds, args.warmup)
-    print_launch_table(samples, FLOOR_NAME)
-    print_launch_targets(samples, FLOOR_NAME, accel.name if isinstance(accel, Contender) else None)
+    for size in args.processes:
+        WORLD_SIZE = size
+        contenders = [Contender(FLOOR_NAME, launch_floor), Contender(NB_NAME, launch_nb_accel)]
+        accel = accelerate_contender() if not args.no_accelerate else "Accelerate: skipped"
+        if isinstance(accel, Contender):
+            contenders.append(accel)
+        else:
+            print(f"{accel}\n")
+        samples = time_launches(contenders, args.rounds, args.warmup)
+        print_launch_table(samples, FLOOR_NAME)
+        accel_name = accel.name if isinstance(accel, Contender) else None
+        print_launch_targets(samples, FLOOR_NAME, accel_name)
+        print()
+    WORLD_SIZE = 2
     if args.failure_rounds:
         print_failure_table(time_failures(args.failure_rounds, args.sleep), args.sleep)
 
