@@ -10,6 +10,10 @@ the baseline) and an empty ``%%distributed`` cell (``pass`` on both ranks) are e
 timed from the execute request to the kernel's reply. The overhead is the difference of the
 medians (and of the 95th percentiles). Targets: ≤ 2 ms median, ≤ 10 ms p95.
 
+Inside the kernel, the same empty ``%%distributed`` cell is then run by IPython's
+``run_cell_magic`` and timed there (the magic's own time, without Jupyter's messages), beside
+its floor: the pool's ``execute("pass")``, one command to the same workers.
+
 Then the same again under load: one busy-looping process per CPU core runs while the cells
 are timed (``--no-load`` skips this second table).
 """
@@ -18,11 +22,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import multiprocessing
 import os
 import statistics
 import time
 from collections.abc import Iterator
+from typing import Any
 
 from jupyter_client import KernelManager
 from jupyter_client.blocking import BlockingKernelClient
@@ -96,6 +102,57 @@ def measure(client: BlockingKernelClient, args: argparse.Namespace) -> dict[str,
     return times
 
 
+#: Run in the kernel: the magic's own time per empty cell, and its floor, as JSON on stdout.
+_INSIDE = """
+import json as _json, time as _time
+from nb_accel.launch.warm.kept import kept_pool as _kept_pool
+def _timed(call, rounds):
+    seconds = []
+    for _ in range(rounds):
+        start = _time.perf_counter()
+        call()
+        seconds.append(_time.perf_counter() - start)
+    return seconds
+_ip = get_ipython()
+_magic = lambda: _ip.run_cell_magic("distributed", "", "pass")
+_floor = lambda: _kept_pool().execute("pass")
+_times = {}
+for _ in range({rounds}):
+    for _name, _call in (
+        ("%%distributed magic, in the kernel", _magic),
+        ("  floor: pool.execute, in the kernel", _floor),
+    ):
+        _times.setdefault(_name, []).extend(_timed(_call, 1))
+print(_json.dumps(_times))
+"""
+
+
+def inside_kernel(client: BlockingKernelClient, rounds: int) -> dict[str, list[float]]:
+    """The magic's own time per empty cell inside the kernel, and its floor (alternating)."""
+    printed: list[str] = []
+
+    def keep(message: dict[str, Any]) -> None:
+        if message["msg_type"] == "stream":
+            printed.append(message["content"]["text"])
+
+    reply = client.execute_interactive(
+        _INSIDE.replace("{rounds}", str(rounds)), output_hook=keep, timeout=600
+    )
+    if reply["content"]["status"] != "ok":
+        raise RuntimeError(f"the timing cell failed: {reply['content'].get('evalue')}")
+    times: dict[str, list[float]] = json.loads("".join(printed).strip().splitlines()[-1])
+    return times
+
+
+def print_inside(times: dict[str, list[float]]) -> None:
+    """The in-kernel medians and 95th percentiles."""
+    print("\nThe same empty cell inside the kernel (run_cell_magic; no Jupyter messages)")
+    print(f"  {'what':<38} {'median ms':>10} {'p95 ms':>8}")
+    for name, values in times.items():
+        median, p95 = statistics.median(values) * 1e3, _percentile(values, 0.95) * 1e3
+        print(f"  {name:<38} {median:10.3f} {p95:8.3f}")
+
+
 def print_table(title: str, times: dict[str, list[float]]) -> None:
     """The medians and 95th percentiles, the overhead and the targets."""
     print(f"\n{title}")
@@ -127,6 +184,7 @@ def main(argv: list[str] | None = None) -> None:
         timed_cell(client, "%load_ext nb_accel")
         timed_cell(client, "%%distributed -n 2\npass")
         quiet = measure(client, args)
+        inside = inside_kernel(client, args.rounds)
         loaded = None
         if not args.no_load:
             with busy_cores(cores):
@@ -137,6 +195,7 @@ def main(argv: list[str] | None = None) -> None:
         manager.shutdown_kernel(now=True)
     rounds = f"{args.rounds} rounds after {args.warmup} warm-up rounds, alternating"
     print_table(f"Empty cell round trip through a kernel, 2 workers; {rounds}", quiet)
+    print_inside(inside)
     if loaded is not None:
         print_table(f"The same with a busy-looping process on each of the {cores} cores", loaded)
 
