@@ -7,12 +7,16 @@ the failed rank releasing its process group, or the test fails; the timeout neve
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 from markers import interrupted_unless_done
 from shown_rows import ShownRows
 
 from nb_accel.errors import WorkerDiedError, WorkerFailure, is_peer_loss
 from nb_accel.launch.pool import WorkerPool
+from nb_accel.launch.pool_ranks.local import LocalRanks
 from nb_accel.launch.pool_ranks.values import load_value
 
 #: The test's own bound (seconds); the pool's collective timeout is ten times that.
@@ -183,5 +187,43 @@ def test_a_rank_that_reaches_a_collective_after_its_interrupt_is_freed(tmp_path)
         notes = "\n".join(info.value.__notes__)
         assert "Rank 1 was interrupted by this failure and kept its variables." in notes, notes
         assert pool.execute("rank", want_value=True)  # the pool goes on
+    finally:
+        pool.stop()
+
+
+SLEEPS = "import time\ntime.sleep(600)  # until the interrupt"
+ALL_REDUCE = (
+    "import torch, torch.distributed as dist\ntotal = torch.ones(1)\ndist.all_reduce(total)\n"
+    "total.item()"
+)
+
+
+@pytest.mark.timeout(TEST_TIMEOUT_S)
+def test_an_interrupt_that_comes_while_a_cell_is_sent_stops_it_on_every_rank(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kernel's interrupt lands after the cell reached rank 0 and before rank 1 (chaos
+    seed 8, cell / interrupt at start-up): the cell still reaches rank 1, and it is stopped on
+    both ranks, before it starts or in it. It used to stay running on rank 0, never sent to
+    rank 1, whose next cell's collectives then paired with rank 0's old ones."""
+    armed = [True]
+    send = LocalRanks.send
+
+    def send_then_interrupt(self: LocalRanks, rank: int, data: bytes) -> None:
+        send(self, rank, data)
+        if armed and rank == 0:
+            armed.clear()
+            os.kill(os.getpid(), signal.SIGINT)  # lands here, before rank 1 is sent the cell
+
+    pool = WorkerPool(2, cpu=True, timeout=COLLECTIVE_TIMEOUT_S)
+    pool.start()
+    try:
+        monkeypatch.setattr(LocalRanks, "send", send_then_interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            pool.execute(SLEEPS)
+        assert not armed  # the interrupt came as the cell was being sent
+        with interrupted_unless_done("the next cell, on both ranks", 20):
+            done = pool.execute(ALL_REDUCE, want_value=True)
+        assert [load_value(done[rank]) for rank in (0, 1)] == [2.0, 2.0]
     finally:
         pool.stop()

@@ -29,6 +29,7 @@ from ..debugging.prompts import prompts_shown, prompts_since
 from ..failures.verdict import rank_list
 from ..failures.whereabouts import RankStack, stacks_note, where_lines
 from ..launchers.outcome import failure_outcome
+from ..placement.short_commands import interrupt_deferred
 from ..pool_ranks.interface import PoolRanks
 from ..pool_ranks.late import (
     LateRanks,
@@ -144,17 +145,14 @@ class RankDriver:
         )
         output.printer, output.shown = printer, None if all_output else targets[0]
         data = encode_command(make_command(self._cell))
-        for rank in targets:
-            try:
-                group.send(rank, data)
-            except OSError:  # the worker has just died: say so (once the others are done)
-                group.note_exits()
-                if not group.replaces_dead_ranks or self._replacing:
-                    self._died()
-        self._waiting_for, self.view, self._late = targets, printer.view, LateRanks()
-        self._returned_first = None
-        self._prompts_from = prompts_shown()
         try:
+            # Every target is sent the command, or none is: an interrupt that comes meanwhile
+            # waits until all are, then stops it on every rank like any interrupt during it.
+            with interrupt_deferred():
+                self._send(group, targets, data)
+                self._waiting_for, self.view, self._late = targets, printer.view, LateRanks()
+                self._returned_first = None
+                self._prompts_from = prompts_shown()
             self._wait(group, targets, printer.view, None)
         except KeyboardInterrupt as interrupt:
             self._interrupted(group, targets, printer.view, interrupt)
@@ -168,6 +166,16 @@ class RankDriver:
             finally:  # the traceback keeps this frame: it must not hold the error
                 del outcome
         return outcome
+
+    def _send(self, group: PoolRanks, targets: list[int], data: bytes) -> None:
+        """Send the command ``data`` to each of ``targets``."""
+        for rank in targets:
+            try:
+                group.send(rank, data)
+            except OSError:  # the worker has just died: say so (once the others are done)
+                group.note_exits()
+                if not group.replaces_dead_ranks or self._replacing:
+                    self._died()
 
     def wait(self) -> dict[int, CellDone] | BaseException:
         """Wait until every rank the current command went to has done it; their replies by

@@ -68,8 +68,9 @@ def command_output(command: list[str], timeout: float) -> CommandOutput:
 @contextmanager
 def interrupt_deferred() -> Iterator[None]:
     """While the block runs, the kernel's interrupt (SIGINT, on the main thread) waits, and is
-    raised as the block ends: for a child's start and the kernel's note of it, which an
-    interrupt must not split (CPython never reaps a child whose ``Popen`` it interrupted)."""
+    raised as the block ends: for what an interrupt must not split, a child's start and the
+    kernel's note of it (CPython never reaps a child whose ``Popen`` it interrupted), or a
+    command sent to every rank of a pool (sent to some only, it runs on unstopped)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
