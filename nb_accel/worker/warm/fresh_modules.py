@@ -65,11 +65,6 @@ def note_new_modules() -> None:
                 continue
 
 
-def _forget_last_look() -> None:
-    global _last_seen  # noqa: PLW0603 - one worker, one sys.modules
-    _last_seen = ()
-
-
 def reload_changed_modules() -> list[str]:
     """Reload the user's modules whose file changed since this worker loaded them; their
     names. Modules seen for the first time are noted as they are.
@@ -83,7 +78,6 @@ def reload_changed_modules() -> list[str]:
         if module is None:  # forgotten since: imported afresh when asked again
             del _loaded[name]
             _checked.discard(name)
-            _forget_last_look()
             continue
         try:
             now = os.stat(path).st_mtime_ns
