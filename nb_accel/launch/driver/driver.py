@@ -48,9 +48,6 @@ __all__ = ["INTERRUPT_GRACE_S", "RankDriver", "checked_targets"]
 
 #: How long interrupted ranks (by the user, or as another failed) may take to stop (seconds).
 INTERRUPT_GRACE_S = 10.0
-#: How long an interrupted launch waits to learn where its ranks were before it stops them
-#: (the user waits: a rank, or a host, that cannot say by then is said not to have).
-INTERRUPT_WHERE_S = 1.0
 
 
 class RankDriver:
@@ -288,15 +285,14 @@ class RankDriver:
             return
         dead = group.dead_ranks()
         running = [r for r in targets if r not in group.done and r not in dead]
-        stacks = self._where(running, within_s=INTERRUPT_WHERE_S)
+        within_s = group.interrupt_where_s
+        stacks = self._where(running, within_s=within_s)
         silent = [rank for rank in running if rank not in stacks] if group.asked_where else []
         if (stacks or silent) and hasattr(interrupt, "add_note"):  # where, before they stop
             lines = where_lines(stacks, "was")
             if silent:
                 it = "it was" if len(silent) == 1 else "they were"
-                lines.append(
-                    f"  {rank_list(silent)} did not say where {it} within {INTERRUPT_WHERE_S:g} s"
-                )
+                lines.append(f"  {rank_list(silent)} did not say where {it} within {within_s:g} s")
             interrupt.add_note("Interrupted while:\n" + "\n".join(lines))
             if note := stacks_note(stacks):
                 interrupt.add_note(note)

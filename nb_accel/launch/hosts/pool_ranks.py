@@ -60,6 +60,10 @@ class HostRanks(NodeHooks, PoolRanks):
         max_restarts: how many times the hosts' agents may restart the ranks (a pool's: none).
     """
 
+    #: Less than a local pool's: stopping hosts' ranks takes longer (their agents end over the
+    #: network), and an interrupt ends within 2 s all the same.
+    interrupt_where_s = 0.6
+
     def __init__(
         self,
         plan: LaunchPlan,

@@ -108,6 +108,9 @@ class PoolRanks(ABC):
     #: Whether the ranks can be asked where they are while they run (:meth:`stacks`);
     #: ``False``: they never say (XLA), or only once they were stopped (a node's agent).
     asked_where: bool = True
+    #: How long an interrupted launch waits to learn where its ranks were before it stops
+    #: them (seconds: the user waits; a rank that cannot say by then is said not to have).
+    interrupt_where_s: float = 1.0
 
     def collect_window(self, targets: list[int], dead: list[int]) -> float:
         """How long after the first failure of the current command to wait for the others'
