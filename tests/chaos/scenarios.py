@@ -174,6 +174,12 @@ FOUND = (
     # unstopped on rank 0, and the next cell's collectives paired with it (one run in about
     # twelve; tests/multiproc/test_pool_failures.py interrupts there every time)
     Scenario(8, "cell", "interrupt", 1, 2, "start-up", 1.5),
+    # a node's launch interrupted between two of torch's agent's worker starts left the one
+    # started a zombie of the kernel (tests/multiproc/test_restarts.py strikes there every time)
+    Scenario(11441, "nodes", "interrupt", 0, 1, "start-up", 1.5),
+    # a max_restarts launch interrupted as it began listening for its workers left the
+    # listener's two threads running in the kernel (test_restarts.py strikes there every time)
+    Scenario(11483, "restarts", "interrupt", 0, 5, "start-up", 0.0),
     # (the covering set's seed 83, slurm / interrupt at start-up, once left scontrol a zombie
     # of the kernel: the interrupt struck as the kernel asked SLURM for a node's address; its
     # test is tests/unit/test_short_commands.py, which strikes there every time, and the

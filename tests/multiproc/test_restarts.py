@@ -6,8 +6,10 @@ documents resuming ends exactly where an uninterrupted run ends."""
 from __future__ import annotations
 
 import logging
+import multiprocessing.process
 import os
 import signal
+import threading
 from pathlib import Path
 
 import psutil
@@ -18,6 +20,7 @@ from resumable_training import train
 
 from nb_accel import notebook_launcher
 from nb_accel.errors import WorkerDiedError
+from nb_accel.launch.multinode.node_ranks import NodeRanks
 
 
 def _attempt() -> int:
@@ -79,6 +82,53 @@ def test_a_nodes_workers_hear_the_kernels_interrupt_only_through_its_agent() -> 
     groups = notebook_launcher(process_group, num_processes=2, max_restarts=1)
     assert [group for _, group in groups] == [pid for pid, _ in groups]  # each its own
     assert os.getpgrp() not in [group for _, group in groups]
+
+
+@pytest.mark.timeout(120)
+def test_an_interrupt_as_the_launch_starts_listening_leaves_no_thread(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kernel's interrupt lands once the launch listens for its workers (two threads of
+    the kernel) and before the ranks that stop them hold them (chaos seed 11483, restarts /
+    interrupt at start-up): the launch is interrupted, and the threads end with it. They used
+    to run on in the kernel, listening for workers that never came."""
+    made = NodeRanks.__init__
+
+    def interrupted_as_made(self: NodeRanks, *args: object, **kwargs: object) -> None:
+        os.kill(os.getpid(), signal.SIGINT)  # lands here: the events listen already
+        made(self, *args, **kwargs)
+
+    before = set(threading.enumerate())
+    monkeypatch.setattr(NodeRanks, "__init__", interrupted_as_made)
+    with pytest.raises(KeyboardInterrupt):
+        notebook_launcher(process_group, num_processes=2, max_restarts=1)
+    left = [t.name for t in threading.enumerate() if t not in before and t.is_alive()]
+    assert left == [], left
+    assert psutil.Process().children(recursive=True) == []
+
+
+@pytest.mark.timeout(120)
+def test_an_interrupt_between_two_workers_starts_leaves_no_worker(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The kernel's interrupt lands after torch's agent started rank 0 and before rank 1
+    (chaos seed 11441, nodes / interrupt at start-up): the launch is interrupted, and rank 0
+    is stopped and reaped. torch's agent keeps its workers only once all have started: rank 0
+    was left, to end as a zombie of the kernel that nothing reaped."""
+    armed = [True]
+    start = multiprocessing.process.BaseProcess.start
+
+    def start_then_interrupt(self: multiprocessing.process.BaseProcess) -> None:
+        start(self)
+        if armed:
+            armed.clear()
+            os.kill(os.getpid(), signal.SIGINT)  # torch's handler raises it here
+
+    monkeypatch.setattr(multiprocessing.process.BaseProcess, "start", start_then_interrupt)
+    with pytest.raises(KeyboardInterrupt):
+        notebook_launcher(process_group, num_processes=2, max_restarts=1)
+    assert not armed  # the interrupt came between the two starts
+    assert psutil.Process().children(recursive=True) == []
 
 
 @pytest.mark.timeout(120)

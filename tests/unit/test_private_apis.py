@@ -199,6 +199,17 @@ USES: tuple[Use, ...] = (
     Use(
         "torch",
         (
+            "torch.distributed.elastic.agent.server.local_elastic_agent:"
+            "LocalElasticAgent._start_workers",
+        ),
+        ("launch/multinode/elastic_agent.py",),
+        "overridden: a start of the workers that did not finish (the kernel's interrupt "
+        "between two workers' starts) stops and reaps the workers it started, which torch's "
+        "agent keeps only once every one has started; the agent has no public hook there",
+    ),
+    Use(
+        "torch",
+        (
             "torch.distributed.elastic.agent.server.api:SimpleElasticAgent._invoke_run",
             "torch.distributed.elastic.utils.store:_barrier_nonblocking",
             "torch.distributed.elastic.agent.server.api:_TERMINAL_STATE_SYNC_ID",

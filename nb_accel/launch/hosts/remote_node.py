@@ -58,7 +58,7 @@ from ..failures.whereabouts import abort_collectives, take_stacks
 from ..launchers.left_open_runs import OpenRuns, end_runs_left_open
 from ..multinode.launcher import agent_run
 from ..multinode.node_events import WorkerListener
-from ..multinode.unreaped import stop_children
+from ..multinode.unreaped import child_pids, stop_children
 from ..processes import process_frozen, resident_mb
 from ..scratch import make_scratch_dir
 from .protocol import ALIVE_EVERY_S, hello, receive, send, stdio_channel
@@ -223,16 +223,6 @@ def _watch_kernel(reader: Connection, host: _Host) -> None:
             _end_now(host)
 
 
-def _children() -> list[int]:
-    """This process's child processes (its workers)."""
-    pids: list[int] = []
-    with contextlib.suppress(OSError):
-        for task in os.listdir("/proc/self/task"):
-            with open(f"/proc/self/task/{task}/children") as listed:
-                pids += [int(pid) for pid in listed.read().split()]
-    return pids
-
-
 def _end_now(host: _Host) -> None:
     """End this process now, whatever its agent waits on (unless the agent just returned and
     the main thread says so): stop the workers still running (none at the exit barrier: they
@@ -240,7 +230,7 @@ def _end_now(host: _Host) -> None:
     stopped, exit without waiting for the other hosts."""
     if not _ending.acquire(blocking=False):
         return
-    stop_children(_children())
+    stop_children(sorted(child_pids()))
     host.close()
     _say_ended(host, AgentEnded(stopped=True))
     os._exit(0)

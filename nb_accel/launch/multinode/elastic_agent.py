@@ -55,7 +55,13 @@ from .unanswered import (
     heard_out,
     returned_within,
 )
-from .unreaped import continue_children, ended_unreaped, stop_children
+from .unreaped import (
+    child_pids,
+    continue_children,
+    ended_unreaped,
+    reap_started_since,
+    stop_children,
+)
 
 __all__ = ["EXIT_BARRIER_S", "BeforeStop", "OnRestart", "launch_config", "run_agent"]
 
@@ -191,6 +197,16 @@ def _agent_class() -> type:
             else:
                 continue_children(self._worker_pids)
             super()._shutdown(death_sig, *args, **kwargs)
+
+        def _start_workers(self, worker_group: Any) -> Any:
+            """torch's start; a start that did not finish (the kernel's interrupt, a stop)
+            leaves none of the workers it started (see :func:`.unreaped.reap_started_since`)."""
+            before = child_pids()
+            try:
+                return super()._start_workers(worker_group)
+            except BaseException:
+                reap_started_since(before)
+                raise
 
         def _rendezvous(self, worker_group: Any) -> None:
             """torch's round, then :func:`.meet`: each on a thread of its own, waited for

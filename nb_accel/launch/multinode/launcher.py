@@ -41,6 +41,7 @@ from ..launchers.backend import LaunchBackend
 from ..launchers.outcome import load_result
 from ..payload import sealed
 from ..placement.nodes import NodePlan
+from ..placement.short_commands import interrupt_deferred
 from ..plan import LaunchPlan
 from ..processes import multiprocessing_helpers
 from ..request import LaunchCall
@@ -178,8 +179,9 @@ class NodesLauncher(LaunchBackend):
         authkey = secrets.token_bytes(32)
         first = global_rank(nodes.node_rank, 0, plan.num_processes)
         node_view = NodeView(self.view, first, plan.num_processes)
-        events = NodeEvents(self.printer, node_view, authkey, nodes.max_restarts)
-        self._ranks = ranks = NodeRanks(events, self.printer, plan, nodes)
+        with interrupt_deferred():  # the events' threads are the ranks' to stop once started
+            events = NodeEvents(self.printer, node_view, authkey, nodes.max_restarts)
+            self._ranks = ranks = NodeRanks(events, self.printer, plan, nodes)
         self._log_dir = make_scratch_dir("nodes")
         payload = sealed(self.payload, self._log_dir)  # big buffers in this node's folder
         # the kernel answers their prompts (input(), breakpoints), on the events' thread

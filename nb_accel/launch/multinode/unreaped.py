@@ -2,18 +2,33 @@
 torch reaps itself. They are looked at without being reaped (torch reads their exit codes
 afterwards), and only signalled while they are still this process's own children, so that a
 pid torch has reaped (and the system may have given to another process) is never signalled.
+
+One case is the other way round: torch's agent starts a node's workers one after the other and
+keeps them only once the last has started, its own handler of the kernel's interrupt (and of a
+stop) installed just before. Interrupted in between, its stop finds nothing to stop, and the
+workers already started would run on, or end as zombies nothing reaps:
+:func:`reap_started_since` stops and reaps them, through :mod:`multiprocessing`'s record of
+each where it has one (so that its record stays true), by their pids otherwise.
 """
 
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import signal
 
 from ..launchers.stopping import stop_processes
 from ..processes import process_frozen
 
-__all__ = ["UnreapedChild", "continue_children", "ended_unreaped", "stop_children"]
+__all__ = [
+    "UnreapedChild",
+    "child_pids",
+    "continue_children",
+    "ended_unreaped",
+    "reap_started_since",
+    "stop_children",
+]
 
 
 def _waited(pid: int) -> os.waitid_result | bool | None:
@@ -90,3 +105,28 @@ def stop_children(pids: list[int]) -> None:
     finally:
         for child in children:
             child.close()
+
+
+def child_pids() -> set[int]:
+    """The process ids of this process's children (started by any of its threads)."""
+    pids: set[int] = set()
+    with contextlib.suppress(OSError):
+        for task in os.listdir("/proc/self/task"):
+            with contextlib.suppress(OSError), open(f"/proc/self/task/{task}/children") as listed:
+                pids.update(int(pid) for pid in listed.read().split())
+    return pids
+
+
+def reap_started_since(before: set[int]) -> None:
+    """Kill and reap every child of this process that is not among ``before``."""
+    known = {process.pid: process for process in multiprocessing.active_children()}
+    for pid in child_pids() - before:
+        process = known.get(pid)
+        if process is not None:
+            process.kill()
+            process.join()
+            continue
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
