@@ -7,10 +7,8 @@ Run from the repository root::
 A Jupyter kernel is started with jupyter_client; ``%load_ext nb_accel`` and a first
 ``%%distributed -n 2`` cell start the pool. Then, alternating, an empty plain cell (``pass``,
 the baseline) and an empty ``%%distributed`` cell (``pass`` on both ranks) are executed and
-timed from the execute request to the kernel's reply, beside the magic's floor through Jupyter: a
-plain cell that sends the pool the same empty command (``pool.execute("pass")``). The overhead
-is the difference of the medians (and of the 95th percentiles) to the plain cell. Targets:
-≤ 2 ms median, ≤ 10 ms p95.
+timed from the execute request to the kernel's reply. The overhead is the difference of the
+medians (and of the 95th percentiles). Targets: ≤ 2 ms median, ≤ 10 ms p95.
 
 Inside the kernel, the same empty ``%%distributed`` cell is then run by IPython's
 ``run_cell_magic`` and timed there (the magic's own time, without Jupyter's messages), beside
@@ -39,9 +37,6 @@ from machine import run_header
 import nb_accel
 
 MEDIAN_TARGET_MS = 2.0
-#: A plain cell that sends the pool the same empty command, without the magic: what waking
-#: the workers costs through Jupyter, which the magic cannot avoid.
-FLOOR_CELL = "  floor: pool.execute cell"
 P95_TARGET_MS = 10.0
 
 
@@ -96,11 +91,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def measure(client: BlockingKernelClient, args: argparse.Namespace) -> dict[str, list[float]]:
     """Alternating plain and ``%%distributed`` cells: their round trips, warm-up left out."""
-    cells = {
-        "plain cell": "pass",
-        "%%distributed cell": "%%distributed\npass",
-        FLOOR_CELL: "_kept_pool().execute('pass')",
-    }
+    cells = {"plain cell": "pass", "%%distributed cell": "%%distributed\npass"}
     times: dict[str, list[float]] = {name: [] for name in cells}
     for index in range(args.warmup + args.rounds):
         order = list(cells) if index % 2 == 0 else list(cells)[::-1]
@@ -170,12 +161,6 @@ def print_table(title: str, times: dict[str, list[float]]) -> None:
     for name, values in times.items():
         stats[name] = (statistics.median(values) * 1e3, _percentile(values, 0.95) * 1e3)
         print(f"  {name:<22} {stats[name][0]:10.2f} {stats[name][1]:8.2f}")
-    if FLOOR_CELL in stats:
-        magic, floor = stats["%%distributed cell"], stats[FLOOR_CELL]
-        print(
-            f"  the magic over its floor: {magic[0] - floor[0]:.2f} ms median, "
-            f"{magic[1] - floor[1]:.2f} ms p95"
-        )
     median = stats["%%distributed cell"][0] - stats["plain cell"][0]
     p95 = stats["%%distributed cell"][1] - stats["plain cell"][1]
     ok = median <= MEDIAN_TARGET_MS and p95 <= P95_TARGET_MS
@@ -198,7 +183,6 @@ def main(argv: list[str] | None = None) -> None:
         client.wait_for_ready(timeout=60)
         timed_cell(client, "%load_ext nb_accel")
         timed_cell(client, "%%distributed -n 2\npass")
-        timed_cell(client, "from nb_accel.launch.warm.kept import kept_pool as _kept_pool")
         quiet = measure(client, args)
         inside = inside_kernel(client, args.rounds)
         loaded = None
