@@ -6,6 +6,8 @@ BIN := $(VENV)/bin
 TORCH_PIN := torch==2.13.0
 # The Accelerate release the compatibility lane runs the tests of (and the benchmarks compare with).
 ACCELERATE_PIN := accelerate==1.15.0
+# The Transformers release the Trainer's tests run (Colab's lanes take Colab's own).
+TRANSFORMERS_PIN := transformers==5.24.0
 
 .PHONY: setup test-setup hosts-setup trackers-env demo lab docs test test-serial test-docs test-chaos test-install lint test-accelerate test-xla test-trackers ray-env test-ray \
 	test-browser test-colab test-colab-units test-colab-kernels test-kaggle test-classic chromium \
@@ -19,9 +21,12 @@ $(BIN)/.nb_accel-installed: pyproject.toml Makefile
 	$(BIN)/python -m pip install --quiet -e ".[examples]" $(TORCH_PIN)
 	touch $@
 
-# What the tests add (Transformers, Accelerate, the trackers, mypy, pandas, ...).
+# What the tests add (Transformers, Accelerate, the trackers, mypy, pandas, ...). Accelerate and
+# Transformers are pinned like torch: the tests compare nb_accel's names with that Accelerate's,
+# and a new release of either is taken on purpose, never by a fresh setup.
 $(BIN)/.nb_accel-test-installed: $(BIN)/.nb_accel-installed
-	$(BIN)/python -m pip install --quiet -e ".[test,examples]" $(TORCH_PIN)
+	$(BIN)/python -m pip install --quiet -e ".[test,examples]" $(TORCH_PIN) $(ACCELERATE_PIN) \
+		$(TRANSFORMERS_PIN)
 	touch $@
 
 setup: $(BIN)/.nb_accel-installed
