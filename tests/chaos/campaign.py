@@ -447,7 +447,9 @@ def kernel_session(
         machines, options, env = _machines(style, folder, cleanup, cluster)
         if machines is not None:
             setup += HOSTS.format(hosts=options)
-        other = OtherNode(machines, options, folder) if style == "nodes" and machines else None
+        other = (
+            OtherNode(machines, options, folder, cleanup) if style == "nodes" and machines else None
+        )
         wrap = SMALL_SHM if small_shm else None
         address = None
         if cluster is not None:  # the kernel in the head's namespaces, at the head's address

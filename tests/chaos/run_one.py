@@ -27,6 +27,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as folder:
         outcome = run_scenario(scenario, Path(folder))
     print(scenario, f"(ended {outcome.seconds_to_end})")
+    print("  time by phase:", ", ".join(f"{k} {v:.1f} s" for k, v in outcome.phases.items()))
     for invariant, seen in outcome.broken.items():
         print(f"  broke {invariant}: {seen}")
 

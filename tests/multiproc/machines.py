@@ -237,6 +237,12 @@ class BridgedMachines:
         self._daemons.append(process)
         return process
 
+    def adopt(self, process: subprocess.Popen[bytes]) -> None:
+        """Count ``process`` (started on a machine with :meth:`on`) with the machinery's
+        daemons: left out of :meth:`processes` (by its pid: what it forks is not), ended at
+        teardown."""
+        self._daemons.append(process)
+
     def _end_work(self) -> None:
         """Ask the machinery to end whatever work it still has (a subclass's: the SLURM
         cluster cancels its jobs); the daemons are still up."""
@@ -289,8 +295,9 @@ class BridgedMachines:
     def processes(self) -> list[str]:
         """The command lines of the processes running on the machines now, the daemons' left
         out."""
+        adopted = {process.pid for process in self._daemons}
         return [
             f"{host.name}: {command}"
-            for host, command in self._running().values()
-            if not any(daemon in command for daemon in self.daemons)
+            for pid, (host, command) in self._running().items()
+            if pid not in adopted and not any(daemon in command for daemon in self.daemons)
         ]

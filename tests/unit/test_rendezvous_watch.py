@@ -40,3 +40,31 @@ def test_the_watch_asks_nothing_while_a_rendezvous_round_runs() -> None:
         assert answered.wait(10), "the watch did not ask again after the round"
     finally:
         watch.stop()
+
+
+def test_the_watch_says_whether_the_store_answered_as_it_stops() -> None:
+    """A watch whose question the store never answers says so as it stops: the rendezvous'
+    close, asked of the same store, is then not waited for as long (a node cut off from its
+    store ended seconds sooner)."""
+    asked, release = threading.Event(), threading.Event()
+
+    class Handler:
+        def num_nodes_waiting(self) -> int:
+            asked.set()
+            release.wait(30)  # a store cut off: no answer until the test lets it go
+            return 0
+
+        def is_closed(self) -> bool:
+            return False
+
+    unanswered = RendezvousWatch(Handler(), 0.01)
+    unanswered.start()
+    try:
+        assert asked.wait(10)
+        assert unanswered.stop(0.1) is False
+    finally:
+        release.set()
+    assert unanswered.stop() is True  # its question answered at last: the thread ended
+    answered = RendezvousWatch(Handler(), 0.01)
+    answered.start()
+    assert answered.stop() is True

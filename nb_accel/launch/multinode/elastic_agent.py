@@ -420,9 +420,9 @@ def run_agent(
             # The other nodes learn of the end from the closed rendezvous: closed first, so
             # that they still find this attempt's failure in the workers' store, which this
             # node may host and keeps for them only a few seconds.
-            watch.stop(end_wait_s)  # not a word to the store while it closes
+            answered = watch.stop(end_wait_s)  # not a word to the store while it closes
             watching = False
-            returned_within(end_wait_s, handler.shutdown)
+            returned_within(end_wait_s if answered else INTERRUPTED_END_S, handler.shutdown)
             close_rendezvous = False
             agent.keep_store_for_readers()
         return result
@@ -437,11 +437,12 @@ def run_agent(
             raise
         said = _no_space(problem)
     finally:
-        if watching:  # (a question in flight to a store cut off is waited for once)
-            watch.stop(end_wait_s)
+        # a question in flight to a store cut off is waited for once: the close then gets
+        # half a second, its call left to its thread
+        answered = not watching or watch.stop(end_wait_s)
         del handler.num_nodes_waiting  # the watch holds the handler: no cycle is left
         if close_rendezvous:
-            returned_within(end_wait_s, handler.shutdown)
+            returned_within(end_wait_s if answered else INTERRUPTED_END_S, handler.shutdown)
         del agent, spec, handler, watch
     # raised here, without the OSError's frames: they hold the agent, its stores and their
     # connections, for as long as the error is kept (a notebook keeps the last one)

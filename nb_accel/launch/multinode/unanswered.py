@@ -31,7 +31,8 @@ __all__ = [
 
 #: How long a node's agent waits, as it ends, for the store to take its last word.
 END_WAIT_S = 5.0
-#: As long, once its user interrupted the node: the stop button ends the cell at once.
+#: As long, once its user interrupted the node: the stop button ends the cell at once; and
+#: for the rendezvous' close once the store left the watch's last question unanswered.
 INTERRUPTED_END_S = 0.5
 #: How often a thread waiting for a call on another (:func:`heard_out`) looks up.
 _STEP_S = 0.1
@@ -81,12 +82,14 @@ class RendezvousWatch:
         """Start asking."""
         self._thread.start()
 
-    def stop(self, wait_s: float = END_WAIT_S) -> None:
+    def stop(self, wait_s: float = END_WAIT_S) -> bool:
         """Stop asking, waiting ``wait_s`` at most for a call in flight; a call still waiting
-        for the store then is left to its thread."""
+        for the store then is left to its thread. Whether the store answered (no call was
+        left waiting): one that did not will not answer the rendezvous' close either."""
         self._stop.set()
         if self._thread.ident is not None:
             self._thread.join(wait_s)
+        return not self._thread.is_alive()
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
