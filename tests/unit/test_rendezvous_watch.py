@@ -68,3 +68,35 @@ def test_the_watch_says_whether_the_store_answered_as_it_stops() -> None:
     answered = RendezvousWatch(Handler(), 0.01)
     answered.start()
     assert answered.stop() is True
+
+
+def test_the_watch_s_end_still_closes_the_rendezvous_of_a_store_that_did_not_answer() -> None:
+    """Its close is still asked of a store that left the watch's question unanswered (it
+    may come back), on a thread of its own, and left there; ``None`` leaves it open."""
+    asked, release, closing = threading.Event(), threading.Event(), threading.Event()
+
+    class Handler:
+        def num_nodes_waiting(self) -> int:
+            asked.set()
+            release.wait(30)
+            return 0
+
+        def is_closed(self) -> bool:
+            return False
+
+    def close() -> None:
+        closing.set()
+        release.wait(30)  # no answer from the store either
+
+    watch = RendezvousWatch(Handler(), 0.01)
+    watch.start()
+    try:
+        assert asked.wait(10)
+        watch.end(0.1, close)
+        assert closing.wait(10), "the rendezvous' close was never asked"
+    finally:
+        release.set()
+    left_open = RendezvousWatch(Handler(), 0.01)
+    left_open.start()
+    left_open.end(0.1, None)
+    assert watch.stop() and left_open.stop()

@@ -53,7 +53,6 @@ from .unanswered import (
     INTERRUPTED_END_S,
     RendezvousWatch,
     heard_out,
-    returned_within,
 )
 from .unreaped import (
     child_pids,
@@ -420,10 +419,8 @@ def run_agent(
             # The other nodes learn of the end from the closed rendezvous: closed first, so
             # that they still find this attempt's failure in the workers' store, which this
             # node may host and keeps for them only a few seconds.
-            answered = watch.stop(end_wait_s)  # not a word to the store while it closes
-            watching = False
-            returned_within(end_wait_s if answered else INTERRUPTED_END_S, handler.shutdown)
-            close_rendezvous = False
+            watch.end(end_wait_s, handler.shutdown)  # not a word to the store while it closes
+            watching = close_rendezvous = False
             agent.keep_store_for_readers()
         return result
     except SignalException:
@@ -437,12 +434,9 @@ def run_agent(
             raise
         said = _no_space(problem)
     finally:
-        # a question in flight to a store cut off is waited for once: the close then gets
-        # half a second, its call left to its thread
-        answered = not watching or watch.stop(end_wait_s)
+        if watching:  # (a question in flight to a store cut off is waited for once)
+            watch.end(end_wait_s, handler.shutdown if close_rendezvous else None)
         del handler.num_nodes_waiting  # the watch holds the handler: no cycle is left
-        if close_rendezvous:
-            returned_within(end_wait_s if answered else INTERRUPTED_END_S, handler.shutdown)
         del agent, spec, handler, watch
     # raised here, without the OSError's frames: they hold the agent, its stores and their
     # connections, for as long as the error is kept (a notebook keeps the last one)

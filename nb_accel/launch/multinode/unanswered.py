@@ -91,6 +91,15 @@ class RendezvousWatch:
             self._thread.join(wait_s)
         return not self._thread.is_alive()
 
+    def end(self, wait_s: float, close: Callable[[], object] | None) -> None:
+        """:meth:`stop`, then ``close`` (the rendezvous' close; ``None``: left open), waited
+        for ``wait_s`` at most, or :data:`INTERRUPTED_END_S` where the store left the last
+        question unanswered (it will not answer the close either: its call is left to its
+        thread)."""
+        answered = self.stop(wait_s)
+        if close is not None:
+            returned_within(wait_s if answered else INTERRUPTED_END_S, close)
+
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
         """No asking while the block runs (a rendezvous round: the handler's state is then
