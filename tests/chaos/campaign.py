@@ -639,7 +639,7 @@ def _play(outcome: Outcome, marks: Path, checkpoints: Path, session: KernelSessi
             for left in _left_on_hosts(machines):
                 outcome.fail("nothing left", left)
         settled = _settled(client, kernel, descriptors_before)
-        _check_descriptors(outcome, descriptors_before, settled)
+        _check_descriptors(outcome, descriptors_before, settled, kernel.pid)
 
 
 def _set_up(style: str, session: KernelSession, folder: Path, checkpoints: Path) -> None:
@@ -977,7 +977,28 @@ def _settled(
         time.sleep(0.1)  # polling the kernel's descriptors, not ordering events
 
 
-def _check_descriptors(outcome: Outcome, before: dict[int, str], after: dict[int, str]) -> None:
-    new = _new(before, after)
+def _check_descriptors(
+    outcome: Outcome, before: dict[int, str], after: dict[int, str], kernel: int
+) -> None:
+    new = {fd: _socket_of(kernel, what) for fd, what in _new(before, after).items()}
     if new:
         outcome.fail("nothing left", f"the kernel's descriptors: {new} new")
+
+
+def _socket_of(pid: int, what: str) -> str:
+    """``what`` a descriptor of process ``pid`` is, with its ends where it is a socket (its
+    line in the process's ``/proc/net`` tables): whose socket was left."""
+    found = re.fullmatch(r"socket:\[(\d+)\]", what)
+    if found is None:
+        return what
+    for table in ("unix", "tcp", "tcp6", "udp"):
+        try:
+            lines = Path(f"/proc/{pid}/net/{table}").read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            inode = fields[6] if table == "unix" else fields[9] if len(fields) > 9 else ""
+            if inode == found.group(1):
+                return f"{what} {table}: {' '.join(fields[1:8] if table != 'unix' else fields[1:])}"
+    return what

@@ -18,6 +18,7 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from machines import BridgedMachines
+from other_node import SAID_AT
 
 __all__ = ["OtherNode"]
 
@@ -157,10 +158,12 @@ class OtherNode:
         """Wait for node 1 (``pid``) to end (interrupting it first where it ``may_wait`` for
         node 0); kill it, :attr:`trouble` saying so, when it does not."""
         waited, told = END_WAIT_S, f"{END_WAIT_S:.0f} s after node 0 ended"
+        since = time.monotonic()
         if may_wait:
             if server.ended(WAITING_S) is not None:
                 return
             os.kill(pid, signal.SIGINT)  # its user stops it: node 0 is not coming
+            since = time.monotonic()
             waited, told = INTERRUPTED_END_S, f"{INTERRUPTED_END_S:.0f} s after its interrupt"
         if server.ended(waited) is not None:
             return
@@ -169,4 +172,7 @@ class OtherNode:
             os.kill(pid, signal.SIGKILL)
             server.ended(READY_S)
         tail = log.read_text(errors="replace")[-6000:]
+        said = [line for line in tail.splitlines() if line.startswith(SAID_AT)]
+        if said:  # it had said how it ended, and then took its time to exit
+            told += f" (it said how it ended {float(said[-1][len(SAID_AT) :]) - since:.1f} s in)"
         self.trouble = f"node 1 still ran {told}: {tail}"

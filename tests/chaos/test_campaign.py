@@ -1,9 +1,9 @@
 """The chaos campaign's fixed scenarios: every style of running ranks with every fault, once
-each, in a real kernel; after each, every invariant of :mod:`campaign` must hold. The scenarios
-of one style run in one kernel, one after the other (a scenario that kills its kernel, or fills
-a small /dev/shm of its own, gets one of its own), as a user's notebook meets one fault after
-another; what the kernel left once it shut down is checked after the style's last scenario.
-The scenarios that once found a bug run each in a fresh kernel. A scenario is reproduced alone
+each, and the scenarios that once found a bug, in a real kernel; after each, every invariant
+of :mod:`campaign` must hold. The scenarios of one style run in one kernel, one after the other
+(a scenario that kills its kernel, or fills a small /dev/shm of its own, gets one of its own),
+as a user's notebook meets one fault after another, the kept seeds last; what the kernel left
+once it shut down is checked after the style's last scenario. A scenario is reproduced alone
 (in a fresh kernel) with ``python tests/chaos/run_one.py SEED STYLE FAULT``; many drawn at
 random run in ``benchmarks/chaos.py``."""
 
@@ -21,36 +21,40 @@ from campaign import StyleKernels, run_scenario
 from notebook_code import plan_of
 from other_node_peer import SCRIPT as OTHER_NODE
 from ports import free_port
-from scenarios import FOUND, KNOWN, Scenario, covering_seeds
+from scenarios import FOUND, KNOWN, STYLES, Scenario, covering_seeds
 
 pytestmark = pytest.mark.chaos
-
-#: The covering scenarios in style order, each with whether it is its style's last that runs.
-_SCENARIOS = covering_seeds()
 
 
 def _known(scenario: Scenario) -> str | None:
     return KNOWN.get((scenario.style, scenario.fault, scenario.rank))
 
 
-_RUN = [scenario for scenario in _SCENARIOS if _known(scenario) is None]
+#: The scenarios in style order (the kept seeds after their style's covering ones), each with
+#: its test's id.
+_SCENARIOS = [(scenario, f"{scenario.style}-{scenario.fault}") for scenario in covering_seeds()] + [
+    (scenario, f"seed-{scenario.seed}-{scenario.style}-{scenario.fault}") for scenario in FOUND
+]
+_SCENARIOS.sort(key=lambda pair: STYLES.index(pair[0].style))  # stable: covering ones first
+_RUN = [scenario for scenario, _ in _SCENARIOS if _known(scenario) is None]
+#: The scenarios that are their style's last to run: the style's kernel closes after them.
 _LAST = {
-    scenario.seed
+    id(scenario)
     for index, scenario in enumerate(_RUN)
     if index + 1 == len(_RUN) or _RUN[index + 1].style != scenario.style
 }
-COVERING = [
+SCENARIOS = [
     pytest.param(
         scenario,
-        scenario.seed in _LAST,
-        id=f"{scenario.style}-{scenario.fault}",
+        id(scenario) in _LAST,
+        id=name,
         marks=[  # a known bug's scenario: run alone, or in the soak
             pytest.mark.xfail(run=False, reason=reason)
             for reason in [_known(scenario)]
             if reason is not None
         ],
     )
-    for scenario in _SCENARIOS
+    for scenario, name in _SCENARIOS
 ]
 
 
@@ -64,10 +68,7 @@ def style_kernels(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StyleKer
 
 
 @pytest.mark.timeout(240)
-@pytest.mark.parametrize(
-    ("scenario", "last"),
-    COVERING,
-)
+@pytest.mark.parametrize(("scenario", "last"), SCENARIOS)
 def test_every_invariant_holds(
     scenario: Scenario, last: bool, style_kernels: StyleKernels, tmp_path: Path
 ) -> None:
@@ -78,16 +79,6 @@ def test_every_invariant_holds(
             broken.setdefault("nothing left", f"the {scenario.style} kernel, shut down: {left}")
     said = "\n".join(f"{invariant}: {seen}" for invariant, seen in broken.items())
     assert not broken, f"{scenario} broke:\n{said}"
-
-
-@pytest.mark.timeout(240)
-@pytest.mark.parametrize("scenario", FOUND, ids=lambda s: f"seed-{s.seed}-{s.style}-{s.fault}")
-def test_a_scenario_that_found_a_bug_holds_every_invariant(
-    scenario: Scenario, tmp_path: Path
-) -> None:
-    outcome = run_scenario(scenario, tmp_path)
-    said = "\n".join(f"{invariant}: {seen}" for invariant, seen in outcome.broken.items())
-    assert not outcome.broken, f"{scenario} broke:\n{said}"
 
 
 @pytest.mark.timeout(120)
